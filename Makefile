@@ -1,0 +1,32 @@
+# The two commands a new user needs (README): `make demo` and `make test`.
+# Both create .venv at the repository root and install the pinned requirements into it, once:
+# the install is redone only when a requirements file changes.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test bench venv clean
+
+demo: $(INSTALLED)
+	$(BIN)/python -m launch.demo
+
+test: $(INSTALLED)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(INSTALLED)
+	$(BIN)/python -m bench.pipe_reader $(BENCH_ARGS)
+
+venv: $(INSTALLED)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(INSTALLED): $(REQUIREMENTS) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache

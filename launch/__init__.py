@@ -1,0 +1,1 @@
+"""The launcher side: local runs, SageMaker submission, data preparation."""

@@ -1,0 +1,92 @@
+"""Shared fixtures: a fake /opt/ml under tmp_path, real FIFO writer processes, record makers."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+class FakeJob:
+    """A SageMaker job directory (what /opt/ml is inside the container)."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.config_dir = base / "input" / "config"
+        self.data_dir = base / "input" / "data"
+        self.config_dir.mkdir(parents=True)
+        self.data_dir.mkdir(parents=True)
+        self.channels: dict[str, dict] = {}
+        self._feeders: list[subprocess.Popen] = []
+
+    def add_channel(self, name: str, mode: str = "Pipe", wrapper: str = "None", **extra) -> None:
+        self.channels[name] = {
+            "TrainingInputMode": mode,
+            "S3DistributionType": "FullyReplicated",
+            "RecordWrapperType": wrapper,
+            **extra,
+        }
+        (self.config_dir / "inputdataconfig.json").write_text(json.dumps(self.channels))
+
+    def feed(self, channel: str, files, *, passes=None, wrapper="None", chunk_bytes=0, pause=0.0,
+             die_after_bytes=None) -> subprocess.Popen:
+        """Starts a real writer process feeding `channel` pass after pass (as SageMaker does)."""
+        cmd = [sys.executable, "-m", "launch.pipe_feeder", "--dir", str(self.data_dir),
+               "--channel", channel, "--record-wrapper", wrapper]
+        if passes is not None:
+            cmd += ["--passes", str(passes)]
+        if chunk_bytes:
+            cmd += ["--chunk-bytes", str(chunk_bytes), "--pause", str(pause)]
+        if die_after_bytes is not None:
+            cmd += ["--die-after-bytes", str(die_after_bytes)]
+        proc = subprocess.Popen(cmd + [str(f) for f in files], cwd=REPO,
+                                stderr=subprocess.DEVNULL)
+        self._feeders.append(proc)
+        return proc
+
+    def write(self, name: str, data: bytes) -> Path:
+        path = self.base / "objects" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        return path
+
+    def stop_feeders(self) -> None:
+        for proc in self._feeders:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def job(tmp_path, monkeypatch):
+    fake = FakeJob(tmp_path / "opt_ml")
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(fake.base))
+    yield fake
+    fake.stop_feeders()
+
+
+def random_records(seed: int, count: int, max_bytes: int = 3000) -> list[bytes]:
+    """Records of random sizes, always including an empty one."""
+    rng = random.Random(seed)
+    return [b""] + [rng.randbytes(rng.randint(0, max_bytes)) for _ in range(count - 1)]
+
+
+def stream_reader(data: bytes):
+    """read(n) over `data` with a FIFO reader's contract: n bytes, fewer only at the end."""
+    pos = 0
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        out = data[pos : pos + n]
+        pos += len(out)
+        return out
+
+    return read

@@ -1,0 +1,18 @@
+"""The benchmarks' smallest sizes, run as correctness checks (their timings mean nothing here)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.mark.slow
+def test_pipe_reader_benchmark_runs_and_agrees_with_tfrecorddataset():
+    out = subprocess.run([sys.executable, "-m", "bench.pipe_reader", "--quick"], cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for name in ("100KB", "1KB", "100B"):
+        assert f"{name:>6}: pipe-batched =" in out.stdout
+    assert "Peak RSS while streaming" in out.stdout

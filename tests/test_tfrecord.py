@@ -1,0 +1,161 @@
+"""TFRecord framing: byte-exact writing, decoding at every chunk boundary, every corruption."""
+
+import logging
+import struct
+
+import pytest
+
+from tests.conftest import random_records, stream_reader
+from train.pipe import tfrecord
+from train.pipe.corruption import CorruptionPolicy
+from train.pipe.crc import masked_crc32c
+from train.pipe.errors import CorruptRecordError, TruncatedRecordError
+
+WHERE = "test stream"
+
+
+def decode(data: bytes, *, skips: int = 0, chunk_bytes: int = tfrecord.CHUNK_BYTES, **kwargs):
+    decoder = tfrecord.TFRecordDecoder(CorruptionPolicy(skips), chunk_bytes=chunk_bytes, **kwargs)
+    records = [r for batch in decoder.decode(stream_reader(data), WHERE) for r in batch]
+    return records, decoder
+
+
+def test_encoding_matches_tensorflows_writer(tmp_path):
+    import tensorflow as tf
+
+    records = random_records(1, 50)
+    path = str(tmp_path / "tf.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    assert open(path, "rb").read() == tfrecord.encode(records)
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 2, 11, 12, 13, 15, 16, 17, 100, 4096, 4 << 20])
+def test_round_trip_with_records_straddling_every_kind_of_chunk_boundary(chunk_bytes):
+    records = random_records(2, 300, max_bytes=200) + [b"", b"x", b""]
+    got, decoder = decode(tfrecord.encode(records), chunk_bytes=chunk_bytes)
+    assert got == records
+    assert decoder.seen == len(records)
+
+
+def test_empty_stream_has_no_records():
+    assert decode(b"")[0] == []
+
+
+def test_records_of_several_megabytes_and_of_zero_bytes():
+    import os
+
+    records = [b"", os.urandom(9 << 20), b"", os.urandom(5 << 20 | 3), b""]
+    assert decode(tfrecord.encode(records), chunk_bytes=1 << 20)[0] == records
+
+
+def test_header_crc_cache_stays_bounded():
+    records = [bytes(n) for n in range(70_000)]  # every length distinct
+    got, decoder = decode(tfrecord.encode(records))
+    assert got == records
+    assert len(decoder._header_crcs) <= 1 << 16
+
+
+# --- corruption: each case names the record number and byte offset ---------------------------
+
+RECORDS = [b"alpha" * 10, b"bravo" * 20, b"charlie" * 30, b"delta" * 5]
+OFFSETS = [sum(16 + len(r) for r in RECORDS[:i]) for i in range(len(RECORDS))]
+
+
+def corrupt(data: bytes, offset: int) -> bytes:
+    return data[:offset] + bytes([data[offset] ^ 0x40]) + data[offset + 1 :]
+
+
+@pytest.mark.parametrize("chunk_bytes", [7, 4 << 20])
+@pytest.mark.parametrize(
+    "where, detail",
+    [
+        (lambda o, r: o + 20, "data CRC mismatch"),  # a byte of the data
+        (lambda o, r: o + 12 + len(r) + 1, "data CRC mismatch"),  # the data's CRC
+        (lambda o, r: o + 9, "length CRC mismatch"),  # the length's CRC
+        (lambda o, r: o + 1, "length CRC mismatch"),  # the length
+    ],
+    ids=["data", "data-crc", "length-crc", "length"],
+)
+def test_corruption_is_an_error_naming_record_and_offset(where, detail, chunk_bytes):
+    data = tfrecord.encode(RECORDS)
+    with pytest.raises(CorruptRecordError) as info:
+        decode(corrupt(data, where(OFFSETS[2], RECORDS[2])), chunk_bytes=chunk_bytes)
+    err = info.value
+    assert (err.record, err.offset) == (2, OFFSETS[2])
+    assert detail in str(err)
+    assert f"corrupt record #2 at byte offset {OFFSETS[2]} of {WHERE}" in str(err)
+
+
+def test_impossible_length_with_a_valid_crc_is_an_error():
+    length = struct.pack("<Q", 1 << 40)
+    bogus = length + struct.pack("<I", masked_crc32c(length)) + b"\0" * 100
+    with pytest.raises(CorruptRecordError, match=r"impossible record length 1099511627776"):
+        decode(tfrecord.encode(RECORDS[:1]) + bogus)
+
+
+@pytest.mark.parametrize("cut", [1, 8, 11, 12, 13, 40, -5, -1], ids=lambda c: f"cut{c}")
+def test_truncated_final_record_is_an_error(cut):
+    data = tfrecord.encode(RECORDS)
+    cut_at = OFFSETS[3] + cut if cut > 0 else len(data) + cut
+    for chunk_bytes in (5, 4 << 20):
+        with pytest.raises(TruncatedRecordError) as info:
+            decode(data[:cut_at], chunk_bytes=chunk_bytes)
+        assert (info.value.record, info.value.offset) == (3, OFFSETS[3])
+        assert "the stream ended" in str(info.value)
+
+
+def test_check_crc_off_skips_crc_checks_but_not_length_checks():
+    data = corrupt(tfrecord.encode(RECORDS), OFFSETS[1] + 20)
+    got, _ = decode(data, check_crc=False)
+    assert len(got) == 4 and got[1] != RECORDS[1]
+    with pytest.raises(CorruptRecordError, match="impossible record length"):
+        decode(tfrecord.encode([b"x" * 100]), check_crc=False, max_record_bytes=99)
+
+
+# --- opt-in skipping: counted, logged, and the rest of the stream still read -------------------
+
+
+def test_skipping_a_record_with_bad_data(caplog):
+    data = corrupt(tfrecord.encode(RECORDS), OFFSETS[1] + 20)
+    with caplog.at_level(logging.WARNING):
+        got, decoder = decode(data, skips=1)
+    assert got == [RECORDS[0], RECORDS[2], RECORDS[3]]
+    assert decoder.policy.skipped == 1
+    assert f"SKIPPED corrupt record #1 at byte offset {OFFSETS[1]}" in caplog.text
+
+
+@pytest.mark.parametrize("chunk_bytes", [3, 64, 4 << 20])
+def test_skipping_a_damaged_length_resynchronises_on_the_next_record(chunk_bytes, caplog):
+    records = random_records(3, 40, max_bytes=100)
+    offsets = [sum(16 + len(r) for r in records[:i]) for i in range(len(records))]
+    data = corrupt(tfrecord.encode(records), offsets[7] + 3)
+    with caplog.at_level(logging.WARNING):
+        got, decoder = decode(data, skips=1, chunk_bytes=chunk_bytes)
+    assert got == records[:7] + records[8:]
+    assert decoder.policy.skipped == 1
+    assert "records resume at byte offset" in caplog.text
+
+
+def test_skip_limit_is_enforced_and_explained():
+    data = tfrecord.encode(RECORDS)
+    for offset in OFFSETS[:3]:
+        data = corrupt(data, offset + 20)
+    with pytest.raises(CorruptRecordError, match=r"already skipped 2 corrupt records") as info:
+        decode(data, skips=2)
+    assert info.value.record == 2
+
+
+def test_skipping_a_truncated_final_record():
+    data = tfrecord.encode(RECORDS)
+    got, decoder = decode(data[:-3], skips=1)
+    assert got == RECORDS[:3] and decoder.policy.skipped == 1
+
+
+def test_garbage_after_the_last_record_is_skipped_to_the_end_when_allowed():
+    data = tfrecord.encode(RECORDS) + b"\xff" * 1000
+    with pytest.raises(CorruptRecordError):
+        decode(data)
+    got, decoder = decode(data, skips=1)
+    assert got == RECORDS and decoder.policy.skipped == 1

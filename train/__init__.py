@@ -1,0 +1,1 @@
+"""The training job that runs inside the image: Pipe reader, SageMaker contract, pipeline, model."""

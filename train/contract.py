@@ -1,0 +1,146 @@
+"""The SageMaker training container contract: /opt/ml paths and the input data configuration.
+
+This is the only module that reads SageMaker's environment and knows where /opt/ml lives.
+Everything else receives paths and settings as arguments.
+
+The base directory is /opt/ml, or $SAGEMAKER_BASE_DIR when set (the variable AWS's
+sagemaker-training toolkit uses). Unlike the toolkit, it is read on every call rather than at
+import time, so tests and the local runner can point it at a job directory under tmp_path.
+
+Reference: https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from train.errors import UserError
+
+BASE_DIR_ENV = "SAGEMAKER_BASE_DIR"
+DEFAULT_BASE_DIR = "/opt/ml"
+
+INPUT_MODES = ("File", "FastFile", "Pipe")
+RECORD_WRAPPERS = ("None", "RecordIO")
+
+
+@dataclasses.dataclass(frozen=True)
+class Paths:
+    """Every path of the /opt/ml layout, derived from one base directory."""
+
+    base: Path
+
+    @property
+    def input_config(self) -> Path:
+        return self.base / "input" / "config"
+
+    @property
+    def input_data(self) -> Path:
+        """Holds <channel>/ directories (File, FastFile) and <channel>_<N> FIFOs (Pipe)."""
+        return self.base / "input" / "data"
+
+    @property
+    def hyperparameters(self) -> Path:
+        return self.input_config / "hyperparameters.json"
+
+    @property
+    def input_data_config(self) -> Path:
+        return self.input_config / "inputdataconfig.json"
+
+    @property
+    def resource_config(self) -> Path:
+        return self.input_config / "resourceconfig.json"
+
+    @property
+    def model(self) -> Path:
+        return self.base / "model"
+
+    @property
+    def output(self) -> Path:
+        return self.base / "output"
+
+    @property
+    def output_data(self) -> Path:
+        return self.output / "data"
+
+    @property
+    def failure(self) -> Path:
+        return self.output / "failure"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.base / "checkpoints"
+
+    @property
+    def pipe_state(self) -> Path:
+        """Where PipeModeDataset may keep its pass counters (AWS's default state_dir)."""
+        return self.base / "pipe_state"
+
+
+def paths(base: str | os.PathLike | None = None) -> Paths:
+    """The /opt/ml layout rooted at `base`, else $SAGEMAKER_BASE_DIR, else /opt/ml."""
+    if base is None:
+        base = os.environ.get(BASE_DIR_ENV) or DEFAULT_BASE_DIR
+    return Paths(Path(base))
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelConfig:
+    """One channel of inputdataconfig.json.
+
+    SageMaker writes `S3DistributionType` here (the CreateTrainingJob API calls it
+    `S3DataDistributionType`); both spellings are accepted.
+    """
+
+    name: str
+    input_mode: str
+    record_wrapper: str = "None"
+    distribution: str = "FullyReplicated"
+    compression: str = "None"
+    content_type: str | None = None
+
+    @classmethod
+    def from_json(cls, name: str, entry: dict, source: str) -> "ChannelConfig":
+        if not isinstance(entry, dict):
+            raise UserError(f"{source}: channel {name!r} must be a JSON object, got {entry!r}")
+        mode = entry.get("TrainingInputMode", "File")
+        if mode not in INPUT_MODES:
+            raise UserError(
+                f"{source}: channel {name!r} has TrainingInputMode {mode!r}; "
+                f"expected one of {', '.join(INPUT_MODES)}"
+            )
+        wrapper = entry.get("RecordWrapperType") or "None"
+        if wrapper not in RECORD_WRAPPERS:
+            raise UserError(
+                f"{source}: channel {name!r} has RecordWrapperType {wrapper!r}; "
+                f"expected one of {', '.join(RECORD_WRAPPERS)}"
+            )
+        return cls(
+            name=name,
+            input_mode=mode,
+            record_wrapper=wrapper,
+            distribution=entry.get("S3DistributionType")
+            or entry.get("S3DataDistributionType")
+            or "FullyReplicated",
+            compression=entry.get("CompressionType") or "None",
+            content_type=entry.get("ContentType"),
+        )
+
+
+def read_input_data_config(config_dir: str | os.PathLike | None = None) -> dict[str, ChannelConfig]:
+    """Parses inputdataconfig.json from `config_dir` (default: the contract's input/config)."""
+    path = Path(config_dir) / "inputdataconfig.json" if config_dir else paths().input_data_config
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(
+            f"{path} does not exist: SageMaker writes it for every training job; "
+            "when running locally, create it or use `python -m launch local`"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise UserError(f"cannot read {path}: {err}") from err
+    if not isinstance(raw, dict):
+        raise UserError(f"{path} must hold a JSON object of channels, got {type(raw).__name__}")
+    return {name: ChannelConfig.from_json(name, entry, str(path)) for name, entry in raw.items()}

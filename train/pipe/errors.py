@@ -1,0 +1,24 @@
+"""Errors of the Pipe-mode reader. Each names the channel, the FIFO and, for bad data, the record
+number and byte offset, so a user can find the bad S3 object without a debugger."""
+
+from train.errors import DataError, UserError
+
+
+class PipeConfigError(UserError):
+    """The channel is missing from inputdataconfig.json, not in Pipe mode, or misconfigured."""
+
+
+class PipeTimeoutError(DataError):
+    """A FIFO did not appear, or no writer connected to it, within the allowed time."""
+
+
+class CorruptRecordError(DataError):
+    """A record failed a CRC or framing check."""
+
+    def __init__(self, where: str, record: int, offset: int, detail: str):
+        self.where, self.record, self.offset, self.detail = where, record, offset, detail
+        super().__init__(f"corrupt record #{record} at byte offset {offset} of {where}: {detail}")
+
+
+class TruncatedRecordError(CorruptRecordError):
+    """The stream ended in the middle of a record (a dying writer, a truncated S3 object)."""
