@@ -90,3 +90,18 @@ def stream_reader(data: bytes):
         return out
 
     return read
+
+
+@pytest.fixture(scope="session")
+def digit_records():
+    """(serialized tf.train.Examples of the 1797 digits as 32x32 JPEGs, labels)."""
+    from launch.sample_data import digit_examples, load_digits
+
+    images, labels = load_digits()
+    return digit_examples(images, labels, 32), labels.tolist()
+
+
+def write_hyperparameters(job: "FakeJob", **values) -> None:
+    """As SageMaker writes them: every value a string."""
+    (job.config_dir / "hyperparameters.json").write_text(
+        json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}))

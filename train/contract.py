@@ -132,6 +132,70 @@ class ChannelConfig:
 def read_input_data_config(config_dir: str | os.PathLike | None = None) -> dict[str, ChannelConfig]:
     """Parses inputdataconfig.json from `config_dir` (default: the contract's input/config)."""
     path = Path(config_dir) / "inputdataconfig.json" if config_dir else paths().input_data_config
+    raw = _read_json_object(path)
+    return {name: ChannelConfig.from_json(name, entry, str(path)) for name, entry in raw.items()}
+
+
+def read_hyperparameters(path: str | os.PathLike | None = None) -> dict:
+    """hyperparameters.json with each value decoded the way AWS's toolkit does it.
+
+    SageMaker passes every value as a string ({"epochs": "3"}); each is parsed as JSON, and kept
+    as the raw string when that fails ("imagenet" stays "imagenet", "3" becomes 3). A missing
+    file means no hyperparameters (SageMaker writes none when the job sets none).
+    """
+    path = Path(path) if path else paths().hyperparameters
+    if not path.exists():
+        return {}
+    return {name: _json_or_string(value) for name, value in _read_json_object(path).items()}
+
+
+def _json_or_string(value):
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceConfig:
+    """resourceconfig.json: which host this is, and all hosts of the job."""
+
+    current_host: str = "algo-1"
+    hosts: tuple[str, ...] = ("algo-1",)
+    instance_type: str | None = None
+    network_interface: str | None = None
+
+    @property
+    def is_chief(self) -> bool:
+        return self.current_host == sorted(self.hosts)[0]
+
+
+def read_resource_config(path: str | os.PathLike | None = None) -> ResourceConfig:
+    """resourceconfig.json, or a single host when it is absent (a plain local run)."""
+    path = Path(path) if path else paths().resource_config
+    if not path.exists():
+        return ResourceConfig()
+    raw = _read_json_object(path)
+    hosts = raw.get("hosts") or [raw.get("current_host", "algo-1")]
+    current = raw.get("current_host", hosts[0])
+    if current not in hosts:
+        raise UserError(f"{path}: current_host {current!r} is not among hosts {hosts}")
+    return ResourceConfig(
+        current_host=current,
+        hosts=tuple(hosts),
+        instance_type=raw.get("current_instance_type"),
+        network_interface=raw.get("network_interface_name"),
+    )
+
+
+def training_job_name() -> str:
+    """The job's name (SageMaker sets TRAINING_JOB_NAME), or "local" outside SageMaker."""
+    return os.environ.get("TRAINING_JOB_NAME") or "local"
+
+
+def _read_json_object(path: Path) -> dict:
     try:
         raw = json.loads(path.read_text())
     except FileNotFoundError:
@@ -142,5 +206,5 @@ def read_input_data_config(config_dir: str | os.PathLike | None = None) -> dict[
     except (OSError, ValueError) as err:
         raise UserError(f"cannot read {path}: {err}") from err
     if not isinstance(raw, dict):
-        raise UserError(f"{path} must hold a JSON object of channels, got {type(raw).__name__}")
-    return {name: ChannelConfig.from_json(name, entry, str(path)) for name, entry in raw.items()}
+        raise UserError(f"{path} must hold a JSON object, got {type(raw).__name__}")
+    return raw

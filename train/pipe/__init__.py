@@ -17,7 +17,7 @@ from train.pipe.reader import PipeReader
 
 def __getattr__(name):
     # Lazy, so that the launcher and the feeder can use the framing code without TensorFlow.
-    if name in ("PipeModeDataset", "pipe_dataset"):
+    if name in ("PipeModeDataset", "pipe_dataset", "generator_dataset"):
         from train.pipe import dataset
 
         return getattr(dataset, name)
@@ -31,5 +31,6 @@ __all__ = [
     "PipeReader",
     "PipeTimeoutError",
     "TruncatedRecordError",
+    "generator_dataset",
     "pipe_dataset",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -78,18 +79,28 @@ def pipe_dataset(
     reader: PipeReader, batch_size: int | None = None, drop_remainder: bool = False
 ) -> tf.data.Dataset:
     """The tf.data view of `reader`: records, or batches of them when batch_size is set."""
+    return generator_dataset(reader.read_pass, batch_size, drop_remainder)
+
+
+def generator_dataset(
+    one_pass: Callable[[], Iterator[list[bytes]]],
+    batch_size: int | None = None,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Records from Python as a tf.data.Dataset: `one_pass()` is called for every iteration over
+    the dataset and yields lists of records. Elements are single records, or batches of them."""
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
 
-    def one_pass():
-        for records in group(reader.read_pass(), batch_size or 1, CALL_BYTES):
+    def generate():
+        for records in group(one_pass(), batch_size or 1, CALL_BYTES):
             # An object array hands tf.data the bytes objects themselves: one copy into the
             # tensor. (A plain list goes through a ~5x slower conversion, and numpy's fixed-width
             # bytes dtype would strip trailing NUL bytes from records.)
             yield np.array(records, dtype=object)
 
     dataset = tf.data.Dataset.from_generator(
-        one_pass, output_signature=tf.TensorSpec([None], tf.string)
+        generate, output_signature=tf.TensorSpec([None], tf.string)
     )
     if batch_size is None:
         dataset = dataset.unbatch()

@@ -1,0 +1,82 @@
+"""Image preprocessing, each op run eagerly AND inside Dataset.map (big_vision: "you'd be
+surprised how much these differ")."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from train import preprocess
+
+RNG = np.random.default_rng(0)
+PICTURE = RNG.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+ENCODED = {
+    "jpeg": tf.io.encode_jpeg(PICTURE, quality=100).numpy(),
+    "png": tf.io.encode_png(PICTURE).numpy(),
+    "gray-jpeg": tf.io.encode_jpeg(PICTURE[..., :1]).numpy(),
+    "rgba-png": tf.io.encode_png(np.concatenate([PICTURE, PICTURE[..., :1]], -1)).numpy(),
+}
+
+
+def in_dataset(fn, value):
+    return next(iter(tf.data.Dataset.from_tensors(value).map(fn))).numpy()
+
+
+@pytest.mark.parametrize("kind", ENCODED)
+def test_eval_path_is_the_same_eagerly_and_in_a_dataset(kind):
+    fn = lambda x: preprocess.for_eval(x, 32)  # noqa: E731
+    eager = fn(tf.constant(ENCODED[kind])).numpy()
+    assert eager.shape == (32, 32, 3) and eager.dtype == np.float32
+    np.testing.assert_array_equal(eager, in_dataset(fn, ENCODED[kind]))
+    assert 0 <= eager.min() and eager.max() <= 255
+
+
+def test_png_decodes_to_the_exact_pixels_and_eval_resizes_them():
+    decoded = preprocess.decode(tf.constant(ENCODED["png"])).numpy()
+    np.testing.assert_array_equal(decoded, PICTURE)
+    expected = tf.image.resize(PICTURE, [32, 32], antialias=True).numpy()
+    np.testing.assert_allclose(preprocess.for_eval(tf.constant(ENCODED["png"]), 32).numpy(), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ENCODED)
+@pytest.mark.parametrize("augment", [(), ("crop",), ("crop", "flip", "color")])
+def test_train_path_shapes_and_range_eagerly_and_in_a_dataset(kind, augment):
+    fn = lambda x: preprocess.for_train(x, 24, augment)  # noqa: E731
+    for image in (fn(tf.constant(ENCODED[kind])).numpy(), in_dataset(fn, ENCODED[kind])):
+        assert image.shape == (24, 24, 3) and image.dtype == np.float32
+        assert 0 <= image.min() and image.max() <= 255
+
+
+def test_fused_jpeg_crop_equals_decoding_then_cropping():
+    jpeg = tf.constant(ENCODED["jpeg"])
+    window = tf.constant([5, 7, 20, 30])
+    fused = tf.io.decode_and_crop_jpeg(jpeg, window, channels=3).numpy()
+    whole = tf.io.decode_jpeg(jpeg, channels=3).numpy()
+    np.testing.assert_array_equal(fused, whole[5:25, 7:37])
+
+
+def test_random_crops_stay_inside_the_image_and_keep_a_quarter_of_it():
+    shape = tf.constant([37, 53, 3])
+    for _ in range(50):
+        y, x, h, w = preprocess._crop_window(shape).numpy()
+        assert 0 <= y and 0 <= x and y + h <= 37 and x + w <= 53
+        assert h * w >= 0.2 * 37 * 53  # 25 % of the area, with the sampler's rounding
+
+
+def test_flip_only_mirrors_or_keeps_the_image():
+    base = preprocess.for_train(tf.constant(ENCODED["png"]), 32, ())
+    seen = set()
+    for _ in range(20):
+        out = preprocess.for_train(tf.constant(ENCODED["png"]), 32, ("flip",)).numpy()
+        if np.array_equal(out, base):
+            seen.add("same")
+        else:
+            np.testing.assert_array_equal(out, base.numpy()[:, ::-1])
+            seen.add("mirrored")
+    assert seen == {"same", "mirrored"}
+
+
+def test_batch_of_applies_per_image():
+    batch = tf.constant([ENCODED["jpeg"], ENCODED["png"], ENCODED["gray-jpeg"]])
+    out = preprocess.batch_of(lambda x: preprocess.for_eval(x, 16), batch, 16)
+    assert out.shape == (3, 16, 16, 3)
+    np.testing.assert_array_equal(out[1], preprocess.for_eval(batch[1], 16))

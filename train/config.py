@@ -1,0 +1,199 @@
+"""The training job's hyperparameters: one typed, validated config with its defaults in one place.
+
+`HYPERPARAMETERS` is the schema. The launcher checks a job's hyperparameters against it before
+submitting (so there is one source of truth), and `JobConfig.from_hyperparameters` turns
+SageMaker's hyperparameters (already JSON-decoded by `contract.read_hyperparameters`) into a
+JobConfig, or raises a UserError naming the hyperparameter and what is allowed. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from train.errors import UserError
+
+BACKBONES = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_v2_b0", "resnet50")
+AUGMENTATIONS = ("crop", "flip", "color")
+WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
+MIXED_PRECISION = ("auto", "true", "false")
+
+# Set by SageMaker or its SDK, not by the user: accepted and ignored.
+_PLATFORM_PREFIXES = ("sagemaker_",)
+_PLATFORM_NAMES = ("model_dir",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameter:
+    name: str
+    default: Any
+    parse: Callable[[str, Any], Any]
+    help: str
+
+
+def _integer(minimum: int, maximum: int | None = None):
+    def parse(name, value):
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise UserError(f"hyperparameter {name} must be an integer, got {value!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise UserError(f"hyperparameter {name} must be {bounds}, got {value}")
+        return value
+
+    return parse
+
+
+def _number(minimum: float, maximum: float, *, open_low: bool = True):
+    def parse(name, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"hyperparameter {name} must be a number, got {value!r}")
+        if value < minimum or value > maximum or (open_low and value == minimum):
+            low = "> " if open_low else ">= "
+            raise UserError(f"hyperparameter {name} must be {low}{minimum:g} and <= {maximum:g}, got {value}")
+        return float(value)
+
+    return parse
+
+
+def _choice(options: tuple[str, ...]):
+    def parse(name, value):
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if text not in options:
+            raise UserError(f"hyperparameter {name} must be one of {', '.join(options)}; got {value!r}")
+        return text
+
+    return parse
+
+
+def _text(name, value):
+    if not isinstance(value, str) or not value:
+        raise UserError(f"hyperparameter {name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _weights(name, value):
+    text = str(value)
+    if text in WEIGHT_SOURCES or text.endswith(".h5"):
+        return text
+    raise UserError(
+        f"hyperparameter {name} must be imagenet, none, pretrained (a weights file in the "
+        f"'pretrained' channel) or a path to a .weights.h5/.h5 file; got {value!r}"
+    )
+
+
+def _augment(name, value):
+    if value is True or str(value).lower() in ("true", "all"):
+        return AUGMENTATIONS
+    if value is False or str(value).lower() in ("false", "none", ""):
+        return ()
+    parts = tuple(p.strip() for p in str(value).split(",") if p.strip())
+    unknown = [p for p in parts if p not in AUGMENTATIONS]
+    if unknown:
+        raise UserError(
+            f"hyperparameter {name} must be true, false or a comma-separated list of "
+            f"{', '.join(AUGMENTATIONS)}; {', '.join(unknown)} unknown"
+        )
+    return parts
+
+
+def _class_names(name, value):
+    if value is None:
+        return None
+    names = value if isinstance(value, list) else [p.strip() for p in str(value).split(",")]
+    if len(names) < 2 or any(not isinstance(n, str) or not n for n in names) or len(set(names)) < len(names):
+        raise UserError(
+            f"hyperparameter {name} must list at least two distinct, non-empty class names "
+            f"(a JSON list or comma-separated), got {value!r}"
+        )
+    return tuple(names)
+
+
+def _optional(parse):
+    return lambda name, value: None if value is None else parse(name, value)
+
+
+HYPERPARAMETERS = {
+    h.name: h
+    for h in (
+        Hyperparameter("epochs", 5, _integer(0), "epochs training the new head on the frozen backbone"),
+        Hyperparameter("fine_tune_epochs", 0, _integer(0), "epochs then fine-tuning the top of the backbone too"),
+        Hyperparameter("fine_tune_layers", 20, _integer(0), "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen)"),
+        Hyperparameter("batch_size", 32, _integer(1), "examples per step (global, across all GPUs and hosts)"),
+        Hyperparameter("learning_rate", 1e-3, _number(0, 10), "Adam learning rate of phase 1"),
+        Hyperparameter("fine_tune_learning_rate", 1e-5, _number(0, 10), "Adam learning rate of phase 2"),
+        Hyperparameter("backbone", "mobilenet_v3_small", _choice(BACKBONES), "Keras application used as the backbone"),
+        Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
+        Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
+        Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
+        Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
+        Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
+        Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
+        Hyperparameter("augment", "true", _augment, "true, false, or some of crop,flip,color"),
+        Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
+        Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
+        Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
+        Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0), "corrupt records tolerated per pass and channel (each logged)"),
+        Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400), "seconds to wait for a Pipe-mode FIFO and its writer"),
+        Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    epochs: int
+    fine_tune_epochs: int
+    fine_tune_layers: int
+    batch_size: int
+    learning_rate: float
+    fine_tune_learning_rate: float
+    backbone: str
+    weights: str
+    image_size: int
+    num_classes: int
+    class_names: tuple[str, ...]
+    image_feature: str
+    label_feature: str
+    augment: tuple[str, ...]
+    shuffle_buffer: int
+    dropout: float
+    mixed_precision: str
+    max_corrupted_records_to_skip: int
+    pipe_wait_timeout: float
+    seed: int
+
+    @classmethod
+    def from_hyperparameters(cls, raw: dict) -> "JobConfig":
+        unknown = sorted(
+            name for name in raw
+            if name not in HYPERPARAMETERS
+            and name not in _PLATFORM_NAMES
+            and not name.startswith(_PLATFORM_PREFIXES)
+        )
+        if unknown:
+            raise UserError(
+                f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"the job accepts: {', '.join(HYPERPARAMETERS)}"
+            )
+        # defaults go through the same parsing as given values ("true" -> all augmentations)
+        values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
+        values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
+        if values["epochs"] + values["fine_tune_epochs"] == 0:
+            raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
+        return cls(**values)
+
+
+def _classes(num_classes, class_names):
+    if class_names is None and num_classes is None:
+        raise UserError("hyperparameter num_classes (or class_names) is required")
+    if class_names is None:
+        return num_classes, tuple(str(i) for i in range(num_classes))
+    if num_classes is not None and num_classes != len(class_names):
+        raise UserError(
+            f"hyperparameters disagree: num_classes is {num_classes} but class_names lists {len(class_names)}"
+        )
+    return len(class_names), class_names

@@ -1,0 +1,98 @@
+"""Turning any failure into SageMaker's failure report: /opt/ml/output/failure and an exit code.
+
+SageMaker shows the first 1024 characters of the failure file as the job's FailureReason, so the
+file starts with one line saying what went wrong and how to fix it; the traceback follows.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import traceback
+from pathlib import Path
+
+from train.errors import DataError, JobError, UserError
+
+log = logging.getLogger(__name__)
+
+EXIT_CODES = {"internal error": 1, "configuration error": 2, "data error": 3, "stopped": 143}
+
+# Errors raised inside tf.data (our reader runs there) reach Python as tf.errors.OpError whose
+# message starts with "<ExceptionClass>: <message>"; these are ours, by kind.
+_READER_ERRORS = {
+    "CorruptRecordError": "data error",
+    "TruncatedRecordError": "data error",
+    "PipeTimeoutError": "data error",
+    "PipeConfigError": "configuration error",
+    "LabelOutOfRange": "data error",
+}
+
+
+def classify(err: BaseException, data_dir: Path | None = None) -> tuple[str, str]:
+    """(kind, reason) for an exception."""
+    if isinstance(err, UserError):
+        return "configuration error", str(err)
+    if isinstance(err, DataError):
+        return "data error", str(err)
+    if isinstance(err, JobError):
+        return "internal error", str(err)
+    if isinstance(err, KeyboardInterrupt):
+        return "stopped", "the job was interrupted (SIGINT)"
+    tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+    if tf_errors and isinstance(err, tf_errors.OpError):
+        return _classify_tf(err, tf_errors, data_dir)
+    return "internal error", f"{type(err).__name__}: {err} (a bug in the training job, please report it)"
+
+
+_OUR_MESSAGE = re.compile(rf"\b({'|'.join(_READER_ERRORS)}): ([^\]\n]*)")
+_MISSING_FEATURE = re.compile(r"Feature: (\S+) \(data type: \w+\) is required but could not be found")
+
+
+def _classify_tf(err, tf_errors, data_dir: Path | None) -> tuple[str, str]:
+    # The useful line can be anywhere in TF's message ("Graph execution error:" comes first),
+    # and tf.debugging assertions put their message in square brackets.
+    message = err.message or str(err)
+    ours = _OUR_MESSAGE.search(message)
+    if ours:
+        text = ours.group(0).removesuffix("[Op:IteratorGetNext]").strip().replace("\\'", "'")
+        return _READER_ERRORS[ours.group(1)], text
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    first = lines[0] if lines else str(err)
+    missing = _MISSING_FEATURE.search(message)
+    if missing:
+        return "data error", (
+            f"a record lacks a feature the job reads: {missing.group(1)!r} is required but could not "
+            "be found; set hyperparameters image_feature and label_feature to the feature names "
+            "your TFRecords use"
+        )
+    if isinstance(err, tf_errors.DataLossError):
+        where = _locate_corruption(data_dir) if data_dir else None
+        return "data error", where or f"corrupt TFRecord data: {first}"
+    if isinstance(err, tf_errors.InvalidArgumentError) and "Example" in first:
+        return "data error", f"a record is not a valid tf.train.Example: {first}"
+    return "internal error", f"{type(err).__name__}: {first} (a bug in the training job, please report it)"
+
+
+def _locate_corruption(data_dir: Path) -> str | None:
+    from train.input import file_of_corruption
+
+    for folder in sorted(p for p in data_dir.iterdir() if p.is_dir()):
+        found = file_of_corruption(folder)
+        if found:
+            return found
+    return None
+
+
+def report(err: BaseException, failure_file: Path, data_dir: Path | None = None) -> int:
+    """Writes the failure file, logs the reason, and returns the exit code."""
+    kind, reason = classify(err, data_dir)
+    details = "".join(traceback.format_exception(err))
+    text = f"{kind[0].upper()}{kind[1:]}: {reason}\n\n{details}"
+    try:
+        failure_file.parent.mkdir(parents=True, exist_ok=True)
+        failure_file.write_text(text)
+    except OSError as write_err:  # still exit non-zero with the reason in the log
+        log.error("could not write %s: %s", failure_file, write_err)
+    print(text, file=sys.stderr, flush=True)
+    return EXIT_CODES[kind]

@@ -1,0 +1,43 @@
+"""The training container's entry point: read the SageMaker contract, validate, train, report.
+
+Every failure, of any kind, ends here: /opt/ml/output/failure is written and the exit code says
+what kind it was (see failure.EXIT_CODES).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from train import contract, failure
+
+    layout = contract.paths()
+    log = logging.getLogger("train")
+    try:
+        from train.config import JobConfig
+
+        config = JobConfig.from_hyperparameters(contract.read_hyperparameters(layout.hyperparameters))
+        channels = contract.read_input_data_config(layout.input_config)
+        resources = contract.read_resource_config(layout.resource_config)
+        log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
+                 ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
+        log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))
+
+        from train import job  # TensorFlow loads here, after the cheap checks
+
+        final = job.run(config, layout, channels, resources)
+    except BaseException as err:  # noqa: BLE001 - the one place every failure is reported
+        return failure.report(err, layout.failure, layout.input_data)
+    log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Metric lines in a stable `name=value` format, the regexes that catch them, and metrics.json.
+
+Each epoch prints one line to stdout, e.g.
+    metrics: epoch=3 phase=fine_tune train_loss=0.2314 train_accuracy=0.9312 val_loss=0.3011 val_accuracy=0.9 
+SageMaker extracts metrics from the job's log with regexes (MetricDefinitions); the launcher
+sends METRIC_DEFINITIONS, made here from the same names, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+PREFIX = "metrics:"
+REPORTED = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "learning_rate")
+_NUMBER = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"
+
+METRIC_DEFINITIONS = [
+    {"Name": name.replace("_", ":", 1), "Regex": rf"{PREFIX} .*\b{name}={_NUMBER}"}
+    for name in REPORTED
+]
+
+
+def row(epoch: int, phase: str, logs: dict) -> dict:
+    """Keras' epoch logs under stable names: loss -> train_loss, val_loss stays val_loss."""
+    out = {"epoch": epoch, "phase": phase}
+    for key, value in logs.items():
+        name = key if key.startswith("val_") or key == "learning_rate" else f"train_{key}"
+        out[name] = float(value)
+    return out
+
+
+def format_line(values: dict) -> str:
+    parts = [f"epoch={values['epoch']}", f"phase={values['phase']}"]
+    for name, value in values.items():
+        if name not in ("epoch", "phase"):
+            parts.append(f"{name}={value:.6g}" if math.isfinite(value) else f"{name}={value}")
+    return " ".join([PREFIX, *parts])
+
+
+def write_json(path: Path, rows: list[dict], summary: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"epochs": rows, "final": summary}, indent=2) + "\n")

@@ -1,0 +1,90 @@
+"""Image preprocessing: small pure TF functions, composed into the training and evaluation paths.
+
+Images leave here as float32 RGB in [0, 255], `size` x `size`. Each backbone's own scaling
+(to [-1, 1], or caffe's BGR mean subtraction) is part of the model, so the exported model applies
+it too and serving cannot drift from training. The serving signature calls `for_eval` itself.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# Random-resized-crop bounds. Inception's ImageNet recipe keeps 8-100 % of the area; fine-tuning
+# on small datasets of centred objects loses the object too often at 8 %, so crops keep >= 25 %.
+CROP_AREA = (0.25, 1.0)
+CROP_ASPECT = (3 / 4, 4 / 3)
+BRIGHTNESS_DELTA = 32.0  # on the 0..255 scale (Inception's 32/255)
+CONTRAST_RANGE = (0.8, 1.2)
+
+
+def decode(encoded: tf.Tensor) -> tf.Tensor:
+    """JPEG, PNG, GIF or BMP bytes to uint8 RGB (grayscale and RGBA are converted)."""
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _crop_window(shape: tf.Tensor) -> tf.Tensor:
+    """A random [y, x, height, width] window over an image of `shape` (Inception's sampler)."""
+    begin, size, _ = tf.image.sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        min_object_covered=0.1,
+        aspect_ratio_range=CROP_ASPECT,
+        area_range=CROP_AREA,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def decode_random_crop(encoded: tf.Tensor) -> tf.Tensor:
+    """A random crop, decoded. For JPEGs only the crop is decoded (decode_and_crop_jpeg skips
+    the rest of the image), the main saving of the training path; other formats are decoded whole."""
+
+    def jpeg():
+        window = _crop_window(tf.io.extract_jpeg_shape(encoded))
+        return tf.io.decode_and_crop_jpeg(encoded, window, channels=3)
+
+    def other():
+        image = decode(encoded)
+        window = _crop_window(tf.shape(image))
+        return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
+
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def resize(image: tf.Tensor, size: int) -> tf.Tensor:
+    return tf.image.resize(image, [size, size], method="bilinear", antialias=True)
+
+
+def random_flip(image: tf.Tensor) -> tf.Tensor:
+    return tf.image.random_flip_left_right(image)
+
+
+def random_color(image: tf.Tensor) -> tf.Tensor:
+    image = tf.image.random_brightness(image, BRIGHTNESS_DELTA)
+    image = tf.image.random_contrast(image, *CONTRAST_RANGE)
+    return tf.clip_by_value(image, 0.0, 255.0)
+
+
+def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...]) -> tf.Tensor:
+    image = decode_random_crop(encoded) if "crop" in augment else decode(encoded)
+    image = resize(image, size)
+    if "flip" in augment:
+        image = random_flip(image)
+    if "color" in augment:
+        image = random_color(image)
+    return image
+
+
+def for_eval(encoded: tf.Tensor, size: int) -> tf.Tensor:
+    """The whole image, resized: used for validation and by the exported serving signature."""
+    return resize(decode(encoded), size)
+
+
+def batch_of(fn, encoded_batch: tf.Tensor, size: int) -> tf.Tensor:
+    """Applies a per-image function to a batch of encoded images."""
+    return tf.map_fn(fn, encoded_batch, fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
