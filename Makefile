@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt
+REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt
 INSTALLED := $(VENV)/.installed
 
 .PHONY: demo test bench venv clean
@@ -24,8 +24,10 @@ venv: $(INSTALLED)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(INSTALLED): $(REQUIREMENTS) | $(BIN)/python
+$(INSTALLED): $(REQUIREMENTS) pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	# this project itself, editable: `python -m launch ...` then works from any folder
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
 clean:

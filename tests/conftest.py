@@ -105,3 +105,30 @@ def write_hyperparameters(job: "FakeJob", **values) -> None:
     """As SageMaker writes them: every value a string."""
     (job.config_dir / "hyperparameters.json").write_text(
         json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}))
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """moto's S3 server on 127.0.0.1 (a real HTTP server: boto3 and subprocesses reach it)."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_endpoint, monkeypatch, request):
+    """A fresh bucket on the moto server; AWS_* variables point boto3 (and children) at it."""
+    import boto3
+
+    for key, value in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    client = boto3.client("s3")
+    name = "test-" + request.node.name.lower().replace("_", "-")[:40].strip("-") + f"-{random.randrange(10**6)}"
+    client.create_bucket(Bucket=name)
+    return client, name

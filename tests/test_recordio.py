@@ -133,9 +133,9 @@ def test_skipping_a_broken_multipart_record_keeps_the_following_ones():
 
 
 def test_feeder_streams_the_same_bytes_as_the_encoder(tmp_path):
-    from launch.pipe_feeder import _recordio_wrapped
+    from launch.pipe_feeder import recordio_wrapped_file
 
     for payload in (b"", b"abc", MAGIC * 3 + b"x", os.urandom(3 << 20) + MAGIC + b"tail"):
         path = tmp_path / "object"
         path.write_bytes(payload)
-        assert b"".join(_recordio_wrapped(str(path))) == recordio.encode_record(payload)
+        assert b"".join(recordio_wrapped_file(str(path))) == recordio.encode_record(payload)

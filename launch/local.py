@@ -1,0 +1,284 @@
+"""`python -m launch local`: a training job on this machine, laid out and fed as SageMaker does it.
+
+SageMaker's own local mode cannot do Pipe mode (it rewrites every channel to File), shard with
+ShardedByS3Key, or run without Docker Compose. This runner makes, for each host algo-1..N, the
+/opt/ml a SageMaker container gets (input/config/*.json, input/data/, model/, output/,
+checkpoints/), copies File/FastFile channels into it, feeds Pipe channels through FIFOs pass
+after pass as the job reads them, and runs the job, as a local process (container/train) or in
+a container (--image): logs prefixed with the host, Ctrl-C forwarded as SIGTERM (SIGKILL after
+120 s, as SageMaker does), and the job's exit status returned, with its failure file shown.
+
+    python -m launch local --train ./data/train --validation ./data/val --hp num_classes=10 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from launch import channels as channel_args
+from launch.channels import ChannelError, ChannelSpec
+from launch.objects import SourceError, StoredObject, list_objects
+from launch.pipe_feeder import PassReport, PipeFeeder
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN = REPO / "container" / "train"
+STOP_GRACE_S = 120  # SageMaker sends SIGKILL 120 s after SIGTERM
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """The container engine and its extra `run` arguments: LAUNCH_ENGINE (docker or podman) and
+    LAUNCH_ENGINE_ARGS (e.g. "--runtime runc --ulimit nofile=1024:1024" for podman here)."""
+
+    command: str = "docker"
+    run_args: tuple[str, ...] = ()
+
+    @classmethod
+    def from_environment(cls, command: str | None = None) -> "Engine":
+        return cls(command or os.environ.get("LAUNCH_ENGINE", "docker"),
+                   tuple(shlex.split(os.environ.get("LAUNCH_ENGINE_ARGS", ""))))
+
+
+def parse_hyperparameters(items: list[str]) -> dict[str, str]:
+    """--hp KEY=VALUE options as SageMaker passes hyperparameters: every value a string."""
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ChannelError(f"--hp {item!r}: expected KEY=VALUE")
+        values[key] = value
+    return values
+
+
+def check_hyperparameters(values: dict[str, str]) -> None:
+    """The job's own schema, before anything starts (raises train.errors.UserError)."""
+    from train.config import JobConfig
+    from train.contract import _json_or_string
+
+    JobConfig.from_hyperparameters({k: _json_or_string(v) for k, v in values.items()})
+
+
+class LocalRun:
+    def __init__(self, job_dir: Path, channels: list[ChannelSpec], hyperparameters: dict[str, str], *,
+                 instance_count: int = 1, image: str | None = None, engine: Engine | None = None,
+                 name: str | None = None, out=None):
+        if instance_count < 1:
+            raise ChannelError("--instance-count must be >= 1")
+        self.job_dir = Path(job_dir).resolve()
+        self.channels = channels
+        self.hyperparameters = hyperparameters
+        self.hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
+        self.image, self.engine = image, engine or Engine.from_environment()
+        self.name = name or self.job_dir.name
+        self.out = out or sys.stdout
+        self.stop_feeding = threading.Event()
+        self.reports: list[PassReport] = []
+        self.feed_errors: list[str] = []
+        self._lock = threading.Lock()
+        self._jobs: dict[str, subprocess.Popen] = {}
+        self._objects: dict[str, list[StoredObject]] = {}
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def host_dir(self, host: str) -> Path:
+        return self.job_dir / host
+
+    def prepare(self) -> None:
+        """Lists every channel's objects once, then lays out each host's /opt/ml."""
+        if self.job_dir.exists() and any(self.job_dir.iterdir()):
+            raise ChannelError(f"job directory {self.job_dir} is not empty: give a new --job-dir")
+        for spec in self.channels:
+            self._objects[spec.name] = list_objects(spec.source)
+            self.say(f"channel {spec.name} ({spec.input_mode}): {len(self._objects[spec.name])} objects from {spec.source}")
+        for index, host in enumerate(self.hosts):
+            base = self.host_dir(host)
+            for folder in ("input/config", "input/data", "model", "output/data", "checkpoints"):
+                (base / folder).mkdir(parents=True, exist_ok=True)
+            self._write_json(base / "input/config/hyperparameters.json", self.hyperparameters)
+            self._write_json(base / "input/config/inputdataconfig.json",
+                             {spec.name: spec.input_data_config() for spec in self.channels})
+            self._write_json(base / "input/config/resourceconfig.json", {
+                "current_host": host, "hosts": self.hosts, "network_interface_name": "eth0",
+                "current_instance_type": "local", "current_group_name": "homogeneousCluster",
+                "instance_groups": [{"instance_group_name": "homogeneousCluster",
+                                     "instance_type": "local", "hosts": self.hosts}],
+            })
+            for spec in self.channels:
+                if spec.input_mode != "Pipe":
+                    self._stage(spec, index, base / "input/data" / spec.name)
+
+    def _stage(self, spec: ChannelSpec, index: int, folder: Path) -> None:
+        objects = self._objects[spec.name]
+        if spec.distribution == "ShardedByS3Key":
+            objects = objects[index::len(self.hosts)]
+        folder.mkdir(parents=True, exist_ok=True)
+        for obj in objects:
+            obj.store.download(obj, folder / obj.key)
+
+    @staticmethod
+    def _write_json(path: Path, value) -> None:
+        path.write_text(json.dumps(value, indent=2) + "\n")
+
+    # --- running -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.prepare()
+        feeders = self._start_feeders()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for host in self.hosts:
+                self._start_job(host)
+            codes = {host: self._jobs[host].wait() for host in self.hosts}
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if getattr(self, "_kill_timer", None):
+                self._kill_timer.cancel()
+            self.stop_feeding.set()
+            for thread in feeders:
+                thread.join(timeout=10)
+        return self._finish(codes)
+
+    def _start_feeders(self) -> list[threading.Thread]:
+        threads = []
+        for index, host in enumerate(self.hosts):
+            for spec in self.channels:
+                if spec.input_mode != "Pipe":
+                    continue
+                feeder = PipeFeeder(str(self.host_dir(host) / "input/data"), spec, self._objects[spec.name],
+                                    host=host, host_index=index, host_count=len(self.hosts),
+                                    spool_dir=str(self.job_dir), stop=self.stop_feeding, on_report=self._report)
+                thread = threading.Thread(target=self._feed, args=(feeder,), daemon=True,
+                                          name=f"feeder-{host}-{spec.name}")
+                thread.start()
+                threads.append(thread)
+        return threads
+
+    def _feed(self, feeder: PipeFeeder) -> None:
+        try:
+            feeder.run()
+        except Exception as err:  # noqa: BLE001 - reported, then the job is stopped
+            message = f"feeding {feeder.host}/{feeder.spec.name} failed: {err}"
+            with self._lock:
+                self.feed_errors.append(message)
+            self.say(f"ERROR {message}; stopping the job")
+            self._signal_jobs(signal.SIGTERM)
+
+    def _report(self, report: PassReport) -> None:
+        with self._lock:
+            if report not in self.reports:
+                self.reports.append(report)
+        self.say(f"fed {report.summary()}")
+
+    def command(self, host: str) -> tuple[list[str], dict[str, str]]:
+        """The command and environment that run the job for `host`."""
+        env = {"TRAINING_JOB_NAME": self.name, "PYTHONUNBUFFERED": "1"}
+        if self.image is None:
+            env = {**os.environ, **env, "SAGEMAKER_BASE_DIR": str(self.host_dir(host))}
+            return [sys.executable, str(TRAIN)], env
+        command = [self.engine.command, "run", "--rm", "--name", f"{self.name}-{host}",
+                   "-v", f"{self.host_dir(host)}:/opt/ml", "--hostname", host]
+        for key, value in env.items():
+            command += ["-e", f"{key}={value}"]
+        return [*command, *self.engine.run_args, self.image, "train"], dict(os.environ)
+
+    def _start_job(self, host: str) -> None:
+        command, env = self.command(host)
+        self.say(f"starting {host}: {shlex.join(command)}")
+        # a session of its own: a terminal's Ctrl-C reaches only this runner, which forwards it
+        # as SageMaker would (SIGTERM, then SIGKILL after the grace period)
+        job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               start_new_session=True, text=True, errors="replace", bufsize=1)
+        self._jobs[host] = job
+        threading.Thread(target=self._relay, args=(host, job), daemon=True, name=f"log-{host}").start()
+
+    def _relay(self, host: str, job: subprocess.Popen) -> None:
+        for line in job.stdout:
+            self.write(f"{host} | {line.rstrip()}")
+
+    def _on_signal(self, signum, frame) -> None:
+        if getattr(self, "_stopping", False):
+            self.say("second interrupt: killing the job")
+            self._signal_jobs(signal.SIGKILL)
+            return
+        self._stopping = True
+        self.say(f"stopping: SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s; interrupt again to kill now)")
+        self._signal_jobs(signal.SIGTERM)
+        self._kill_timer = threading.Timer(STOP_GRACE_S, self._signal_jobs, args=(signal.SIGKILL,))
+        self._kill_timer.daemon = True  # must not keep the runner alive once the job has stopped
+        self._kill_timer.start()
+
+    def _signal_jobs(self, signum: int) -> None:
+        for job in list(self._jobs.values()):
+            if job.poll() is None:
+                try:
+                    job.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    def _finish(self, codes: dict[str, int]) -> int:
+        result = 0
+        for host, code in codes.items():
+            code = 128 - code if code < 0 else code  # killed by a signal: shell convention
+            failure = self.host_dir(host) / "output" / "failure"
+            if code:
+                self.say(f"{host} failed with exit code {code}")
+                if failure.exists():
+                    self.say(f"{host} failure file {failure}:\n{failure.read_text().strip()}")
+                result = result or code
+            else:
+                self.say(f"{host} completed; model in {self.host_dir(host) / 'model'}")
+        if self.feed_errors and not result:
+            result = 1
+        return result
+
+    def say(self, message: str) -> None:
+        self.write(f"launch | {message}")
+
+    def write(self, line: str) -> None:
+        with self._lock:
+            print(line, file=self.out, flush=True)
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("local", help="run a training job here, Pipe mode included",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    channel_args.add_arguments(parser)
+    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
+    parser.add_argument("--instance-count", type=int, default=1, help="hosts algo-1..N, each with its own /opt/ml")
+    parser.add_argument("--job-dir", type=Path, default=None,
+                        help="where the hosts' /opt/ml folders go (default: ./local-jobs/<name>)")
+    parser.add_argument("--name", default=None, help="the job name (TRAINING_JOB_NAME)")
+    parser.add_argument("--image", default=None, help="run in this container image instead of a local process")
+    parser.add_argument("--engine", default=None, help="docker or podman (default: $LAUNCH_ENGINE or docker)")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="do not check hyperparameters against this project's job (for other images)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from train.errors import UserError
+
+    name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
+    try:
+        channels = channel_args.from_arguments(args)
+        hyperparameters = parse_hyperparameters(args.hp)
+        if not args.no_validate:
+            check_hyperparameters(hyperparameters)
+        runner = LocalRun(args.job_dir or Path("local-jobs") / name, channels, hyperparameters,
+                          instance_count=args.instance_count, image=args.image,
+                          engine=Engine.from_environment(args.engine), name=name)
+        return runner.run()
+    except (ChannelError, SourceError, UserError) as err:
+        print(f"launch local: error: {err}", file=sys.stderr)
+        return 2

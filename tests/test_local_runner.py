@@ -1,0 +1,274 @@
+"""`launch local` and its feeder: exact delivery, shuffling, sharding, S3, Gzip, RecordIO, runs."""
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from launch.channels import ChannelError, ChannelSpec
+from launch.local import LocalRun
+from launch.objects import SourceError, list_objects
+from launch.pipe_feeder import FeedError, PipeFeeder
+from tests.conftest import REPO, random_records
+from train.pipe import PipeModeDataset, recordio, tfrecord
+
+
+def make_objects(folder, count=8, size=1000):
+    """Files whose bytes say which object they are (so the order fed can be read back)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    contents = {}
+    for i in range(count):
+        data = bytes([65 + i]) * size
+        (folder / f"obj-{i:02d}.bin").write_bytes(data)
+        contents[f"obj-{i:02d}.bin"] = data
+    return contents
+
+
+def read_passes(fifo_dir, channel, passes, timeout=30, first=0):
+    """What a reader gets from passes first..passes-1 of `channel`, read from the real FIFOs."""
+    got = []
+    for number in range(first, passes):
+        path = os.path.join(fifo_dir, f"{channel}_{number}")
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path):
+            assert time.monotonic() < deadline, f"{path} never appeared"
+            time.sleep(0.01)
+        with open(path, "rb") as f:
+            got.append(f.read())
+    return got
+
+
+def feed_in_background(feeder, passes):
+    thread = threading.Thread(target=feeder.run, args=(passes,), daemon=True)
+    thread.start()
+    return thread
+
+
+def order_of(data, size=1000):
+    return [chr(data[i]) for i in range(0, len(data), size)]
+
+
+def test_every_object_is_fed_exactly_once_per_pass_in_key_order(tmp_path):
+    contents = make_objects(tmp_path / "src")
+    spec = ChannelSpec("train", str(tmp_path / "src"))
+    feeder = PipeFeeder(str(tmp_path), spec, list_objects(spec.source))
+    feed_in_background(feeder, 3)
+    for data in read_passes(tmp_path, "train", 3):
+        assert data == b"".join(contents[k] for k in sorted(contents))
+
+
+def test_shuffle_seed_gives_a_new_order_every_pass_and_the_same_orders_for_the_same_seed(tmp_path):
+    make_objects(tmp_path / "src")
+    spec = ChannelSpec("train", str(tmp_path / "src"), shuffle_seed=7)
+    runs = []
+    for run in range(2):
+        fifo_dir = tmp_path / f"run{run}"
+        fifo_dir.mkdir()
+        feed_in_background(PipeFeeder(str(fifo_dir), spec, list_objects(spec.source)), 3)
+        runs.append([order_of(data) for data in read_passes(fifo_dir, "train", 3)])
+    assert runs[0] == runs[1]  # same seed, same orders
+    for order in runs[0]:
+        assert sorted(order) == list("ABCDEFGH")  # each pass: every object once
+    assert len({tuple(order) for order in runs[0]}) == 3  # a new order every pass
+    other = PipeFeeder(str(tmp_path), ChannelSpec("train", "x", shuffle_seed=8), list_objects(spec.source))
+    assert [o.key for o in other.objects_for_pass(0)] != [o.key for o in PipeFeeder(str(tmp_path), spec, list_objects(spec.source)).objects_for_pass(0)]
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_sharded_by_s3_key_splits_every_pass_between_hosts_without_overlap(tmp_path, seed):
+    make_objects(tmp_path / "src", count=11)
+    objects = list_objects(str(tmp_path / "src"))
+    spec = ChannelSpec("train", "x", distribution="ShardedByS3Key", shuffle_seed=seed)
+    splits = []
+    for number in range(3):
+        shards = [{o.key for o in PipeFeeder("d", spec, objects, host_index=h, host_count=3).objects_for_pass(number)}
+                  for h in range(3)]
+        assert set.union(*shards) == {o.key for o in objects}
+        assert sum(map(len, shards)) == len(objects)  # no overlap
+        assert all(len(s) in (3, 4) for s in shards)  # about a third each
+        splits.append(shards)
+    if seed is None:
+        assert splits[0] == splits[1] == splits[2]
+    else:
+        assert splits[0] != splits[1]  # ShuffleConfig: a different split every pass
+    replicated = ChannelSpec("train", "x", distribution="FullyReplicated")
+    assert len(PipeFeeder("d", replicated, objects, host_index=1, host_count=3).objects_for_pass(0)) == 11
+
+
+def test_a_reader_that_stops_early_ends_the_pass_and_the_next_one_follows(tmp_path):
+    make_objects(tmp_path / "src", count=4, size=3 << 20)
+    spec = ChannelSpec("train", str(tmp_path / "src"))
+    reports = []
+    feeder = PipeFeeder(str(tmp_path), spec, list_objects(spec.source), on_report=reports.append)
+    thread = feed_in_background(feeder, 2)
+    while not (tmp_path / "train_0").exists():
+        time.sleep(0.01)
+    with open(tmp_path / "train_0", "rb") as f:
+        assert len(f.read(1000)) == 1000  # then close, early
+    assert len(read_passes(tmp_path, "train", 2, first=1)[0]) == 12 << 20
+    thread.join(10)
+    assert [r.complete for r in reports] == [False, True]
+
+
+def test_gzip_and_recordio_feeds_read_back_by_the_pipe_reader(job, tmp_path):
+    parts = [random_records(seed, 50) for seed in range(3)]
+    (tmp_path / "gz").mkdir()
+    for i, part in enumerate(parts):
+        (tmp_path / "gz" / f"part-{i}.tfrecord.gz").write_bytes(gzip.compress(tfrecord.encode(part)))
+    job.add_channel("train", wrapper="RecordIO", CompressionType="Gzip")
+    spec = ChannelSpec("train", str(tmp_path / "gz"), compression="Gzip", record_wrapper="RecordIO")
+    feed_in_background(PipeFeeder(str(job.data_dir), spec, list_objects(spec.source), spool_dir=str(tmp_path)), 1)
+    assert [x.numpy() for x in PipeModeDataset("train", "TFRecord")] == [r for p in parts for r in p]
+
+
+def test_gzip_with_several_members_and_a_bad_gzip_object(tmp_path):
+    from launch.pipe_feeder import gunzip
+
+    data = os.urandom(5 << 20)
+    stream = gzip.compress(data[:100]) + gzip.compress(data[100:])
+    chunks = [stream[i:i + 777] for i in range(0, len(stream), 777)]
+    assert b"".join(gunzip(chunks, "x")) == data
+    with pytest.raises(FeedError, match="truncated"):
+        b"".join(gunzip([stream[:-10]], "x"))
+
+
+# --- S3, on moto's server ---------------------------------------------------------------------
+
+
+def test_s3_channel_is_fed_exactly_including_an_object_larger_than_any_buffer(tmp_path, s3_bucket):
+    client, bucket = s3_bucket
+    objects = {"data/train/a.bin": os.urandom(100), "data/train/b.bin": os.urandom(3 << 20),
+               "data/train/sub/c.bin": b"", "data/other/x.bin": b"not this", "data/train/": b""}
+    for key, body in objects.items():
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    listed = list_objects(f"s3://{bucket}/data/train/")
+    assert [(o.key, o.size) for o in listed] == [("a.bin", 100), ("b.bin", 3 << 20), ("sub/c.bin", 0)]
+    spec = ChannelSpec("train", f"s3://{bucket}/data/train/")
+    feed_in_background(PipeFeeder(str(tmp_path), spec, listed), 2)
+    expected = objects["data/train/a.bin"] + objects["data/train/b.bin"]
+    assert read_passes(tmp_path, "train", 2) == [expected, expected]
+
+
+def test_s3_errors_are_clear(s3_bucket):
+    _, bucket = s3_bucket
+    with pytest.raises(SourceError, match=f"s3://{bucket}/nothing/here/ holds no objects"):
+        list_objects(f"s3://{bucket}/nothing/here/")
+    with pytest.raises(SourceError, match="cannot list s3://no-such-bucket-4242/x: NoSuchBucket"):
+        list_objects("s3://no-such-bucket-4242/x")
+    for uri, message in (("s3://Bad_Bucket/x", "not a valid bucket name"), ("s3:/b/x", "not an S3 URI"),
+                         ("s3://ok-bucket/a//b", "contains '//'")):
+        with pytest.raises(SourceError, match=message):
+            list_objects(uri)
+
+
+# --- channels and layout ----------------------------------------------------------------------
+
+
+def test_channel_rules():
+    with pytest.raises(ChannelError, match="Gzip works in Pipe mode only"):
+        ChannelSpec("train", "x", input_mode="File", compression="Gzip")
+    with pytest.raises(ChannelError, match="RecordIO works in Pipe mode only"):
+        ChannelSpec("train", "x", input_mode="FastFile", record_wrapper="RecordIO")
+    with pytest.raises(ChannelError, match="channel name 'a b'"):
+        ChannelSpec("a b", "x")
+
+
+def test_layout_of_two_hosts_with_a_sharded_file_channel(tmp_path):
+    contents = make_objects(tmp_path / "src", count=5)
+    specs = [ChannelSpec("train", str(tmp_path / "src"), input_mode="File", distribution="ShardedByS3Key"),
+             ChannelSpec("validation", str(tmp_path / "src"), input_mode="File")]
+    run = LocalRun(tmp_path / "job", specs, {"epochs": "1"}, instance_count=2, out=open(os.devnull, "w"))
+    run.prepare()
+    import json
+
+    shards = []
+    for host in ("algo-1", "algo-2"):
+        base = tmp_path / "job" / host
+        resources = json.loads((base / "input/config/resourceconfig.json").read_text())
+        assert (resources["current_host"], resources["hosts"]) == (host, ["algo-1", "algo-2"])
+        assert json.loads((base / "input/config/hyperparameters.json").read_text()) == {"epochs": "1"}
+        assert json.loads((base / "input/config/inputdataconfig.json").read_text())["train"] == {
+            "TrainingInputMode": "File", "S3DistributionType": "ShardedByS3Key", "RecordWrapperType": "None"}
+        shards.append({p.name for p in (base / "input/data/train").iterdir()})
+        assert {p.name for p in (base / "input/data/validation").iterdir()} == set(contents)
+        for folder in ("model", "output/data", "checkpoints"):
+            assert (base / folder).is_dir()
+    assert shards[0] | shards[1] == set(contents) and not shards[0] & shards[1]
+
+
+# --- whole runs through `python -m launch local` --------------------------------------------
+
+
+def launch_local(*args, cwd, timeout=600):
+    return subprocess.run([sys.executable, "-m", "launch", "local", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def digit_folders(tmp_path, digit_records):
+    examples, _ = digit_records
+    for name, part in (("train", examples[:600]), ("validation", examples[1400:1600])):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            (tmp_path / name / f"part-{i}.tfrecord").write_bytes(tfrecord.encode(part[i::2]))
+    return tmp_path
+
+
+QUICK = ["--hp", "num_classes=10", "--hp", "image_size=32", "--hp", "weights=none", "--hp", "batch_size=32"]
+
+
+@pytest.mark.slow
+def test_a_pipe_mode_job_runs_end_to_end(digit_folders):
+    out = launch_local("--train", "train", "--validation", "validation", "--hp", "epochs=2", *QUICK,
+                       "--job-dir", "job", cwd=digit_folders)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for line in ("launch | channel train (Pipe): 2 objects from train",
+                 "launch | fed algo-1/train pass 0: 600 records", "launch | fed algo-1/train pass 1: 600 records",
+                 "launch | fed algo-1/validation pass 1: 200 records", "algo-1 | metrics: epoch=2",
+                 f"launch | algo-1 completed; model in {digit_folders}/job/algo-1/model"):
+        assert line in out.stdout, line
+    assert (digit_folders / "job/algo-1/model/1/saved_model.pb").is_file()
+
+
+@pytest.mark.slow
+def test_a_failing_job_shows_its_failure_file_and_exit_code(digit_folders):
+    data = bytearray((digit_folders / "train" / "part-0.tfrecord").read_bytes())
+    data[5000] ^= 1
+    (digit_folders / "train" / "part-0.tfrecord").write_bytes(bytes(data))
+    out = launch_local("--train", "train", "--hp", "epochs=1", *QUICK, "--job-dir", "job", cwd=digit_folders)
+    assert out.returncode == 3, out.stdout[-3000:]
+    assert "launch | algo-1 failed with exit code 3" in out.stdout
+    assert "failure file" in out.stdout and "Data error: CorruptRecordError: corrupt record #" in out.stdout
+
+
+def test_bad_arguments_fail_before_anything_starts(digit_folders):
+    cases = [(["--train", "train", "--hp", "epochs=-1", *QUICK], "hyperparameter epochs must be >= 0"),
+             (["--train", "nowhere", *QUICK], "nowhere does not exist"),
+             (["--train", "train", "--channel-option", "val:input-mode=File", *QUICK], "there is no channel val"),
+             (["--train", "train", "--input-mode", "File", "--compression", "Gzip", *QUICK], "Gzip works in Pipe mode only")]
+    for args, message in cases:
+        out = launch_local(*args, "--job-dir", "job", cwd=digit_folders, timeout=120)
+        assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
+        assert not (digit_folders / "job").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
+    runner = subprocess.Popen([sys.executable, "-m", "launch", "local", "--train", "train", "--hp", "epochs=200",
+                               *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in runner.stdout:
+        seen.append(line)
+        if "metrics: epoch=1" in line:
+            runner.send_signal(signal.SIGINT)
+            break
+    rest, _ = runner.communicate(timeout=180)
+    output = "".join(seen) + rest
+    assert "launch | stopping: SIGTERM sent to the job" in output
+    assert runner.returncode == 143, output[-2000:]  # the job ended by SIGTERM (128 + 15)
