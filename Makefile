@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench venv container-base clean
 
 demo: $(INSTALLED)
 	$(BIN)/python -m launch.demo
@@ -18,6 +18,7 @@ test: $(INSTALLED)
 
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.pipe_reader $(BENCH_ARGS)
+	$(BIN)/python -m bench.input_pipeline $(BENCH_ARGS)
 
 venv: $(INSTALLED)
 
@@ -29,6 +30,10 @@ $(INSTALLED): $(REQUIREMENTS) pyproject.toml Makefile | $(BIN)/python
 	# this project itself, editable: `python -m launch ...` then works from any folder
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
+
+# the local Debian base image the container tests build on (podman, debootstrap; run as root)
+container-base:
+	.ci/container-base
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -37,15 +37,16 @@ STOP_GRACE_S = 120  # SageMaker sends SIGKILL 120 s after SIGTERM
 
 @dataclasses.dataclass(frozen=True)
 class Engine:
-    """The container engine and its extra `run` arguments: LAUNCH_ENGINE (docker or podman) and
-    LAUNCH_ENGINE_ARGS (e.g. "--runtime runc --ulimit nofile=1024:1024" for podman here)."""
+    """The container engine command and its extra `run` arguments, from LAUNCH_ENGINE (e.g.
+    "docker", or "podman --runtime runc": global options go here) and LAUNCH_ENGINE_ARGS
+    (e.g. "--ulimit nofile=1024:1024 --network none", placed after `run`)."""
 
-    command: str = "docker"
+    command: tuple[str, ...] = ("docker",)
     run_args: tuple[str, ...] = ()
 
     @classmethod
     def from_environment(cls, command: str | None = None) -> "Engine":
-        return cls(command or os.environ.get("LAUNCH_ENGINE", "docker"),
+        return cls(tuple(shlex.split(command or os.environ.get("LAUNCH_ENGINE") or "docker")),
                    tuple(shlex.split(os.environ.get("LAUNCH_ENGINE_ARGS", ""))))
 
 
@@ -186,7 +187,7 @@ class LocalRun:
         if self.image is None:
             env = {**os.environ, **env, "SAGEMAKER_BASE_DIR": str(self.host_dir(host))}
             return [sys.executable, str(TRAIN)], env
-        command = [self.engine.command, "run", "--rm", "--name", f"{self.name}-{host}",
+        command = [*self.engine.command, "run", "--rm", "--name", f"{self.name}-{host}",
                    "-v", f"{self.host_dir(host)}:/opt/ml", "--hostname", host]
         for key, value in env.items():
             command += ["-e", f"{key}={value}"]
@@ -260,7 +261,8 @@ def add_parser(subparsers) -> None:
                         help="where the hosts' /opt/ml folders go (default: ./local-jobs/<name>)")
     parser.add_argument("--name", default=None, help="the job name (TRAINING_JOB_NAME)")
     parser.add_argument("--image", default=None, help="run in this container image instead of a local process")
-    parser.add_argument("--engine", default=None, help="docker or podman (default: $LAUNCH_ENGINE or docker)")
+    parser.add_argument("--engine", default=None,
+                        help='the engine command, e.g. docker or "podman --runtime runc" (default: $LAUNCH_ENGINE or docker)')
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
     parser.set_defaults(run=run)

@@ -16,3 +16,11 @@ def test_pipe_reader_benchmark_runs_and_agrees_with_tfrecorddataset():
     for name in ("100KB", "1KB", "100B"):
         assert f"{name:>6}: pipe-batched =" in out.stdout
     assert "Peak RSS while streaming" in out.stdout
+
+
+@pytest.mark.slow
+def test_input_pipeline_benchmark_runs_and_all_pipelines_agree():
+    out = subprocess.run([sys.executable, "-m", "bench.input_pipeline", "--quick"], cwd=REPO,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "pipe / files =" in out.stdout and "of step time waiting for input" in out.stdout

@@ -150,3 +150,21 @@ def unfreeze_top(backbone: keras.Model, count: int) -> list[str]:
         if layer.trainable and layer.weights:
             training.append(layer.name)
     return training
+
+
+def download_imagenet_weights(names: list[str]) -> None:
+    """Fetches the ImageNet weights of these backbones into $KERAS_HOME (the image bakes them in
+    with BAKE_WEIGHTS, for jobs that run without internet access)."""
+    for name in names:
+        if name not in BACKBONES:
+            raise SystemExit(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}")
+        build_backbone(name, 224, "imagenet")
+        print(f"downloaded the ImageNet weights of {name}")
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Download backbone weights (used by the Dockerfile).")
+    parser.add_argument("--download-imagenet", required=True, metavar="NAME[,NAME...]")
+    download_imagenet_weights([n.strip() for n in parser.parse_args().download_imagenet.split(",") if n.strip()])

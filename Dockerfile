@@ -1,0 +1,51 @@
+# The SageMaker training image: SageMaker runs `docker run IMAGE train`.
+#
+#   docker build -t keras-pipe-train .                      # GPU image (CUDA user-space from pip wheels)
+#   docker build -t keras-pipe-train:cpu --build-arg REQUIREMENTS=requirements/cpu.txt .
+#   docker build --build-arg BAKE_WEIGHTS=mobilenet_v3_small,resnet50 ...   # for network isolation
+#
+# Build arguments:
+#   BASE_IMAGE    any Debian/Ubuntu image with apt (default: CUDA 12.8 on Ubuntu 24.04, Python 3.12).
+#                 The NVIDIA driver comes from the host; CUDA/cuDNN libraries from the TensorFlow
+#                 wheels (tensorflow[and-cuda]).
+#   REQUIREMENTS  the pinned requirements file: requirements.txt (tensorflow[and-cuda], GPU) or
+#                 requirements/cpu.txt (tensorflow-cpu, smaller: for CPU instances and tests)
+#   BAKE_WEIGHTS  comma-separated backbones whose ImageNet weights to download into the image, so
+#                 that weights=imagenet works in jobs without internet access
+ARG BASE_IMAGE=nvidia/cuda:12.8.0-base-ubuntu24.04
+FROM ${BASE_IMAGE}
+
+# tini runs as PID 1: the kernel does not deliver a default-action SIGTERM to PID 1, so without it
+# a StopTrainingJob or spot interruption would not reach the job until SIGKILL.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      python3 python3-venv ca-certificates tini \
+ && rm -rf /var/lib/apt/lists/*
+
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/opt/program/container:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    KERAS_HOME=/opt/keras \
+    TF_CPP_MIN_LOG_LEVEL=2
+
+# Dependencies before code: a code change rebuilds only the last layers, in seconds.
+ARG REQUIREMENTS=requirements.txt
+COPY requirements.txt /opt/program/requirements.txt
+COPY requirements/ /opt/program/requirements/
+RUN python3 -m venv /opt/venv \
+ && pip install --no-cache-dir --disable-pip-version-check -r /opt/program/${REQUIREMENTS}
+
+COPY train/ /opt/program/train/
+COPY container/ /opt/program/container/
+WORKDIR /opt/program
+
+ARG BAKE_WEIGHTS=""
+RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
+
+RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
+ && python3 -c "import train.main, train.pipe, google_crc32c" \
+ && test -x /opt/program/container/train
+
+ENTRYPOINT ["/usr/bin/tini", "--"]
+CMD ["train"]

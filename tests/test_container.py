@@ -1,0 +1,93 @@
+"""The training image itself: built with the local base (../shared/CONTAINERS.md), then run through
+`launch local --image` with FIFOs created and fed on the host and read inside the container.
+
+Where no container engine works, these tests are skipped with the reason, never passed."""
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_local_runner import QUICK, digit_folders  # noqa: F401 - a fixture
+
+# the first test also builds the image (pip installs TensorFlow into it): minutes on CI
+pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+ENGINE = os.environ.get("LAUNCH_ENGINE") or "podman --runtime runc"
+RUN_ARGS = os.environ.get("LAUNCH_ENGINE_ARGS") or "--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network none"
+BASE = os.environ.get("LOCAL_BASE_IMAGE", "localbase:bookworm")
+TAG = "keras-pipe-train:test"
+
+
+def engine_problem() -> str | None:
+    engine = shlex.split(ENGINE)
+    if not shutil.which(engine[0]):
+        return f"{engine[0]} is not installed (.ci/run installs podman, runc and debootstrap as root)"
+    if subprocess.run([*engine, "image", "exists", BASE], capture_output=True).returncode:
+        return f"the local base image {BASE} is missing: run .ci/container-base"
+    probe = subprocess.run([*engine, "run", "--rm", *shlex.split(RUN_ARGS), BASE, "true"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode:
+        return f"{ENGINE} cannot run containers here: {probe.stderr.strip()[-300:]}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def image():
+    problem = engine_problem()
+    if problem:
+        pytest.skip(f"container tests skipped: {problem}")
+    build = subprocess.run(
+        [*shlex.split(ENGINE), "build", "--network", "host", "--ulimit", "nofile=1024:1024",
+         "--ulimit", "nproc=1024:1024", "-v", "/etc/ssl/certs:/etc/ssl/certs:ro",
+         "--build-arg", f"BASE_IMAGE={BASE}", "--build-arg", "REQUIREMENTS=requirements/cpu.txt",
+         "-t", TAG, str(REPO)], capture_output=True, text=True, timeout=1800)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return TAG
+
+
+def in_container(*args, cwd):
+    env = {**os.environ, "LAUNCH_ENGINE": ENGINE, "LAUNCH_ENGINE_ARGS": RUN_ARGS}
+    return [sys.executable, "-m", "launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
+
+
+def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):  # noqa: F811
+    command, options = in_container("--train", "train", "--validation", "validation", "--hp", "epochs=2",
+                                    *QUICK, "--job-dir", "job", cwd=digit_folders)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, **options)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "launch | fed algo-1/train pass 1: 600 records" in out.stdout
+    assert "algo-1 | metrics: epoch=2" in out.stdout
+    model = digit_folders / "job" / "algo-1" / "model"  # written inside, through the bind mount
+    for name in ("1/saved_model.pb", "model.keras", "classes.json"):
+        assert (model / name).is_file(), name
+
+
+def test_a_failing_job_in_the_image_writes_its_failure_file(image, digit_folders):  # noqa: F811
+    command, options = in_container("--train", "train", "--hp", "epochs=-3", *QUICK, "--no-validate",
+                                    "--job-dir", "job", cwd=digit_folders)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, **options)
+    assert out.returncode == 2, out.stdout[-3000:]
+    failure = (digit_folders / "job" / "algo-1" / "output" / "failure").read_text()
+    assert failure.startswith("Configuration error: hyperparameter epochs must be >= 0, got -3")
+
+
+def test_sigterm_stops_the_job_in_the_image_well_within_sagemakers_120_s(image, digit_folders):  # noqa: F811
+    command, options = in_container("--train", "train", "--hp", "epochs=500", *QUICK, "--job-dir", "job",
+                                    cwd=digit_folders)
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **options)
+    for line in runner.stdout:
+        if "metrics: epoch=1" in line:
+            break
+    sent = time.monotonic()
+    runner.send_signal(signal.SIGTERM)  # what StopTrainingJob or a spot interruption does
+    output, _ = runner.communicate(timeout=180)
+    assert time.monotonic() - sent < 60, "the job did not stop on SIGTERM (PID 1 without tini?)"
+    assert "launch | stopping: SIGTERM sent to the job" in output
+    assert runner.returncode == 143, output[-2000:]
