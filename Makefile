@@ -7,13 +7,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt
 INSTALLED := $(VENV)/.installed
+# SageMaker SDK v2 beside v3: `launch submit` must send the same request through both
+SDK2 := .venv-sdk2
+SDK2_INSTALLED := $(SDK2)/.installed
 
 .PHONY: demo test bench venv container-base clean
 
 demo: $(INSTALLED)
 	$(BIN)/python -m launch.demo
 
-test: $(INSTALLED)
+test: $(INSTALLED) $(SDK2_INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(INSTALLED)
@@ -35,5 +38,11 @@ $(INSTALLED): $(REQUIREMENTS) pyproject.toml Makefile | $(BIN)/python
 container-base:
 	.ci/container-base
 
+$(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt pyproject.toml Makefile
+	$(PYTHON) -m venv $(SDK2)
+	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/sdk2.txt
+	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(SDK2) .pytest_cache

@@ -1,9 +1,9 @@
-"""python -m launch <command>: local, (submit, prepare)."""
+"""python -m launch <command>: local, submit, prepare."""
 
 import argparse
 import sys
 
-from launch import local
+from launch import local, prepare, submit
 
 
 def main(argv=None) -> int:
@@ -11,6 +11,8 @@ def main(argv=None) -> int:
                                      description="Run, submit and prepare Keras training jobs for SageMaker.")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     local.add_parser(commands)
+    submit.add_parser(commands)
+    prepare.add_parser(commands)
     args = parser.parse_args(argv)
     return args.run(args)
 

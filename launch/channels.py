@@ -5,8 +5,9 @@
     --shuffle-seed N          (these apply to every channel ...)
     --channel-option validation:input-mode=File   (... unless overridden for one)
 
-SOURCE is a local folder or file, or an s3://bucket/prefix. The `pretrained` channel (a weights
-file) defaults to File mode, since the job cannot read it from a FIFO.
+SOURCE is a local folder or file, or an s3://bucket/prefix. The `pretrained` channel holds one
+weights file that every host needs: the job-wide options do not apply to it, it is in File mode,
+FullyReplicated, neither compressed nor wrapped (--channel-option can still change that).
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class ChannelSpec:
         return entry
 
 
+PRETRAINED_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",
+                       "record_wrapper": "None", "shuffle_seed": None}
 _OPTIONS = {"input-mode": "input_mode", "record-wrapper": "record_wrapper", "compression": "compression",
             "distribution": "distribution", "shuffle-seed": "shuffle_seed", "content-type": "content_type"}
 
@@ -99,7 +102,8 @@ def from_arguments(args: argparse.Namespace) -> list[ChannelSpec]:
             raise ChannelError(f"channel {name} is given twice")
         sources[name] = source
     overrides: dict[str, dict] = {name: {} for name in sources}
-    overrides.get("pretrained", {}).setdefault("input_mode", "File")
+    if "pretrained" in overrides:
+        overrides["pretrained"] = dict(PRETRAINED_DEFAULTS)
     for item in args.channel_option:
         match = re.match(r"^([^:]+):([a-z-]+)=(.*)$", item)
         if not match or match.group(2) not in _OPTIONS:

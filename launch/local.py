@@ -24,11 +24,17 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launch import channels as channel_args
+from launch import hyperparameters
 from launch.channels import ChannelError, ChannelSpec
 from launch.objects import SourceError, StoredObject, list_objects
-from launch.pipe_feeder import PassReport, PipeFeeder
+
+# The feeder (and the Pipe reader's framing it uses) loads only when a job runs: `launch submit`
+# shares this CLI and must work with nothing but boto3 and the SageMaker SDK installed.
+if TYPE_CHECKING:
+    from launch.pipe_feeder import PassReport
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "container" / "train"
@@ -50,25 +56,6 @@ class Engine:
                    tuple(shlex.split(os.environ.get("LAUNCH_ENGINE_ARGS", ""))))
 
 
-def parse_hyperparameters(items: list[str]) -> dict[str, str]:
-    """--hp KEY=VALUE options as SageMaker passes hyperparameters: every value a string."""
-    values = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ChannelError(f"--hp {item!r}: expected KEY=VALUE")
-        values[key] = value
-    return values
-
-
-def check_hyperparameters(values: dict[str, str]) -> None:
-    """The job's own schema, before anything starts (raises train.errors.UserError)."""
-    from train.config import JobConfig
-    from train.contract import _json_or_string
-
-    JobConfig.from_hyperparameters({k: _json_or_string(v) for k, v in values.items()})
-
-
 class LocalRun:
     def __init__(self, job_dir: Path, channels: list[ChannelSpec], hyperparameters: dict[str, str], *,
                  instance_count: int = 1, image: str | None = None, engine: Engine | None = None,
@@ -83,7 +70,7 @@ class LocalRun:
         self.name = name or self.job_dir.name
         self.out = out or sys.stdout
         self.stop_feeding = threading.Event()
-        self.reports: list[PassReport] = []
+        self.reports: list["PassReport"] = []
         self.feed_errors: list[str] = []
         self._lock = threading.Lock()
         self._jobs: dict[str, subprocess.Popen] = {}
@@ -151,6 +138,8 @@ class LocalRun:
         return self._finish(codes)
 
     def _start_feeders(self) -> list[threading.Thread]:
+        from launch.pipe_feeder import PipeFeeder
+
         threads = []
         for index, host in enumerate(self.hosts):
             for spec in self.channels:
@@ -175,7 +164,7 @@ class LocalRun:
             self.say(f"ERROR {message}; stopping the job")
             self._signal_jobs(signal.SIGTERM)
 
-    def _report(self, report: PassReport) -> None:
+    def _report(self, report: "PassReport") -> None:
         with self._lock:
             if report not in self.reports:
                 self.reports.append(report)
@@ -274,10 +263,10 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     try:
         channels = channel_args.from_arguments(args)
-        hyperparameters = parse_hyperparameters(args.hp)
+        values = hyperparameters.parse(args.hp)
         if not args.no_validate:
-            check_hyperparameters(hyperparameters)
-        runner = LocalRun(args.job_dir or Path("local-jobs") / name, channels, hyperparameters,
+            hyperparameters.check(values)
+        runner = LocalRun(args.job_dir or Path("local-jobs") / name, channels, values,
                           instance_count=args.instance_count, image=args.image,
                           engine=Engine.from_environment(args.engine), name=name)
         return runner.run()

@@ -7,12 +7,15 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# moto's request recorder (read when moto is imported): a temp file, not ./moto_recording
+os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording"))
 
 
 class FakeJob:

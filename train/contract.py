@@ -146,10 +146,11 @@ def read_hyperparameters(path: str | os.PathLike | None = None) -> dict:
     path = Path(path) if path else paths().hyperparameters
     if not path.exists():
         return {}
-    return {name: _json_or_string(value) for name, value in _read_json_object(path).items()}
+    return {name: decode_hyperparameter(value) for name, value in _read_json_object(path).items()}
 
 
-def _json_or_string(value):
+def decode_hyperparameter(value):
+    """A hyperparameter value as the job sees it: JSON-decoded, or the string itself."""
     if not isinstance(value, str):
         return value
     try:

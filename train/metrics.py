@@ -13,12 +13,13 @@ import math
 from pathlib import Path
 
 PREFIX = "metrics:"
-REPORTED = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "learning_rate")
+# metric line name -> the name SageMaker shows (and CloudWatch stores) it under
+REPORTED = {"train_loss": "train:loss", "train_accuracy": "train:accuracy",
+            "val_loss": "validation:loss", "val_accuracy": "validation:accuracy"}
 _NUMBER = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"
 
 METRIC_DEFINITIONS = [
-    {"Name": name.replace("_", ":", 1), "Regex": rf"{PREFIX} .*\b{name}={_NUMBER}"}
-    for name in REPORTED
+    {"Name": shown, "Regex": rf"{PREFIX} .*\b{name}={_NUMBER}"} for name, shown in REPORTED.items()
 ]
 
 
@@ -26,7 +27,7 @@ def row(epoch: int, phase: str, logs: dict) -> dict:
     """Keras' epoch logs under stable names: loss -> train_loss, val_loss stays val_loss."""
     out = {"epoch": epoch, "phase": phase}
     for key, value in logs.items():
-        name = key if key.startswith("val_") or key == "learning_rate" else f"train_{key}"
+        name = key if key.startswith("val_") else f"train_{key}"
         out[name] = float(value)
     return out
 

@@ -1,0 +1,24 @@
+"""--hp KEY=VALUE options, as SageMaker passes hyperparameters (every value a string), checked
+against the training job's own schema (train/config.py: one source of truth)."""
+
+from __future__ import annotations
+
+from launch.channels import ChannelError
+
+
+def parse(items: list[str]) -> dict[str, str]:
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ChannelError(f"--hp {item!r}: expected KEY=VALUE")
+        values[key] = value
+    return values
+
+
+def check(values: dict[str, str]) -> None:
+    """Decodes the values as the job does, then validates them (raises train.errors.UserError)."""
+    from train.config import JobConfig
+    from train.contract import decode_hyperparameter
+
+    JobConfig.from_hyperparameters({k: decode_hyperparameter(v) for k, v in values.items()})

@@ -1,0 +1,158 @@
+"""`python -m launch submit`: start the training job on SageMaker, in Pipe mode by default.
+
+    python -m launch submit --image-uri 123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train \\
+        --role arn:aws:iam::123456789012:role/SageMakerRole \\
+        --train s3://bucket/data/train/ --validation s3://bucket/data/validation/ \\
+        --output-path s3://bucket/jobs/ --instance-type ml.g5.xlarge \\
+        --spot --checkpoint-s3-uri s3://bucket/checkpoints/run1/ \\
+        --hp num_classes=10 --hp epochs=5 --wait
+
+Everything is checked before any AWS call: S3 URIs, the instance type (a GPU type unless
+--allow-cpu), spot settings, hyperparameters (against the job's own schema). --dry-run prints the
+CreateTrainingJob request and contacts nothing. The job is submitted with the SageMaker Python SDK
+that is installed (v3 ModelTrainer, or v2 Estimator); both send the request --dry-run prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+from launch import channels as channel_args
+from launch import hyperparameters
+from launch.channels import ChannelError
+from launch.job_request import JobError, JobSpec, create_training_job_request, validate
+
+_DURATION = re.compile(r"^(\d+)([smhd]?)$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "15"))
+
+
+def duration(text: str) -> int:
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, or a number with s, m, h or d (e.g. 6h)")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ChannelError(f"{option} {item!r}: expected KEY=VALUE")
+        out.append((key, value))
+    return tuple(out)
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("submit", help="start the training job on SageMaker",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--image-uri", required=True, help="the training image in ECR")
+    parser.add_argument("--role", required=True, help="the SageMaker execution role ARN")
+    channel_args.add_arguments(parser)
+    parser.add_argument("--output-path", required=True, help="s3:// prefix for model.tar.gz and output.tar.gz")
+    parser.add_argument("--instance-type", default="ml.g5.xlarge")
+    parser.add_argument("--instance-count", type=int, default=1)
+    parser.add_argument("--allow-cpu", action="store_true", help="accept an instance type without GPU")
+    parser.add_argument("--volume-size", type=int, default=30, metavar="GB")
+    parser.add_argument("--max-run", type=duration, default=24 * 3600, metavar="DURATION", help="e.g. 86400, 6h, 2d")
+    parser.add_argument("--spot", action="store_true", help="managed spot training (needs --checkpoint-s3-uri)")
+    parser.add_argument("--max-wait", type=duration, default=None, metavar="DURATION",
+                        help="spot: longest time to wait for capacity and run (default: --max-run)")
+    parser.add_argument("--checkpoint-s3-uri", default=None, help="synced with /opt/ml/checkpoints")
+    parser.add_argument("--tensorboard-s3-uri", default=None, help="synced with /opt/ml/output/tensorboard")
+    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
+    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--network-isolation", action="store_true", help="no network access for the job")
+    parser.add_argument("--base-job-name", default="keras-pipe", help="the job is named BASE-YYYYmmddHHMMSS")
+    parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="do not check hyperparameters against this project's job (for other images)")
+    parser.add_argument("--dry-run", action="store_true", help="print the CreateTrainingJob request; contact nothing")
+    parser.add_argument("--wait", action="store_true", help="follow the job's status and logs until it ends")
+    parser.set_defaults(run=run)
+
+
+def spec_from(args: argparse.Namespace) -> JobSpec:
+    return JobSpec(
+        image_uri=args.image_uri, role=args.role, channels=tuple(channel_args.from_arguments(args)),
+        output_path=args.output_path, instance_type=args.instance_type, instance_count=args.instance_count,
+        input_mode=args.input_mode, volume_size_gb=args.volume_size, max_run_s=args.max_run, spot=args.spot,
+        max_wait_s=args.max_wait, checkpoint_s3_uri=args.checkpoint_s3_uri,
+        tensorboard_s3_uri=args.tensorboard_s3_uri, hyperparameters=tuple(hyperparameters.parse(args.hp).items()),
+        environment=pairs(args.env, "--env"), tags=pairs(args.tag, "--tag"),
+        network_isolation=args.network_isolation, base_job_name=args.base_job_name, allow_cpu=args.allow_cpu,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from train.errors import UserError
+
+    try:
+        spec = spec_from(args)
+        warnings = validate(spec)
+        if not args.no_validate:
+            hyperparameters.check(dict(spec.hyperparameters))
+        if args.region:
+            os.environ["AWS_DEFAULT_REGION"] = args.region
+        if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
+            raise JobError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+    except (ChannelError, JobError, UserError) as err:
+        print(f"launch submit: error: {err}", file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"launch submit: warning: {warning}", file=sys.stderr)
+    name = spec.name()
+    if args.dry_run:
+        print(json.dumps(create_training_job_request(spec, name), indent=2))
+        return 0
+
+    from launch.sdk import sdk_major_version, submit
+
+    try:
+        print(f"launch submit: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
+        name = submit(spec, name)
+        print(f"launch submit: created training job {name}", file=sys.stderr)
+    except JobError as err:
+        print(f"launch submit: error: {err}", file=sys.stderr)
+        return 2
+    print(name)
+    return follow(name) if args.wait else 0
+
+
+def follow(name: str) -> int:
+    """Prints the job's status changes and CloudWatch log lines until it ends; 0 if it completed."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    sagemaker, logs = boto3.client("sagemaker"), boto3.client("logs")
+    status, seen, start = None, set(), 0
+    while True:
+        job = sagemaker.describe_training_job(TrainingJobName=name)
+        if job["TrainingJobStatus"] != status:
+            status = job["TrainingJobStatus"]
+            print(f"launch submit: {name}: {status} ({job.get('SecondaryStatus', '')})", file=sys.stderr)
+        try:
+            events = logs.filter_log_events(logGroupName="/aws/sagemaker/TrainingJobs",
+                                            logStreamNamePrefix=f"{name}/", startTime=start)["events"]
+        except ClientError:  # the log group appears once the container starts
+            events = []
+        for event in events:
+            if event["eventId"] not in seen:
+                seen.add(event["eventId"])
+                start = max(start, event["timestamp"])
+                print(event["message"].rstrip())
+        if status in ("Completed", "Failed", "Stopped"):
+            break
+        time.sleep(POLL_S)
+    if status == "Completed":
+        print(f"launch submit: model: {job.get('ModelArtifacts', {}).get('S3ModelArtifacts', '?')}", file=sys.stderr)
+        return 0
+    print(f"launch submit: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
+    return 1

@@ -1,0 +1,25 @@
+"""The metric definitions sent to SageMaker catch the metric lines the job prints."""
+
+import re
+
+import pytest
+
+from train.metrics import METRIC_DEFINITIONS, format_line, row
+
+
+@pytest.mark.parametrize("value", [0.2314, 1e-07, 12.5, 0.0, float("nan")])
+def test_each_definition_catches_its_value(value):
+    logs = {"loss": value, "accuracy": 0.5, "val_loss": value, "val_accuracy": 0.25}
+    line = format_line(row(3, "fine_tune", logs))
+    assert line.startswith("metrics: epoch=3 phase=fine_tune ")
+    caught = {d["Name"]: re.search(d["Regex"], line).group(1) for d in METRIC_DEFINITIONS}
+    assert caught["train:accuracy"] == "0.5" and caught["validation:accuracy"] == "0.25"
+    for name in ("train:loss", "validation:loss"):
+        assert caught[name] == "nan" if value != value else float(caught[name]) == pytest.approx(value, rel=1e-5)
+
+
+def test_val_loss_is_not_caught_as_train_loss():
+    line = format_line(row(1, "head", {"loss": 0.9, "val_loss": 0.1}))
+    train = next(d for d in METRIC_DEFINITIONS if d["Name"] == "train:loss")
+    assert re.search(train["Regex"], line).group(1) == "0.9"
+    assert not any(re.search(d["Regex"], "epoch=1 train_loss=0.9") for d in METRIC_DEFINITIONS)  # prefix required

@@ -1,0 +1,209 @@
+"""`launch submit`: the request SageMaker's SDK v3 and v2 really send (recorded by moto's server on
+127.0.0.1), equal to --dry-run's; every field; every validation error; following a job."""
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from tests.conftest import REPO
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+SDK2_PYTHON = REPO / ".venv-sdk2" / "bin" / "python"
+BASIC = ["--image-uri", IMAGE, "--role", ROLE, "--train", "s3://data/train/", "--output-path", "s3://data/jobs/",
+         "--hp", "num_classes=10"]
+FULL = [
+    "--image-uri", IMAGE, "--role", ROLE,
+    "--train", "s3://data/prepared/train/", "--validation", "s3://data/prepared/validation/",
+    "--pretrained", "s3://data/weights/backbone.weights.h5",
+    "--input-mode", "Pipe", "--distribution", "ShardedByS3Key", "--shuffle-seed", "7",
+    "--record-wrapper", "RecordIO", "--compression", "Gzip",
+    "--channel-option", "validation:distribution=FullyReplicated", "--channel-option", "validation:shuffle-seed=3",
+    "--instance-type", "ml.g5.12xlarge", "--instance-count", "2", "--volume-size", "100",
+    "--max-run", "6h", "--spot", "--max-wait", "12h", "--checkpoint-s3-uri", "s3://data/checkpoints/run1/",
+    "--tensorboard-s3-uri", "s3://data/tensorboard/run1/", "--output-path", "s3://data/jobs/",
+    "--hp", "num_classes=10", "--hp", "backbone=efficientnet_v2_b0", "--hp", "epochs=5",
+    "--hp", "weights=pretrained", "--hp", "learning_rate=0.0005",
+    "--env", "TF_CPP_MIN_LOG_LEVEL=1", "--tag", "team=vision", "--tag", "project=pipe",
+    "--network-isolation", "--base-job-name", "digits-run",
+]
+
+
+def launch(*args, python=sys.executable, env=None):
+    return subprocess.run([str(python), "-m", "launch", "submit", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def dry_run(*args) -> dict:
+    out = launch(*args, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def same_request(a: dict, b: dict) -> None:
+    """Equal, but for the seconds in the job names (each run names its job at its own time)."""
+    for request in (a, b):
+        assert re.fullmatch(r"[a-z0-9-]+-\d{14}", request["TrainingJobName"]), request["TrainingJobName"]
+    strip = lambda r: {**r, "TrainingJobName": r["TrainingJobName"][:-14]}  # noqa: E731
+    assert strip(a) == strip(b)
+
+
+@pytest.fixture
+def aws(moto_endpoint, tmp_path):
+    """Environment for a submitting subprocess: moto's server, fake credentials, no telemetry."""
+    optout = tmp_path / "sagemaker-config.yaml"
+    optout.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
+    env = {**os.environ, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "SAGEMAKER_VALIDATE_ROLE": "false",  # v3 would call iam:SimulatePrincipalPolicy, which moto lacks
+           "SAGEMAKER_USER_CONFIG_OVERRIDE": str(optout), "LAUNCH_POLL_SECONDS": "0.2"}
+    env.pop("AWS_PROFILE", None)
+    for call in ("reset-recording", "start-recording"):
+        urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/recorder/{call}", method="POST"))
+    yield env
+    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/recorder/stop-recording", method="POST"))
+
+
+def sent(moto_endpoint) -> list[dict]:
+    """The CreateTrainingJob requests the server received, as sent (moto's recording)."""
+    text = urllib.request.urlopen(f"{moto_endpoint}/moto-api/recorder/download-recording").read().decode()
+    requests = []
+    for entry in map(json.loads, filter(None, text.splitlines())):
+        if entry["headers"].get("X-Amz-Target") == "SageMaker.CreateTrainingJob":
+            body = base64.b64decode(entry["body"]) if entry["body_encoded"] else entry["body"]
+            requests.append(json.loads(body))
+    return requests
+
+
+@pytest.mark.parametrize("args", [BASIC, FULL], ids=["basic", "full"])
+def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
+    out = launch(*args, env=aws)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "with SageMaker SDK v3" in out.stderr
+    (request,) = sent(moto_endpoint)
+    same_request(request, dry_run(*args))
+    assert out.stdout.strip() == request["TrainingJobName"]
+
+
+@pytest.mark.parametrize("args", [BASIC, FULL], ids=["basic", "full"])
+def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
+    if not SDK2_PYTHON.exists():
+        pytest.skip(f"{SDK2_PYTHON} is missing: `make test` creates it (requirements/sdk2.txt)")
+    out = launch(*args, python=SDK2_PYTHON, env=aws)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "with SageMaker SDK v2" in out.stderr
+    (request,) = sent(moto_endpoint)
+    same_request(request, dry_run(*args))
+
+
+def test_every_field_of_the_job_description_is_in_the_request():
+    request = dry_run(*FULL)
+    channel = lambda name: next(c for c in request["InputDataConfig"] if c["ChannelName"] == name)  # noqa: E731
+    assert channel("train") == {
+        "ChannelName": "train", "InputMode": "Pipe", "CompressionType": "Gzip", "RecordWrapperType": "RecordIO",
+        "ShuffleConfig": {"Seed": 7},
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://data/prepared/train/",
+                                        "S3DataDistributionType": "ShardedByS3Key"}}}
+    assert channel("validation")["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "FullyReplicated"
+    assert channel("validation")["ShuffleConfig"] == {"Seed": 3}
+    assert channel("pretrained") == {  # one weights file for every host, whatever the job-wide options
+        "ChannelName": "pretrained", "InputMode": "File",
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://data/weights/backbone.weights.h5",
+                                        "S3DataDistributionType": "FullyReplicated"}}}
+    assert request["AlgorithmSpecification"]["TrainingInputMode"] == "Pipe"
+    assert request["AlgorithmSpecification"]["TrainingImage"] == IMAGE
+    assert [d["Name"] for d in request["AlgorithmSpecification"]["MetricDefinitions"]] == [
+        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy"]
+    assert request["RoleArn"] == ROLE
+    assert request["ResourceConfig"] == {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100}
+    assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 6 * 3600, "MaxWaitTimeInSeconds": 12 * 3600}
+    assert request["EnableManagedSpotTraining"] is True
+    assert request["CheckpointConfig"] == {"S3Uri": "s3://data/checkpoints/run1/", "LocalPath": "/opt/ml/checkpoints"}
+    assert request["TensorBoardOutputConfig"] == {"S3OutputPath": "s3://data/tensorboard/run1/",
+                                                  "LocalPath": "/opt/ml/output/tensorboard"}
+    assert request["OutputDataConfig"] == {"S3OutputPath": "s3://data/jobs/", "CompressionType": "GZIP"}
+    assert request["HyperParameters"] == {"num_classes": "10", "backbone": "efficientnet_v2_b0", "epochs": "5",
+                                          "weights": "pretrained", "learning_rate": "0.0005"}
+    assert request["Environment"] == {"TF_CPP_MIN_LOG_LEVEL": "1"}
+    assert request["Tags"] == [{"Key": "team", "Value": "vision"}, {"Key": "project", "Value": "pipe"}]
+    assert request["EnableNetworkIsolation"] is True
+    assert request["TrainingJobName"].startswith("digits-run-")
+
+
+def test_dry_run_contacts_nothing():
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_DEFAULT_REGION": "us-east-1"}
+    out = launch(*BASIC, "--dry-run", env=env)  # port 9 (discard): any call would fail
+    assert out.returncode == 0, out.stderr
+    assert "SageMaker SDK" not in out.stderr
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--train": "s3:/data/train"}, "channel train: 's3:/data/train' is not an S3 URI"),
+    ({"--output-path": "s3://Bad_Bucket/x"}, "--output-path: 's3://Bad_Bucket/x': 'Bad_Bucket' is not a valid bucket name"),
+    ({"--instance-type": "ml.g5.xxlarge"}, "--instance-type 'ml.g5.xxlarge' is not a SageMaker training instance type"),
+    ({"--instance-type": "ml.m5.xlarge"}, "--instance-type ml.m5.xlarge has no GPU; pass --allow-cpu"),
+    ({"--instance-type": "ml.trn1.2xlarge"}, "AWS Trainium/Inferentia do not run this TensorFlow image"),
+    ({"--instance-count": "0"}, "--instance-count must be >= 1"),
+    ({"--role": "SageMakerRole"}, "--role 'SageMakerRole': give the full role ARN"),
+    ({"--image-uri": "keras-pipe-train"}, "--image-uri 'keras-pipe-train': expected REGISTRY/REPOSITORY[:TAG]"),
+    ({"--spot": None}, "--spot needs --checkpoint-s3-uri"),
+    ({"--spot": None, "--checkpoint-s3-uri": "s3://data/c/", "--max-run": "2h", "--max-wait": "1h"},
+     "--max-wait (3600 s) must be at least --max-run (7200 s)"),
+    ({"--max-wait": "1h"}, "--max-wait only applies to --spot jobs"),
+    ({"--hp": "epochs=-2"}, "hyperparameter epochs must be >= 0, got -2"),
+    ({"--hp": "optimiser=sgd"}, "unknown hyperparameter optimiser"),
+    ({"--base-job-name": "my_job"}, "--base-job-name 'my_job': 1-48 letters, digits and hyphens"),
+    ({"--channel-option": "valid:input-mode=File"}, "there is no channel valid"),
+    ({"--input-mode": "File", "--compression": "Gzip"}, "Gzip works in Pipe mode only"),
+])
+def test_validation_errors_say_what_to_change(change, message):
+    args = list(BASIC)
+    for option, value in change.items():
+        if option in args and value is not None:
+            args[args.index(option) + 1] = value
+        else:
+            args += [option] if value is None else [option, value]
+    out = launch(*args, "--dry-run")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_cpu_instance_with_allow_cpu_and_warnings(tmp_path):
+    out = launch(*BASIC, "--instance-type", "ml.c5.2xlarge", "--allow-cpu", "--network-isolation", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "--network-isolation with weights=imagenet" in out.stderr
+
+
+def test_missing_region_is_an_error_before_any_call():
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_DEFAULT_REGION", "AWS_REGION")}
+    out = launch(*BASIC, env=env)
+    assert out.returncode == 2 and "no AWS region: pass --region" in out.stderr
+
+
+def test_wait_follows_the_job_until_it_completes(aws):
+    out = launch(*BASIC, "--wait", env=aws)  # moto completes jobs at once
+    name = out.stdout.strip().splitlines()[0]
+    assert re.fullmatch(r"keras-pipe-\d{14}", name), out.stdout
+    assert out.returncode == 0, out.stderr
+    assert f"launch submit: {name}: Completed" in out.stderr
+    assert f"launch submit: model: s3://data/jobs/{name}/output/model.tar.gz" in out.stderr
+
+
+def test_wait_prints_the_failure_reason_of_a_failed_job(aws, monkeypatch, capsys):
+    from moto.sagemaker.models import sagemaker_backends
+
+    from launch.submit import follow
+
+    out = launch(*BASIC, env=aws)
+    name = out.stdout.strip()
+    job = sagemaker_backends["123456789012"]["us-east-1"].training_jobs[name]
+    job.training_job_status, job.failure_reason = "Failed", "Data error: CorruptRecordError: corrupt record #7"
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, aws[key])
+    assert follow(name) == 1
+    assert f"{name} failed: Data error: CorruptRecordError: corrupt record #7" in capsys.readouterr().err
