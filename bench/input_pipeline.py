@@ -90,13 +90,16 @@ class Job:
 
 
 def ours(job: Job):
+    import tensorflow as tf
+
     from train import contract, input as inputs
     from train.config import JobConfig
 
     config = JobConfig.from_hyperparameters({"num_classes": 10, "image_size": SIZE, "batch_size": BATCH,
                                              "shuffle_buffer": 256})
     channel = contract.read_input_data_config()["train"]
-    return inputs.training_dataset(channel, contract.paths(), config)
+    # one epoch's pipeline as the job builds it, on one device (a default InputContext)
+    return inputs.training_input(channel, contract.paths(), config, epoch=0)(tf.distribute.InputContext())
 
 
 def naive(files: list[str], parallelised_by_tf: bool = True):

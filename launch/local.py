@@ -59,10 +59,14 @@ class Engine:
 class LocalRun:
     def __init__(self, job_dir: Path, channels: list[ChannelSpec], hyperparameters: dict[str, str], *,
                  instance_count: int = 1, image: str | None = None, engine: Engine | None = None,
-                 name: str | None = None, out=None):
+                 name: str | None = None, checkpoint_dir: Path | None = None, out=None):
         if instance_count < 1:
             raise ChannelError("--instance-count must be >= 1")
         self.job_dir = Path(job_dir).resolve()
+        # Every host's /opt/ml/checkpoints is this one folder, as on SageMaker each host's is synced
+        # with the same checkpoint_s3_uri; a folder kept between runs lets a job resume, as a
+        # restarted spot job does.
+        self.checkpoint_dir = Path(checkpoint_dir or self.job_dir / "checkpoints").resolve()
         self.channels = channels
         self.hyperparameters = hyperparameters
         self.hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
@@ -74,6 +78,8 @@ class LocalRun:
         self.feed_errors: list[str] = []
         self._lock = threading.Lock()
         self._jobs: dict[str, subprocess.Popen] = {}
+        self._stopping = False
+        self._kill_timer: threading.Timer | None = None
         self._objects: dict[str, list[StoredObject]] = {}
 
     # --- layout ------------------------------------------------------------------------------
@@ -90,8 +96,13 @@ class LocalRun:
             self.say(f"channel {spec.name} ({spec.input_mode}): {len(self._objects[spec.name])} objects from {spec.source}")
         for index, host in enumerate(self.hosts):
             base = self.host_dir(host)
-            for folder in ("input/config", "input/data", "model", "output/data", "checkpoints"):
+            for folder in ("input/config", "input/data", "model", "output/data"):
                 (base / folder).mkdir(parents=True, exist_ok=True)
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            if self.image is None:
+                (base / "checkpoints").symlink_to(self.checkpoint_dir, target_is_directory=True)
+            else:  # mounted there (a symlink would point outside the container)
+                (base / "checkpoints").mkdir()
             self._write_json(base / "input/config/hyperparameters.json", self.hyperparameters)
             self._write_json(base / "input/config/inputdataconfig.json",
                              {spec.name: spec.input_data_config() for spec in self.channels})
@@ -126,11 +137,11 @@ class LocalRun:
         try:
             for host in self.hosts:
                 self._start_job(host)
-            codes = {host: self._jobs[host].wait() for host in self.hosts}
+            codes = self._wait()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            if getattr(self, "_kill_timer", None):
+            if self._kill_timer:
                 self._kill_timer.cancel()
             self.stop_feeding.set()
             for thread in feeders:
@@ -173,14 +184,25 @@ class LocalRun:
     def command(self, host: str) -> tuple[list[str], dict[str, str]]:
         """The command and environment that run the job for `host`."""
         env = {"TRAINING_JOB_NAME": self.name, "PYTHONUNBUFFERED": "1"}
+        if len(self.hosts) > 1:
+            # the hosts share this machine: TensorFlow reaches each at its own 127.0.0.1 port
+            env["TRAIN_CLUSTER_ADDRESSES"] = json.dumps(self._addresses())
         if self.image is None:
             env = {**os.environ, **env, "SAGEMAKER_BASE_DIR": str(self.host_dir(host))}
             return [sys.executable, str(TRAIN)], env
         command = [*self.engine.command, "run", "--rm", "--name", f"{self.name}-{host}",
-                   "-v", f"{self.host_dir(host)}:/opt/ml", "--hostname", host]
+                   "-v", f"{self.host_dir(host)}:/opt/ml", "-v", f"{self.checkpoint_dir}:/opt/ml/checkpoints",
+                   "--hostname", host]
+        if len(self.hosts) > 1:  # the hosts reach each other's ports on this machine
+            command += ["--network", "host"]
         for key, value in env.items():
             command += ["-e", f"{key}={value}"]
         return [*command, *self.engine.run_args, self.image, "train"], dict(os.environ)
+
+    def _addresses(self) -> dict[str, str]:
+        if not hasattr(self, "_ports"):
+            self._ports = {host: _free_port() for host in self.hosts}
+        return {host: f"127.0.0.1:{port}" for host, port in self._ports.items()}
 
     def _start_job(self, host: str) -> None:
         command, env = self.command(host)
@@ -192,17 +214,34 @@ class LocalRun:
         self._jobs[host] = job
         threading.Thread(target=self._relay, args=(host, job), daemon=True, name=f"log-{host}").start()
 
+    def _wait(self) -> dict[str, int]:
+        """Waits for every host; when one fails, stops the others, as SageMaker does (a host alone
+        would wait for its peers until its collectives time out)."""
+        codes: dict[str, int] = {}
+        while len(codes) < len(self.hosts):
+            for host, job in self._jobs.items():
+                if host not in codes and job.poll() is not None:
+                    codes[host] = _shell_code(job.returncode)
+                    if codes[host] and len(codes) < len(self.hosts) and not self._stopping:
+                        self._stop_jobs(f"{host} ended with exit code {codes[host]}: stopping the other hosts")
+            time.sleep(0.1)
+        return {host: codes[host] for host in self.hosts}
+
     def _relay(self, host: str, job: subprocess.Popen) -> None:
         for line in job.stdout:
             self.write(f"{host} | {line.rstrip()}")
 
     def _on_signal(self, signum, frame) -> None:
-        if getattr(self, "_stopping", False):
+        if self._stopping:
             self.say("second interrupt: killing the job")
             self._signal_jobs(signal.SIGKILL)
             return
+        self._stop_jobs(f"stopping: SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s; interrupt again to kill now)")
+
+    def _stop_jobs(self, message: str) -> None:
+        """What SageMaker does to stop a job: SIGTERM, then SIGKILL after the grace period."""
         self._stopping = True
-        self.say(f"stopping: SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s; interrupt again to kill now)")
+        self.say(message)
         self._signal_jobs(signal.SIGTERM)
         self._kill_timer = threading.Timer(STOP_GRACE_S, self._signal_jobs, args=(signal.SIGKILL,))
         self._kill_timer.daemon = True  # must not keep the runner alive once the job has stopped
@@ -219,7 +258,6 @@ class LocalRun:
     def _finish(self, codes: dict[str, int]) -> int:
         result = 0
         for host, code in codes.items():
-            code = 128 - code if code < 0 else code  # killed by a signal: shell convention
             failure = self.host_dir(host) / "output" / "failure"
             if code:
                 self.say(f"{host} failed with exit code {code}")
@@ -227,7 +265,8 @@ class LocalRun:
                     self.say(f"{host} failure file {failure}:\n{failure.read_text().strip()}")
                 result = result or code
             else:
-                self.say(f"{host} completed; model in {self.host_dir(host) / 'model'}")
+                model = self.host_dir(host) / "model"
+                self.say(f"{host} completed" + (f"; model in {model}" if any(model.iterdir()) else ""))
         if self.feed_errors and not result:
             result = 1
         return result
@@ -240,6 +279,19 @@ class LocalRun:
             print(line, file=self.out, flush=True)
 
 
+def _shell_code(returncode: int) -> int:
+    """Popen says -N for a process killed by signal N; shells (and SageMaker's logs) say 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("local", help="run a training job here, Pipe mode included",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -249,6 +301,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--job-dir", type=Path, default=None,
                         help="where the hosts' /opt/ml folders go (default: ./local-jobs/<name>)")
     parser.add_argument("--name", default=None, help="the job name (TRAINING_JOB_NAME)")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None,
+                        help="every host's /opt/ml/checkpoints (default: <job-dir>/checkpoints); reuse it "
+                             "in a later run to resume, as a restarted spot job does")
     parser.add_argument("--image", default=None, help="run in this container image instead of a local process")
     parser.add_argument("--engine", default=None,
                         help='the engine command, e.g. docker or "podman --runtime runc" (default: $LAUNCH_ENGINE or docker)')
@@ -268,7 +323,8 @@ def run(args: argparse.Namespace) -> int:
             hyperparameters.check(values)
         runner = LocalRun(args.job_dir or Path("local-jobs") / name, channels, values,
                           instance_count=args.instance_count, image=args.image,
-                          engine=Engine.from_environment(args.engine), name=name)
+                          engine=Engine.from_environment(args.engine), name=name,
+                          checkpoint_dir=args.checkpoint_dir)
         return runner.run()
     except (ChannelError, SourceError, UserError) as err:
         print(f"launch local: error: {err}", file=sys.stderr)

@@ -76,6 +76,20 @@ def job(tmp_path, monkeypatch):
     fake.stop_feeders()
 
 
+def run_logged(command: list[str], timeout: float, **options) -> subprocess.CompletedProcess:
+    """subprocess.run capturing text output; a process that outlives `timeout` is killed and the
+    test fails showing what it printed (a bare pytest timeout shows nothing of it)."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options)
+    except subprocess.TimeoutExpired as err:
+        def tail(data) -> str:
+            text = data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+            return text[-4000:]
+
+        raise AssertionError(f"{' '.join(map(str, command))} did not finish within {timeout} s.\n"
+                             f"stdout:\n{tail(err.stdout)}\nstderr:\n{tail(err.stderr)}") from None
+
+
 def random_records(seed: int, count: int, max_bytes: int = 3000) -> list[bytes]:
     """Records of random sizes, always including an empty one."""
     rng = random.Random(seed)

@@ -15,17 +15,18 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, FakeJob, write_hyperparameters
+from tests.conftest import REPO, FakeJob, run_logged, write_hyperparameters
 from train.pipe import tfrecord
 
 TRAIN = 1400  # digits 0..1399 train, 1400.. (397 images) are held out
 MIN_ACCURACY = 0.5
 
 
-def run_train(fake_job: FakeJob, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_train(fake_job: FakeJob, timeout: int = 280) -> subprocess.CompletedProcess:
+    """Runs `train` on the fake job. The time limit stays under pytest's (300 s) so that a job that
+    hangs fails with its own output shown rather than a bare pytest timeout."""
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base)}
-    return subprocess.run([sys.executable, str(REPO / "container" / "train")], env=env, cwd=fake_job.base,
-                          capture_output=True, text=True, timeout=timeout)
+    return run_logged([sys.executable, str(REPO / "container" / "train")], timeout, env=env, cwd=fake_job.base)
 
 
 def file_channel(fake_job: FakeJob, name: str, records: list[bytes], shards: int = 2) -> None:

@@ -14,7 +14,7 @@ from launch.channels import ChannelError, ChannelSpec
 from launch.local import LocalRun
 from launch.objects import SourceError, list_objects
 from launch.pipe_feeder import FeedError, PipeFeeder
-from tests.conftest import REPO, random_records
+from tests.conftest import REPO, random_records, run_logged
 from train.pipe import PipeModeDataset, recordio, tfrecord
 
 
@@ -204,9 +204,8 @@ def test_layout_of_two_hosts_with_a_sharded_file_channel(tmp_path):
 # --- whole runs through `python -m launch local` --------------------------------------------
 
 
-def launch_local(*args, cwd, timeout=600):
-    return subprocess.run([sys.executable, "-m", "launch", "local", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+def launch_local(*args, cwd, timeout=280, env=None):
+    return run_logged([sys.executable, "-m", "launch", "local", *args], timeout, cwd=cwd, env=env)
 
 
 @pytest.fixture

@@ -138,6 +138,7 @@ HYPERPARAMETERS = {
         Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
         Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0), "corrupt records tolerated per pass and channel (each logged)"),
         Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400), "seconds to wait for a Pipe-mode FIFO and its writer"),
+        Hyperparameter("collective_timeout", 600, _number(0, 86400), "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
         Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
     )
 }
@@ -164,6 +165,7 @@ class JobConfig:
     mixed_precision: str
     max_corrupted_records_to_skip: int
     pipe_wait_timeout: float
+    collective_timeout: float
     seed: int
 
     @classmethod

@@ -191,6 +191,34 @@ def read_resource_config(path: str | os.PathLike | None = None) -> ResourceConfi
     )
 
 
+CLUSTER_PORT = 2222
+CLUSTER_ADDRESSES_ENV = "TRAIN_CLUSTER_ADDRESSES"
+AUDIT_DIR_ENV = "TRAIN_AUDIT_DIR"
+
+
+def cluster_addresses(resources: ResourceConfig) -> dict[str, str]:
+    """host -> "address:port" for TensorFlow's cluster. On SageMaker the host names resolve
+    (algo-1, algo-2, ...); a local multi-host run maps them to 127.0.0.1 ports through
+    $TRAIN_CLUSTER_ADDRESSES (a JSON object), since they share one machine."""
+    override = os.environ.get(CLUSTER_ADDRESSES_ENV)
+    if override:
+        try:
+            addresses = json.loads(override)
+        except ValueError as err:
+            raise UserError(f"${CLUSTER_ADDRESSES_ENV} is not JSON: {err}") from err
+        missing = [h for h in resources.hosts if h not in addresses]
+        if missing:
+            raise UserError(f"${CLUSTER_ADDRESSES_ENV} has no address for {', '.join(missing)}")
+        return addresses
+    return {host: f"{host}:{CLUSTER_PORT}" for host in resources.hosts}
+
+
+def audit_dir() -> Path | None:
+    """Where the job records which records it trained on ($TRAIN_AUDIT_DIR; off by default)."""
+    value = os.environ.get(AUDIT_DIR_ENV)
+    return Path(value) if value else None
+
+
 def training_job_name() -> str:
     """The job's name (SageMaker sets TRAINING_JOB_NAME), or "local" outside SageMaker."""
     return os.environ.get("TRAINING_JOB_NAME") or "local"

@@ -16,7 +16,7 @@ from train.errors import DataError, JobError, UserError
 
 log = logging.getLogger(__name__)
 
-EXIT_CODES = {"internal error": 1, "configuration error": 2, "data error": 3, "stopped": 143}
+EXIT_CODES = {"internal error": 1, "configuration error": 2, "data error": 3, "cluster error": 4, "stopped": 143}
 
 # Errors raised inside tf.data (our reader runs there) reach Python as tf.errors.OpError whose
 # message starts with "<ExceptionClass>: <message>"; these are ours, by kind.
@@ -66,12 +66,25 @@ def _classify_tf(err, tf_errors, data_dir: Path | None) -> tuple[str, str]:
             "be found; set hyperparameters image_feature and label_feature to the feature names "
             "your TFRecords use"
         )
+    if _collective_failure(err, tf_errors, message):
+        return "cluster error", (
+            f"the hosts lost each other ({type(err).__name__}: {first[:300]}): another host died or "
+            "stopped answering; its log says why (multi-host jobs fail as a whole)"
+        )
     if isinstance(err, tf_errors.DataLossError):
         where = _locate_corruption(data_dir) if data_dir else None
         return "data error", where or f"corrupt TFRecord data: {first}"
     if isinstance(err, tf_errors.InvalidArgumentError) and "Example" in first:
         return "data error", f"a record is not a valid tf.train.Example: {first}"
     return "internal error", f"{type(err).__name__}: {first} (a bug in the training job, please report it)"
+
+
+def _collective_failure(err, tf_errors, message: str) -> bool:
+    """Collectives between hosts failed: a peer is gone (timeout, unreachable, aborted)."""
+    kinds = (tf_errors.DeadlineExceededError, tf_errors.UnavailableError, tf_errors.CancelledError,
+             tf_errors.AbortedError)
+    markers = ("collective", "Collective", "coordination service", "heartbeat", "/job:worker")
+    return isinstance(err, kinds) and any(marker in message for marker in markers)
 
 
 def _locate_corruption(data_dir: Path) -> str | None:

@@ -1,14 +1,20 @@
 """The input pipeline: where the records come from (one function), then one chain for all modes.
 
-    records --shuffle--> batch --parse_example--> decode (+ augment) --> prefetch
+    records --shard--> --shuffle--> batch --skip--> parse_example --> decode (+ augment) --> prefetch
 
 Pipe, File and FastFile differ only in `records()`; everything after it is the same and is
-tested on local TFRecord files.
+tested on local TFRecord files. Every epoch's pipeline is deterministic given its seed (shuffle,
+interleave and map order are fixed), which is what makes mid-epoch resume exact: a restarted job
+rebuilds the epoch's pipeline and skips the batches it had already trained on, before decoding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import tensorflow as tf
@@ -46,33 +52,38 @@ def read_files(files: list[str], max_skips: int) -> Iterator[list[bytes]]:
             yield from decoder.decode(f.read, f"file {name}")
 
 
-def records(
-    channel: ChannelConfig,
-    layout: Paths,
-    *,
-    batch_size: int | None = None,
-    max_skips: int = 0,
-    shuffle_files: bool = False,
-    seed: int = 0,
-    wait_timeout: float = 600.0,
-) -> tf.data.Dataset:
-    """The channel's serialized tf.train.Examples: single records, or batches when batch_size is set."""
+def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
+            shuffle_files: bool = False, shard: tuple[int, int] | None = None) -> tf.data.Dataset:
+    """The channel's serialized tf.train.Examples, one per element; with `shard` (count, index),
+    only this worker's share of them."""
+    max_skips = config.max_corrupted_records_to_skip
     if channel.input_mode == "Pipe":
-        return PipeModeDataset(
-            channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
-            batch_size=batch_size, max_corrupted_records_to_skip=max_skips, wait_timeout=wait_timeout,
-        )
+        dataset = PipeModeDataset(channel.name, "TFRecord", pipe_dir=layout.input_data,
+                                  config_dir=layout.input_config, max_corrupted_records_to_skip=max_skips,
+                                  wait_timeout=config.pipe_wait_timeout)
+        return dataset.shard(*shard) if shard else dataset
     files = channel_files(layout.input_data / channel.name)
+    if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
+        files, shard = files[shard[1]::shard[0]], None
     if max_skips:
-        return generator_dataset(lambda: read_files(files, max_skips), batch_size)
-    dataset = tf.data.Dataset.from_tensor_slices(files)
-    if shuffle_files:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
-    dataset = dataset.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(len(files), 8), num_parallel_calls=AUTOTUNE,
-        deterministic=not shuffle_files,
-    )
-    return dataset.batch(batch_size) if batch_size else dataset
+        dataset = generator_dataset(lambda: read_files(files, max_skips))
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(files)
+        if shuffle_files:
+            dataset = dataset.shuffle(len(files), seed=seed)
+        # deterministic: a resumed epoch must see its records in the same order
+        dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
+                                     num_parallel_calls=AUTOTUNE, deterministic=True)
+    return dataset.shard(*shard) if shard else dataset
+
+
+def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) -> tuple[int, int] | None:
+    # ShardedByS3Key already gave each host its own objects; FullyReplicated gave all of them to
+    # every host, so each worker keeps its share (in Pipe mode it still streams them all:
+    # ShardedByS3Key is the better choice for several hosts).
+    if context.num_input_pipelines > 1 and channel.distribution == "FullyReplicated":
+        return context.num_input_pipelines, context.input_pipeline_id
+    return None
 
 
 def parser(config: JobConfig, channel: str):
@@ -81,12 +92,12 @@ def parser(config: JobConfig, channel: str):
         config.image_feature: tf.io.FixedLenFeature([], tf.string),
         config.label_feature: tf.io.FixedLenFeature([], tf.int64),
     }
+    allowed = (f"labels must be 0 to {config.num_classes - 1}: check hyperparameters "
+               f"num_classes and label_feature ({config.label_feature!r})")
 
     def parse(batch):
         parsed = tf.io.parse_example(batch, features)
         labels = parsed[config.label_feature]
-        allowed = (f"labels must be 0 to {config.num_classes - 1}: check hyperparameters "
-                   f"num_classes and label_feature ({config.label_feature!r})")
         checks = [
             tf.debugging.assert_non_negative(
                 labels, message=f"LabelOutOfRange: channel {channel!r} has a negative label; {allowed}"),
@@ -101,35 +112,85 @@ def parser(config: JobConfig, channel: str):
     return parse
 
 
-def training_dataset(channel: ChannelConfig, layout: Paths, config: JobConfig) -> tf.data.Dataset:
-    size, augment = config.image_size, config.augment
-    dataset = records(channel, layout, max_skips=config.max_corrupted_records_to_skip,
-                      shuffle_files=True, seed=config.seed, wait_timeout=config.pipe_wait_timeout)
-    if config.shuffle_buffer:
-        # Records are shuffled before batching: in Pipe mode the stream arrives in S3 key order,
-        # and shuffling batches would keep every batch's records together.
-        dataset = dataset.shuffle(config.shuffle_buffer, seed=config.seed, reshuffle_each_iteration=True)
-    dataset = dataset.batch(config.batch_size)
-    dataset = dataset.map(parser(config, channel.name), num_parallel_calls=AUTOTUNE)
-    dataset = dataset.map(
-        lambda images, labels: (
-            preprocess.batch_of(lambda x: preprocess.for_train(x, size, augment), images, size), labels),
-        num_parallel_calls=AUTOTUNE,
-    )
-    return dataset.prefetch(AUTOTUNE)
+def epoch_seed(config: JobConfig, epoch: int) -> int:
+    return config.seed * 1_000_003 + epoch
 
 
-def evaluation_dataset(channel: ChannelConfig, layout: Paths, config: JobConfig) -> tf.data.Dataset:
+def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
+                   audit: "Audit | None" = None) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+    """The dataset function of one training epoch, for strategy.distribute_datasets_from_function:
+    each worker builds its own pipeline, batched per replica."""
+    size, augment, seed = config.image_size, config.augment, epoch_seed(config, epoch)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        per_replica = context.get_per_replica_batch_size(config.batch_size)
+        local_replicas = context.num_replicas_in_sync // context.num_input_pipelines
+        dataset = records(channel, layout, config, seed=seed, shuffle_files=True,
+                          shard=worker_shard(channel, context))
+        if config.shuffle_buffer:
+            # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
+            # shuffling batches would keep every batch's records together. Seeded per epoch, so a
+            # resumed epoch gets the same order.
+            dataset = dataset.shuffle(config.shuffle_buffer, seed=seed)
+        dataset = dataset.batch(per_replica)
+        first = skip_steps * local_replicas  # each step takes one batch per local replica
+        if first:
+            dataset = dataset.skip(first)  # batches already trained on: skipped before decoding
+        if audit:
+            dataset = audit.tap(dataset, epoch, first)
+        dataset = dataset.map(parser(config, channel.name), num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(
+            lambda images, labels: (
+                preprocess.batch_of(lambda x: preprocess.for_train(x, size, augment), images, size), labels),
+            num_parallel_calls=AUTOTUNE,
+        )
+        return dataset.prefetch(AUTOTUNE)
+
+    return dataset_fn
+
+
+def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig):
     size = config.image_size
-    dataset = records(channel, layout, batch_size=config.batch_size,
-                      max_skips=config.max_corrupted_records_to_skip, wait_timeout=config.pipe_wait_timeout)
-    dataset = dataset.map(parser(config, channel.name), num_parallel_calls=AUTOTUNE)
-    dataset = dataset.map(
-        lambda images, labels: (
-            preprocess.batch_of(lambda x: preprocess.for_eval(x, size), images, size), labels),
-        num_parallel_calls=AUTOTUNE,
-    )
-    return dataset.prefetch(AUTOTUNE)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = records(channel, layout, config, shard=worker_shard(channel, context))
+        dataset = dataset.batch(context.get_per_replica_batch_size(config.batch_size))
+        dataset = dataset.map(parser(config, channel.name), num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(
+            lambda images, labels: (
+                preprocess.batch_of(lambda x: preprocess.for_eval(x, size), images, size), labels),
+            num_parallel_calls=AUTOTUNE,
+        )
+        return dataset.prefetch(AUTOTUNE)
+
+    return dataset_fn
+
+
+class Audit:
+    """Which records each training batch held, and how many batches were trained: written to
+    $TRAIN_AUDIT_DIR when set (to check exact resume; it slows the input pipeline)."""
+
+    def __init__(self, folder: Path, host: str):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"audit-{host}.jsonl"
+        self._lock = threading.Lock()
+
+    def write(self, entry: dict) -> None:
+        with self._lock, open(self.path, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), **entry}) + "\n")
+
+    def tap(self, dataset: tf.data.Dataset, epoch: int, first_batch: int) -> tf.data.Dataset:
+        def record(index, batch):
+            digests = [hashlib.sha1(r).hexdigest() for r in batch.numpy()]
+            self.write({"epoch": epoch, "batch": int(index), "records": digests})
+            return batch
+
+        def logged(index, batch):
+            out = tf.py_function(record, [index, batch], tf.string)
+            out.set_shape(batch.shape)
+            return out
+
+        return dataset.enumerate(start=first_batch).map(logged)
 
 
 def file_of_corruption(folder: Path) -> str | None:
@@ -145,4 +206,3 @@ def file_of_corruption(folder: Path) -> str | None:
     except (OSError, UserError):
         return None
     return None
-

@@ -1,81 +1,165 @@
-"""The training job: data, model, the two training phases, metrics and export."""
+"""The training job: data, model, the training phases, checkpoints and resume, metrics and export."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
-import warnings
 from pathlib import Path
 
 import keras
 import tensorflow as tf
 
+from train import contract, distribute, metrics
 from train import input as inputs
-from train import metrics
+from train.checkpoints import Checkpoints, Progress
 from train.config import JobConfig
 from train.contract import ChannelConfig, Paths, ResourceConfig
 from train.errors import UserError
 from train.export import export
+from train.loop import Stopped, Trainer
 from train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
 
 log = logging.getLogger(__name__)
 
 CHANNELS = {"train": "required", "validation": "optional", "pretrained": "optional: backbone weights"}
 
-# Keras warns at the end of every epoch over a dataset of unknown length (every Pipe and
-# generator dataset), as if data were missing, and about ignoring `shuffle`, which we never set.
-warnings.filterwarnings("ignore", message="Your input ran out of data")
-warnings.filterwarnings("ignore", message="`shuffle=True` was passed")
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    name: str  # "scratch" or "head" (phase 1), "fine_tune" (phase 2)
+    start: int  # first epoch (0-based)
+    end: int
+    learning_rate: float
 
 
-def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig) -> dict:
-    """Trains and exports; returns the final metrics."""
+def phases(config: JobConfig, from_scratch: bool) -> list[Phase]:
+    first = Phase("scratch" if from_scratch else "head", 0, config.epochs, config.learning_rate)
+    second = Phase("fine_tune", config.epochs, config.epochs + config.fine_tune_epochs,
+                   config.fine_tune_learning_rate)
+    return [p for p in (first, second) if p.end > p.start]
+
+
+def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
+        stop: threading.Event | None = None) -> dict:
+    """Trains (resuming from the newest readable checkpoint, if any) and exports; returns the final
+    metrics. Raises Stopped, after saving a checkpoint, when `stop` is set (SIGTERM)."""
     check_channels(channels)
     keras.utils.set_random_seed(config.seed)
-    use_mixed_precision(config.mixed_precision)
-
+    cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
+    cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
+    mixed_precision = use_mixed_precision(config.mixed_precision)
     weights = resolve_weights(config, channels, layout)
-    backbone = build_backbone(config.backbone, config.image_size, weights)
     from_scratch = weights is None
-    model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
-                             pretrained=not from_scratch)
-    train = inputs.training_dataset(channels["train"], layout, config)
-    validation = (inputs.evaluation_dataset(channels["validation"], layout, config)
-                  if "validation" in channels else None)
-    logger = MetricsLogger()
-    callbacks = [logger, keras.callbacks.TensorBoard(log_dir=str(layout.output / "tensorboard"))]
+    with cluster.strategy.scope():
+        backbone = build_backbone(config.backbone, config.image_size, weights)
+        model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
+                                 pretrained=not from_scratch)
+    trainer = Trainer(model, cluster, mixed_precision, stop)
+    checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief)
+    audit_dir = contract.audit_dir()
+    audit = inputs.Audit(audit_dir, resources.current_host) if audit_dir else None
+    plan = phases(config, from_scratch)
+    epoch, step, history, configured = resume(checkpoints, plan, config, trainer, backbone, from_scratch)
+    epochs = EpochLog(layout, cluster.is_chief, history)
 
-    if config.epochs:
-        logger.phase = "scratch" if from_scratch else "head"
-        if from_scratch:
-            prepare_from_scratch(backbone)
-            log.info("phase 1: no pretrained weights (weights=none): training the whole network "
-                     "from scratch for %d epochs", config.epochs)
-        else:
-            freeze(backbone)
-            log.info("phase 1: training the new head for %d epochs, backbone frozen", config.epochs)
-        compile_model(model, config.learning_rate)
-        model.fit(train, validation_data=validation, epochs=config.epochs, callbacks=callbacks, verbose=2)
-    if config.fine_tune_epochs:
-        logger.phase = "fine_tune"
-        if from_scratch:
-            prepare_from_scratch(backbone)  # everything keeps training, at the lower rate
-            log.info("phase 2: training the whole network on, for %d epochs", config.fine_tune_epochs)
-        else:
-            layers = unfreeze_top(backbone, config.fine_tune_layers)
-            log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs",
-                     len(layers), layers[0] if layers else "-", layers[-1] if layers else "-",
-                     config.fine_tune_epochs)
-        compile_model(model, config.fine_tune_learning_rate)  # trainable changes need a recompile
-        model.fit(train, validation_data=validation, initial_epoch=config.epochs,
-                  epochs=config.epochs + config.fine_tune_epochs, callbacks=callbacks, verbose=2)
+    for phase in plan:
+        if epoch >= phase.end:
+            continue
+        if phase is not configured:
+            configure(phase, backbone, config, from_scratch)
+            trainer.start_phase(phase.learning_rate)
+        for epoch in range(max(epoch, phase.start), phase.end):
+            started = time.perf_counter()
+            train = cluster.strategy.distribute_datasets_from_function(
+                inputs.training_input(channels["train"], layout, config, epoch, step, audit))
+            on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
+            results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
+            if stopped:
+                checkpoints.save(model, trainer.optimizer,
+                                 Progress(phase.name, epoch, steps, config.batch_size, tuple(epochs.rows)))
+                raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
+                              f"({steps * config.batch_size} records of its pass); checkpoint saved in "
+                              f"{layout.checkpoints}: a restarted job resumes there")
+            if "validation" in channels:
+                results |= trainer.evaluate(cluster.strategy.distribute_datasets_from_function(
+                    inputs.evaluation_input(channels["validation"], layout, config)))
+            epochs.add(epoch, phase.name, results, time.perf_counter() - started)
+            checkpoints.save(model, trainer.optimizer,
+                             Progress(phase.name, epoch + 1, 0, config.batch_size, tuple(epochs.rows)))
+            step = 0
+            if trainer.stop_requested():
+                raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in {layout.checkpoints}")
+        epoch = phase.end
 
-    final = logger.rows[-1] if logger.rows else {}
-    if resources.is_chief:
+    if cluster.is_chief:
         serving_dir = export(model, config.class_names, config.image_size, layout.model)
-        metrics.write_json(layout.output_data / "metrics.json", logger.rows, final)
+        epochs.write(layout.output_data / "metrics.json")
         log.info("exported the model to %s (serving) and %s", serving_dir, layout.model / "model.keras")
-    return final
+    return epochs.rows[-1] if epochs.rows else {}
+
+
+def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, trainer: Trainer,
+           backbone: keras.Model, from_scratch: bool) -> tuple[int, int, tuple, Phase | None]:
+    """Restores the newest readable checkpoint: (epoch, step to resume at, epoch history, the phase
+    now configured). Each candidate is tried with the model set up for its own phase; a damaged
+    one is skipped with a warning and the previous one used. (0, 0, (), None) when none."""
+    for path, progress in checkpoints.candidates():
+        phase = next((p for p in plan if progress.epoch < p.end), plan[-1])
+        configure(phase, backbone, config, from_scratch)
+        trainer.start_phase(phase.learning_rate)
+        # a checkpoint from the end of phase 1 restores the weights only: phase 2 has a new optimizer
+        same_phase = progress.phase == phase.name
+        if not checkpoints.restore(path, trainer.model, trainer.optimizer if same_phase else None):
+            continue
+        step = progress.steps
+        if progress.global_batch != config.batch_size and step:
+            log.warning("checkpoint %s was taken with batch_size %d, now %d: epoch %d restarts from its first record",
+                        path.name, progress.global_batch, config.batch_size, progress.epoch + 1)
+            step = 0
+        log.info("resuming from checkpoint %s: epoch %d of %d, after %d steps (%d records of its pass)",
+                 path.name, progress.epoch + 1, plan[-1].end, step, step * config.batch_size)
+        return progress.epoch, step, progress.history, phase
+    return 0, 0, (), None
+
+
+def configure(phase: Phase, backbone: keras.Model, config: JobConfig, from_scratch: bool) -> None:
+    if from_scratch:
+        prepare_from_scratch(backbone)
+        log.info("%s: no pretrained weights (weights=none): training the whole network for %d epochs",
+                 "phase 1" if phase.name == "scratch" else "phase 2", phase.end - phase.start)
+    elif phase.name == "head":
+        freeze(backbone)
+        log.info("phase 1: training the new head for %d epochs, backbone frozen", phase.end - phase.start)
+    else:
+        layers = unfreeze_top(backbone, config.fine_tune_layers)
+        log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
+                 layers[0] if layers else "-", layers[-1] if layers else "-", phase.end - phase.start)
+
+
+class EpochLog:
+    """Each epoch's metric line (for SageMaker's MetricDefinitions), TensorBoard scalars, and the
+    rows of metrics.json (the chief writes; every worker has the same numbers)."""
+
+    def __init__(self, layout: Paths, is_chief: bool, history: tuple = ()):
+        self.rows: list[dict] = list(history)
+        self.is_chief = is_chief
+        self.writer = tf.summary.create_file_writer(str(layout.output / "tensorboard")) if is_chief else None
+
+    def add(self, epoch: int, phase: str, results: dict, seconds: float) -> None:
+        values = metrics.row(epoch + 1, phase, results)
+        values["seconds"] = round(seconds, 3)
+        self.rows.append(values)
+        print(metrics.format_line(values), flush=True)
+        if self.writer:
+            with self.writer.as_default(step=epoch + 1):
+                for name, value in results.items():
+                    tf.summary.scalar(name, value)
+            self.writer.flush()
+
+    def write(self, path: Path) -> None:
+        metrics.write_json(path, self.rows, self.rows[-1] if self.rows else {})
 
 
 def check_channels(channels: dict[str, ChannelConfig]) -> None:
@@ -110,35 +194,9 @@ def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layou
     return found[0]
 
 
-def use_mixed_precision(setting: str) -> None:
+def use_mixed_precision(setting: str) -> bool:
     gpus = tf.config.list_physical_devices("GPU")
     on = setting == "true" or (setting == "auto" and bool(gpus))
     keras.mixed_precision.set_dtype_policy("mixed_float16" if on else "float32")
     log.info("mixed precision %s (%d GPU%s)", "on" if on else "off", len(gpus), "" if len(gpus) == 1 else "s")
-
-
-def compile_model(model: keras.Model, learning_rate: float) -> None:
-    model.compile(
-        optimizer=keras.optimizers.Adam(learning_rate),
-        loss=keras.losses.SparseCategoricalCrossentropy(),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-    )
-
-
-class MetricsLogger(keras.callbacks.Callback):
-    """Prints each epoch's metric line (for SageMaker's MetricDefinitions) and keeps the rows."""
-
-    def __init__(self):
-        super().__init__()
-        self.rows: list[dict] = []
-        self.phase = "head"
-        self._started = 0.0
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._started = time.perf_counter()
-
-    def on_epoch_end(self, epoch, logs=None):
-        values = metrics.row(epoch + 1, self.phase, logs or {})
-        values["seconds"] = round(time.perf_counter() - self._started, 3)
-        self.rows.append(values)
-        print(metrics.format_line(values), flush=True)
+    return on

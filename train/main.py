@@ -9,7 +9,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import sys
+import threading
+
+STOPPED_EXIT_CODE = 143  # 128 + SIGTERM, as if the signal had ended the process
+
+
+def on_sigterm(stop: threading.Event):
+    """StopTrainingJob and spot interruptions send SIGTERM, then SIGKILL 120 s later: ask the
+    training loop to stop after its current step and save a checkpoint, well within that."""
+
+    def handler(signum, frame):
+        logging.getLogger("train").warning(
+            "SIGTERM received: stopping after the current step and saving a checkpoint")
+        stop.set()
+
+    return handler
 
 
 def main() -> int:
@@ -20,6 +36,8 @@ def main() -> int:
 
     layout = contract.paths()
     log = logging.getLogger("train")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, on_sigterm(stop))
     try:
         from train.config import JobConfig
 
@@ -31,8 +49,13 @@ def main() -> int:
         log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))
 
         from train import job  # TensorFlow loads here, after the cheap checks
+        from train.loop import Stopped
 
-        final = job.run(config, layout, channels, resources)
+        try:
+            final = job.run(config, layout, channels, resources, stop)
+        except Stopped as stopped:  # not a failure: no failure file
+            log.warning("%s", stopped)
+            return STOPPED_EXIT_CODE
     except BaseException as err:  # noqa: BLE001 - the one place every failure is reported
         return failure.report(err, layout.failure, layout.input_data)
     log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))

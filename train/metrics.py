@@ -24,10 +24,10 @@ METRIC_DEFINITIONS = [
 
 
 def row(epoch: int, phase: str, logs: dict) -> dict:
-    """Keras' epoch logs under stable names: loss -> train_loss, val_loss stays val_loss."""
+    """An epoch's metrics under stable names: loss -> train_loss; train_*, val_* kept."""
     out = {"epoch": epoch, "phase": phase}
     for key, value in logs.items():
-        name = key if key.startswith("val_") else f"train_{key}"
+        name = key if key.startswith(("train_", "val_")) else f"train_{key}"
         out[name] = float(value)
     return out
 

@@ -1,0 +1,149 @@
+"""The training loop: one step at a time, on any tf.distribute strategy.
+
+Why not Keras' fit(): under a distribution strategy, Keras 3.15's fit() pulls a first batch from
+a throwaway iterator to build the model (in Pipe mode, that opens and drops a whole pass each call)
+and reduces that input batch across replicas, which MultiWorkerMirroredStrategy cannot do. This
+loop also gives what the job needs and fit() hides: the exact number of steps trained in the
+current pass (for mid-epoch resume) and one stop decision agreed by all workers at the same step
+(a SIGTERM reaches the hosts at slightly different times; a worker stopping alone would leave the
+others waiting in a collective).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+import keras
+import tensorflow as tf
+
+from train.distribute import Cluster
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY_STEPS = 10
+
+
+class Stopped(Exception):
+    """Training stopped on request (SIGTERM) after saving a checkpoint."""
+
+
+@dataclasses.dataclass
+class Totals:
+    loss: float = 0.0
+    correct: float = 0.0
+    examples: float = 0.0
+
+    def add(self, loss_sum, correct, examples) -> None:
+        self.loss += float(loss_sum)
+        self.correct += float(correct)
+        self.examples += float(examples)
+
+    def metrics(self, prefix: str) -> dict:
+        n = max(self.examples, 1.0)
+        return {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
+
+
+class Trainer:
+    def __init__(self, model: keras.Model, cluster: Cluster, mixed_precision: bool,
+                 stop: threading.Event | None = None):
+        self.model, self.cluster, self.mixed_precision = model, cluster, mixed_precision
+        self.stop = stop or threading.Event()
+        self.optimizer = None
+        self._steps: list = []
+        if cluster.multi_worker:
+            self._agree = tf.function(lambda flag: cluster.strategy.reduce(
+                "sum", cluster.strategy.run(lambda: tf.identity(flag)), axis=None))
+
+    def start_phase(self, learning_rate: float) -> None:
+        """A fresh optimizer for the model's current trainable weights, and step functions traced
+        for them (unfreezing layers changes what a step updates)."""
+        with self.cluster.strategy.scope():
+            optimizer = keras.optimizers.Adam(learning_rate)
+            if self.mixed_precision:
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(self.model.trainable_variables)
+        self.optimizer = optimizer
+        self._steps = []
+
+    def _step(self, train: bool, dataset):
+        """The step function for `dataset`'s batches, traced once for its element spec: batches of
+        any size, including a pass's last, smaller one, then reuse the same graph."""
+        spec = dataset.element_spec
+        for known_train, known_spec, function in self._steps:  # (specs need not be hashable)
+            if known_train == train and known_spec == spec:
+                return function
+        function = tf.function(self._make_step(train), input_signature=[spec])
+        self._steps.append((train, spec, function))
+        return function
+
+    def _make_step(self, train: bool):
+        model, optimizer, strategy = self.model, self.optimizer, self.cluster.strategy
+        scale = self.mixed_precision
+
+        def replica_step(images, labels):
+            count = tf.shape(labels)[0]
+            examples = tf.cast(count, tf.float32)
+            # the global mean: replicas (and, at a pass's end, workers) may hold fewer examples
+            global_examples = tf.distribute.get_replica_context().all_reduce("sum", examples)
+            # With several workers, one whose share of the pass has run out gets empty batches
+            # while the others finish theirs (tf.distribute's get_next_as_optional). Every replica
+            # must still run the same ops (the gradient all-reduce), and Keras layers fail on empty
+            # batches, so an empty batch becomes one blank image that weighs nothing in the loss.
+            # (Only a backbone trained from scratch, BatchNorm in training mode, sees it at all: in
+            # its moving statistics, for the few steps at the end of an uneven pass.)
+            weight = tf.cast(count > 0, tf.float32)
+            images = tf.cond(count > 0, lambda: images, lambda: tf.zeros([1, *images.shape[1:]], images.dtype))
+            labels = tf.cond(count > 0, lambda: labels, lambda: tf.zeros([1], labels.dtype))
+            with tf.GradientTape() as tape:
+                probabilities = model(images, training=train)
+                per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+                loss_sum = tf.reduce_sum(per_example) * weight
+                loss = loss_sum / tf.maximum(global_examples, 1.0)
+                if scale:
+                    loss = optimizer.scale_loss(loss)
+            if train:
+                gradients = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
+            predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
+            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32)) * weight
+            return loss_sum, correct, examples
+
+        def step(batch):
+            outputs = strategy.run(replica_step, args=batch)
+            return [strategy.reduce("sum", value, axis=None) for value in outputs]
+
+        return step
+
+    def stop_requested(self) -> bool:
+        """The same answer on every worker, at the same step."""
+        wanted = self.stop.is_set()
+        if not self.cluster.multi_worker:
+            return wanted
+        return float(self._agree(tf.constant(1.0 if wanted else 0.0))) > 0
+
+    def train_epoch(self, dataset, epoch: int, first_step: int, global_batch: int,
+                    on_step=None) -> tuple[dict, int, bool]:
+        """Trains on `dataset` (already positioned after `first_step` steps). Returns
+        (metrics of this run's steps, steps done in the epoch, whether a stop was requested)."""
+        totals, steps, started = Totals(), first_step, time.perf_counter()
+        train_step = self._step(True, dataset)
+        for batch in dataset:
+            totals.add(*train_step(batch))
+            steps += 1
+            if on_step:
+                on_step(steps)
+            if steps % PROGRESS_EVERY_STEPS == 0:
+                rate = totals.examples / (time.perf_counter() - started)
+                log.info("progress: epoch=%d step=%d loss=%.4f examples/s=%.1f", epoch + 1, steps,
+                         totals.loss / max(totals.examples, 1), rate)
+            if self.stop_requested():
+                return totals.metrics("train_"), steps, True
+        return totals.metrics("train_"), steps, False
+
+    def evaluate(self, dataset) -> dict:
+        totals, eval_step = Totals(), self._step(False, dataset)
+        for batch in dataset:
+            totals.add(*eval_step(batch))
+        return totals.metrics("val_")
