@@ -34,7 +34,7 @@ from launch.objects import SourceError, StoredObject, list_objects
 # The feeder (and the Pipe reader's framing it uses) loads only when a job runs: `launch submit`
 # shares this CLI and must work with nothing but boto3 and the SageMaker SDK installed.
 if TYPE_CHECKING:
-    from launch.pipe_feeder import PassReport
+    from launch.pipe_feeder import PassReport, PipeFeeder
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "container" / "train"

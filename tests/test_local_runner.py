@@ -14,8 +14,8 @@ from launch.channels import ChannelError, ChannelSpec
 from launch.local import LocalRun
 from launch.objects import SourceError, list_objects
 from launch.pipe_feeder import FeedError, PipeFeeder
-from tests.conftest import REPO, random_records, run_logged
-from train.pipe import PipeModeDataset, recordio, tfrecord
+from tests.conftest import random_records, run_logged
+from train.pipe import PipeModeDataset, tfrecord
 
 
 def make_objects(folder, count=8, size=1000):

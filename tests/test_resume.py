@@ -77,7 +77,7 @@ def test_sigterm_mid_epoch_then_restart_trains_each_record_of_that_epoch_exactly
     if mode == "Pipe":
         job.add_channel("train")
         source = job.write("train.tfrecord", tfrecord.encode(examples))
-        feeder = job.feed("train", [source])
+        job.feed("train", [source])
     else:
         file_channel(job, "train", examples, shards=3)
     write_hyperparameters(job, num_classes=10, image_size=32, epochs=2, batch_size=BATCH,
