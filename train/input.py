@@ -138,13 +138,7 @@ def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epo
             dataset = dataset.skip(first)  # batches already trained on: skipped before decoding
         if audit:
             dataset = audit.tap(dataset, epoch, first)
-        dataset = dataset.map(parser(config, channel.name), num_parallel_calls=AUTOTUNE)
-        dataset = dataset.map(
-            lambda images, labels: (
-                preprocess.batch_of(lambda x: preprocess.for_train(x, size, augment), images, size), labels),
-            num_parallel_calls=AUTOTUNE,
-        )
-        return dataset.prefetch(AUTOTUNE)
+        return decoded(dataset, config, channel.name, lambda x: preprocess.for_train(x, size, augment))
 
     return dataset_fn
 
@@ -155,15 +149,18 @@ def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig):
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         dataset = records(channel, layout, config, shard=worker_shard(channel, context))
         dataset = dataset.batch(context.get_per_replica_batch_size(config.batch_size))
-        dataset = dataset.map(parser(config, channel.name), num_parallel_calls=AUTOTUNE)
-        dataset = dataset.map(
-            lambda images, labels: (
-                preprocess.batch_of(lambda x: preprocess.for_eval(x, size), images, size), labels),
-            num_parallel_calls=AUTOTUNE,
-        )
-        return dataset.prefetch(AUTOTUNE)
+        return decoded(dataset, config, channel.name, lambda x: preprocess.for_eval(x, size))
 
     return dataset_fn
+
+
+def decoded(batches: tf.data.Dataset, config: JobConfig, channel: str, transform) -> tf.data.Dataset:
+    """Batches of serialized examples -> (images, labels): parse, then `transform` each image."""
+    size = config.image_size
+    dataset = batches.map(parser(config, channel), num_parallel_calls=AUTOTUNE)
+    dataset = dataset.map(lambda images, labels: (preprocess.batch_of(transform, images, size), labels),
+                          num_parallel_calls=AUTOTUNE)
+    return dataset.prefetch(AUTOTUNE)
 
 
 class Audit:

@@ -68,8 +68,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         if epoch >= phase.end:
             continue
         if phase is not configured:
-            configure(phase, backbone, config, from_scratch)
-            trainer.start_phase(phase.learning_rate)
+            configure(phase, backbone, config, from_scratch, trainer)
         for epoch in range(max(epoch, phase.start), phase.end):
             started = time.perf_counter()
             train = cluster.strategy.distribute_datasets_from_function(
@@ -107,8 +106,7 @@ def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, train
     one is skipped with a warning and the previous one used. (0, 0, (), None) when none."""
     for path, progress in checkpoints.candidates():
         phase = next((p for p in plan if progress.epoch < p.end), plan[-1])
-        configure(phase, backbone, config, from_scratch)
-        trainer.start_phase(phase.learning_rate)
+        configure(phase, backbone, config, from_scratch, trainer)
         # a checkpoint from the end of phase 1 restores the weights only: phase 2 has a new optimizer
         same_phase = progress.phase == phase.name
         if not checkpoints.restore(path, trainer.model, trainer.optimizer if same_phase else None):
@@ -124,7 +122,8 @@ def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, train
     return 0, 0, (), None
 
 
-def configure(phase: Phase, backbone: keras.Model, config: JobConfig, from_scratch: bool) -> None:
+def configure(phase: Phase, backbone: keras.Model, config: JobConfig, from_scratch: bool, trainer: Trainer) -> None:
+    """Sets which layers `phase` trains, then gives the trainer a fresh optimizer for them."""
     if from_scratch:
         prepare_from_scratch(backbone)
         log.info("%s: no pretrained weights (weights=none): training the whole network for %d epochs",
@@ -136,6 +135,7 @@ def configure(phase: Phase, backbone: keras.Model, config: JobConfig, from_scrat
         layers = unfreeze_top(backbone, config.fine_tune_layers)
         log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
                  layers[0] if layers else "-", layers[-1] if layers else "-", phase.end - phase.start)
+    trainer.start_phase(phase.learning_rate)  # after: the optimizer is built for the trainable weights
 
 
 class EpochLog:
