@@ -10,7 +10,8 @@ For 100 KB, 1 KB and 100 B records, the same TFRecord bytes are read by:
   pipe-batched  PipeModeDataset(batch_size=1024), CRC checks on
   pipe-records  PipeModeDataset() (one record per element), batch(1024), CRC checks on
 Every FIFO is fed by `cat FILE > FIFO`; every consumer sums the record lengths of each batch and
-the sums are checked against each other. Then peak RSS growth while streaming >= 4 GB.
+the sums are checked against each other. Then peak RSS growth while streaming >= 4 GB, and how
+fast the reader skips garbage after a damaged header (max_corrupted_records_to_skip > 0).
 """
 
 from __future__ import annotations
@@ -199,7 +200,31 @@ def peak_rss(quick: bool, workdir: str) -> list[dict]:
     return rows
 
 
-def report(rows: list[dict], rss: list[dict]) -> None:
+def resync_speed(quick: bool) -> dict[str, float]:
+    """MB/s at which the decoder skips garbage after a damaged header, for random bytes and for a
+    run of zeros (a preallocated, never-written file), read from memory."""
+    from train.pipe.corruption import CorruptionPolicy
+
+    records = [bytes(1000)] * 100
+    size = (1 << 20) if quick else (64 << 20)
+    speeds = {}
+    for name, garbage in (("random", np.random.default_rng(0).bytes(size)), ("zeros", bytes(size))):
+        data = memoryview(tfrecord.encode(records) + garbage + tfrecord.encode(records))
+        position = 0
+
+        def read(n: int) -> bytes:
+            nonlocal position
+            position += n
+            return bytes(data[position - n : position])
+
+        decoder = tfrecord.TFRecordDecoder(CorruptionPolicy(1))
+        got, seconds = timed(lambda: sum(len(batch) for batch in decoder.decode(read, "bench")))
+        assert got == 2 * len(records), got
+        speeds[name] = size / 1e6 / seconds
+    return speeds
+
+
+def report(rows: list[dict], rss: list[dict], resync: dict[str, float]) -> None:
     print("\nThroughput (best of the repeats, all in this run; ratios are pipe-batched / baseline)")
     head = f"{'records':>8} {'count':>9} {'MB':>7} | " + " ".join(
         f"{k:>19}" for k in ("dd", "python-raw", "file", "pipe-batched", "pipe-records"))
@@ -219,6 +244,8 @@ def report(rows: list[dict], rss: list[dict]) -> None:
         print(f"{r['path']:>13} {r['records']:>6} records, {r['GB']:.1f} GB in one pass: "
               f"RSS before {r['rss_before_mb']:.0f} MB, peak {r['peak_mb']:.0f} MB, "
               f"growth {r['peak_mb'] - r['rss_before_mb']:.0f} MB")
+    print("\nResynchronisation after a damaged header (skipping on): "
+          + ", ".join(f"{name} garbage {mb_s:.0f} MB/s" for name, mb_s in resync.items()))
 
 
 def main(argv=None) -> int:
@@ -231,7 +258,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
         rows = throughput(args.quick, workdir, 1 if args.quick else args.repeats)
         rss = [] if args.skip_rss else peak_rss(args.quick, workdir)
-    report(rows, rss)
+    report(rows, rss, resync_speed(args.quick))
     return 0
 
 

@@ -160,3 +160,45 @@ def test_garbage_after_the_last_record_is_skipped_to_the_end_when_allowed():
         decode(data)
     got, decoder = decode(data, skips=1)
     assert got == RECORDS and decoder.policy.skipped == 1
+
+
+def brute_force_find_header(window: bytes, max_record_bytes: int) -> int:
+    """The definition find_header implements, one offset at a time."""
+    for offset in range(len(window) - tfrecord.HEADER_BYTES + 1):
+        length, crc = struct.unpack_from("<QI", window, offset)
+        if length <= max_record_bytes and masked_crc32c(window[offset:offset + 8]) == crc:
+            return offset
+    return -1
+
+
+def planted(data: bytes, offset: int, length: int) -> bytes:
+    header = struct.pack("<Q", length)
+    header += struct.pack("<I", masked_crc32c(header))
+    return data[:offset] + header + data[offset + 12:]
+
+
+@pytest.mark.parametrize("max_record_bytes", [tfrecord.MAX_RECORD_BYTES, 1000, 2**40, 2**64 - 1])
+def test_find_header_agrees_with_the_brute_force_search(max_record_bytes):
+    import random
+
+    rng = random.Random(max_record_bytes)
+    small_ints = b"".join(struct.pack("<Q", rng.randrange(300)) for _ in range(500))  # many candidates
+    windows = [bytes(4000), rng.randbytes(4000), small_ints, b"\x00" * 100 + rng.randbytes(50)]
+    windows += [planted(w, at, length) for w in windows[:3] for at, length in ((0, 0), (1777, 5), (3988, 999))]
+    windows += [planted(bytes(4000), 13, 2**35), b"", b"\x00" * 11]
+    for window in windows:
+        assert tfrecord.find_header(window, max_record_bytes) == brute_force_find_header(window, max_record_bytes)
+
+
+@pytest.mark.parametrize("garbage", ["zeros", "random", "small integers"])
+def test_megabytes_of_garbage_between_records_are_skipped(garbage, caplog):
+    import random
+
+    rng = random.Random(5)
+    junk = {"zeros": bytes(3 << 20), "random": rng.randbytes(3 << 20),
+            "small integers": b"".join(struct.pack("<Q", rng.randrange(64)) for _ in range(3 << 17))}[garbage]
+    data = tfrecord.encode(RECORDS) + junk + tfrecord.encode(RECORDS)
+    with caplog.at_level(logging.WARNING):
+        got, decoder = decode(data, skips=1)
+    assert got == RECORDS + RECORDS and decoder.policy.skipped == 1
+    assert f"skipped {len(junk)} bytes after a damaged header" in caplog.text

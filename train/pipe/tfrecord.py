@@ -203,24 +203,20 @@ class TFRecordDecoder:
 
         A header is accepted when its length CRC matches (always checked here, even with
         check_crc=False) and its length is possible: a false match has odds of about 2**-32 per
-        offset. A slow byte-by-byte search, but it only runs on opted-in corruption.
+        offset. Runs at hundreds of MB/s (find_header), so a large stray object in a channel
+        costs seconds, not minutes, of every pass.
         """
         start = base
         while True:
-            for offset in range(len(window) - HEADER_BYTES + 1):
-                length, length_crc = _HEADER.unpack_from(window, offset)
-                if (
-                    length <= self.max_record_bytes
-                    and masked_crc32c(window[offset : offset + 8]) == length_crc
-                ):
-                    log.warning(
-                        "%s: skipped %d bytes after a damaged header; records resume at byte "
-                        "offset %d",
-                        where,
-                        base + offset - start + 1,
-                        base + offset,
-                    )
-                    return window, base, offset
+            offset = find_header(window, self.max_record_bytes)
+            if offset >= 0:
+                log.warning(
+                    "%s: skipped %d bytes after a damaged header; records resume at byte offset %d",
+                    where,
+                    base + offset - start + 1,
+                    base + offset,
+                )
+                return window, base, offset
             keep = window[-(HEADER_BYTES - 1) :] if len(window) >= HEADER_BYTES else window
             more = read(self.chunk_bytes)
             if not more:
@@ -232,3 +228,49 @@ class TFRecordDecoder:
                 return b"", base + len(window), 0
             base += len(window) - len(keep)
             window = keep + more
+
+
+# Candidates are checked in blocks: bounded memory (12 bytes each) even when every offset is one
+# (a run of zero bytes), and an early match ends the search.
+_RESYNC_BLOCK = 1 << 16
+_ZERO_LENGTH_CRC = _U32.pack(masked_crc32c(bytes(8)))
+
+
+def find_header(window: bytes, max_record_bytes: int = MAX_RECORD_BYTES) -> int:
+    """The first offset in `window` where a whole, valid TFRecord header starts (a length of at
+    most max_record_bytes followed by its masked CRC), or -1.
+
+    Vectorised with numpy: a length <= max_record_bytes has zeros in its high bytes, which rules
+    out almost every offset of random bytes at once; the CRCs of the remaining candidates are
+    computed once per distinct length (a run of zeros has one). A byte-by-byte search in Python
+    ran at ~1-7 MB/s.
+    """
+    count = len(window) - HEADER_BYTES + 1
+    if count <= 0:
+        return -1
+    data = np.frombuffer(window, np.uint8)
+    plausible = np.ones(count, bool)
+    for k in range(min(8, (max_record_bytes.bit_length() + 7) // 8), 8):  # high bytes of the length
+        plausible &= data[k : k + count] == 0
+    # A run of zero bytes makes every offset a candidate of length 0: those can only match where
+    # the masked CRC of a zero length follows, which is checked for all of them at once.
+    zero_length = np.ones(count, bool)
+    for k in range(8):
+        zero_length &= data[k : k + count] == 0
+    zero_crc = np.ones(count, bool)
+    for k, byte in enumerate(_ZERO_LENGTH_CRC):
+        zero_crc &= data[8 + k : 8 + k + count] == byte
+    plausible &= ~zero_length | zero_crc
+    candidates = np.flatnonzero(plausible)
+    headers = np.lib.stride_tricks.sliding_window_view(data, HEADER_BYTES)
+    for first in range(0, len(candidates), _RESYNC_BLOCK):
+        block = candidates[first : first + _RESYNC_BLOCK]
+        rows = headers[block]  # a (len(block), 12) copy
+        lengths = np.ascontiguousarray(rows[:, :8]).view("<u8").ravel()
+        stored = np.ascontiguousarray(rows[:, 8:]).view("<u4").ravel()
+        distinct, which = np.unique(lengths, return_inverse=True)
+        expected = np.array([masked_crc32c(_LENGTH.pack(int(n))) for n in distinct], np.uint32)
+        found = np.flatnonzero((expected[which.ravel()] == stored) & (lengths <= max_record_bytes))
+        if found.size:
+            return int(block[found[0]])
+    return -1
