@@ -23,3 +23,16 @@ def test_val_loss_is_not_caught_as_train_loss():
     train = next(d for d in METRIC_DEFINITIONS if d["Name"] == "train:loss")
     assert re.search(train["Regex"], line).group(1) == "0.9"
     assert not any(re.search(d["Regex"], "epoch=1 train_loss=0.9") for d in METRIC_DEFINITIONS)  # prefix required
+
+
+def test_metrics_json_is_strict_json_even_when_the_loss_is_not_a_number(tmp_path):
+    import json
+
+    from train.metrics import write_json
+
+    rows = [row(1, "head", {"loss": float("nan"), "val_loss": float("inf"), "accuracy": 0.5})]
+    write_json(tmp_path / "metrics.json", rows, rows[-1])
+    text = (tmp_path / "metrics.json").read_text()
+    strict = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+    assert strict["final"] == {"epoch": 1, "phase": "head", "train_loss": None, "val_loss": None,
+                               "train_accuracy": 0.5}

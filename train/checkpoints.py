@@ -20,6 +20,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from train.metrics import to_json
+
 log = logging.getLogger(__name__)
 KEEP = 3
 
@@ -52,7 +54,7 @@ class Checkpoints:
         if not self.is_chief:
             shutil.rmtree(temporary, ignore_errors=True)
             return None
-        (temporary / "progress.json").write_text(json.dumps({**dataclasses.asdict(progress), "time": time.time()}))
+        (temporary / "progress.json").write_text(to_json({**dataclasses.asdict(progress), "time": time.time()}))
         final = self.folder / f"ckpt-{self._next_number():06d}"
         os.rename(temporary, final)  # atomic: a checkpoint exists whole or not at all
         for old in self.complete()[KEEP:]:

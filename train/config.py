@@ -9,6 +9,7 @@ JobConfig, or raises a UserError naming the hyperparameter and what is allowed. 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,9 @@ def _number(minimum: float, maximum: float, *, open_low: bool = True):
     def parse(name, value):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"hyperparameter {name} must be a number, got {value!r}")
+        # JSON decoding turns "NaN" and "Infinity" into floats that pass every comparison
+        if not math.isfinite(value):
+            raise UserError(f"hyperparameter {name} must be a finite number, got {value}")
         if value < minimum or value > maximum or (open_low and value == minimum):
             low = "> " if open_low else ">= "
             raise UserError(f"hyperparameter {name} must be {low}{minimum:g} and <= {maximum:g}, got {value}")

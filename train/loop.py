@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 
@@ -20,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from train.distribute import Cluster
+from train.errors import UserError
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_STEPS = 10
@@ -27,6 +29,10 @@ PROGRESS_EVERY_STEPS = 10
 
 class Stopped(Exception):
     """Training stopped on request (SIGTERM) after saving a checkpoint."""
+
+
+class Diverged(UserError):
+    """The loss became NaN or infinite: the weights are lost, training further only costs money."""
 
 
 @dataclasses.dataclass
@@ -51,6 +57,7 @@ class Trainer:
         self.model, self.cluster, self.mixed_precision = model, cluster, mixed_precision
         self.stop = stop or threading.Event()
         self.optimizer = None
+        self.learning_rate = None
         self._steps: list = []
         if cluster.multi_worker:
             self._agree = tf.function(lambda flag: cluster.strategy.reduce(
@@ -65,6 +72,7 @@ class Trainer:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(self.model.trainable_variables)
         self.optimizer = optimizer
+        self.learning_rate = learning_rate
         self._steps = []
 
     def _step(self, train: bool, dataset):
@@ -132,6 +140,12 @@ class Trainer:
         for batch in dataset:
             totals.add(*train_step(batch))
             steps += 1
+            if not math.isfinite(totals.loss):
+                raise Diverged(
+                    f"training diverged: the loss became {totals.loss} at step {steps} of epoch {epoch + 1}, "
+                    "so the weights are no longer numbers; no checkpoint was taken of them. Lower the "
+                    f"learning rate (this phase's is {self.learning_rate:g}: hyperparameter learning_rate "
+                    "for phase 1, fine_tune_learning_rate for phase 2)")
             if on_step:
                 on_step(steps)
             if steps % PROGRESS_EVERY_STEPS == 0:

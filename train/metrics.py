@@ -42,4 +42,20 @@ def format_line(values: dict) -> str:
 
 def write_json(path: Path, rows: list[dict], summary: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"epochs": rows, "final": summary}, indent=2) + "\n")
+    path.write_text(to_json({"epochs": rows, "final": summary}, indent=2) + "\n")
+
+
+def to_json(value, **options) -> str:
+    """Strict JSON: a non-finite number (a diverged loss) becomes null. Python's json writes bare
+    NaN and Infinity by default, which no other JSON reader accepts."""
+    return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
