@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import re
 
+from launch.cli import UsageError
 from train.contract import INPUT_MODES, RECORD_WRAPPERS
 
 COMPRESSIONS = ("None", "Gzip")
@@ -23,7 +24,7 @@ DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # SageMaker's ChannelName pattern
 
 
-class ChannelError(ValueError):
+class ChannelError(UsageError):
     """A channel described wrongly: the message says which and how to fix it."""
 
 

@@ -3,17 +3,11 @@ against the training job's own schema (train/config.py: one source of truth)."""
 
 from __future__ import annotations
 
-from launch.channels import ChannelError
+from launch.cli import key_values
 
 
 def parse(items: list[str]) -> dict[str, str]:
-    values = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ChannelError(f"--hp {item!r}: expected KEY=VALUE")
-        values[key] = value
-    return values
+    return key_values(items, "--hp")
 
 
 def check(values: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ import time
 
 from launch.channels import ChannelError, ChannelSpec
 from launch.objects import SourceError, parse_s3_uri
+from launch.secrets import looks_secret
 from train.metrics import METRIC_DEFINITIONS
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -111,6 +112,11 @@ def validate(spec: JobSpec) -> list[str]:
             if channel.name != "pretrained" and channel.input_mode == "Pipe" and channel.distribution == "FullyReplicated":
                 warnings.append(f"channel {channel.name}: with {spec.instance_count} instances and FullyReplicated, "
                                 "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key streams each host only its share")
+    secret = [name for name, _ in spec.environment if looks_secret(name)]
+    if secret:
+        warnings.append(f"--env {', '.join(secret)}: SageMaker keeps a job's environment in plain text, and "
+                        "DescribeTrainingJob shows it to anyone allowed to describe the job; keep secrets in AWS "
+                        "Secrets Manager and let the job's role read them")
     if spec.network_isolation and dict(spec.hyperparameters).get("weights", "imagenet") == "imagenet":
         warnings.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "
                         "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launch import channels as channel_args
-from launch import hyperparameters
+from launch import hyperparameters, secrets
 from launch.channels import ChannelError, ChannelSpec
+from launch.cli import UsageError, key_values
 from launch.objects import SourceError, StoredObject, list_objects
 
 # The feeder (and the Pipe reader's framing it uses) loads only when a job runs: `launch submit`
@@ -39,6 +40,26 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "container" / "train"
 STOP_GRACE_S = 120  # SageMaker sends SIGKILL 120 s after SIGTERM
+
+# On SageMaker a job gets its execution role's credentials, never its launcher's, and in a
+# container here it gets none: a local process would inherit this shell's. These are taken out,
+# and the AWS config files pointed away, so that the job sees no credentials either way (give it
+# some explicitly with --env; their values are redacted in what is printed).
+AWS_CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+    "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_ROLE_ARN", "AWS_ROLE_SESSION_NAME",
+    "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+)
+NO_AWS_CREDENTIALS = {"AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_CONFIG_FILE": os.devnull,
+                      "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def host_environment() -> dict[str, str]:
+    """What a local-process job inherits from this shell: everything but AWS credentials."""
+    inherited = {k: v for k, v in os.environ.items() if k not in AWS_CREDENTIAL_VARIABLES}
+    return {**inherited, **NO_AWS_CREDENTIALS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +80,8 @@ class Engine:
 class LocalRun:
     def __init__(self, job_dir: Path, channels: list[ChannelSpec], hyperparameters: dict[str, str], *,
                  instance_count: int = 1, image: str | None = None, engine: Engine | None = None,
-                 name: str | None = None, checkpoint_dir: Path | None = None, out=None):
+                 name: str | None = None, checkpoint_dir: Path | None = None,
+                 environment: dict[str, str] | None = None, out=None):
         if instance_count < 1:
             raise ChannelError("--instance-count must be >= 1")
         self.job_dir = Path(job_dir).resolve()
@@ -69,6 +91,7 @@ class LocalRun:
         self.checkpoint_dir = Path(checkpoint_dir or self.job_dir / "checkpoints").resolve()
         self.channels = channels
         self.hyperparameters = hyperparameters
+        self.environment = dict(environment or {})  # the job's Environment, as SageMaker sets it
         self.hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
         self.image, self.engine = image, engine or Engine.from_environment()
         self.name = name or self.job_dir.name
@@ -183,12 +206,12 @@ class LocalRun:
 
     def command(self, host: str) -> tuple[list[str], dict[str, str]]:
         """The command and environment that run the job for `host`."""
-        env = {"TRAINING_JOB_NAME": self.name, "PYTHONUNBUFFERED": "1"}
+        env = {**self.environment, "TRAINING_JOB_NAME": self.name, "PYTHONUNBUFFERED": "1"}
         if len(self.hosts) > 1:
             # the hosts share this machine: TensorFlow reaches each at its own 127.0.0.1 port
             env["TRAIN_CLUSTER_ADDRESSES"] = json.dumps(self._addresses())
         if self.image is None:
-            env = {**os.environ, **env, "SAGEMAKER_BASE_DIR": str(self.host_dir(host))}
+            env = {**host_environment(), **env, "SAGEMAKER_BASE_DIR": str(self.host_dir(host))}
             return [sys.executable, str(TRAIN)], env
         command = [*self.engine.command, "run", "--rm", "--name", f"{self.name}-{host}",
                    "-v", f"{self.host_dir(host)}:/opt/ml", "-v", f"{self.checkpoint_dir}:/opt/ml/checkpoints",
@@ -206,7 +229,7 @@ class LocalRun:
 
     def _start_job(self, host: str) -> None:
         command, env = self.command(host)
-        self.say(f"starting {host}: {shlex.join(command)}")
+        self.say(f"starting {host}: {shlex.join(secrets.redacted_command(command))}")
         # a session of its own: a terminal's Ctrl-C reaches only this runner, which forwards it
         # as SageMaker would (SIGTERM, then SIGKILL after the grace period)
         job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -297,6 +320,9 @@ def add_parser(subparsers) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     channel_args.add_arguments(parser)
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="an environment variable of the job (as submit's --env); the job gets none of "
+                             "your AWS credentials otherwise, as on SageMaker")
     parser.add_argument("--instance-count", type=int, default=1, help="hosts algo-1..N, each with its own /opt/ml")
     parser.add_argument("--job-dir", type=Path, default=None,
                         help="where the hosts' /opt/ml folders go (default: ./local-jobs/<name>)")
@@ -324,8 +350,8 @@ def run(args: argparse.Namespace) -> int:
         runner = LocalRun(args.job_dir or Path("local-jobs") / name, channels, values,
                           instance_count=args.instance_count, image=args.image,
                           engine=Engine.from_environment(args.engine), name=name,
-                          checkpoint_dir=args.checkpoint_dir)
+                          checkpoint_dir=args.checkpoint_dir, environment=key_values(args.env, "--env"))
         return runner.run()
-    except (ChannelError, SourceError, UserError) as err:
+    except (UsageError, SourceError, UserError) as err:
         print(f"launch local: error: {err}", file=sys.stderr)
         return 2

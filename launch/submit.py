@@ -23,8 +23,8 @@ import sys
 import time
 
 from launch import channels as channel_args
-from launch import hyperparameters
-from launch.channels import ChannelError
+from launch import hyperparameters, secrets
+from launch.cli import UsageError, key_values
 from launch.job_request import JobError, JobSpec, create_training_job_request, validate
 
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
@@ -37,16 +37,6 @@ def duration(text: str) -> int:
     if not match:
         raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, or a number with s, m, h or d (e.g. 6h)")
     return int(match.group(1)) * _UNITS[match.group(2)]
-
-
-def pairs(items: list[str], option: str) -> tuple[tuple[str, str], ...]:
-    out = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ChannelError(f"{option} {item!r}: expected KEY=VALUE")
-        out.append((key, value))
-    return tuple(out)
 
 
 def add_parser(subparsers) -> None:
@@ -86,7 +76,7 @@ def spec_from(args: argparse.Namespace) -> JobSpec:
         input_mode=args.input_mode, volume_size_gb=args.volume_size, max_run_s=args.max_run, spot=args.spot,
         max_wait_s=args.max_wait, checkpoint_s3_uri=args.checkpoint_s3_uri,
         tensorboard_s3_uri=args.tensorboard_s3_uri, hyperparameters=tuple(hyperparameters.parse(args.hp).items()),
-        environment=pairs(args.env, "--env"), tags=pairs(args.tag, "--tag"),
+        environment=tuple(key_values(args.env, "--env").items()), tags=tuple(key_values(args.tag, "--tag").items()),
         network_isolation=args.network_isolation, base_job_name=args.base_job_name, allow_cpu=args.allow_cpu,
     )
 
@@ -103,14 +93,17 @@ def run(args: argparse.Namespace) -> int:
             os.environ["AWS_DEFAULT_REGION"] = args.region
         if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
             raise JobError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
-    except (ChannelError, JobError, UserError) as err:
+    except (UsageError, JobError, UserError) as err:
         print(f"launch submit: error: {err}", file=sys.stderr)
         return 2
     for warning in warnings:
         print(f"launch submit: warning: {warning}", file=sys.stderr)
     name = spec.name()
     if args.dry_run:
-        print(json.dumps(create_training_job_request(spec, name), indent=2))
+        request = create_training_job_request(spec, name)
+        if "Environment" in request:
+            request["Environment"] = secrets.redacted(request["Environment"])
+        print(json.dumps(request, indent=2))
         return 0
 
     from launch.sdk import sdk_major_version, submit

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from launch.channels import ChannelError, ChannelSpec
-from launch.local import LocalRun
+from launch.local import Engine, LocalRun
 from launch.objects import SourceError, list_objects
 from launch.pipe_feeder import FeedError, PipeFeeder
 from tests.conftest import random_records, run_logged
@@ -199,6 +199,39 @@ def test_layout_of_two_hosts_with_a_sharded_file_channel(tmp_path):
         for folder in ("model", "output/data", "checkpoints"):
             assert (base / folder).is_dir()
     assert shards[0] | shards[1] == set(contents) and not shards[0] & shards[1]
+
+
+def test_a_local_process_job_gets_none_of_the_hosts_aws_credentials(tmp_path, monkeypatch):
+    make_objects(tmp_path / "src", count=1)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.setenv(name, "from-the-host")
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "1")
+    run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(tmp_path / "src"))], {}, out=open(os.devnull, "w"),
+                   environment={"AWS_ACCESS_KEY_ID": "given", "MY_TOKEN": "t"})
+    command, env = run.command("algo-1")
+    assert not {k: v for k, v in env.items() if v == "from-the-host"}
+    assert env["AWS_SHARED_CREDENTIALS_FILE"] == env["AWS_CONFIG_FILE"] == os.devnull
+    assert (env["AWS_ACCESS_KEY_ID"], env["MY_TOKEN"]) == ("given", "t")  # what --env gives, the job gets
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "1"  # the rest of the environment is inherited
+
+
+def test_the_printed_container_command_redacts_secret_values(tmp_path, monkeypatch):
+    make_objects(tmp_path / "src", count=1)
+    monkeypatch.setenv("LAUNCH_ENGINE_ARGS", "-e HF_TOKEN=abc --env=DB_PASSWORD=pw -eGITHUB_TOKEN=gh -e LEVEL=3")
+    printed = tmp_path / "printed.txt"
+    with open(printed, "w") as out:
+        run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(tmp_path / "src"), input_mode="File")], {},
+                       image="some-image", engine=Engine.from_environment("echo"), out=out,
+                       environment={"AWS_SECRET_ACCESS_KEY": "s3cr3t", "STAGE": "dev"})
+        assert run.run() == 0  # `echo run ...` stands in for the engine
+    text = printed.read_text()
+    starting = next(line for line in text.splitlines() if line.startswith("launch | starting algo-1: echo run"))
+    for secret in ("abc", "pw", "gh", "s3cr3t"):
+        assert secret not in starting, starting
+    for shown in ("-e HF_TOKEN=REDACTED", "--env=DB_PASSWORD=REDACTED", "-eGITHUB_TOKEN=REDACTED",
+                  "-e LEVEL=3", "-e AWS_SECRET_ACCESS_KEY=REDACTED", "-e STAGE=dev"):
+        assert shown in starting, starting
+    assert "algo-1 | run --rm" in text and "AWS_SECRET_ACCESS_KEY=s3cr3t" in text  # what ran was not redacted
 
 
 # --- whole runs through `python -m launch local` --------------------------------------------

@@ -179,6 +179,21 @@ def test_cpu_instance_with_allow_cpu_and_warnings(tmp_path):
     assert "--network-isolation with weights=imagenet" in out.stderr
 
 
+def test_dry_run_redacts_secret_looking_environment_values_and_warns_they_are_stored_in_plain_text():
+    out = launch(*BASIC, "--env", "DB_PASSWORD=hunter2", "--env", "WANDB_API_KEY=k-123", "--env", "LOG_LEVEL=debug",
+                 "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["Environment"] == {"DB_PASSWORD": "REDACTED", "WANDB_API_KEY": "REDACTED",
+                                                     "LOG_LEVEL": "debug"}
+    assert "hunter2" not in out.stdout + out.stderr and "k-123" not in out.stdout + out.stderr
+    assert "--env DB_PASSWORD, WANDB_API_KEY: SageMaker keeps a job's environment in plain text" in out.stderr
+
+
+def test_a_key_given_twice_is_an_error():
+    out = launch(*BASIC, "--env", "A=1", "--env", "A=2", "--dry-run")
+    assert out.returncode == 2 and "--env A is given twice ('1' and '2')" in out.stderr
+
+
 def test_missing_region_is_an_error_before_any_call():
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_DEFAULT_REGION", "AWS_REGION")}
     out = launch(*BASIC, env=env)
