@@ -1,6 +1,7 @@
 """python -m launch <command>: local, submit, prepare."""
 
 import argparse
+import os
 import sys
 
 from launch import local, prepare, submit
@@ -17,5 +18,15 @@ def main(argv=None) -> int:
     return args.run(args)
 
 
+def leave(code: int) -> None:
+    """Exits with `code` even when standard output is gone (a closed terminal or pipe): Python
+    would otherwise fail flushing it at exit and replace the code with 120."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())

@@ -40,8 +40,11 @@ class ChannelSpec:
     content_type: str | None = None
 
     def __post_init__(self):
-        if not _NAME.match(self.name):
-            raise ChannelError(f"channel name {self.name!r}: use 1-64 letters, digits, '.', '_' or '-'")
+        # SageMaker's pattern lets '.' and '..' through: as folders under input/data they would be
+        # input/data itself and input/, where the job's configuration lives
+        if not _NAME.match(self.name) or self.name in (".", ".."):
+            raise ChannelError(f"channel name {self.name!r}: use 1-64 letters, digits, '.', '_' or '-' "
+                               "(and not '.' or '..')")
         for field, value, allowed in (("input-mode", self.input_mode, INPUT_MODES),
                                       ("record-wrapper", self.record_wrapper, RECORD_WRAPPERS),
                                       ("compression", self.compression, COMPRESSIONS),
@@ -126,4 +129,14 @@ def from_arguments(args: argparse.Namespace) -> list[ChannelSpec]:
         specs.append(ChannelSpec(name=name, source=source, **values))
     if not specs:
         raise ChannelError("no channels: give at least --train SOURCE")
+    check_names_apart(specs)
     return specs
+
+
+def check_names_apart(specs: list[ChannelSpec]) -> None:
+    """A Pipe channel's FIFOs are input/data/<name>_0, _1, ...: no other channel may be called so."""
+    for pipe in (s for s in specs if s.input_mode == "Pipe"):
+        for other in specs:
+            if re.fullmatch(rf"{re.escape(pipe.name)}_\d+", other.name):
+                raise ChannelError(f"channel {other.name} has the name of a FIFO of Pipe channel {pipe.name} "
+                                   f"(input/data/{pipe.name}_0, _1, ...): rename one of them")

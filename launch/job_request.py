@@ -19,6 +19,7 @@ from train.metrics import METRIC_DEFINITIONS
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 _ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName
 _BASE_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$")  # + "-YYYYmmddHHMMSS" <= 63
 _IMAGE = re.compile(r"^[^\s]+/[^\s]+(:[\w.-]+|@sha256:[0-9a-f]{64})?$")
 
@@ -122,7 +123,7 @@ def validate(spec: JobSpec) -> list[str]:
                         "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")
     if not _BASE_NAME.match(spec.base_job_name):
         raise JobError(f"--base-job-name {spec.base_job_name!r}: 1-48 letters, digits and hyphens")
-    if spec.job_name is not None and not re.match(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$", spec.job_name):
+    if spec.job_name is not None and not JOB_NAME.match(spec.job_name):
         raise JobError(f"--job-name {spec.job_name!r}: 1-63 letters, digits and hyphens")
     return warnings
 

@@ -30,7 +30,7 @@ from launch import channels as channel_args
 from launch import hyperparameters, secrets
 from launch.channels import ChannelError, ChannelSpec
 from launch.cli import UsageError, key_values
-from launch.objects import SourceError, StoredObject, list_objects
+from launch.objects import SourceError, StoredObject, case_insensitive, list_objects, staging_plan
 
 # The feeder (and the Pipe reader's framing it uses) loads only when a job runs: `launch submit`
 # shares this CLI and must work with nothing but boto3 and the SageMaker SDK installed.
@@ -102,8 +102,10 @@ class LocalRun:
         self._lock = threading.Lock()
         self._jobs: dict[str, subprocess.Popen] = {}
         self._stopping = False
+        self._output_lost = False
         self._kill_timer: threading.Timer | None = None
         self._objects: dict[str, list[StoredObject]] = {}
+        self._staging: dict[str, list] = {}  # File/FastFile channel -> [(object, relative path)]
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -114,8 +116,11 @@ class LocalRun:
         """Lists every channel's objects once, then lays out each host's /opt/ml."""
         if self.job_dir.exists() and any(self.job_dir.iterdir()):
             raise ChannelError(f"job directory {self.job_dir} is not empty: give a new --job-dir")
+        ignore_case = case_insensitive(self.job_dir)
         for spec in self.channels:
             self._objects[spec.name] = list_objects(spec.source)
+            if spec.input_mode != "Pipe":  # checked before anything is written
+                self._staging[spec.name] = staging_plan(self._objects[spec.name], ignore_case)
             self.say(f"channel {spec.name} ({spec.input_mode}): {len(self._objects[spec.name])} objects from {spec.source}")
         for index, host in enumerate(self.hosts):
             base = self.host_dir(host)
@@ -140,12 +145,13 @@ class LocalRun:
                     self._stage(spec, index, base / "input/data" / spec.name)
 
     def _stage(self, spec: ChannelSpec, index: int, folder: Path) -> None:
-        objects = self._objects[spec.name]
+        plan = self._staging[spec.name]
         if spec.distribution == "ShardedByS3Key":
-            objects = objects[index::len(self.hosts)]
+            plan = plan[index::len(self.hosts)]
         folder.mkdir(parents=True, exist_ok=True)
-        for obj in objects:
-            obj.store.download(obj, folder / obj.key)
+        for obj, relative in plan:
+            dest = folder.joinpath(*relative.parts)  # inside `folder`: staging_plan checked every key
+            obj.store.download(obj, dest)
 
     @staticmethod
     def _write_json(path: Path, value) -> None:
@@ -157,6 +163,9 @@ class LocalRun:
         self.prepare()
         feeders = self._start_feeders()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        # Closing the terminal sends SIGHUP, whose default would kill this runner alone and leave the
+        # jobs (in sessions of their own) running unattended: it stops them as Ctrl-C does.
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._on_hangup)
         try:
             for host in self.hosts:
                 self._start_job(host)
@@ -261,6 +270,10 @@ class LocalRun:
             return
         self._stop_jobs(f"stopping: SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s; interrupt again to kill now)")
 
+    def _on_hangup(self, signum, frame) -> None:
+        if not self._stopping:
+            self._stop_jobs(f"the terminal closed (SIGHUP): SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s)")
+
     def _stop_jobs(self, message: str) -> None:
         """What SageMaker does to stop a job: SIGTERM, then SIGKILL after the grace period."""
         self._stopping = True
@@ -298,8 +311,15 @@ class LocalRun:
         self.write(f"launch | {message}")
 
     def write(self, line: str) -> None:
+        """Prints a line; once the output is gone (a closed terminal: EIO, a closed pipe: EPIPE),
+        carries on silently, since the jobs' logs must still be drained or they would block."""
         with self._lock:
-            print(line, file=self.out, flush=True)
+            if self._output_lost:
+                return
+            try:
+                print(line, file=self.out, flush=True)
+            except (OSError, ValueError):
+                self._output_lost = True
 
 
 def _shell_code(returncode: int) -> int:
@@ -341,8 +361,12 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from train.errors import UserError
 
+    from launch.job_request import JOB_NAME
+
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     try:
+        if not JOB_NAME.match(name):  # it names folders and containers: SageMaker's rule keeps it a plain name
+            raise UsageError(f"--name {name!r}: 1-63 letters, digits and hyphens, as SageMaker names jobs")
         channels = channel_args.from_arguments(args)
         values = hyperparameters.parse(args.hp)
         if not args.no_validate:

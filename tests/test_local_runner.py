@@ -304,3 +304,119 @@ def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
     output = "".join(seen) + rest
     assert "launch | stopping: SIGTERM sent to the job" in output
     assert runner.returncode == 143, output[-2000:]  # the job ended by SIGTERM (128 + 15)
+
+
+@pytest.mark.slow
+def test_closing_the_terminal_stops_the_job_instead_of_orphaning_it(digit_folders):
+    from tests.test_multiworker import job_pid
+
+    runner = subprocess.Popen([sys.executable, "-m", "launch", "local", "--train", "train", "--hp", "epochs=200",
+                               *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    for line in runner.stdout:
+        if "metrics: epoch=1" in line:
+            break
+    job = job_pid(digit_folders / "job" / "algo-1")
+    runner.stdout.close()  # the terminal is gone: every later write of the runner fails
+    runner.send_signal(signal.SIGHUP)
+    assert runner.wait(timeout=180) == 143  # the job's own status: stopped by SIGTERM, not killed
+    assert not os.path.exists(f"/proc/{job}"), "the job outlived its runner"
+    assert list((digit_folders / "job" / "checkpoints").rglob("progress.json"))  # it stopped with a checkpoint
+    assert not (digit_folders / "job" / "algo-1" / "output" / "failure").exists()
+
+
+# --- untrusted names: S3 keys, channel and job names, local sources -----------------------------
+
+
+@pytest.mark.parametrize("key, problem", [
+    ("../../../../../../../../../../tmp/escaped-{tag}", "has an empty, '.' or '..' path segment"),
+    ("sub/../../escaped-{tag}", "has an empty, '.' or '..' path segment"),
+    ("/escaped-{tag}", "has a leading '/'"),
+    ("./escaped-{tag}", "has an empty, '.' or '..' path segment"),
+    ("a//escaped-{tag}", "has an empty, '.' or '..' path segment"),
+    ("x" * 256 + "-{tag}", "has a path segment longer than 255 bytes"),
+])
+def test_hostile_s3_keys_are_refused_before_anything_is_written(tmp_path, s3_bucket, key, problem):
+    client, bucket = s3_bucket
+    tag = os.urandom(4).hex()
+    key = key.format(tag=tag)
+    client.put_object(Bucket=bucket, Key="data/train/ok.tfrecord", Body=b"fine")
+    client.put_object(Bucket=bucket, Key=f"data/train/{key}", Body=b"hostile")
+    out = launch_local("--train", f"s3://{bucket}/data/train/", "--input-mode", "File", *QUICK, "--job-dir", "job",
+                       cwd=tmp_path, timeout=120)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert (f"object s3://{bucket}/data/train/{key} cannot be staged as a file in File mode: its key relative "
+            f"to the channel, {key!r}, {problem}") in out.stderr
+    assert not (tmp_path / "job").exists()
+    assert not list(tmp_path.rglob(f"*escaped-{tag}*")) and not os.path.exists(f"/tmp/escaped-{tag}")
+
+
+def test_keys_that_would_collide_as_files_are_refused(tmp_path, s3_bucket):
+    client, bucket = s3_bucket
+    for key in ("d/a", "d/a/b"):
+        client.put_object(Bucket=bucket, Key=f"data/{key}", Body=key.encode())
+    run = LocalRun(tmp_path / "job", [ChannelSpec("train", f"s3://{bucket}/data/", input_mode="File")], {},
+                   out=open(os.devnull, "w"))
+    with pytest.raises(SourceError, match=rf"object s3://{bucket}/data/d/a would be a file where object "
+                                          rf"s3://{bucket}/data/d/a/b needs a folder \(d/a/\)"):
+        run.prepare()
+    assert not (tmp_path / "job").exists()
+
+
+def test_keys_that_differ_only_in_case_collide_on_a_case_insensitive_file_system():
+    from launch.objects import StoredObject, staging_plan
+
+    objects = [StoredObject(key, 1, f"s3://b/p/{key}", None) for key in ("Part-1.tfrecord", "part-1.tfrecord")]
+    assert len(staging_plan(objects)) == 2
+    with pytest.raises(SourceError, match="would be the same file part-1.tfrecord on this case-insensitive"):
+        staging_plan(objects, case_insensitive=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--channel", ".=src"], "channel name '.': use 1-64 letters"),
+    (["--channel", "..=src"], "channel name '..': use 1-64 letters"),
+    (["--channel", "train_0=src", "--channel-option", "train_0:input-mode=File"],
+     "channel train_0 has the name of a FIFO of Pipe channel train"),
+    (["--name", "../../escaped"], "--name '../../escaped': 1-63 letters, digits and hyphens"),
+    (["--name", "a/b"], "--name 'a/b': 1-63 letters"),
+])
+def test_bad_channel_and_job_names_are_refused(tmp_path, args, message):
+    make_objects(tmp_path / "src", count=1)
+    out = launch_local("--train", "src", *args, *QUICK, cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]  # nothing made, in here or above
+
+
+def test_staged_files_are_copies_so_the_job_cannot_change_the_originals(tmp_path):
+    contents = make_objects(tmp_path / "src", count=2)
+    run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(tmp_path / "src"), input_mode="File")], {},
+                   out=open(os.devnull, "w"))
+    run.prepare()
+    for name, data in contents.items():
+        staged = tmp_path / "job/algo-1/input/data/train" / name
+        assert staged.read_bytes() == data and not staged.is_symlink() and staged.stat().st_nlink == 1
+        staged.write_bytes(b"changed by the job")
+        assert (tmp_path / "src" / name).read_bytes() == data
+
+
+def test_local_sources_follow_links_to_files_and_refuse_what_cannot_be_an_object(tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "real.bin").write_bytes(b"linked content")
+    source = tmp_path / "src"
+    make_objects(source, count=1)
+    (source / "linked.bin").symlink_to(outside / "real.bin")
+    run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(source), input_mode="File")], {},
+                   out=open(os.devnull, "w"))
+    run.prepare()
+    staged = tmp_path / "job/algo-1/input/data/train/linked.bin"
+    assert staged.read_bytes() == b"linked content" and not staged.is_symlink()
+
+    for name, make, message in (
+            ("dangling.bin", lambda p: p.symlink_to(tmp_path / "nowhere"), "is a dangling symbolic link"),
+            ("folder-link", lambda p: p.symlink_to(outside), "is a symbolic link to a folder"),
+            ("fifo.bin", os.mkfifo, "is not a regular file")):
+        make(source / name)
+        with pytest.raises(SourceError, match=message):
+            list_objects(str(source))
+        os.unlink(source / name)
