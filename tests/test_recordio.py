@@ -139,3 +139,15 @@ def test_feeder_streams_the_same_bytes_as_the_encoder(tmp_path):
         path = tmp_path / "object"
         path.write_bytes(payload)
         assert b"".join(recordio_wrapped_file(str(path))) == recordio.encode_record(payload)
+
+
+def test_a_record_check_rejects_payloads_by_number_and_offset():
+    from train.pipe.errors import UnusableRecordError
+
+    data = recordio.encode([b"one1", b"two2", b"three"])
+    check = lambda payload: "no twos" if payload == b"two2" else None  # noqa: E731
+    with pytest.raises(UnusableRecordError, match=r"unusable record #1 at byte offset 12 of test stream: no twos"):
+        [r for batch in recordio.RecordIODecoder(CorruptionPolicy(0)).records(stream_reader(data), WHERE, check) for r in batch]
+    decoder = recordio.RecordIODecoder(CorruptionPolicy(1))
+    assert [r for batch in decoder.records(stream_reader(data), WHERE, check) for r in batch] == [b"one1", b"three"]
+    assert decoder.policy.skipped == 1

@@ -202,3 +202,47 @@ def test_megabytes_of_garbage_between_records_are_skipped(garbage, caplog):
         got, decoder = decode(data, skips=1)
     assert got == RECORDS + RECORDS and decoder.policy.skipped == 1
     assert f"skipped {len(junk)} bytes after a damaged header" in caplog.text
+
+
+def no_charlie(record: bytes):
+    return "it is charlie" if record.startswith(b"charlie") else None
+
+
+@pytest.mark.parametrize("check_crc", [True, False])
+@pytest.mark.parametrize("chunk_bytes", [3, 64, 4 << 20])
+def test_a_record_check_rejects_records_by_number_and_offset(check_crc, chunk_bytes):
+    with pytest.raises(tfrecord.UnusableRecordError) as info:
+        decode(tfrecord.encode(RECORDS), record_check=no_charlie, check_crc=check_crc, chunk_bytes=chunk_bytes)
+    assert str(info.value) == f"unusable record #2 at byte offset {OFFSETS[2]} of {WHERE}: it is charlie"
+    got, decoder = decode(tfrecord.encode(RECORDS), skips=1, record_check=no_charlie, check_crc=check_crc,
+                          chunk_bytes=chunk_bytes)
+    assert got == [RECORDS[0], RECORDS[1], RECORDS[3]] and decoder.policy.skipped == 1
+
+
+def test_rejected_and_corrupt_records_count_against_one_limit_in_stream_order():
+    data = corrupt(tfrecord.encode(RECORDS), OFFSETS[1] + 20)  # bravo's data CRC
+    with pytest.raises(CorruptRecordError, match="#1 at byte offset") as info:
+        decode(data, record_check=no_charlie)
+    assert not isinstance(info.value, tfrecord.UnusableRecordError)
+    with pytest.raises(tfrecord.UnusableRecordError, match="already skipped 1 corrupt records"):
+        decode(data, skips=1, record_check=no_charlie)
+    got, decoder = decode(data, skips=2, record_check=no_charlie)
+    assert got == [RECORDS[0], RECORDS[3]] and decoder.policy.skipped == 2
+
+
+def test_a_crafted_length_with_a_valid_crc_does_not_reserve_its_size_in_memory(tmp_path):
+    import tracemalloc
+
+    header = struct.pack("<Q", tfrecord.MAX_RECORD_BYTES)
+    path = tmp_path / "crafted.tfrecord"
+    path.write_bytes(tfrecord.encode(RECORDS) + header + struct.pack("<I", masked_crc32c(header)) + b"x" * 1000)
+    decoder = tfrecord.TFRecordDecoder(CorruptionPolicy(0))
+    tracemalloc.start()
+    try:
+        # a file's read(n) allocates n bytes before reading (a FIFO's too)
+        with open(path, "rb") as f, pytest.raises(TruncatedRecordError, match="#4 at byte offset"):
+            [batch for batch in decoder.decode(f.read, WHERE)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 << 20, f"{peak / 1e6:.0f} MB for a 1 KB stream"

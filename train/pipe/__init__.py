@@ -11,6 +11,7 @@ from train.pipe.errors import (
     PipeConfigError,
     PipeTimeoutError,
     TruncatedRecordError,
+    UnusableRecordError,
 )
 from train.pipe.reader import PipeReader
 
@@ -31,6 +32,7 @@ __all__ = [
     "PipeReader",
     "PipeTimeoutError",
     "TruncatedRecordError",
+    "UnusableRecordError",
     "generator_dataset",
     "pipe_dataset",
 ]

@@ -26,6 +26,7 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
     wait_timeout: float = DEFAULT_WAIT_TIMEOUT_S,
     check_crc: bool = True,
     max_record_bytes: int = MAX_RECORD_BYTES,
+    record_check: Callable[[bytes], str | None] | None = None,
 ) -> tf.data.Dataset:
     """Reads SageMaker Pipe-mode channel `channel` as a tf.data.Dataset of serialized records.
 
@@ -51,6 +52,9 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
       wait_timeout: seconds to wait for a pass's FIFO to appear and for its writer.
       check_crc: verify both CRCs of every TFRecord.
       max_record_bytes: longer TFRecord lengths are treated as corruption.
+      record_check: called with every record; returns why it is unusable (say, its image is not
+        one), or None. A rejected record is an error naming it and its byte offset, or skipped
+        and counted like a corrupt one under max_corrupted_records_to_skip.
 
     Every iteration over the dataset (each Keras epoch, each `for` loop, each `repeat()`) reads
     the channel's next FIFO: <channel>_0, then <channel>_1, and so on.
@@ -66,6 +70,7 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
         check_crc=check_crc,
         max_record_bytes=max_record_bytes,
         benchmark=benchmark,
+        record_check=record_check,
     )
     return pipe_dataset(reader, batch_size=batch_size, drop_remainder=drop_remainder)
 

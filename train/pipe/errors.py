@@ -22,3 +22,11 @@ class CorruptRecordError(DataError):
 
 class TruncatedRecordError(CorruptRecordError):
     """The stream ended in the middle of a record (a dying writer, a truncated S3 object)."""
+
+
+class UnusableRecordError(CorruptRecordError):
+    """A well-framed record that the reader's record_check rejected (say, its image is not one)."""
+
+    def __init__(self, where: str, record: int, offset: int, detail: str):
+        super().__init__(where, record, offset, detail)
+        self.args = (f"unusable record #{record} at byte offset {offset} of {where}: {detail}",)

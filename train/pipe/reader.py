@@ -14,7 +14,7 @@ from train.pipe.errors import PipeConfigError
 from train.pipe.fifo import open_fifo
 from train.pipe.passes import PassCounter
 from train.pipe.recordio import RecordIODecoder
-from train.pipe.tfrecord import MAX_RECORD_BYTES, TFRecordDecoder
+from train.pipe.tfrecord import MAX_RECORD_BYTES, RecordCheck, TFRecordDecoder
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ class PipeReader:
         check_crc: bool = True,
         max_record_bytes: int = MAX_RECORD_BYTES,
         benchmark: bool = False,
+        record_check: RecordCheck | None = None,
     ):
         if record_format not in RECORD_FORMATS:
             raise PipeConfigError(
@@ -87,6 +88,7 @@ class PipeReader:
         self.check_crc = check_crc
         self.max_record_bytes = max_record_bytes
         self.benchmark = benchmark
+        self.record_check = record_check
         self.history: list[PassStats] = []
         self._passes = PassCounter(channel, self.pipe_dir, os.fspath(state_dir) if state_dir else None)
 
@@ -127,10 +129,11 @@ class PipeReader:
     def _decode(self, read, where: str, policy: CorruptionPolicy) -> Iterator[list[bytes]]:
         wrapped = self.config.record_wrapper == "RecordIO"
         if self.record_format == "RecordIO":
-            yield from RecordIODecoder(policy).records(read, where)
+            yield from RecordIODecoder(policy).records(read, where, self.record_check)
             return
         tfrecords = TFRecordDecoder(
-            policy, check_crc=self.check_crc, max_record_bytes=self.max_record_bytes
+            policy, check_crc=self.check_crc, max_record_bytes=self.max_record_bytes,
+            record_check=self.record_check,
         )
         if not wrapped:
             yield from tfrecords.decode(read, where)

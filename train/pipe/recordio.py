@@ -17,7 +17,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 
 from train.pipe.corruption import CorruptionPolicy
-from train.pipe.errors import CorruptRecordError, TruncatedRecordError
+from train.pipe.errors import CorruptRecordError, TruncatedRecordError, UnusableRecordError
 
 log = logging.getLogger(__name__)
 
@@ -201,11 +201,16 @@ class RecordIODecoder:
         self.policy = policy
         self.seen = 0  # records framed so far, corrupt ones included
 
-    def records(self, read: Read, where: str) -> Iterator[list[bytes]]:
+    def records(self, read: Read, where: str, record_check=None) -> Iterator[list[bytes]]:
+        """The payloads, in lists; `record_check(payload)` may reject one by saying why (see
+        TFRecordDecoder), under the same corruption policy."""
         batch, size = [], 0
         for stream in self.streams(read, where):
             payload = stream.read_all()
             if stream.broken:
+                continue
+            if record_check and (problem := record_check(payload)):
+                self.policy.skip_or_raise(UnusableRecordError(where, stream.number, stream.offset, problem))
                 continue
             batch.append(payload)
             size += len(payload)

@@ -16,7 +16,7 @@ import numpy as np
 
 from train.pipe.corruption import CorruptionPolicy
 from train.pipe.crc import crc32c, mask_array, masked_crc32c
-from train.pipe.errors import CorruptRecordError, TruncatedRecordError
+from train.pipe.errors import CorruptRecordError, TruncatedRecordError, UnusableRecordError
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,24 @@ _HEADER_CACHE_LIMIT = 1 << 16
 _NEED_MORE, _BAD_LENGTH_CRC, _BAD_LENGTH = "need more", "bad length crc", "bad length"
 
 Read = Callable[[int], bytes]
+RecordCheck = Callable[[bytes], "str | None"]  # why a record is unusable, or None
+
+
+# A read of n bytes allocates n bytes up front (CPython's buffered and FIFO reads do), so a
+# damaged but CRC-valid length of 2 GiB would reserve 2 GiB before finding the stream short.
+# Longer records are read in pieces of this size: memory follows the bytes really there.
+_WHOLE_READ_BYTES = 64 << 20
+
+
+def _read_in_pieces(read: Read, count: int) -> bytes:
+    pieces = []
+    while count > 0:
+        piece = read(min(count, _WHOLE_READ_BYTES))
+        if not piece:
+            break
+        pieces.append(piece)
+        count -= len(piece)
+    return b"".join(pieces)
 
 
 def encode_record(data: bytes) -> bytes:
@@ -68,6 +86,8 @@ class TFRecordDecoder:
     next). Memory is bounded by the chunk size and the largest record, not by the stream.
 
     Record numbers in errors count every record of the pass from 0, corrupt ones included.
+    `record_check(record)` may reject well-framed records by returning why (None: accepted);
+    those are errors, or skipped, under the same policy as corrupt ones, with their position.
     """
 
     def __init__(
@@ -77,11 +97,13 @@ class TFRecordDecoder:
         check_crc: bool = True,
         max_record_bytes: int = MAX_RECORD_BYTES,
         chunk_bytes: int = CHUNK_BYTES,
+        record_check: RecordCheck | None = None,
     ):
         self.policy = policy
         self.check_crc = check_crc
         self.max_record_bytes = max_record_bytes
         self.chunk_bytes = chunk_bytes
+        self.record_check = record_check
         self.seen = 0  # records framed so far, corrupt ones included
         self._header_crcs: dict[int, int] = {}
 
@@ -91,9 +113,12 @@ class TFRecordDecoder:
         buf, base, pos = read(self.chunk_bytes), 0, 0
         while buf:
             records, crcs, ends, pos, status = self._scan(buf, pos)
+            scanned = len(records)
             if crcs:
                 records = self._verify(records, crcs, ends, buf, base, where)
-            self.seen += len(ends) if self.check_crc else len(records)
+            elif self.record_check and records:
+                records = self._checked(records, (), ends, base, where)
+            self.seen += scanned
             if records:
                 yield records
             if status is _NEED_MORE:
@@ -109,6 +134,7 @@ class TFRecordDecoder:
         keep, keep_crc, keep_end = records.append, crcs.append, ends.append
         unpack, cached_crc, crc = _HEADER.unpack_from, self._header_crcs.get, crc32c
         check, size = self.check_crc, len(buf)
+        track = check or self.record_check is not None  # ends locate records in errors
         while size - pos >= HEADER_BYTES:
             length, length_crc = unpack(buf, pos)
             if cached_crc(length) != length_crc:
@@ -122,6 +148,7 @@ class TFRecordDecoder:
             keep(data)
             if check:
                 keep_crc(crc(data))
+            if track:
                 keep_end(end)
             pos = end + FOOTER_BYTES
         return records, crcs, ends, pos, _NEED_MORE
@@ -137,24 +164,37 @@ class TFRecordDecoder:
         return None
 
     def _verify(self, records, crcs, ends, buf, base, where) -> list[bytes]:
-        """Checks the data CRCs of one scan in a single vectorised comparison."""
+        """Checks the data CRCs of one scan in a single vectorised comparison (then the records
+        against record_check, if any)."""
         ends_arr = np.asarray(ends, dtype=np.int64)
         stored = np.frombuffer(buf, np.uint8)[ends_arr[:, None] + np.arange(4)].view("<u4").ravel()
-        bad = np.flatnonzero(mask_array(np.asarray(crcs, dtype=np.uint32)) != stored)
+        bad = np.flatnonzero(mask_array(np.asarray(crcs, dtype=np.uint32)) != stored).tolist()
+        if self.record_check:
+            return self._checked(records, bad, ends, base, where)
         for i in bad:
-            start = base + ends[i] - len(records[i]) - HEADER_BYTES
-            self.policy.skip_or_raise(
-                CorruptRecordError(
-                    where,
-                    self.seen + int(i),
-                    start,
-                    f"data CRC mismatch in a record of {len(records[i])} bytes",
-                )
-            )
-        if bad.size:
-            drop = set(bad.tolist())
+            self._reject(CorruptRecordError, records, ends, i, base, where,
+                         f"data CRC mismatch in a record of {len(records[i])} bytes")
+        if bad:
+            drop = set(bad)
             records = [r for i, r in enumerate(records) if i not in drop]
         return records
+
+    def _checked(self, records, bad_crc, ends, base, where) -> list[bytes]:
+        """The records that pass record_check, in stream order with those of a bad CRC."""
+        bad_crc, kept = set(bad_crc), []
+        for i, record in enumerate(records):
+            if i in bad_crc:
+                self._reject(CorruptRecordError, records, ends, i, base, where,
+                             f"data CRC mismatch in a record of {len(record)} bytes")
+            elif problem := self.record_check(record):
+                self._reject(UnusableRecordError, records, ends, i, base, where, problem)
+            else:
+                kept.append(record)
+        return kept
+
+    def _reject(self, error_type, records, ends, i, base, where, detail) -> None:
+        start = base + ends[i] - len(records[i]) - HEADER_BYTES
+        self.policy.skip_or_raise(error_type(where, self.seen + i, start, detail))
 
     def _refill(self, read: Read, buf: bytes, base: int, pos: int, where: str):
         """The next bytes to scan: a fresh chunk, or exactly the record straddling the chunk end."""
@@ -172,7 +212,7 @@ class TFRecordDecoder:
         ):
             return tail, base, 0  # the scan reports the bad header
         missing = OVERHEAD_BYTES + length - len(tail)
-        rest = read(missing)
+        rest = read(missing) if missing <= _WHOLE_READ_BYTES else _read_in_pieces(read, missing)
         if len(rest) < missing:
             return self._truncated(where, base, len(tail) + len(rest), length)
         return tail + rest, base, 0
