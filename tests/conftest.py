@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -122,6 +125,33 @@ def write_hyperparameters(job: "FakeJob", **values) -> None:
     """As SageMaker writes them: every value a string."""
     (job.config_dir / "hyperparameters.json").write_text(
         json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}))
+
+
+@functools.cache
+def png_bomb(width: int = 16000, height: int = 16000) -> bytes:
+    """A valid grayscale PNG of zeros, about 1 MB, that decodes to width x height pixels (768 MB of
+    RGB at the default size): a decompression bomb."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    deflate = zlib.compressobj(1)
+    row = bytes(1 + width)  # filter byte + pixels
+    pixels = b"".join(deflate.compress(row) for _ in range(height)) + deflate.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
+
+
+def image_bytes(kind: str, width: int = 53, height: int = 37, **options) -> bytes:
+    """An image of random pixels in any format Pillow writes (JPEG, PNG, GIF, BMP, WEBP, TIFF...)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.random.default_rng(width * height).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, kind, **options)
+    return out.getvalue()
 
 
 @pytest.fixture(scope="session")

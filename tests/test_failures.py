@@ -1,14 +1,17 @@
 """Every way the job can fail: the failure file (reason first, traceback after) and the exit code."""
 
 import json
+import struct
 
 import pytest
 
-from tests.conftest import write_hyperparameters
+from tests.conftest import png_bomb, write_hyperparameters
 from tests.test_job_e2e import file_channel, run_train
 from train import failure
 from train.errors import DataError, UserError
+from train.example import encode_example
 from train.pipe import tfrecord
+from train.pipe.crc import masked_crc32c
 
 CONFIG, DATA, INTERNAL = 2, 3, 1
 OK = dict(num_classes=10, image_size=32, epochs=1, weights="none", batch_size=16, augment="false")
@@ -79,8 +82,8 @@ def test_corrupt_record_in_file_mode_names_the_file_and_offset(job, digit_record
     (job.data_dir / "train" / "part-0.tfrecord").write_bytes(bytes(data))
     write_hyperparameters(job, **OK)
     failed(job, run_train(job), DATA,
-           f"Data error: corrupt record #7 at byte offset {offset} of file {job.data_dir}/train/part-0.tfrecord: "
-           "data CRC mismatch")
+           f"Data error: CorruptRecordError: corrupt record #7 at byte offset {offset} of file "
+           f"{job.data_dir}/train/part-0.tfrecord: data CRC mismatch")
 
 
 def test_fifo_that_never_appears(job):
@@ -100,15 +103,24 @@ def test_truncated_stream_from_a_dying_writer(job, digit_records):
 
 
 def test_label_out_of_range(job, digit_records):
-    file_channel(job, "train", digit_records[0][:64], shards=1)
+    examples, labels = digit_records
+    file_channel(job, "train", examples[:64], shards=1)
     write_hyperparameters(job, **dict(OK, num_classes=5))  # the digits have labels up to 9
-    failed(job, run_train(job), DATA, "Data error: LabelOutOfRange: channel 'train' has a label >= num_classes (5)")
+    first = next(i for i, label in enumerate(labels) if label >= 5)
+    offset = sum(16 + len(e) for e in examples[:first])
+    failed(job, run_train(job), DATA,
+           f"Data error: UnusableRecordError: unusable record #{first} at byte offset {offset} of file "
+           f"{job.data_dir}/train/part-00000.tfrecord: label {labels[first]} (image/class/label) is out of range: "
+           "the job trains labels 0 to 4 (num_classes=5)")
 
 
 def test_records_without_the_expected_features(digits_file_job):
     write_hyperparameters(digits_file_job, **dict(OK, image_feature="image/jpeg"))
-    text = failed(digits_file_job, run_train(digits_file_job), DATA, "Data error: a record lacks a feature")
-    assert "set hyperparameters image_feature and label_feature" in text.splitlines()[0]
+    failed(digits_file_job, run_train(digits_file_job), DATA,
+           f"Data error: UnusableRecordError: unusable record #0 at byte offset 0 of file "
+           f"{digits_file_job.data_dir}/train/part-00000.tfrecord: feature 'image/jpeg' must hold one bytes value "
+           "(the encoded image); the record has: image/class/label, image/encoded. Set hyperparameters "
+           "image_feature and label_feature")
 
 
 def test_bugs_are_reported_as_internal_errors(tmp_path):
@@ -127,3 +139,111 @@ def test_success_leaves_no_failure_file(digits_file_job):
     assert out.returncode == 0, out.stderr[-2000:]
     assert not (digits_file_job.base / "output" / "failure").exists()
     assert json.loads((digits_file_job.base / "output/data/metrics.json").read_text())["final"]["epoch"] == 1
+
+
+# --- records that are framed well but cannot be trained on ----------------------------------------
+
+HTML = b"<!DOCTYPE html><html><body>AccessDenied</body></html>"
+
+
+def pipe_or_file_channel(job, mode: str, examples: list[bytes], name: str = "train") -> str:
+    """The channel `name` holding `examples` in one object; returns how errors name that object."""
+    if mode == "Pipe":
+        job.add_channel(name)
+        job.feed(name, [job.write(f"{name}.tfrecord", tfrecord.encode(examples))])
+        return f"channel '{name}' pass 0 (FIFO {job.data_dir}/{name}_0)"
+    file_channel(job, name, examples, shards=1)
+    return f"file {job.data_dir}/{name}/part-00000.tfrecord"
+
+
+@pytest.mark.parametrize("mode", ["Pipe", "File"])
+def test_a_record_whose_image_is_not_an_image_is_a_data_error_naming_it(job, digit_records, mode):
+    examples = list(digit_records[0][:40])
+    examples[10] = encode_example(HTML, 3)
+    where = pipe_or_file_channel(job, mode, examples)
+    write_hyperparameters(job, **OK)
+    offset = sum(16 + len(e) for e in examples[:10])
+    failed(job, run_train(job), DATA,
+           f"Data error: UnusableRecordError: unusable record #10 at byte offset {offset} of {where}: "
+           "image/encoded is not an image (it starts with b'<!DOCTYPE html><')")
+
+
+@pytest.mark.parametrize("mode", ["Pipe", "File"])
+def test_unusable_records_are_skipped_and_counted_when_allowed(job, digit_records, mode):
+    examples = list(digit_records[0][:40])
+    examples[3], examples[30] = encode_example(HTML, 3), encode_example(png_bomb(), 1)
+    pipe_or_file_channel(job, mode, examples)
+    write_hyperparameters(job, **OK, max_corrupted_records_to_skip=2)
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "SKIPPED unusable record #3 " in out.stdout and "[1 of at most 2 corrupt records per pass]" in out.stdout
+    assert "SKIPPED unusable record #30 " in out.stdout and "16000x16000 PNG image, 256 megapixels" in out.stdout
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_decoded(job, digit_records):
+    examples = list(digit_records[0][:40])
+    examples[5] = encode_example(png_bomb(), 1)  # 1 MB that decodes to 768 MB
+    where = pipe_or_file_channel(job, "Pipe", examples)
+    write_hyperparameters(job, **OK)
+    offset = sum(16 + len(e) for e in examples[:5])
+    failed(job, run_train(job), DATA,
+           f"Data error: UnusableRecordError: unusable record #5 at byte offset {offset} of {where}: image/encoded "
+           "is a 16000x16000 PNG image, 256 megapixels: more than max_image_pixels (100000000); shrink it, or raise "
+           "the limit")
+
+
+def test_a_crafted_length_in_file_mode_is_a_data_error_not_a_crash(job, digit_records):
+    examples = digit_records[0][:40]
+    header = struct.pack("<Q", 2**60)  # with a valid CRC: tf.data.TFRecordDataset segfaults on it
+    data = tfrecord.encode(examples[:20]) + header + struct.pack("<I", masked_crc32c(header)) + tfrecord.encode(examples[20:])
+    job.add_channel("train", mode="File")
+    (job.data_dir / "train").mkdir()
+    (job.data_dir / "train" / "crafted.tfrecord").write_bytes(data)
+    write_hyperparameters(job, **OK)
+    offset = sum(16 + len(e) for e in examples[:20])
+    failed(job, run_train(job), DATA,
+           f"Data error: CorruptRecordError: corrupt record #20 at byte offset {offset} of file "
+           f"{job.data_dir}/train/crafted.tfrecord: impossible record length {2**60}")
+
+
+# --- channels that hold nothing ------------------------------------------------------------------
+
+
+def test_a_file_channel_of_empty_objects_is_a_data_error(job):
+    job.add_channel("train", mode="File")
+    (job.data_dir / "train").mkdir()
+    for name in ("a.tfrecord", "b.tfrecord"):
+        (job.data_dir / "train" / name).write_bytes(b"")
+    write_hyperparameters(job, **OK)
+    failed(job, run_train(job), DATA,
+           f"Data error: channel 'train' delivered no records in epoch 1: its 2 files in {job.data_dir}/train held "
+           "0 bytes and no records. A job cannot train on nothing")
+    assert not (job.base / "model" / "1").exists()
+
+
+def test_an_empty_pipe_pass_is_a_data_error_naming_the_pass(job):
+    job.add_channel("train")
+    job.feed("train", [job.write("empty.tfrecord", b"")])
+    write_hyperparameters(job, **OK)
+    failed(job, run_train(job), DATA,
+           f"Data error: channel 'train' delivered no records in epoch 1: its Pipe pass 0 (FIFO {job.data_dir}/train_0) "
+           "held 0 bytes and no records. A job cannot train on nothing")
+
+
+def test_an_empty_validation_pass_is_a_data_error_not_a_loss_of_zero(job, digit_records):
+    file_channel(job, "train", digit_records[0][:64], shards=1)
+    job.add_channel("validation")
+    job.feed("validation", [job.write("empty.tfrecord", b"")])
+    write_hyperparameters(job, **OK)
+    failed(job, run_train(job), DATA,
+           f"Data error: channel 'validation' delivered no records in epoch 1: its Pipe pass 0 (FIFO "
+           f"{job.data_dir}/validation_0) held 0 bytes and no records. A job cannot validate on nothing")
+
+
+def test_a_channel_whose_every_record_was_skipped_says_so(job, digit_records):
+    file_channel(job, "train", [encode_example(HTML, 1)] * 3, shards=1)
+    write_hyperparameters(job, **OK, max_corrupted_records_to_skip=5)
+    failed(job, run_train(job), DATA,
+           f"Data error: channel 'train' delivered no records in epoch 1: its 1 file in {job.data_dir}/train held "
+           f"{3 * (16 + len(encode_example(HTML, 1)))} bytes, and all 3 records in them were skipped as corrupt or "
+           "unusable (max_corrupted_records_to_skip)")

@@ -2,6 +2,8 @@
 
 import hashlib
 import json
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,8 +49,8 @@ def test_prepare_folder_into_shards_the_job_can_read(photos, tmp_path, capsys):
     assert json.loads((out / "classes.json").read_text()) == [f"digit{d}" for d in range(10)]
     assert summary["rejected"] == 2 and summary["train"] + summary["validation"] == 200
     rejected = (out / "rejected.txt").read_text()
-    assert "broken.jpg\tcorrupt image:" in rejected and "readme.txt\tnot an image file" in rejected
-    assert "REJECTED 2 of 202 images" in capsys.readouterr().err
+    assert "broken.jpg\tthe file is a damaged image" in rejected and "readme.txt\tnot an image file" in rejected
+    assert "REJECTED 2 of 202 files" in capsys.readouterr().err
     train, validation = read_examples(out / "train"), read_examples(out / "validation")
     assert (len(train), len(validation)) == (summary["train"], summary["validation"])
     counts = np.bincount(labels, minlength=10)
@@ -133,3 +135,124 @@ def test_prepared_records_train_with_the_job_unchanged(photos, tmp_path):
     assert out.returncode == 0, out.stdout[-3000:]
     assert "algo-1 | metrics: epoch=1" in out.stdout
     assert json.loads((tmp_path / "job/algo-1/model/classes.json").read_text()) == classes.split(",")
+
+
+# --- inputs nobody sanitised -----------------------------------------------------------------------
+
+
+def digit_folder(root: Path, classes: dict[str, int]) -> Path:
+    """Class folders holding that many digit JPEGs each."""
+    images, _ = load_digits()
+    n = 0
+    for name, count in classes.items():
+        folder = root / name
+        folder.mkdir(parents=True)
+        for _ in range(count):
+            (folder / f"{n}.jpg").write_bytes(digit_jpeg(images[n]))
+            n += 1
+    return root
+
+
+def test_file_names_that_are_not_utf8_are_prepared_or_listed_never_a_crash(tmp_path):
+    root = digit_folder(tmp_path / "photos", {"a": 5, "b": 5})
+    images, _ = load_digits()
+    (root / "a").joinpath(os.fsdecode(b"\xff\xfe.jpg")).write_bytes(digit_jpeg(images[50]))
+    (root / "b").joinpath(os.fsdecode(b"bad\xff\tname.jpg")).write_bytes(b"garbage")
+    out = subprocess.run([sys.executable, "-m", "launch", "prepare", str(root), str(tmp_path / "out")], cwd=REPO,
+                         capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
+    assert json.loads((tmp_path / "out/classes.json").read_text()) == ["a", "b"]
+    assert len(read_examples(tmp_path / "out/train")) + len(read_examples(tmp_path / "out/validation")) == 11
+    rejected = (tmp_path / "out/rejected.txt").read_text()  # UTF-8 text, one line per file
+    assert rejected.count("\n") == 1 and "b/bad\\xff\\tname.jpg\tthe file is not an image" in rejected
+
+
+def test_a_class_folder_whose_name_is_not_utf8_is_refused(tmp_path):
+    root = digit_folder(tmp_path / "photos", {"a": 2, "b": 2})
+    (root / "b").rename(root / os.fsdecode(b"b\xff"))
+    with pytest.raises(PrepareError, match=r"class folder .*b\\xff: its name must be printable UTF-8 text"):
+        prepare(root, tmp_path / "out")
+
+
+def labels_csv(tmp_path: Path, rows: list[str], prefix: bytes = b"") -> Path:
+    images, _ = load_digits()
+    for i in range(12):
+        (tmp_path / f"img{i}.jpg").write_bytes(digit_jpeg(images[i]))
+    path = tmp_path / "labels.csv"
+    path.write_bytes(prefix + "\n".join(rows).encode() + b"\n")
+    return path
+
+
+def test_a_csv_saved_by_excel_with_a_byte_order_mark_keeps_its_header_out_of_the_classes(tmp_path):
+    source = labels_csv(tmp_path, ["path,label"] + [f"img{i}.jpg,{'cat' if i % 2 else 'dog'}" for i in range(12)],
+                        prefix=b"\xef\xbb\xbf")
+    assert prepare(source, tmp_path / "out")["classes"] == ["cat", "dog"]
+
+
+def test_class_names_with_commas_get_a_hint_the_job_reads_back(tmp_path, capsys):
+    from train.config import JobConfig
+    from train.contract import decode_hyperparameter
+
+    names = ["cat, tabby", "dog", "bird's nest"]
+    rows = ["path,label"] + [f'img{i}.jpg,"{names[i % 3]}"' for i in range(12)]
+    assert prepare(labels_csv(tmp_path, rows), tmp_path / "out")["classes"] == sorted(names)
+    hint = capsys.readouterr().err.strip().splitlines()[-1].split("train with ", 1)[1]
+    option = shlex.split(hint)
+    assert option[0] == "--hp" and option[1].startswith("class_names=[")
+    config = JobConfig.from_hyperparameters({"class_names": decode_hyperparameter(option[1].split("=", 1)[1])})
+    assert list(config.class_names) == sorted(names)
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["img0.jpg,cat", "img1.jpg,", "img2.jpg,dog"], r"labels.csv:2: empty label"),
+    (["img0.jpg,cat", ",dog"], r"labels.csv:2: empty path"),
+    (["img0.jpg,cat", "img1.jpg,dog", "./img0.jpg,dog"], r"labels.csv:3: .*img0.jpg is listed again with label 'dog' \(line 1: 'cat'\)"),
+    (["img0.jpg,cat", "img1.jpg,dog", "img1.jpg,dog"], r"labels.csv:3: .*img1.jpg is listed again; list each image once"),
+])
+def test_csv_rows_that_would_train_wrongly_are_refused(tmp_path, rows, message):
+    with pytest.raises(PrepareError, match=message):
+        prepare(labels_csv(tmp_path, rows), tmp_path / "out")
+
+
+def test_a_class_too_small_for_the_split_keeps_a_training_image_and_says_so(tmp_path, capsys):
+    root = digit_folder(tmp_path / "photos", {"common": 20, "rare": 1})
+    summary = prepare(root, tmp_path / "out", validation_fraction=0.6)
+    labels = [int(e["image/class/label"]) for e in read_examples(tmp_path / "out/train")]
+    assert labels.count(1) == 1 and summary["validation"] == 12
+    assert "class rare has too few images for a validation share: none in validation" in capsys.readouterr().err
+
+
+def test_a_class_with_no_usable_image_is_refused(tmp_path):
+    root = digit_folder(tmp_path / "photos", {"a": 3, "b": 0})
+    (root / "b" / "x.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(PrepareError, match="class b: no usable image, so the model would have an output it never"):
+        prepare(root, tmp_path / "out")
+
+
+def test_links_out_of_the_source_folder_are_listed_never_read(tmp_path):
+    root = digit_folder(tmp_path / "photos", {"a": 3, "b": 3})
+    secret = tmp_path / "elsewhere" / "secret.jpg"
+    secret.parent.mkdir()
+    secret.write_bytes(digit_jpeg(load_digits()[0][40]))
+    (root / "a" / "out.jpg").symlink_to(secret)
+    (root / "a" / "in.jpg").symlink_to(root / "b" / "3.jpg")  # inside the source: followed
+    (root / "b" / "folder").symlink_to(secret.parent)
+    summary = prepare(root, tmp_path / "out", validation_fraction=0)
+    assert summary["train"] == 7 and summary["rejected"] == 2
+    rejected = (tmp_path / "out/rejected.txt").read_text()
+    assert f"a/out.jpg\ta symbolic link to {secret}, outside the source folder" in rejected
+    assert "b/folder\ta symbolic link to a folder (not followed)" in rejected
+    (root / "c").symlink_to(secret.parent)
+    with pytest.raises(PrepareError, match=f"class folder .*/c is a symbolic link to {secret.parent}, outside"):
+        prepare(root, tmp_path / "out2")
+
+
+def test_a_decompression_bomb_is_rejected_from_its_header(tmp_path):
+    from tests.conftest import png_bomb
+
+    root = digit_folder(tmp_path / "photos", {"a": 3, "b": 3})
+    (root / "a" / "bomb.png").write_bytes(png_bomb())
+    summary = prepare(root, tmp_path / "out", validation_fraction=0)
+    assert summary["rejected"] == 1
+    assert ("bomb.png\tthe file is a 16000x16000 PNG image, 256 megapixels: more than max_image_pixels (100000000)"
+            in (tmp_path / "out/rejected.txt").read_text())

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from train.errors import UserError
+from train.images import DEFAULT_MAX_PIXELS
 
 BACKBONES = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_v2_b0", "resnet50")
 AUGMENTATIONS = ("crop", "flip", "color")
@@ -140,7 +141,8 @@ HYPERPARAMETERS = {
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
         Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
-        Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0), "corrupt records tolerated per pass and channel (each logged)"),
+        Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0), "corrupt or unusable records (not an image, too large, bad label) tolerated per pass and channel, each logged"),
+        Hyperparameter("max_image_pixels", DEFAULT_MAX_PIXELS, _integer(1), "largest image accepted (width x height, read from its header before decoding); larger ones are unusable records"),
         Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400), "seconds to wait for a Pipe-mode FIFO and its writer"),
         Hyperparameter("collective_timeout", 600, _number(0, 86400), "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
         Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
@@ -168,6 +170,7 @@ class JobConfig:
     dropout: float
     mixed_precision: str
     max_corrupted_records_to_skip: int
+    max_image_pixels: int
     pipe_wait_timeout: float
     collective_timeout: float
     seed: int

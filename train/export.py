@@ -18,16 +18,20 @@ import keras
 import tensorflow as tf
 
 from train import preprocess
+from train.images import DEFAULT_MAX_PIXELS
 from train.model import backbone_of
 
 SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is the live one
 
 
-def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int):
+def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int):
     names = tf.constant(list(class_names))
 
     def serve(image_bytes):
-        images = preprocess.batch_of(lambda x: preprocess.for_eval(x, image_size), image_bytes, image_size)
+        # each request's images are checked from their headers before decoding: a small file that
+        # decodes to gigapixels is refused instead of costing the server its memory
+        images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size),
+                                     image_bytes, image_size)
         probabilities = model(images, training=False)
         ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "class_ids": ids, "classes": tf.gather(names, ids)}
@@ -40,11 +44,12 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     return archive
 
 
-def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path) -> Path:
+def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
+           max_pixels: int = DEFAULT_MAX_PIXELS) -> Path:
     model_dir.mkdir(parents=True, exist_ok=True)
     model.save(model_dir / "model.keras")
     backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
     serving_dir = model_dir / SERVING_VERSION
-    serving_archive(model, class_names, image_size).write_out(str(serving_dir), verbose=False)
+    serving_archive(model, class_names, image_size, max_pixels).write_out(str(serving_dir), verbose=False)
     return serving_dir

@@ -23,13 +23,14 @@ EXIT_CODES = {"internal error": 1, "configuration error": 2, "data error": 3, "c
 _READER_ERRORS = {
     "CorruptRecordError": "data error",
     "TruncatedRecordError": "data error",
+    "UnusableRecordError": "data error",
+    "UnreadableError": "data error",
     "PipeTimeoutError": "data error",
     "PipeConfigError": "configuration error",
-    "LabelOutOfRange": "data error",
 }
 
 
-def classify(err: BaseException, data_dir: Path | None = None) -> tuple[str, str]:
+def classify(err: BaseException) -> tuple[str, str]:
     """(kind, reason) for an exception."""
     if isinstance(err, UserError):
         return "configuration error", str(err)
@@ -41,7 +42,7 @@ def classify(err: BaseException, data_dir: Path | None = None) -> tuple[str, str
         return "stopped", "the job was interrupted (SIGINT)"
     tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
     if tf_errors and isinstance(err, tf_errors.OpError):
-        return _classify_tf(err, tf_errors, data_dir)
+        return _classify_tf(err, tf_errors)
     return "internal error", f"{type(err).__name__}: {err} (a bug in the training job, please report it)"
 
 
@@ -49,7 +50,7 @@ _OUR_MESSAGE = re.compile(rf"\b({'|'.join(_READER_ERRORS)}): ([^\]\n]*)")
 _MISSING_FEATURE = re.compile(r"Feature: (\S+) \(data type: \w+\) is required but could not be found")
 
 
-def _classify_tf(err, tf_errors, data_dir: Path | None) -> tuple[str, str]:
+def _classify_tf(err, tf_errors) -> tuple[str, str]:
     # The useful line can be anywhere in TF's message ("Graph execution error:" comes first),
     # and tf.debugging assertions put their message in square brackets.
     message = err.message or str(err)
@@ -72,8 +73,7 @@ def _classify_tf(err, tf_errors, data_dir: Path | None) -> tuple[str, str]:
             "stopped answering; its log says why (multi-host jobs fail as a whole)"
         )
     if isinstance(err, tf_errors.DataLossError):
-        where = _locate_corruption(data_dir) if data_dir else None
-        return "data error", where or f"corrupt TFRecord data: {first}"
+        return "data error", f"corrupt data: {first}"
     if isinstance(err, tf_errors.InvalidArgumentError) and "Example" in first:
         return "data error", f"a record is not a valid tf.train.Example: {first}"
     return "internal error", f"{type(err).__name__}: {first} (a bug in the training job, please report it)"
@@ -87,19 +87,9 @@ def _collective_failure(err, tf_errors, message: str) -> bool:
     return isinstance(err, kinds) and any(marker in message for marker in markers)
 
 
-def _locate_corruption(data_dir: Path) -> str | None:
-    from train.input import file_of_corruption
-
-    for folder in sorted(p for p in data_dir.iterdir() if p.is_dir()):
-        found = file_of_corruption(folder)
-        if found:
-            return found
-    return None
-
-
-def report(err: BaseException, failure_file: Path, data_dir: Path | None = None) -> int:
+def report(err: BaseException, failure_file: Path) -> int:
     """Writes the failure file, logs the reason, and returns the exit code."""
-    kind, reason = classify(err, data_dir)
+    kind, reason = classify(err)
     details = "".join(traceback.format_exception(err))
     text = f"{kind[0].upper()}{kind[1:]}: {reason}\n\n{details}"
     try:

@@ -2,10 +2,12 @@
 
     records --shard--> --shuffle--> batch --skip--> parse_example --> decode (+ augment) --> prefetch
 
-Pipe, File and FastFile differ only in `records()`; everything after it is the same and is
-tested on local TFRecord files. Every epoch's pipeline is deterministic given its seed (shuffle,
-interleave and map order are fixed), which is what makes mid-epoch resume exact: a restarted job
-rebuilds the epoch's pipeline and skips the batches it had already trained on, before decoding.
+Pipe, File and FastFile differ only in `records()`: the Pipe reader for FIFOs, its decoder for
+files (tf.data.TFRecordDataset crashes the process on a crafted record length), both checking
+every record (example.record_check) before TensorFlow sees it. Everything after is the same and
+is tested on local TFRecord files. Every epoch's pipeline is deterministic given its seed (file
+order, shuffle and map order are fixed), which is what makes mid-epoch resume exact: a restarted
+job rebuilds the epoch's pipeline and skips the batches it had already trained on, before decoding.
 """
 
 from __future__ import annotations
@@ -13,19 +15,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import tensorflow as tf
 
-from train import preprocess
+from train import example, preprocess
 from train.config import JobConfig
 from train.contract import ChannelConfig, Paths
-from train.errors import UserError
-from train.pipe import PipeModeDataset, generator_dataset
-from train.pipe.corruption import CorruptionPolicy
-from train.pipe.tfrecord import TFRecordDecoder
+from train.errors import DataError, UserError
+from train.pipe import PipeReader, pipe_dataset
+from train.pipe.files import FileReader
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -44,37 +45,27 @@ def channel_files(folder: Path) -> list[str]:
     return files
 
 
-def read_files(files: list[str], max_skips: int) -> Iterator[list[bytes]]:
-    """The records of `files`, through the same decoder (and corruption policy) as Pipe mode."""
-    for name in files:
-        decoder = TFRecordDecoder(CorruptionPolicy(max_skips))
-        with open(name, "rb") as f:
-            yield from decoder.decode(f.read, f"file {name}")
-
-
 def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
-            shuffle_files: bool = False, shard: tuple[int, int] | None = None) -> tf.data.Dataset:
-    """The channel's serialized tf.train.Examples, one per element; with `shard` (count, index),
-    only this worker's share of them."""
-    max_skips = config.max_corrupted_records_to_skip
+            shuffle_files: bool = False, shard: tuple[int, int] | None = None):
+    """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
+    With `shard` (count, index), only this worker's share of them."""
+    options = {
+        "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
+        "record_check": example.record_check(config.image_feature, config.label_feature, config.num_classes,
+                                             config.max_image_pixels),
+    }
     if channel.input_mode == "Pipe":
-        dataset = PipeModeDataset(channel.name, "TFRecord", pipe_dir=layout.input_data,
-                                  config_dir=layout.input_config, max_corrupted_records_to_skip=max_skips,
-                                  wait_timeout=config.pipe_wait_timeout)
-        return dataset.shard(*shard) if shard else dataset
-    files = channel_files(layout.input_data / channel.name)
-    if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
-        files, shard = files[shard[1]::shard[0]], None
-    if max_skips:
-        dataset = generator_dataset(lambda: read_files(files, max_skips))
+        reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
+                            wait_timeout=config.pipe_wait_timeout, **options)
     else:
-        dataset = tf.data.Dataset.from_tensor_slices(files)
-        if shuffle_files:
-            dataset = dataset.shuffle(len(files), seed=seed)
-        # deterministic: a resumed epoch must see its records in the same order
-        dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=min(len(files), 8),
-                                     num_parallel_calls=AUTOTUNE, deterministic=True)
-    return dataset.shard(*shard) if shard else dataset
+        files = channel_files(layout.input_data / channel.name)
+        if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
+            random.Random(seed).shuffle(files)
+        if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
+            files, shard = files[shard[1]::shard[0]], None
+        reader = FileReader(files, channel.name, **options)
+    dataset = pipe_dataset(reader)
+    return (dataset.shard(*shard) if shard else dataset), reader
 
 
 def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) -> tuple[int, int] | None:
@@ -86,28 +77,17 @@ def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) ->
     return None
 
 
-def parser(config: JobConfig, channel: str):
-    """Parses a batch of serialized Examples into (encoded images, labels), checking labels."""
+def parser(config: JobConfig):
+    """Parses a batch of serialized Examples into (encoded images, labels). Every record passed
+    example.record_check when it was read: the features are there, the labels in range."""
     features = {
         config.image_feature: tf.io.FixedLenFeature([], tf.string),
         config.label_feature: tf.io.FixedLenFeature([], tf.int64),
     }
-    allowed = (f"labels must be 0 to {config.num_classes - 1}: check hyperparameters "
-               f"num_classes and label_feature ({config.label_feature!r})")
 
     def parse(batch):
         parsed = tf.io.parse_example(batch, features)
-        labels = parsed[config.label_feature]
-        checks = [
-            tf.debugging.assert_non_negative(
-                labels, message=f"LabelOutOfRange: channel {channel!r} has a negative label; {allowed}"),
-            tf.debugging.assert_less(
-                labels, tf.constant(config.num_classes, tf.int64),
-                message=f"LabelOutOfRange: channel {channel!r} has a label >= num_classes "
-                        f"({config.num_classes}); {allowed}"),
-        ]
-        with tf.control_dependencies(checks):
-            return parsed[config.image_feature], tf.identity(labels)
+        return parsed[config.image_feature], parsed[config.label_feature]
 
     return parse
 
@@ -116,48 +96,68 @@ def epoch_seed(config: JobConfig, epoch: int) -> int:
     return config.seed * 1_000_003 + epoch
 
 
-def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
-                   audit: "Audit | None" = None) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
-    """The dataset function of one training epoch, for strategy.distribute_datasets_from_function:
-    each worker builds its own pipeline, batched per replica."""
-    size, augment, seed = config.image_size, config.augment, epoch_seed(config, epoch)
+class EpochInput:
+    """One channel's input for one epoch: the dataset function a tf.distribute strategy calls
+    (once per worker, which builds its own pipeline, batched per replica), and the reader that
+    function made, which says what the pass held when it held nothing."""
 
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        per_replica = context.get_per_replica_batch_size(config.batch_size)
-        local_replicas = context.num_replicas_in_sync // context.num_input_pipelines
-        dataset = records(channel, layout, config, seed=seed, shuffle_files=True,
-                          shard=worker_shard(channel, context))
-        if config.shuffle_buffer:
+    def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
+                 epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None):
+        self.channel, self.layout, self.config = channel, layout, config
+        self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
+        self.reader: PipeReader | FileReader | None = None
+
+    def __call__(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
+        config, seed = self.config, epoch_seed(self.config, self.epoch)
+        dataset, self.reader = records(self.channel, self.layout, config, seed=seed, shuffle_files=self.training,
+                                       shard=worker_shard(self.channel, context))
+        if self.training and config.shuffle_buffer:
             # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
             # shuffling batches would keep every batch's records together. Seeded per epoch, so a
             # resumed epoch gets the same order.
             dataset = dataset.shuffle(config.shuffle_buffer, seed=seed)
-        dataset = dataset.batch(per_replica)
-        first = skip_steps * local_replicas  # each step takes one batch per local replica
+        dataset = dataset.batch(context.get_per_replica_batch_size(config.batch_size))
+        # each step takes one batch per local replica
+        first = self.skip_steps * (context.num_replicas_in_sync // context.num_input_pipelines)
         if first:
             dataset = dataset.skip(first)  # batches already trained on: skipped before decoding
-        if audit:
-            dataset = audit.tap(dataset, epoch, first)
-        return decoded(dataset, config, channel.name, lambda x: preprocess.for_train(x, size, augment))
+        if self.audit:
+            dataset = self.audit.tap(dataset, self.epoch, first)
+        size, augment = config.image_size, config.augment
+        if self.training:
+            return decoded(dataset, config, lambda x: preprocess.for_train(x, size, augment))
+        return decoded(dataset, config, lambda x: preprocess.for_eval(x, size))
 
-    return dataset_fn
+    def nothing_read(self, epoch: int) -> DataError:
+        """The error for a pass that gave no records at all: nothing to train or validate on."""
+        stats = self.reader.history[-1] if self.reader and self.reader.history else None
+        held = "nothing"
+        if stats:
+            source = (f"Pipe pass {stats.number} (FIFO {stats.path})" if self.channel.input_mode == "Pipe"
+                      else stats.path)
+            held = f"its {source} held {stats.bytes} bytes and no records"
+            if stats.skipped:
+                held = (f"its {source} held {stats.bytes} bytes, and all {stats.skipped} records in them were "
+                        "skipped as corrupt or unusable (max_corrupted_records_to_skip)")
+        return DataError(
+            f"channel {self.channel.name!r} delivered no records in epoch {epoch + 1}: {held}. A job cannot "
+            f"{'train' if self.training else 'validate'} on nothing: check the channel's S3 prefix (empty or "
+            "0-byte objects?)")
 
 
-def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig):
-    size = config.image_size
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        dataset = records(channel, layout, config, shard=worker_shard(channel, context))
-        dataset = dataset.batch(context.get_per_replica_batch_size(config.batch_size))
-        return decoded(dataset, config, channel.name, lambda x: preprocess.for_eval(x, size))
-
-    return dataset_fn
+def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
+                   audit: Audit | None = None) -> EpochInput:
+    return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit)
 
 
-def decoded(batches: tf.data.Dataset, config: JobConfig, channel: str, transform) -> tf.data.Dataset:
+def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig) -> EpochInput:
+    return EpochInput(channel, layout, config, training=False)
+
+
+def decoded(batches: tf.data.Dataset, config: JobConfig, transform) -> tf.data.Dataset:
     """Batches of serialized examples -> (images, labels): parse, then `transform` each image."""
     size = config.image_size
-    dataset = batches.map(parser(config, channel), num_parallel_calls=AUTOTUNE)
+    dataset = batches.map(parser(config), num_parallel_calls=AUTOTUNE)
     dataset = dataset.map(lambda images, labels: (preprocess.batch_of(transform, images, size), labels),
                           num_parallel_calls=AUTOTUNE)
     return dataset.prefetch(AUTOTUNE)
@@ -188,18 +188,3 @@ class Audit:
             return out
 
         return dataset.enumerate(start=first_batch).map(logged)
-
-
-def file_of_corruption(folder: Path) -> str | None:
-    """Where a File-mode channel is corrupt: TFRecordDataset's DataLossError names neither the file
-    nor the record, so after one, the channel's files are re-read with our decoder, which does."""
-    from train.pipe.errors import CorruptRecordError
-
-    try:
-        for _ in read_files(channel_files(folder), 0):
-            pass
-    except CorruptRecordError as err:
-        return str(err)
-    except (OSError, UserError):
-        return None
-    return None

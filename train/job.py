@@ -71,8 +71,8 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
             configure(phase, backbone, config, from_scratch, trainer)
         for epoch in range(max(epoch, phase.start), phase.end):
             started = time.perf_counter()
-            train = cluster.strategy.distribute_datasets_from_function(
-                inputs.training_input(channels["train"], layout, config, epoch, step, audit))
+            train_input = inputs.training_input(channels["train"], layout, config, epoch, step, audit)
+            train = cluster.strategy.distribute_datasets_from_function(train_input)
             on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
             results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
             if stopped:
@@ -81,9 +81,14 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
                 raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
                               f"({steps * config.batch_size} records of its pass); checkpoint saved in "
                               f"{layout.checkpoints}: a restarted job resumes there")
+            if steps == 0:  # (the same on every worker: a step is taken by all of them)
+                raise train_input.nothing_read(epoch)
             if "validation" in channels:
-                results |= trainer.evaluate(cluster.strategy.distribute_datasets_from_function(
-                    inputs.evaluation_input(channels["validation"], layout, config)))
+                validation = inputs.evaluation_input(channels["validation"], layout, config)
+                scores, examples = trainer.evaluate(cluster.strategy.distribute_datasets_from_function(validation))
+                if not examples:
+                    raise validation.nothing_read(epoch)
+                results |= scores
             epochs.add(epoch, phase.name, results, time.perf_counter() - started)
             checkpoints.save(model, trainer.optimizer,
                              Progress(phase.name, epoch + 1, 0, config.batch_size, tuple(epochs.rows)))
@@ -93,7 +98,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         epoch = phase.end
 
     if cluster.is_chief:
-        serving_dir = export(model, config.class_names, config.image_size, layout.model)
+        serving_dir = export(model, config.class_names, config.image_size, layout.model, config.max_image_pixels)
         epochs.write(layout.output_data / "metrics.json")
         log.info("exported the model to %s (serving) and %s", serving_dir, layout.model / "model.keras")
     return epochs.rows[-1] if epochs.rows else {}

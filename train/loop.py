@@ -156,8 +156,9 @@ class Trainer:
                 return totals.metrics("train_"), steps, True
         return totals.metrics("train_"), steps, False
 
-    def evaluate(self, dataset) -> dict:
+    def evaluate(self, dataset) -> tuple[dict, int]:
+        """(validation metrics, examples evaluated by all workers together)."""
         totals, eval_step = Totals(), self._step(False, dataset)
         for batch in dataset:
             totals.add(*eval_step(batch))
-        return totals.metrics("val_")
+        return totals.metrics("val_"), int(totals.examples)

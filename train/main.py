@@ -57,7 +57,7 @@ def main() -> int:
             log.warning("%s", stopped)
             return STOPPED_EXIT_CODE
     except BaseException as err:  # noqa: BLE001 - the one place every failure is reported
-        return failure.report(err, layout.failure, layout.input_data)
+        return failure.report(err, layout.failure)
     log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))
     return 0
 

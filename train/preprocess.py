@@ -18,10 +18,22 @@ CONTRAST_RANGE = (0.8, 1.2)
 
 
 def decode(encoded: tf.Tensor) -> tf.Tensor:
-    """JPEG, PNG, GIF or BMP bytes to uint8 RGB (grayscale and RGBA are converted)."""
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    """JPEG, PNG, GIF, BMP or WebP bytes to uint8 RGB (grayscale and alpha are converted)."""
+
+    def webp():
+        # TF's WebP decoder cannot drop alpha itself: channels=3 fails on a WebP that has some
+        image = tf.io.decode_image(encoded, channels=0, expand_animations=False)
+        return image[:, :, :3]
+
+    image = tf.cond(_is_webp(encoded), webp,
+                    lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False))
     image.set_shape([None, None, 3])
     return image
+
+
+def _is_webp(encoded: tf.Tensor) -> tf.Tensor:
+    head = _head(encoded)
+    return (tf.strings.substr(head, 0, 4) == b"RIFF") & (tf.strings.substr(head, 8, 4) == b"WEBP")
 
 
 def _crop_window(shape: tf.Tensor) -> tf.Tensor:
@@ -89,6 +101,61 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...]) -> tf.Ten
 def for_eval(encoded: tf.Tensor, size: int) -> tf.Tensor:
     """The whole image, resized: used for validation and by the exported serving signature."""
     return resize(decode(encoded), size)
+
+
+_HEAD_BYTES = 32
+_ZEROS = b"\0" * _HEAD_BYTES
+
+
+def _head(encoded: tf.Tensor) -> tf.Tensor:
+    """The first 32 bytes, zero-padded: substr fails on positions past the end of a short string."""
+    return tf.strings.substr(tf.strings.join([tf.strings.substr(encoded, 0, _HEAD_BYTES), _ZEROS]), 0, _HEAD_BYTES)
+
+
+def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
+    """Width x height of an encoded image read from its header, without decoding it (int64); -1
+    when it is not a JPEG, PNG, GIF, BMP or WebP image. In TensorFlow ops, so that the exported
+    serving signature can refuse a decompression bomb before decoding it; train.images checks
+    training data the same way in Python (tests hold both to the same answers)."""
+    head = _head(encoded)
+    data = tf.cast(tf.io.decode_raw(head, tf.uint8), tf.int64)
+
+    def little(start: int, count: int) -> tf.Tensor:
+        return sum(data[start + k] * 256**k for k in range(count))
+
+    def big(start: int, count: int) -> tf.Tensor:
+        return sum(data[start + k] * 256 ** (count - 1 - k) for k in range(count))
+
+    def bits(value: tf.Tensor, shift: int, count: int) -> tf.Tensor:
+        return tf.bitwise.bitwise_and(tf.bitwise.right_shift(value, shift), 2**count - 1)
+
+    def signed32(value: tf.Tensor) -> tf.Tensor:
+        return tf.where(value >= 2**31, value - 2**32, value)
+
+    magic = lambda start, count: tf.strings.substr(head, start, count)  # noqa: E731
+    vp8l = little(21, 4)
+    webp = tf.where(magic(12, 4) == "VP8 ", bits(little(26, 2), 0, 14) * bits(little(28, 2), 0, 14),
+           tf.where(magic(12, 4) == "VP8L", (bits(vp8l, 0, 14) + 1) * (bits(vp8l, 14, 14) + 1),
+           tf.where(magic(12, 4) == "VP8X", (little(24, 3) + 1) * (little(27, 3) + 1), tf.constant(-1, tf.int64))))
+    other = tf.where(magic(0, 8) == b"\x89PNG\r\n\x1a\n", big(16, 4) * big(20, 4),
+            tf.where(magic(0, 4) == b"GIF8", little(6, 2) * little(8, 2),
+            tf.where(magic(0, 2) == b"BM", tf.abs(signed32(little(18, 4))) * tf.abs(signed32(little(22, 4))),
+            tf.where((magic(0, 4) == b"RIFF") & (magic(8, 4) == b"WEBP"), webp, tf.constant(-1, tf.int64)))))
+    return tf.cond(tf.io.is_jpeg(encoded),
+                   lambda: tf.reduce_prod(tf.cast(tf.io.extract_jpeg_shape(encoded)[:2], tf.int64)),
+                   lambda: other)
+
+
+def checked(encoded: tf.Tensor, max_pixels: int) -> tf.Tensor:
+    """`encoded`, once its header shows a supported image of at most max_pixels pixels; else an
+    InvalidArgumentError saying which (a request the serving signature refuses)."""
+    pixels = header_pixels(encoded)
+    with tf.control_dependencies([
+        tf.debugging.assert_non_negative(pixels, message="the image is not a JPEG, PNG, GIF, BMP or WebP image"),
+        tf.debugging.assert_less_equal(pixels, tf.constant(max_pixels, tf.int64),
+                                       message=f"the image has more than max_image_pixels ({max_pixels}) pixels"),
+    ]):
+        return tf.identity(encoded)
 
 
 def batch_of(fn, encoded_batch: tf.Tensor, size: int) -> tf.Tensor:

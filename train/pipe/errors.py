@@ -12,6 +12,10 @@ class PipeTimeoutError(DataError):
     """A FIFO did not appear, or no writer connected to it, within the allowed time."""
 
 
+class UnreadableError(DataError):
+    """A file of the channel could not be opened or read."""
+
+
 class CorruptRecordError(DataError):
     """A record failed a CRC or framing check."""
 
