@@ -14,12 +14,12 @@ import time
 from launch.channels import ChannelError, ChannelSpec
 from launch.objects import SourceError, parse_s3_uri
 from launch.secrets import looks_secret
+from train.contract import JOB_NAME
 from train.metrics import METRIC_DEFINITIONS
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
 _ROLE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName
 _BASE_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$")  # + "-YYYYmmddHHMMSS" <= 63
 _IMAGE = re.compile(r"^[^\s]+/[^\s]+(:[\w.-]+|@sha256:[0-9a-f]{64})?$")
 

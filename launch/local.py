@@ -361,7 +361,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from train.errors import UserError
 
-    from launch.job_request import JOB_NAME
+    from train.contract import JOB_NAME
 
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     try:

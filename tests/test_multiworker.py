@@ -96,7 +96,8 @@ def job_pid(host_dir) -> int:
 
 
 def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(digit_folders):
-    common = ["--train", "train", *QUICK, *TWO_HOSTS, "--checkpoint-dir", "checkpoints"]
+    # the same job name in both runs, as a restarted spot job keeps its name
+    common = ["--train", "train", *QUICK, *TWO_HOSTS, "--checkpoint-dir", "checkpoints", "--name", "interrupted"]
     runner = subprocess.Popen([sys.executable, "-m", "launch", "local", *common, "--hp", "epochs=100",
                                "--job-dir", "first"], cwd=digit_folders, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -114,7 +115,7 @@ def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(d
         assert not (digit_folders / "first" / host / "output" / "failure").exists()
     stopped = re.search(r"algo-1 \| .*stopped by request after (step \d+ of epoch \d+|epoch \d+)", output)
     assert stopped, output[-4000:]
-    saved = sorted(p.name for p in (digit_folders / "checkpoints").glob("ckpt-*"))
+    saved = sorted(p.name for p in (digit_folders / "checkpoints").glob("interrupted-*/ckpt-*"))
     assert saved, output[-4000:]
 
     # the restarted job (new hosts, the same checkpoints, as a spot restart) picks up from there

@@ -95,7 +95,7 @@ def test_sigterm_mid_epoch_then_restart_trains_each_record_of_that_epoch_exactly
     assert "SIGTERM received: stopping after the current step" in output
     assert "stopped by request after step" in output and "of epoch 2" in output
     assert not (job.base / "output" / "failure").exists()  # a stop is not a failure
-    saved = sorted(job.base.glob("checkpoints/ckpt-*"))[-1]
+    saved = sorted(job.base.glob("checkpoints/*/ckpt-*"))[-1]
     progress = json.loads((saved / "progress.json").read_text())
     assert progress["epoch"] == 1 and 10 <= progress["steps"] < RECORDS // BATCH
 
@@ -127,7 +127,7 @@ def test_a_truncated_checkpoint_is_ignored_and_the_previous_one_used(job, digit_
                           weights=str(head_only_weights), augment="false")
     first = start(job, tmp_path / "audit")
     assert first.wait(timeout=600) == 0, first.stdout.read()[-3000:]
-    *_, previous, newest = sorted(job.base.glob("checkpoints/ckpt-*"))
+    *_, previous, newest = sorted(job.base.glob("checkpoints/*/ckpt-*"))
     data = next(newest.glob("state.data-*"))
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # as if its upload was cut short
     write_hyperparameters(job, num_classes=10, image_size=32, epochs=4, batch_size=BATCH,

@@ -20,6 +20,7 @@ BACKBONES = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_v2_b0", "
 AUGMENTATIONS = ("crop", "flip", "color")
 WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
 MIXED_PRECISION = ("auto", "true", "false")
+OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/checkpoints.py says what each does)
 
 # Set by SageMaker or its SDK, not by the user: accepted and ignored.
 _PLATFORM_PREFIXES = ("sagemaker_",)
@@ -146,6 +147,7 @@ HYPERPARAMETERS = {
         Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400), "seconds to wait for a Pipe-mode FIFO and its writer"),
         Hyperparameter("collective_timeout", 600, _number(0, 86400), "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
         Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
+        Hyperparameter("other_checkpoints", "refuse", _choice(OTHER_CHECKPOINTS), "when the checkpoint folder holds another job's checkpoints: refuse to start, resume the newest written with the same settings, or ignore them and train afresh"),
     )
 }
 
@@ -174,6 +176,7 @@ class JobConfig:
     pipe_wait_timeout: float
     collective_timeout: float
     seed: int
+    other_checkpoints: str
 
     @classmethod
     def from_hyperparameters(cls, raw: dict) -> "JobConfig":

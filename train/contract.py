@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 from train.errors import UserError
@@ -219,9 +220,16 @@ def audit_dir() -> Path | None:
     return Path(value) if value else None
 
 
+JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName
+
+
 def training_job_name() -> str:
-    """The job's name (SageMaker sets TRAINING_JOB_NAME), or "local" outside SageMaker."""
-    return os.environ.get("TRAINING_JOB_NAME") or "local"
+    """The job's name (SageMaker sets TRAINING_JOB_NAME), or "local" outside SageMaker. It names
+    the job's checkpoint folder, so anything but SageMaker's own form of name is refused."""
+    name = os.environ.get("TRAINING_JOB_NAME") or "local"
+    if not JOB_NAME.match(name):
+        raise UserError(f"TRAINING_JOB_NAME {name!r} is not a SageMaker job name (1-63 letters, digits and hyphens)")
+    return name
 
 
 def _read_json_object(path: Path) -> dict:

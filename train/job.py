@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import threading
 import time
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from train import contract, distribute, metrics
@@ -57,7 +59,9 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  pretrained=not from_scratch)
     trainer = Trainer(model, cluster, mixed_precision, stop)
-    checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief)
+    checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
+                              checkpoint_settings(config, channels, resources, mixed_precision))
+    checkpoints.check_writable(checkpoint_bytes(model))
     audit_dir = contract.audit_dir()
     audit = inputs.Audit(audit_dir, resources.current_host) if audit_dir else None
     plan = phases(config, from_scratch)
@@ -104,12 +108,42 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     return epochs.rows[-1] if epochs.rows else {}
 
 
+# Hyperparameters a job may change and still resume its checkpoints (train longer or shorter, with
+# another global batch, other time limits); any other change makes it another job (checkpoints.py).
+RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
+                     "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints")
+
+
+def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,
+                        mixed_precision: bool) -> dict:
+    """What makes checkpoints this job's: they are resumed only by a job with the same settings."""
+    settings = {name: value for name, value in dataclasses.asdict(config).items() if name not in RESUMABLE_CHANGES}
+    settings["channels"] = {name: [c.input_mode, c.distribution, c.record_wrapper] for name, c in sorted(channels.items())}
+    settings["hosts"] = len(resources.hosts)
+    settings["mixed_precision"] = mixed_precision  # (auto resolves to on or off: the optimizer differs)
+    return json.loads(json.dumps(settings))  # as progress.json gives them back: lists, not tuples
+
+
+def checkpoint_bytes(model: keras.Model) -> int:
+    """About what one checkpoint takes: the weights, and Adam's two slots for each (all weights
+    train in some phase)."""
+    return 3 * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+
+
 def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, trainer: Trainer,
            backbone: keras.Model, from_scratch: bool) -> tuple[int, int, tuple, Phase | None]:
-    """Restores the newest readable checkpoint: (epoch, step to resume at, epoch history, the phase
-    now configured). Each candidate is tried with the model set up for its own phase; a damaged
-    one is skipped with a warning and the previous one used. (0, 0, (), None) when none."""
-    for path, progress in checkpoints.candidates():
+    """Restores the newest readable checkpoint of this job (or, when it has none, of another job
+    as other_checkpoints says): (epoch, step to resume at, epoch history, the phase now
+    configured). Each candidate is tried with the model set up for its own phase; a damaged one is
+    skipped with a warning and the previous one used. (0, 0, (), None) when none."""
+    candidates = list(checkpoints.candidates())
+    if not checkpoints.complete():
+        other = checkpoints.other_to_resume(config.other_checkpoints)
+        if other:
+            log.info("continuing checkpoint %s of job %r (other_checkpoints=resume)",
+                     other.path.relative_to(checkpoints.folder), other.job)
+            candidates = [(other.path, other.progress)]
+    for path, progress in candidates:
         phase = next((p for p in plan if progress.epoch < p.end), plan[-1])
         configure(phase, backbone, config, from_scratch, trainer)
         # a checkpoint from the end of phase 1 restores the weights only: phase 2 has a new optimizer
