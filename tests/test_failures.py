@@ -247,3 +247,62 @@ def test_a_channel_whose_every_record_was_skipped_says_so(job, digit_records):
            f"Data error: channel 'train' delivered no records in epoch 1: its 1 file in {job.data_dir}/train held "
            f"{3 * (16 + len(encode_example(HTML, 1)))} bytes, and all 3 records in them were skipped as corrupt or "
            "unusable (max_corrupted_records_to_skip)")
+
+
+# --- stopped while waiting for Pipe data ----------------------------------------------------------
+
+
+def start_train(job):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(job.base), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(REPO / "container" / "train")], env=env, cwd=job.base,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def stop_when(process, marker: str, wait: float = 2.0) -> tuple[str, float]:
+    """SIGTERM `wait` s after `marker` is logged; (the whole output, seconds from SIGTERM to exit)."""
+    import signal
+    import time
+
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if marker in line:
+            break
+    else:
+        pytest.fail("".join(seen)[-3000:])
+    time.sleep(wait)
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    rest = process.communicate(timeout=150)[0]
+    return "".join(seen) + rest, time.monotonic() - sent
+
+
+def test_sigterm_while_waiting_for_a_fifo_that_never_comes_stops_at_once(job):
+    job.add_channel("train")  # no writer: SageMaker has not started streaming (pipe_wait_timeout is 600 s)
+    write_hyperparameters(job, **OK)
+    process = start_train(job)
+    output, seconds = stop_when(process, "phase 1: no pretrained weights")
+    assert process.returncode == 143, output[-3000:]
+    assert seconds < 30, seconds  # not at SageMaker's SIGKILL, 120 s later
+    assert "stopped by request before the first step: nothing to checkpoint" in output
+    assert not (job.base / "output" / "failure").exists()
+
+
+def test_sigterm_while_waiting_for_the_next_pass_stops_with_a_checkpoint(job, digit_records):
+    job.add_channel("train")
+    job.feed("train", [job.write("train.tfrecord", tfrecord.encode(digit_records[0][:64]))], passes=1)
+    write_hyperparameters(job, **dict(OK, epochs=3))
+    process = start_train(job)
+    output, seconds = stop_when(process, "metrics: epoch=1 ")  # then it waits for pass 1, which never comes
+    assert process.returncode == 143, output[-3000:]
+    assert seconds < 30, seconds
+    assert "interrupted channel 'train' pass 1" in output
+    assert "stopped by request after step 0 of epoch 2" in output
+    (saved,) = sorted(job.base.glob("checkpoints/*/ckpt-*"))[-1:]
+    assert json.loads((saved / "progress.json").read_text())["epoch"] == 1

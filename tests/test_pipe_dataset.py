@@ -228,3 +228,25 @@ def test_element_spec_and_graph_mode_use(job):
         lambda b: tf.io.parse_example(b, {"label": tf.io.FixedLenFeature([], tf.int64)})["label"]
     )
     assert np.concatenate([b.numpy() for b in ds]).tolist() == list(range(50))
+
+
+@pytest.mark.parametrize("writer", ["none", "silent"])
+def test_an_interrupt_ends_a_wait_for_the_fifo_or_its_data_at_once(job, writer):
+    import threading
+    import time
+
+    from train.pipe import PipeReader
+
+    job.add_channel("train")
+    if writer == "silent":  # a writer that connects, writes one record, then says nothing more
+        os.mkfifo(job.data_dir / "train_0")
+        silent = open(os.open(job.data_dir / "train_0", os.O_RDWR), "wb", buffering=0)
+        silent.write(tfrecord.encode([b"only one"]))
+    interrupt = threading.Event()
+    reader = PipeReader("train", "TFRecord", wait_timeout=600, interrupt=interrupt)
+    threading.Timer(0.5, interrupt.set).start()
+    started = time.monotonic()
+    got = [r for batch in reader.read_pass() for r in batch]
+    assert time.monotonic() - started < 5
+    assert got == []  # (a chunk still being read when interrupted is dropped with the rest of the pass)
+    assert reader.history[-1].interrupted

@@ -46,9 +46,11 @@ def channel_files(folder: Path) -> list[str]:
 
 
 def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
-            shuffle_files: bool = False, shard: tuple[int, int] | None = None):
+            shuffle_files: bool = False, shard: tuple[int, int] | None = None,
+            interrupt: threading.Event | None = None):
     """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
-    With `shard` (count, index), only this worker's share of them."""
+    With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
+    Pipe pass ends at once, even while waiting for its FIFO or data."""
     options = {
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
         "record_check": example.record_check(config.image_feature, config.label_feature, config.num_classes,
@@ -56,7 +58,7 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     }
     if channel.input_mode == "Pipe":
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
-                            wait_timeout=config.pipe_wait_timeout, **options)
+                            wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
         files = channel_files(layout.input_data / channel.name)
         if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
@@ -102,15 +104,17 @@ class EpochInput:
     function made, which says what the pass held when it held nothing."""
 
     def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
-                 epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None):
+                 epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None,
+                 interrupt: threading.Event | None = None):
         self.channel, self.layout, self.config = channel, layout, config
         self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
+        self.interrupt = interrupt
         self.reader: PipeReader | FileReader | None = None
 
     def __call__(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
         config, seed = self.config, epoch_seed(self.config, self.epoch)
         dataset, self.reader = records(self.channel, self.layout, config, seed=seed, shuffle_files=self.training,
-                                       shard=worker_shard(self.channel, context))
+                                       shard=worker_shard(self.channel, context), interrupt=self.interrupt)
         if self.training and config.shuffle_buffer:
             # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
             # shuffling batches would keep every batch's records together. Seeded per epoch, so a
@@ -146,12 +150,14 @@ class EpochInput:
 
 
 def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
-                   audit: Audit | None = None) -> EpochInput:
-    return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit)
+                   audit: Audit | None = None, interrupt: threading.Event | None = None) -> EpochInput:
+    return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit,
+                      interrupt=interrupt)
 
 
-def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig) -> EpochInput:
-    return EpochInput(channel, layout, config, training=False)
+def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,
+                     interrupt: threading.Event | None = None) -> EpochInput:
+    return EpochInput(channel, layout, config, training=False, interrupt=interrupt)
 
 
 def decoded(batches: tf.data.Dataset, config: JobConfig, transform) -> tf.data.Dataset:

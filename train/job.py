@@ -75,21 +75,28 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
             configure(phase, backbone, config, from_scratch, trainer)
         for epoch in range(max(epoch, phase.start), phase.end):
             started = time.perf_counter()
-            train_input = inputs.training_input(channels["train"], layout, config, epoch, step, audit)
+            train_input = inputs.training_input(channels["train"], layout, config, epoch, step, audit, trainer.stop)
             train = cluster.strategy.distribute_datasets_from_function(train_input)
             on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
             results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
-            if stopped:
+            if stopped and not (epoch == 0 and steps == 0):
                 checkpoints.save(model, trainer.optimizer,
                                  Progress(phase.name, epoch, steps, config.batch_size, tuple(epochs.rows)))
                 raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
                               f"({steps * config.batch_size} records of its pass); checkpoint saved in "
                               f"{layout.checkpoints}: a restarted job resumes there")
+            if stopped:
+                raise Stopped("stopped by request before the first step: nothing to checkpoint")
             if steps == 0:  # (the same on every worker: a step is taken by all of them)
                 raise train_input.nothing_read(epoch)
             if "validation" in channels:
-                validation = inputs.evaluation_input(channels["validation"], layout, config)
+                validation = inputs.evaluation_input(channels["validation"], layout, config, trainer.stop)
                 scores, examples = trainer.evaluate(cluster.strategy.distribute_datasets_from_function(validation))
+                if trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
+                    checkpoints.save(model, trainer.optimizer,
+                                     Progress(phase.name, epoch, steps, config.batch_size, tuple(epochs.rows)))
+                    raise Stopped(f"stopped by request while validating epoch {epoch + 1}; checkpoint saved in "
+                                  f"{layout.checkpoints}: a restarted job validates it again")
                 if not examples:
                     raise validation.nothing_read(epoch)
                 results |= scores

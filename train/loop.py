@@ -47,7 +47,9 @@ class Totals:
         self.examples += float(examples)
 
     def metrics(self, prefix: str) -> dict:
-        n = max(self.examples, 1.0)
+        """Means over the examples seen; NaN (null in metrics.json) when there were none in this run
+        (an epoch resumed after its last step), never a loss of 0."""
+        n = self.examples or float("nan")
         return {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
 
 
@@ -154,7 +156,8 @@ class Trainer:
                          totals.loss / max(totals.examples, 1), rate)
             if self.stop_requested():
                 return totals.metrics("train_"), steps, True
-        return totals.metrics("train_"), steps, False
+        # a stop that came while the input waited for data ended the pass early (Pipe mode)
+        return totals.metrics("train_"), steps, self.stop_requested()
 
     def evaluate(self, dataset) -> tuple[dict, int]:
         """(validation metrics, examples evaluated by all workers together)."""

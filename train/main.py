@@ -16,16 +16,33 @@ import threading
 STOPPED_EXIT_CODE = 143  # 128 + SIGTERM, as if the signal had ended the process
 
 
-def on_sigterm(stop: threading.Event):
-    """StopTrainingJob and spot interruptions send SIGTERM, then SIGKILL 120 s later: ask the
-    training loop to stop after its current step and save a checkpoint, well within that."""
+def stop_on_sigterm(stop: threading.Event) -> None:
+    """StopTrainingJob and spot interruptions send SIGTERM, then SIGKILL 120 s later: `stop` asks
+    the training loop to stop after its current step and save a checkpoint, well within that.
 
-    def handler(signum, frame):
+    A Python signal handler runs only when the main thread runs Python, and the main thread spends
+    its time inside TensorFlow (a training step, or a wait for the next batch while SageMaker has
+    not yet written the FIFO). So the signal is also seen through a wakeup file descriptor, which
+    the C-level handler writes to at once, by a thread that sets `stop` right away: the Pipe
+    reader's waits end on it, and the loop stops at the next step boundary."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: request_stop(stop))  # replaces the default: exit
+
+    def watch() -> None:
+        while True:
+            if signal.SIGTERM in os.read(read_end, 256):
+                request_stop(stop)
+
+    threading.Thread(target=watch, name="sigterm", daemon=True).start()
+
+
+def request_stop(stop: threading.Event) -> None:
+    if not stop.is_set():
+        stop.set()
         logging.getLogger("train").warning(
             "SIGTERM received: stopping after the current step and saving a checkpoint")
-        stop.set()
-
-    return handler
 
 
 def main() -> int:
@@ -37,7 +54,7 @@ def main() -> int:
     layout = contract.paths()
     log = logging.getLogger("train")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, on_sigterm(stop))
+    stop_on_sigterm(stop)
     try:
         from train.config import JobConfig
 

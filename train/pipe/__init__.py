@@ -8,6 +8,7 @@ Pure-Python parts (framing, FIFOs, passes) import without TensorFlow; PipeModeDa
 
 from train.pipe.errors import (
     CorruptRecordError,
+    Interrupted,
     PipeConfigError,
     PipeTimeoutError,
     TruncatedRecordError,
@@ -27,6 +28,7 @@ def __getattr__(name):
 
 __all__ = [
     "CorruptRecordError",
+    "Interrupted",
     "PipeConfigError",
     "PipeModeDataset",
     "PipeReader",

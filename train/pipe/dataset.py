@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -27,6 +28,7 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
     check_crc: bool = True,
     max_record_bytes: int = MAX_RECORD_BYTES,
     record_check: Callable[[bytes], str | None] | None = None,
+    interrupt: threading.Event | None = None,
 ) -> tf.data.Dataset:
     """Reads SageMaker Pipe-mode channel `channel` as a tf.data.Dataset of serialized records.
 
@@ -55,6 +57,8 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
       record_check: called with every record; returns why it is unusable (say, its image is not
         one), or None. A rejected record is an error naming it and its byte offset, or skipped
         and counted like a corrupt one under max_corrupted_records_to_skip.
+      interrupt: once set (say, by a SIGTERM handler), any wait for the FIFO or its data ends
+        within a quarter of a second, and the pass ends there, as if it were over.
 
     Every iteration over the dataset (each Keras epoch, each `for` loop, each `repeat()`) reads
     the channel's next FIFO: <channel>_0, then <channel>_1, and so on.
@@ -71,6 +75,7 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
         max_record_bytes=max_record_bytes,
         benchmark=benchmark,
         record_check=record_check,
+        interrupt=interrupt,
     )
     return pipe_dataset(reader, batch_size=batch_size, drop_remainder=drop_remainder)
 

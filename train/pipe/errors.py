@@ -4,6 +4,11 @@ number and byte offset, so a user can find the bad S3 object without a debugger.
 from train.errors import DataError, UserError
 
 
+class Interrupted(Exception):
+    """A wait for a FIFO or its data ended because the reader's `interrupt` event was set (a stop
+    was requested). Not a failure: the reader ends the pass early, as if it were over."""
+
+
 class PipeConfigError(UserError):
     """The channel is missing from inputdataconfig.json, not in Pipe mode, or misconfigured."""
 

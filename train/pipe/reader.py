@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 
 from train import contract
 from train.pipe.corruption import CorruptionPolicy
-from train.pipe.errors import PipeConfigError
+from train.pipe.errors import Interrupted, PipeConfigError
 from train.pipe.fifo import open_fifo
 from train.pipe.passes import PassCounter
 from train.pipe.recordio import RecordIODecoder
@@ -31,6 +32,7 @@ class PassStats:
     bytes: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    interrupted: bool = False  # ended early: the reader's interrupt event was set
 
     def summary(self) -> str:
         rate = self.bytes / self.seconds / 1e6 if self.seconds else 0.0
@@ -67,6 +69,7 @@ class PipeReader:
         max_record_bytes: int = MAX_RECORD_BYTES,
         benchmark: bool = False,
         record_check: RecordCheck | None = None,
+        interrupt: threading.Event | None = None,
     ):
         if record_format not in RECORD_FORMATS:
             raise PipeConfigError(
@@ -89,6 +92,7 @@ class PipeReader:
         self.max_record_bytes = max_record_bytes
         self.benchmark = benchmark
         self.record_check = record_check
+        self.interrupt = interrupt
         self.history: list[PassStats] = []
         self._passes = PassCounter(channel, self.pipe_dir, os.fspath(state_dir) if state_dir else None)
 
@@ -104,25 +108,28 @@ class PipeReader:
         stats = PassStats(self.channel, number, path)
         self.history.append(stats)
         policy = CorruptionPolicy(self.max_skips)
-        with open_fifo(path, self.wait_timeout, f"channel {self.channel!r}, pass {number}") as fifo:
-            log.info("reading %s", where)
-            started = time.perf_counter()
+        started = time.perf_counter()
+        finished = False
+        try:
+            with open_fifo(path, self.wait_timeout, f"channel {self.channel!r}, pass {number}", self.interrupt) as fifo:
+                log.info("reading %s", where)
 
-            def read(n: int) -> bytes:
-                data = fifo.read(n)
-                stats.bytes += len(data)
-                return data
+                def read(n: int) -> bytes:
+                    data = fifo.read(n)
+                    stats.bytes += len(data)
+                    return data
 
-            finished = False
-            try:
                 for records in self._decode(read, where, policy):
                     stats.records += len(records)
                     yield records
                 finished = True
-            finally:
-                stats.seconds = time.perf_counter() - started
-                stats.skipped = policy.skipped
-                log.info("%s %s", "finished" if finished else "stopped reading", stats.summary())
+        except Interrupted:  # a stop was requested: the pass ends here, as if it were over
+            stats.interrupted = True
+        finally:
+            stats.seconds = time.perf_counter() - started
+            stats.skipped = policy.skipped
+            ended = "finished" if finished else "interrupted" if stats.interrupted else "stopped reading"
+            log.info("%s %s", ended, stats.summary())
         if self.benchmark:
             print(stats.summary(), flush=True)
 
