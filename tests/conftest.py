@@ -127,6 +127,19 @@ def write_hyperparameters(job: "FakeJob", **values) -> None:
         json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}))
 
 
+@pytest.fixture(scope="session")
+def head_only_weights(tmp_path_factory):
+    """Any backbone weights file: with weights given, phase 1 trains only the head (fast steps)."""
+    import keras
+
+    from train.model import build_backbone
+
+    keras.utils.set_random_seed(1)
+    path = tmp_path_factory.mktemp("weights") / "backbone.weights.h5"
+    build_backbone("mobilenet_v3_small", 32, None).save_weights(path)
+    return path
+
+
 @functools.cache
 def png_bomb(width: int = 16000, height: int = 16000) -> bytes:
     """A valid grayscale PNG of zeros, about 1 MB, that decodes to width x height pixels (768 MB of

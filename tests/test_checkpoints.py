@@ -14,18 +14,9 @@ import pytest
 from tests.conftest import REPO, FakeJob, run_logged, write_hyperparameters
 from tests.test_job_e2e import file_channel
 from train.checkpoints import KEEP, CheckpointError, Checkpoints, Progress
-from train.model import build_backbone
 
 CONFIG = 2
 HPS = dict(num_classes=10, image_size=32, epochs=1, batch_size=32, augment="false")
-
-
-@pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    keras.utils.set_random_seed(1)
-    path = tmp_path_factory.mktemp("weights") / "backbone.weights.h5"
-    build_backbone("mobilenet_v3_small", 32, None).save_weights(path)
-    return path
 
 
 def job_on(folder, shared, digit_records, **changes) -> FakeJob:
@@ -37,8 +28,8 @@ def job_on(folder, shared, digit_records, **changes) -> FakeJob:
     return fake
 
 
-def train(fake: FakeJob, name: str, weights, preexec_fn=None, **hps):
-    write_hyperparameters(fake, **{**HPS, "weights": str(weights), **hps})
+def train(fake: FakeJob, name: str, head_only_weights, preexec_fn=None, **hps):
+    write_hyperparameters(fake, **{**HPS, "weights": str(head_only_weights), **hps})
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake.base), "TRAINING_JOB_NAME": name}
     if preexec_fn is None:
         return run_logged([sys.executable, str(REPO / "container" / "train")], 280, env=env, cwd=fake.base)
@@ -51,16 +42,16 @@ def first_line(fake: FakeJob) -> str:
 
 
 @pytest.mark.slow
-def test_another_jobs_checkpoints_are_refused_then_ignored_or_continued_as_told(tmp_path, digit_records, weights):
+def test_another_jobs_checkpoints_are_refused_then_ignored_or_continued_as_told(tmp_path, digit_records, head_only_weights):
     shared = tmp_path / "checkpoints"
     first = job_on(tmp_path / "first", shared, digit_records)
-    assert train(first, "first", weights, epochs=2).returncode == 0
+    assert train(first, "first", head_only_weights, epochs=2).returncode == 0
     (older,) = shared.glob("first-*")
     assert len(list(older.glob("ckpt-*"))) == 2
 
     # another job, other settings: refused before training, saying whose they are and what differs
     second = job_on(tmp_path / "second", shared, digit_records)
-    out = train(second, "second", weights, epochs=2, learning_rate=0.01)
+    out = train(second, "second", head_only_weights, epochs=2, learning_rate=0.01)
     assert out.returncode == CONFIG, out.stdout[-2000:]
     line = first_line(second)
     assert line.startswith(f"Configuration error: the checkpoint folder {second.base}/checkpoints holds "
@@ -68,31 +59,31 @@ def test_another_jobs_checkpoints_are_refused_then_ignored_or_continued_as_told(
     assert "with other settings (learning_rate 0.001 -> 0.01)" in line and "other_checkpoints=ignore" in line
     assert not (second.base / "model" / "1").exists()
     # other settings cannot be continued ...
-    out = train(second, "second", weights, epochs=2, learning_rate=0.01, other_checkpoints="resume")
+    out = train(second, "second", head_only_weights, epochs=2, learning_rate=0.01, other_checkpoints="resume")
     assert out.returncode == CONFIG and "holds no checkpoint written with this job's settings" in first_line(second)
     # ... but can be left alone: this job trains afresh in its own subfolder, the first job's stay
-    out = train(second, "second", weights, epochs=2, learning_rate=0.01, other_checkpoints="ignore")
+    out = train(second, "second", head_only_weights, epochs=2, learning_rate=0.01, other_checkpoints="ignore")
     assert out.returncode == 0, out.stdout[-2000:]
     assert "metrics: epoch=1 " in out.stdout and len(list(older.glob("ckpt-*"))) == 2
     assert [p.name.split("-")[0] for p in sorted(shared.iterdir())] == ["first", "second"]
 
     # the same settings as the first job, in a new job: continued when asked to (train longer)
     third = job_on(tmp_path / "third", shared, digit_records)
-    out = train(third, "third", weights, epochs=2)
+    out = train(third, "third", head_only_weights, epochs=2)
     assert out.returncode == CONFIG and "job 'first'" in first_line(third) and "the same settings" in first_line(third)
-    out = train(third, "third", weights, epochs=3, other_checkpoints="resume")
+    out = train(third, "third", head_only_weights, epochs=3, other_checkpoints="resume")
     assert out.returncode == 0, out.stdout[-2000:]
     assert f"continuing checkpoint {older.name}/ckpt-000002 of job 'first'" in out.stdout
     assert "metrics: epoch=3 " in out.stdout and "metrics: epoch=1 " not in out.stdout
 
 
 @pytest.mark.slow
-def test_two_jobs_at_once_on_one_folder_each_keep_their_own_checkpoints(tmp_path, digit_records, weights):
+def test_two_jobs_at_once_on_one_folder_each_keep_their_own_checkpoints(tmp_path, digit_records, head_only_weights):
     shared = tmp_path / "checkpoints"
     jobs = {name: job_on(tmp_path / name, shared, digit_records) for name in ("left", "right")}
     env = lambda name, fake: {**os.environ, "SAGEMAKER_BASE_DIR": str(fake.base), "TRAINING_JOB_NAME": name}  # noqa: E731
     for name, fake in jobs.items():
-        write_hyperparameters(fake, **{**HPS, "weights": str(weights), "epochs": 5, "other_checkpoints": "ignore"})
+        write_hyperparameters(fake, **{**HPS, "weights": str(head_only_weights), "epochs": 5, "other_checkpoints": "ignore"})
     running = [subprocess.Popen([sys.executable, str(REPO / "container" / "train")], env=env(name, fake),
                                 cwd=fake.base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for name, fake in jobs.items()]
@@ -129,11 +120,11 @@ def test_the_same_job_saving_twice_at_once_never_collides(tmp_path):
     assert not list(own.glob(".writing-*"))
 
 
-def test_a_folder_that_cannot_be_written_fails_the_job_before_training(tmp_path, digit_records, weights):
+def test_a_folder_that_cannot_be_written_fails_the_job_before_training(tmp_path, digit_records, head_only_weights):
     fake = job_on(tmp_path / "job", tmp_path / "unused", digit_records)
     (fake.base / "checkpoints").unlink()
     (fake.base / "checkpoints").write_text("a file where the folder should be")
-    out = train(fake, "blocked", weights)
+    out = train(fake, "blocked", head_only_weights)
     assert out.returncode == CONFIG, out.stdout[-2000:]
     assert first_line(fake).startswith(f"Configuration error: the checkpoint folder {fake.base}/checkpoints cannot "
                                        "be written (Not a directory)")
@@ -147,13 +138,13 @@ def test_a_folder_without_room_for_one_checkpoint_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_write_that_fails_midway_is_reported_as_what_it_is_and_leaves_no_debris(tmp_path, digit_records, weights):
+def test_a_write_that_fails_midway_is_reported_as_what_it_is_and_leaves_no_debris(tmp_path, digit_records, head_only_weights):
     fake = job_on(tmp_path / "job", tmp_path / "checkpoints", digit_records)
 
     def small_files():  # files may not grow past 1 MB: a checkpoint of this model is bigger
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    out = train(fake, "limited", weights, preexec_fn=small_files)
+    out = train(fake, "limited", head_only_weights, preexec_fn=small_files)
     assert out.returncode == CONFIG, out.stdout[-2000:] + out.stderr[-2000:]
     line = first_line(fake)
     assert line.startswith(f"Configuration error: could not write a checkpoint to {fake.base}/checkpoints/limited-"), line

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, FakeJob, run_logged, write_hyperparameters
+from tests.conftest import REPO, FakeJob, png_bomb, run_logged, write_hyperparameters
 from train.pipe import tfrecord
 
 TRAIN = 1400  # digits 0..1399 train, 1400.. (397 images) are held out
@@ -69,14 +69,26 @@ for batch in tf.data.TFRecordDataset(sys.argv[2]).batch(64):
     assert out["probabilities"].shape[1] == 10 and out["classes"].dtype == tf.string
     right += int(tf.reduce_sum(tf.cast(tf.cast(out["class_ids"], tf.int64) == parsed["image/class/label"], tf.int32)))
     total += int(batch.shape[0])
-print(json.dumps({"accuracy": right / total, "total": total}))
+refused = []
+for name in sys.argv[3:]:  # files the signature must refuse, from their header, before decoding
+    try:
+        serve(image_bytes=tf.constant([open(name, "rb").read()]))
+    except tf.errors.InvalidArgumentError as err:
+        refused.append(err.message.splitlines()[0])
+print(json.dumps({"accuracy": right / total, "total": total, "refused": refused}))
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run([sys.executable, "-c", script, str(model_dir), str(validation_file)], cwd=tmp_path,
+    (tmp_path / "bomb.png").write_bytes(png_bomb())  # 1 MB that decodes to 768 MB
+    (tmp_path / "page.jpg").write_bytes(b"<!DOCTYPE html><html>Not Found</html>")
+    out = subprocess.run([sys.executable, "-c", script, str(model_dir), str(validation_file),
+                          str(tmp_path / "bomb.png"), str(tmp_path / "page.jpg")], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["total"] == 397
+    bomb, page = result["refused"]
+    assert "the image has more than max_image_pixels (100000000) pixels" in bomb, bomb
+    assert "the image is not a JPEG, PNG, GIF, BMP or WebP image" in page, page
     return result["accuracy"]
 
 

@@ -13,26 +13,15 @@ import subprocess
 import sys
 import time
 
-import keras
 import pytest
 
 from tests.conftest import REPO, write_hyperparameters
 from tests.test_job_e2e import file_channel
-from train.model import build_backbone
 from train.pipe import tfrecord
 
 pytestmark = pytest.mark.slow
 RECORDS = 320
 BATCH = 16  # 20 steps per epoch
-
-
-@pytest.fixture(scope="module")
-def head_only_weights(tmp_path_factory):
-    """Any backbone weights: with weights given, phase 1 trains only the head (fast steps)."""
-    keras.utils.set_random_seed(1)
-    path = tmp_path_factory.mktemp("weights") / "backbone.weights.h5"
-    build_backbone("mobilenet_v3_small", 32, None).save_weights(path)
-    return path
 
 
 def start(job, audit):
