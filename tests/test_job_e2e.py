@@ -74,7 +74,7 @@ for name in sys.argv[3:]:  # files the signature must refuse, from their header,
     try:
         serve(image_bytes=tf.constant([open(name, "rb").read()]))
     except tf.errors.InvalidArgumentError as err:
-        refused.append(err.message.splitlines()[0])
+        refused.append(err.message)
 print(json.dumps({"accuracy": right / total, "total": total, "refused": refused}))
 """
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -87,8 +87,8 @@ print(json.dumps({"accuracy": right / total, "total": total, "refused": refused}
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["total"] == 397
     bomb, page = result["refused"]
-    assert "the image has more than max_image_pixels (100000000) pixels" in bomb, bomb
-    assert "the image is not a JPEG, PNG, GIF, BMP or WebP image" in page, page
+    assert "the image has more than max_image_pixels (100000000) pixels" in bomb, bomb[-500:]
+    assert "the image is not a JPEG, PNG, GIF, BMP or WebP image" in page, page[-500:]
     return result["accuracy"]
 
 
