@@ -11,8 +11,7 @@ def parse(items: list[str]) -> dict[str, str]:
 
 
 def check(values: dict[str, str]) -> None:
-    """Decodes the values as the job does, then validates them (raises train.errors.UserError)."""
+    """Reads the values as the job does (raises train.errors.UserError)."""
     from train.config import JobConfig
-    from train.contract import decode_hyperparameter
 
-    JobConfig.from_hyperparameters({k: decode_hyperparameter(v) for k, v in values.items()})
+    JobConfig.from_hyperparameters(values)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -10,12 +11,21 @@ import struct
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import zlib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# SageMaker SDK v2 in its own virtualenv beside .venv (v3): `make test` creates it
+SDK2_PYTHON = REPO / ".venv-sdk2" / "bin" / "python"
+
+
+def sdk2_python() -> Path:
+    if not SDK2_PYTHON.exists():
+        pytest.skip(f"{SDK2_PYTHON} is missing: `make test` creates it (requirements/sdk2.txt)")
+    return SDK2_PYTHON
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # moto's request recorder (read when moto is imported): a temp file, not ./moto_recording
 os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording"))
@@ -192,3 +202,31 @@ def s3_bucket(moto_endpoint, monkeypatch, request):
     name = "test-" + request.node.name.lower().replace("_", "-")[:40].strip("-") + f"-{random.randrange(10**6)}"
     client.create_bucket(Bucket=name)
     return client, name
+
+
+@pytest.fixture
+def aws(moto_endpoint, tmp_path):
+    """Environment for a submitting subprocess: moto's server, fake credentials, no telemetry."""
+    optout = tmp_path / "sagemaker-config.yaml"
+    optout.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
+    env = {**os.environ, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "SAGEMAKER_VALIDATE_ROLE": "false",  # v3 would call iam:SimulatePrincipalPolicy, which moto lacks
+           "SAGEMAKER_USER_CONFIG_OVERRIDE": str(optout), "LAUNCH_POLL_SECONDS": "0.2"}
+    env.pop("AWS_PROFILE", None)
+    for call in ("reset-recording", "start-recording"):
+        urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/recorder/{call}", method="POST"))
+    yield env
+    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/recorder/stop-recording", method="POST"))
+
+
+def sent(moto_endpoint: str, operation: str) -> list[dict]:
+    """The requests for SageMaker's `operation` the server received, as sent (moto's recording;
+    start it with the `aws` fixture)."""
+    text = urllib.request.urlopen(f"{moto_endpoint}/moto-api/recorder/download-recording").read().decode()
+    requests = []
+    for entry in map(json.loads, filter(None, text.splitlines())):
+        if entry["headers"].get("X-Amz-Target") == f"SageMaker.{operation}":
+            body = base64.b64decode(entry["body"]) if entry["body_encoded"] else entry["body"]
+            requests.append(json.loads(body))
+    return requests

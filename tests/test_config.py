@@ -1,7 +1,11 @@
 """Hyperparameters: defaults in one place, every bad value a UserError naming it and what is allowed."""
 
+import json
+import subprocess
+
 import pytest
 
+from tests.conftest import sdk2_python
 from train.config import HYPERPARAMETERS, JobConfig
 from train.errors import UserError
 
@@ -23,6 +27,99 @@ def test_defaults_and_decoded_values():
 
 def test_platform_hyperparameters_are_ignored():
     assert config(sagemaker_program="x", sagemaker_region="us-east-1", model_dir="s3://b/m").epochs == 5
+    # added by SageMaker to every training job of a tuning job
+    assert config(_tuning_objective_metric="validation:accuracy").epochs == 5
+
+
+# Python values as users give them to an SDK; names with a comma and a quote on purpose
+GIVEN = {
+    "epochs": 2, "batch_size": 8, "learning_rate": 0.003, "dropout": 0.0, "mixed_precision": False,
+    "augment": ["crop", "flip"], "class_names": ["cat, tabby", "dog's", "bird"], "num_classes": 3,
+    "weights": "none", "image_feature": "image/encoded", "max_image_pixels": 10**6,
+}
+# How each SageMaker client turns them into hyperparameters.json's strings, computed by the SDKs' own
+# code: the v2 Estimator (str()), v2 framework estimators (json.dumps, as with source_dir), and the
+# categorical values of a v2 tuning job, plain (Estimator) and JSON-quoted again (framework).
+SDK2_FORMS = """
+import json, sys
+from sagemaker.estimator import EstimatorBase
+from sagemaker.parameter import CategoricalParameter
+from sagemaker.utils import to_string
+given = json.loads(sys.stdin.read())
+framework = EstimatorBase._json_encode_hyperparameters(given)
+print(json.dumps({
+    "v2 Estimator": {k: to_string(v) for k, v in given.items()},
+    "v2 Framework": {k: to_string(v) for k, v in framework.items()},
+    "v2 tuning categorical": {k: CategoricalParameter([v]).as_tuning_range(k)["Values"][0]
+                              for k, v in given.items() if not isinstance(v, list)},
+    "v2 tuning categorical, Framework": {k: CategoricalParameter([v]).as_json_range(k)["Values"][0]
+                                         for k, v in given.items() if not isinstance(v, list)},
+}))
+"""
+
+
+def sdk_forms() -> dict[str, dict[str, str]]:
+    from sagemaker.train.utils import safe_serialize  # what v3's ModelTrainer sends
+
+    forms = {"v3 ModelTrainer": {k: safe_serialize(v) for k, v in GIVEN.items()}}
+    out = subprocess.run([str(sdk2_python()), "-c", SDK2_FORMS], input=json.dumps(GIVEN), capture_output=True,
+                         text=True, check=True)
+    forms.update(json.loads(out.stdout.splitlines()[-1]))  # v2 prints a deprecation notice first
+    return forms
+
+
+def test_every_form_the_sdks_send_reads_as_the_value_given():
+    expected = JobConfig.from_hyperparameters(GIVEN)
+    assert expected.class_names == ("cat, tabby", "dog's", "bird") and expected.mixed_precision == "false"
+    forms = sdk_forms()
+    assert forms["v2 Estimator"]["class_names"] == "['cat, tabby', \"dog's\", 'bird']"
+    assert forms["v2 tuning categorical, Framework"]["batch_size"] == '"8"'
+    for client, sent in forms.items():
+        assert all(isinstance(v, str) for v in sent.values()), client
+        if "tuning" in client:  # a categorical range sets one value at a time; the others keep theirs
+            for name, value in sent.items():
+                assert JobConfig.from_hyperparameters({**GIVEN, name: value}) == expected, (client, name, value)
+        else:
+            assert sent.keys() == GIVEN.keys()
+            assert JobConfig.from_hyperparameters(sent) == expected, client
+
+
+@pytest.mark.parametrize("sent, read", [
+    ({"batch_size": "8.0"}, {"batch_size": 8}),
+    ({"batch_size": " 16 "}, {"batch_size": 16}),
+    ({"learning_rate": ".5"}, {"learning_rate": 0.5}),
+    ({"learning_rate": "1e-4"}, {"learning_rate": 1e-4}),
+    ({"mixed_precision": "True"}, {"mixed_precision": "true"}),
+    ({"mixed_precision": '"AUTO"'}, {"mixed_precision": "auto"}),
+    ({"augment": "False"}, {"augment": ()}),
+    ({"augment": "['flip']"}, {"augment": ("flip",)}),
+    ({"augment": '["color", "crop"]'}, {"augment": ("color", "crop")}),
+    ({"augment": "crop, flip"}, {"augment": ("crop", "flip")}),
+    ({"num_classes": "None", "class_names": "a,b"}, {"num_classes": 2}),
+    ({"num_classes": "2", "class_names": "None"}, {"class_names": ("0", "1")}),
+    ({"num_classes": "null", "class_names": '["x", "y"]'}, {"class_names": ("x", "y")}),
+    ({"image_feature": "42"}, {"image_feature": "42"}),
+    ({"image_feature": '"jpeg"'}, {"image_feature": "jpeg"}),
+])
+def test_strings_in_each_form_read_as_their_type(sent, read):
+    c = JobConfig.from_hyperparameters({"num_classes": "3", **sent})
+    assert {k: getattr(c, k) for k in read} == read
+
+
+@pytest.mark.parametrize("sent, message", [
+    ({"class_names": "['a', 'b'"}, "cannot read \"\\['a', 'b'\" as a list; give a JSON list like"),
+    ({"class_names": "[a, b]"}, "give a JSON list like \\[\"cat\", \"dog\"\\]"),
+    ({"class_names": "[1, 2]"}, "must list strings"),
+    ({"augment": "{'crop': 1}"}, "crop': 1} unknown"),
+    ({"batch_size": "eight"}, "batch_size must be an integer, got 'eight'"),
+    ({"batch_size": "true"}, "batch_size must be an integer, got 'true'"),
+    ({"batch_size": '"8.5"'}, "batch_size must be an integer"),
+    ({"learning_rate": "nan"}, "learning_rate must be a finite number, got 'nan'"),
+    ({"learning_rate": '"Infinity"'}, "learning_rate must be a finite number"),
+])
+def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, message):
+    with pytest.raises(UserError, match=message):
+        JobConfig.from_hyperparameters({"num_classes": "3", **sent})
 
 
 @pytest.mark.parametrize("hps, message", [

@@ -34,7 +34,7 @@ def digits_file_job(job, digit_records):
 
 @pytest.mark.parametrize("hps, first_line", [
     (dict(OK, epochs=-1), "Configuration error: hyperparameter epochs must be >= 0, got -1"),
-    (dict(OK, learning_rate="NaN"), "Configuration error: hyperparameter learning_rate must be a finite number, got nan"),
+    (dict(OK, learning_rate="NaN"), "Configuration error: hyperparameter learning_rate must be a finite number, got 'NaN'"),
     (dict(OK, optimizer="sgd"), "Configuration error: unknown hyperparameter optimizer; the job accepts"),
     ({"epochs": 1}, "Configuration error: hyperparameter num_classes (or class_names) is required"),
     (dict(OK, weights="pretrained"), "Configuration error: hyperparameter weights=pretrained needs a 'pretrained' channel"),

@@ -1,21 +1,18 @@
 """`launch submit`: the request SageMaker's SDK v3 and v2 really send (recorded by moto's server on
 127.0.0.1), equal to --dry-run's; every field; every validation error; following a job."""
 
-import base64
 import json
 import os
 import re
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, sdk2_python, sent
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
-SDK2_PYTHON = REPO / ".venv-sdk2" / "bin" / "python"
 BASIC = ["--image-uri", IMAGE, "--role", ROLE, "--train", "s3://data/train/", "--output-path", "s3://data/jobs/",
          "--hp", "num_classes=10"]
 FULL = [
@@ -54,51 +51,22 @@ def same_request(a: dict, b: dict) -> None:
     assert strip(a) == strip(b)
 
 
-@pytest.fixture
-def aws(moto_endpoint, tmp_path):
-    """Environment for a submitting subprocess: moto's server, fake credentials, no telemetry."""
-    optout = tmp_path / "sagemaker-config.yaml"
-    optout.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
-    env = {**os.environ, "AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "SAGEMAKER_VALIDATE_ROLE": "false",  # v3 would call iam:SimulatePrincipalPolicy, which moto lacks
-           "SAGEMAKER_USER_CONFIG_OVERRIDE": str(optout), "LAUNCH_POLL_SECONDS": "0.2"}
-    env.pop("AWS_PROFILE", None)
-    for call in ("reset-recording", "start-recording"):
-        urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/recorder/{call}", method="POST"))
-    yield env
-    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/recorder/stop-recording", method="POST"))
-
-
-def sent(moto_endpoint) -> list[dict]:
-    """The CreateTrainingJob requests the server received, as sent (moto's recording)."""
-    text = urllib.request.urlopen(f"{moto_endpoint}/moto-api/recorder/download-recording").read().decode()
-    requests = []
-    for entry in map(json.loads, filter(None, text.splitlines())):
-        if entry["headers"].get("X-Amz-Target") == "SageMaker.CreateTrainingJob":
-            body = base64.b64decode(entry["body"]) if entry["body_encoded"] else entry["body"]
-            requests.append(json.loads(body))
-    return requests
-
-
 @pytest.mark.parametrize("args", [BASIC, FULL], ids=["basic", "full"])
 def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
     out = launch(*args, env=aws)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "with SageMaker SDK v3" in out.stderr
-    (request,) = sent(moto_endpoint)
+    (request,) = sent(moto_endpoint, "CreateTrainingJob")
     same_request(request, dry_run(*args))
     assert out.stdout.strip() == request["TrainingJobName"]
 
 
 @pytest.mark.parametrize("args", [BASIC, FULL], ids=["basic", "full"])
 def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
-    if not SDK2_PYTHON.exists():
-        pytest.skip(f"{SDK2_PYTHON} is missing: `make test` creates it (requirements/sdk2.txt)")
-    out = launch(*args, python=SDK2_PYTHON, env=aws)
+    out = launch(*args, python=sdk2_python(), env=aws)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "with SageMaker SDK v2" in out.stderr
-    (request,) = sent(moto_endpoint)
+    (request,) = sent(moto_endpoint, "CreateTrainingJob")
     same_request(request, dry_run(*args))
 
 

@@ -2,13 +2,15 @@
 
 `HYPERPARAMETERS` is the schema. The launcher checks a job's hyperparameters against it before
 submitting (so there is one source of truth), and `JobConfig.from_hyperparameters` turns
-SageMaker's hyperparameters (already JSON-decoded by `contract.read_hyperparameters`) into a
-JobConfig, or raises a UserError naming the hyperparameter and what is allowed. No TensorFlow here.
+SageMaker's hyperparameters (strings, in whichever form the client that set them used: see
+`_unquoted`) into a JobConfig, or raises a UserError naming the hyperparameter and what is allowed. No TensorFlow here.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -22,8 +24,9 @@ WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights fi
 MIXED_PRECISION = ("auto", "true", "false")
 OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/checkpoints.py says what each does)
 
-# Set by SageMaker or its SDK, not by the user: accepted and ignored.
-_PLATFORM_PREFIXES = ("sagemaker_",)
+# Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
+# _tuning_objective_metric to each of its training jobs; the SDKs add sagemaker_* and model_dir.
+_PLATFORM_PREFIXES = ("sagemaker_", "_tuning_")
 _PLATFORM_NAMES = ("model_dir",)
 
 
@@ -34,40 +37,82 @@ class Hyperparameter:
     parse: Callable[[str, Any], Any]
     help: str
 
+    @property
+    def tuning_range(self) -> str:
+        """The kind of range a tuning job may give it: Integer, Continuous, or (any) Categorical."""
+        return getattr(self.parse, "tuning_range", "Categorical")
+
+
+def _unquoted(value):
+    """A value with one layer of JSON string quoting removed: '"8"' -> "8", '"imagenet"' -> "imagenet".
+
+    SageMaker passes every hyperparameter as a string, and each client encodes differently: the v2
+    Estimator sends str(value) ("8", "False", "['a', 'b']"), v2 framework estimators and the v3
+    ModelTrainer send json.dumps(value) ('"imagenet"', "false", '["a", "b"]'), and a tuning job's
+    categorical values arrive as the strings they were given, JSON-quoted again by v2 frameworks
+    ('"8"'). Every parser below starts from this, then reads the forms its type can take.
+    """
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value.strip()
+        if isinstance(decoded, str):
+            return decoded.strip()
+    return value
+
+
+def _numeric(value):
+    """int/float from a number or its text ("8", "8.0", "1e-3", ".5"); anything else unchanged."""
+    value = _unquoted(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return value
+    return value
+
 
 def _integer(minimum: int, maximum: int | None = None):
     def parse(name, value):
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            else:
-                raise UserError(f"hyperparameter {name} must be an integer, got {value!r}")
-        if value < minimum or (maximum is not None and value > maximum):
+        number = _numeric(value)
+        if isinstance(number, float) and number.is_integer():
+            number = int(number)  # tuning's IntegerParameter and JSON both may say 8.0
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise UserError(f"hyperparameter {name} must be an integer, got {value!r}")
+        if number < minimum or (maximum is not None and number > maximum):
             bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
-            raise UserError(f"hyperparameter {name} must be {bounds}, got {value}")
-        return value
+            raise UserError(f"hyperparameter {name} must be {bounds}, got {number}")
+        return number
 
+    parse.tuning_range = "Integer"  # which range of a tuning job can set it (launch tune)
     return parse
 
 
 def _number(minimum: float, maximum: float, *, open_low: bool = True):
     def parse(name, value):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        number = _numeric(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
             raise UserError(f"hyperparameter {name} must be a number, got {value!r}")
-        # JSON decoding turns "NaN" and "Infinity" into floats that pass every comparison
-        if not math.isfinite(value):
-            raise UserError(f"hyperparameter {name} must be a finite number, got {value}")
-        if value < minimum or value > maximum or (open_low and value == minimum):
+        # "nan", "NaN" and "Infinity" parse as floats that pass every comparison
+        if not math.isfinite(number):
+            raise UserError(f"hyperparameter {name} must be a finite number, got {value!r}")
+        if number < minimum or number > maximum or (open_low and number == minimum):
             low = "> " if open_low else ">= "
-            raise UserError(f"hyperparameter {name} must be {low}{minimum:g} and <= {maximum:g}, got {value}")
-        return float(value)
+            raise UserError(f"hyperparameter {name} must be {low}{minimum:g} and <= {maximum:g}, got {number}")
+        return float(number)
 
+    parse.tuning_range = "Continuous"
     return parse
 
 
 def _choice(options: tuple[str, ...]):
     def parse(name, value):
-        text = str(value).lower() if isinstance(value, bool) else str(value)
+        # case-insensitive: the v2 Estimator sends str(False) == "False"
+        text = str(_unquoted(value)).lower()
         if text not in options:
             raise UserError(f"hyperparameter {name} must be one of {', '.join(options)}; got {value!r}")
         return text
@@ -76,13 +121,14 @@ def _choice(options: tuple[str, ...]):
 
 
 def _text(name, value):
-    if not isinstance(value, str) or not value:
+    text = _unquoted(value)
+    if not isinstance(text, str) or not text:
         raise UserError(f"hyperparameter {name} must be a non-empty string, got {value!r}")
-    return value
+    return text
 
 
 def _weights(name, value):
-    text = str(value)
+    text = str(_unquoted(value))
     if text in WEIGHT_SOURCES or text.endswith(".h5"):
         return text
     raise UserError(
@@ -91,12 +137,51 @@ def _weights(name, value):
     )
 
 
+def _is_none(value) -> bool:
+    """No value: absent, JSON null, or str(None) from the v2 Estimator."""
+    value = _unquoted(value)
+    return value is None or (isinstance(value, str) and value in ("None", "null", ""))
+
+
+def _list_of_text(name, value, example: str) -> list[str] | None:
+    """A list of strings given as a list, a JSON list, Python's repr of a list (str() in the v2
+    Estimator) or comma-separated text; None when the value is not list-shaped at all.
+
+    A value that starts with "[" but is neither JSON nor a Python list literal is refused rather
+    than split on commas: split, "['a', 'b']" would become the names "['a'" and "'b']".
+    """
+    value = _unquoted(value)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, str) and value.startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            try:
+                items = ast.literal_eval(value)  # only literals: never evaluates code
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                items = None
+        if not isinstance(items, list):
+            raise UserError(f"hyperparameter {name}: cannot read {value!r} as a list; give a JSON list like {example}")
+    elif isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    else:
+        return None
+    if any(not isinstance(item, str) for item in items):
+        raise UserError(f"hyperparameter {name} must list strings, got {value!r}; e.g. {example}")
+    return items
+
+
 def _augment(name, value):
-    if value is True or str(value).lower() in ("true", "all"):
+    flag = _unquoted(value)
+    if flag is True or str(flag).lower() in ("true", "all"):
         return AUGMENTATIONS
-    if value is False or str(value).lower() in ("false", "none", ""):
+    if flag is False or _is_none(flag) or str(flag).lower() in ("false", "none", "[]"):
         return ()
-    parts = tuple(p.strip() for p in str(value).split(",") if p.strip())
+    parts = _list_of_text(name, value, '["crop", "flip"]')
+    if parts is None:
+        raise UserError(f"hyperparameter {name} must be true, false or a list of {', '.join(AUGMENTATIONS)}; got {value!r}")
+    parts = tuple(p.strip().lower() for p in parts if p.strip())
     unknown = [p for p in parts if p not in AUGMENTATIONS]
     if unknown:
         raise UserError(
@@ -107,19 +192,19 @@ def _augment(name, value):
 
 
 def _class_names(name, value):
-    if value is None:
+    if _is_none(value):
         return None
-    names = value if isinstance(value, list) else [p.strip() for p in str(value).split(",")]
-    if len(names) < 2 or any(not isinstance(n, str) or not n for n in names) or len(set(names)) < len(names):
+    names = _list_of_text(name, value, '["cat", "dog"]')
+    if names is None or len(names) < 2 or any(not n for n in names) or len(set(names)) < len(names):
         raise UserError(
             f"hyperparameter {name} must list at least two distinct, non-empty class names "
-            f"(a JSON list or comma-separated), got {value!r}"
+            f"(a JSON list, or comma-separated when no name holds a comma), got {value!r}"
         )
     return tuple(names)
 
 
 def _optional(parse):
-    return lambda name, value: None if value is None else parse(name, value)
+    return lambda name, value: None if _is_none(value) else parse(name, value)
 
 
 HYPERPARAMETERS = {

@@ -138,26 +138,17 @@ def read_input_data_config(config_dir: str | os.PathLike | None = None) -> dict[
 
 
 def read_hyperparameters(path: str | os.PathLike | None = None) -> dict:
-    """hyperparameters.json with each value decoded the way AWS's toolkit does it.
+    """hyperparameters.json as written: every value a string ({"epochs": "3"}).
 
-    SageMaker passes every value as a string ({"epochs": "3"}); each is parsed as JSON, and kept
-    as the raw string when that fails ("imagenet" stays "imagenet", "3" becomes 3). A missing
-    file means no hyperparameters (SageMaker writes none when the job sets none).
+    Values are not decoded here: each SageMaker client encodes them its own way, and only the
+    hyperparameter's type says how to read one ("8" is a number for batch_size, text for a class
+    name): `train.config` does that. A missing file means no hyperparameters (SageMaker writes
+    none when the job sets none).
     """
     path = Path(path) if path else paths().hyperparameters
     if not path.exists():
         return {}
-    return {name: decode_hyperparameter(value) for name, value in _read_json_object(path).items()}
-
-
-def decode_hyperparameter(value):
-    """A hyperparameter value as the job sees it: JSON-decoded, or the string itself."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
+    return _read_json_object(path)
 
 
 @dataclasses.dataclass(frozen=True)
