@@ -27,6 +27,10 @@ def metric_lines(output: str, host: str) -> list[str]:
             for line in output.splitlines() if line.startswith(f"{host} | metrics: ")]
 
 
+def index_of(lines: list[str], prefix: str, text: str) -> int:
+    return next(i for i, line in enumerate(lines) if line.startswith(prefix) and text in line)
+
+
 def test_two_hosts_train_one_model_on_disjoint_shards_and_only_the_chief_exports(digit_folders, digit_records):
     # a third object makes the shares uneven: the host with fewer records runs out of batches first,
     # and must neither hang in a collective nor stop the other early
@@ -56,6 +60,12 @@ def test_two_hosts_train_one_model_on_disjoint_shards_and_only_the_chief_exports
                                                              "in sync; this is worker 0 (chief)") for line in strategy), strategy
     assert f"launch | algo-1 completed; model in {digit_folders}/job/algo-1/model" in out.stdout
     assert "launch | algo-2 completed\n" in out.stdout
+    # hosts finish together: the worker waits for the chief's export before it exits (SageMaker, and
+    # the SDK's local mode, end the job when hosts exit: the chief was once stopped mid-export)
+    lines = out.stdout.splitlines()
+    waiting = index_of(lines, "algo-2 | ", "waiting for the chief to export the model")
+    exported = index_of(lines, "algo-1 | ", "exported the model to")
+    assert waiting < exported < lines.index("launch | algo-2 completed"), out.stdout[-3000:]
     assert (digit_folders / "job/algo-1/model/1/saved_model.pb").is_file()
     assert not any((digit_folders / "job/algo-2/model").iterdir())
 

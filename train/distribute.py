@@ -32,6 +32,7 @@ class Cluster:
     workers: int
     worker_index: int
     is_chief: bool
+    _any: object = dataclasses.field(default=None, init=False, repr=False)  # the traced collective
 
     @property
     def replicas(self) -> int:
@@ -44,6 +45,17 @@ class Cluster:
     @property
     def multi_worker(self) -> bool:
         return self.workers > 1
+
+    def any_worker(self, flag: bool) -> bool:
+        """Whether `flag` is true on any worker: the same answer everywhere. A collective: every
+        worker calls it at the same point, and it waits (up to collective_timeout) for them all."""
+        if not self.multi_worker:
+            return flag
+        if self._any is None:
+            strategy = self.strategy
+            self._any = tf.function(lambda value: strategy.reduce(
+                "sum", strategy.run(lambda: tf.identity(value)), axis=None))
+        return float(self._any(tf.constant(1.0 if flag else 0.0))) > 0
 
     def per_replica_batch(self, global_batch: int) -> int:
         if global_batch % self.replicas:

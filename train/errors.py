@@ -8,9 +8,10 @@ this project (anything that is not a JobError).
 
 
 class JobError(Exception):
-    """An anticipated failure, explained in its message."""
+    """An anticipated failure, explained in its message; `kind` is the failure kind it reports
+    as (train.failure.EXIT_CODES)."""
 
-    kind = "error"
+    kind = "internal error"
 
 
 class UserError(JobError):
@@ -23,3 +24,9 @@ class DataError(JobError):
     """The input data is missing, corrupt or incomplete."""
 
     kind = "data error"
+
+
+class ClusterError(JobError):
+    """The hosts of a multi-host job lost each other, or one of them failed."""
+
+    kind = "cluster error"

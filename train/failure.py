@@ -12,7 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from train.errors import DataError, JobError, UserError
+from train.errors import JobError
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +32,8 @@ _READER_ERRORS = {
 
 def classify(err: BaseException) -> tuple[str, str]:
     """(kind, reason) for an exception."""
-    if isinstance(err, UserError):
-        return "configuration error", str(err)
-    if isinstance(err, DataError):
-        return "data error", str(err)
     if isinstance(err, JobError):
-        return "internal error", str(err)
+        return err.kind, str(err)
     if isinstance(err, KeyboardInterrupt):
         return "stopped", "the job was interrupted (SIGINT)"
     tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")

@@ -18,7 +18,7 @@ from train import input as inputs
 from train.checkpoints import Checkpoints, Progress
 from train.config import JobConfig
 from train.contract import ChannelConfig, Paths, ResourceConfig
-from train.errors import UserError
+from train.errors import ClusterError, UserError
 from train.export import export
 from train.loop import Stopped, Trainer
 from train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
@@ -104,15 +104,38 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
             checkpoints.save(model, trainer.optimizer,
                              Progress(phase.name, epoch + 1, 0, config.batch_size, tuple(epochs.rows)))
             step = 0
-            if trainer.stop_requested():
+            # After the last epoch a stop changes nothing: training is done, and the export (which
+            # a stop must not cut short) is the job's result. (Every worker knows it is the last.)
+            if epoch + 1 < plan[-1].end and trainer.stop_requested():
                 raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in {layout.checkpoints}")
         epoch = phase.end
 
-    if cluster.is_chief:
-        serving_dir = export(model, config.class_names, config.image_size, layout.model, config.max_image_pixels)
-        epochs.write(layout.output_data / "metrics.json")
-        log.info("exported the model to %s (serving) and %s", serving_dir, layout.model / "model.keras")
+    if trainer.stop.is_set():
+        log.warning("the stop request came after training ended: exporting the model first")
+    exported = False
+    try:
+        if cluster.is_chief:
+            serving_dir = export(model, config.class_names, config.image_size, layout.model, config.max_image_pixels)
+            epochs.write(layout.output_data / "metrics.json")
+            log.info("exported the model to %s (serving) and %s", serving_dir, layout.model / "model.keras")
+        exported = True
+    finally:
+        finish_together(cluster, failed=not exported)
     return epochs.rows[-1] if epochs.rows else {}
+
+
+def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
+    """Hosts exit together, after the chief's export. SageMaker ends a multi-host job when its
+    hosts exit, and the SDK's local mode stops every container when the first one exits: a worker
+    that left right after training got the chief stopped in the middle of its export. Workers wait
+    here (up to collective_timeout) for the chief, and learn whether its export failed."""
+    if not cluster.multi_worker:
+        return
+    if not cluster.is_chief:
+        log.info("training done: waiting for the chief to export the model")
+    if cluster.any_worker(failed) and not failed:
+        raise ClusterError("the chief host failed to export the model after training (its own failure reason "
+                           "says why); this host finished training")
 
 
 # Hyperparameters a job may change and still resume its checkpoints (train longer or shorter, with

@@ -61,9 +61,6 @@ class Trainer:
         self.optimizer = None
         self.learning_rate = None
         self._steps: list = []
-        if cluster.multi_worker:
-            self._agree = tf.function(lambda flag: cluster.strategy.reduce(
-                "sum", cluster.strategy.run(lambda: tf.identity(flag)), axis=None))
 
     def start_phase(self, learning_rate: float) -> None:
         """A fresh optimizer for the model's current trainable weights, and step functions traced
@@ -128,10 +125,7 @@ class Trainer:
 
     def stop_requested(self) -> bool:
         """The same answer on every worker, at the same step."""
-        wanted = self.stop.is_set()
-        if not self.cluster.multi_worker:
-            return wanted
-        return float(self._agree(tf.constant(1.0 if wanted else 0.0))) > 0
+        return self.cluster.any_worker(self.stop.is_set())
 
     def train_epoch(self, dataset, epoch: int, first_step: int, global_batch: int,
                     on_step=None) -> tuple[dict, int, bool]:
