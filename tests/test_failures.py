@@ -306,3 +306,16 @@ def test_sigterm_while_waiting_for_the_next_pass_stops_with_a_checkpoint(job, di
     assert "stopped by request after step 0 of epoch 2" in output
     (saved,) = sorted(job.base.glob("checkpoints/*/ckpt-*"))[-1:]
     assert json.loads((saved / "progress.json").read_text())["epoch"] == 1
+
+
+def test_sigterm_after_the_last_epoch_still_exports_the_model(job, digit_records):
+    # SageMaker (and the SDK's local mode, when a host exits) may stop a job whose training is done:
+    # the export, its result, must not be cut short
+    file_channel(job, "train", digit_records[0][:64], shards=1)
+    write_hyperparameters(job, **OK)
+    process = start_train(job)
+    output, _ = stop_when(process, "metrics: epoch=1 ", wait=0)  # then the checkpoint, then the export
+    assert process.returncode == 0, output[-3000:]
+    assert "the stop request came after training ended: exporting the model first" in output
+    assert (job.base / "model" / "1" / "saved_model.pb").is_file()
+    assert not (job.base / "output" / "failure").exists()
