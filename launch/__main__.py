@@ -1,10 +1,10 @@
-"""python -m launch <command>: local, submit, prepare."""
+"""python -m launch <command>: local, submit, tune, prepare."""
 
 import argparse
 import os
 import sys
 
-from launch import local, prepare, submit
+from launch import local, prepare, submit, tune
 
 
 def main(argv=None) -> int:
@@ -13,6 +13,7 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     local.add_parser(commands)
     submit.add_parser(commands)
+    tune.add_parser(commands)
     prepare.add_parser(commands)
     args = parser.parse_args(argv)
     return args.run(args)

@@ -9,8 +9,13 @@ from __future__ import annotations
 import os
 from importlib import metadata
 
+from typing import TYPE_CHECKING
+
 from launch.job_request import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOCAL_PATH, JobError, JobSpec
 from train.metrics import METRIC_DEFINITIONS
+
+if TYPE_CHECKING:
+    from launch.tune import TuningSpec
 
 
 def sdk_major_version() -> int:
@@ -27,6 +32,13 @@ def submit(spec: JobSpec, name: str) -> str:
 
 
 def _submit_v3(spec: JobSpec) -> str:
+    trainer, channels = _model_trainer(spec)
+    trainer.train(input_data_config=channels, wait=False, logs=False)
+    return trainer._latest_training_job.training_job_name  # noqa: SLF001 - v3 keeps it only here
+
+
+def _model_trainer(spec: JobSpec):
+    """SDK v3: the ModelTrainer for `spec`, and its channels."""
     import boto3
     from sagemaker.core.helper.session_helper import Session
     from sagemaker.core.training.configs import (
@@ -66,11 +78,17 @@ def _submit_v3(spec: JobSpec) -> str:
                     s3_data_type="S3Prefix", s3_uri=c.source, s3_data_distribution_type=c.distribution)))
         for c in spec.channels
     ]
-    trainer.train(input_data_config=channels, wait=False, logs=False)
-    return trainer._latest_training_job.training_job_name  # noqa: SLF001 - v3 keeps it only here
+    return trainer, channels
 
 
 def _submit_v2(spec: JobSpec, name: str) -> str:
+    estimator, inputs = _estimator(spec)
+    estimator.fit(inputs=inputs, job_name=name, wait=False, logs=False)
+    return name
+
+
+def _estimator(spec: JobSpec):
+    """SDK v2: the Estimator for `spec`, and its inputs."""
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")  # chosen on purpose: the user has v2
     import boto3
     import sagemaker
@@ -87,6 +105,14 @@ def _submit_v2(spec: JobSpec, name: str) -> str:
             kwargs["profiler_config"] = None
             kwargs["output_config"] = {**kwargs["output_config"], "CompressionType": "GZIP"}
             return super().train(**kwargs)
+
+        # Likewise for tuning jobs: v2 describes the training jobs' instances as
+        # HyperParameterTuningResourceConfig, v3 as ResourceConfig (the same, for one instance type).
+        def create_tuning_job(self, job_name, tuning_config, training_config=None, **kwargs):
+            config = dict(training_config)
+            config["resource_config"] = config.pop("hpo_resource_config")
+            config["output_config"] = {**config["output_config"], "CompressionType": "GZIP"}
+            return super().create_tuning_job(job_name, tuning_config, training_config=config, **kwargs)
 
     estimator = Estimator(
         image_uri=spec.image_uri,
@@ -121,5 +147,55 @@ def _submit_v2(spec: JobSpec, name: str) -> str:
             shuffle_config=ShuffleConfig(c.shuffle_seed) if c.shuffle_seed is not None else None)
         for c in spec.channels
     }
-    estimator.fit(inputs=inputs, job_name=name, wait=False, logs=False)
-    return name
+    return estimator, inputs
+
+
+def tune(spec: "TuningSpec", name: str) -> None:
+    """Creates the hyperparameter tuning job (without waiting)."""
+    (_tune_v3 if sdk_major_version() >= 3 else _tune_v2)(spec, name)
+
+
+def _tune_v3(spec: "TuningSpec", name: str) -> None:
+    from sagemaker.core.parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
+    from sagemaker.train.tuner import HyperparameterTuner
+
+    class Tuner(HyperparameterTuner):
+        # v3's tuner leaves the trainer's network isolation out of the training job definition
+        # (sagemaker 3.x); put it back, so the tuned jobs run as `launch submit`'s would.
+        def _build_training_job_definition(self, inputs):
+            definition = super()._build_training_job_definition(inputs)
+            if spec.job.network_isolation:
+                definition.enable_network_isolation = True
+            return definition
+
+    trainer, channels = _model_trainer(spec.job)
+    kinds = {"Integer": IntegerParameter, "Continuous": ContinuousParameter}
+    tuner = Tuner(
+        model_trainer=trainer, objective_metric_name=spec.objective, objective_type=spec.objective_type,
+        hyperparameter_ranges={r.name: _range(r, kinds, CategoricalParameter) for r in spec.ranges},
+        metric_definitions=[dict(d) for d in METRIC_DEFINITIONS], strategy=spec.strategy,
+        max_jobs=spec.max_jobs, max_parallel_jobs=spec.max_parallel_jobs, early_stopping_type=spec.early_stopping,
+        tags=[{"Key": k, "Value": v} for k, v in spec.job.tags] or None)
+    tuner.tune(inputs=channels, job_name=name, wait=False)
+
+
+def _tune_v2(spec: "TuningSpec", name: str) -> None:
+    from sagemaker.parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
+    from sagemaker.tuner import HyperparameterTuner
+
+    estimator, inputs = _estimator(spec.job)
+    kinds = {"Integer": IntegerParameter, "Continuous": ContinuousParameter}
+    tuner = HyperparameterTuner(
+        estimator, objective_metric_name=spec.objective, objective_type=spec.objective_type,
+        hyperparameter_ranges={r.name: _range(r, kinds, CategoricalParameter) for r in spec.ranges},
+        metric_definitions=[dict(d) for d in METRIC_DEFINITIONS], strategy=spec.strategy,
+        max_jobs=spec.max_jobs, max_parallel_jobs=spec.max_parallel_jobs, early_stopping_type=spec.early_stopping,
+        tags=[{"Key": k, "Value": v} for k, v in spec.job.tags] or None)
+    tuner.fit(inputs=inputs, job_name=name, wait=False)
+
+
+def _range(r, kinds: dict, categorical):
+    """One of the SDK's parameter range objects for Range `r` (either SDK: same constructors)."""
+    if r.kind == "Categorical":
+        return categorical(list(r.values))
+    return kinds[r.kind](r.values[0], r.values[1], scaling_type=r.scale)

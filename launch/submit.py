@@ -42,6 +42,14 @@ def duration(text: str) -> int:
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("submit", help="start the training job on SageMaker",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_job_arguments(parser, what="job")
+    parser.add_argument("--dry-run", action="store_true", help="print the CreateTrainingJob request; contact nothing")
+    parser.add_argument("--wait", action="store_true", help="follow the job's status and logs until it ends")
+    parser.set_defaults(run=run)
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """The training job's options: `launch submit` and `launch tune` (whose training jobs they are)."""
     parser.add_argument("--image-uri", required=True, help="the training image in ECR")
     parser.add_argument("--role", required=True, help="the SageMaker execution role ARN")
     channel_args.add_arguments(parser)
@@ -60,13 +68,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--network-isolation", action="store_true", help="no network access for the job")
-    parser.add_argument("--base-job-name", default="keras-pipe", help="the job is named BASE-YYYYmmddHHMMSS")
+    naming = "BASE-YYYYmmddHHMMSS" if what == "job" else "BASE-yymmdd-HHMMSS (at most 32 characters in all)"
+    parser.add_argument("--base-job-name", default="keras-pipe", help=f"the {what} is named {naming}")
     parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
-    parser.add_argument("--dry-run", action="store_true", help="print the CreateTrainingJob request; contact nothing")
-    parser.add_argument("--wait", action="store_true", help="follow the job's status and logs until it ends")
-    parser.set_defaults(run=run)
 
 
 def spec_from(args: argparse.Namespace) -> JobSpec:

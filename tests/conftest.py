@@ -7,6 +7,8 @@ import functools
 import json
 import os
 import random
+import shlex
+import shutil
 import struct
 import subprocess
 import sys
@@ -230,3 +232,62 @@ def sent(moto_endpoint: str, operation: str) -> list[dict]:
             body = base64.b64decode(entry["body"]) if entry["body_encoded"] else entry["body"]
             requests.append(json.loads(body))
     return requests
+
+
+# --- launch local on the digits ------------------------------------------------------------------
+
+def launch_local(*args, cwd, timeout=280, env=None):
+    return run_logged([sys.executable, "-m", "launch", "local", *args], timeout, cwd=cwd, env=env)
+
+
+@pytest.fixture
+def digit_folders(tmp_path, digit_records):
+    """train/ (600 records) and validation/ (200), two TFRecord files each, under tmp_path."""
+    from train.pipe import tfrecord
+
+    examples, _ = digit_records
+    for name, part in (("train", examples[:600]), ("validation", examples[1400:1600])):
+        (tmp_path / name).mkdir()
+        for i in range(2):
+            (tmp_path / name / f"part-{i}.tfrecord").write_bytes(tfrecord.encode(part[i::2]))
+    return tmp_path
+
+
+QUICK = ["--hp", "num_classes=10", "--hp", "image_size=32", "--hp", "weights=none", "--hp", "batch_size=32"]
+
+
+# --- the training image (container tests) --------------------------------------------------------
+
+ENGINE = os.environ.get("LAUNCH_ENGINE") or "podman --runtime runc"
+RUN_ARGS = os.environ.get("LAUNCH_ENGINE_ARGS") or "--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network none"
+BASE = os.environ.get("LOCAL_BASE_IMAGE", "localbase:bookworm")
+TAG = "keras-pipe-train:test"
+
+
+def engine_problem() -> str | None:
+    engine = shlex.split(ENGINE)
+    if not shutil.which(engine[0]):
+        return f"{engine[0]} is not installed (.ci/run installs podman, runc and debootstrap as root)"
+    if subprocess.run([*engine, "image", "exists", BASE], capture_output=True).returncode:
+        return f"the local base image {BASE} is missing: run .ci/container-base"
+    probe = subprocess.run([*engine, "run", "--rm", *shlex.split(RUN_ARGS), BASE, "true"],
+                           capture_output=True, text=True, timeout=120)
+    if probe.returncode:
+        return f"{ENGINE} cannot run containers here: {probe.stderr.strip()[-300:]}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def image():
+    """The training image, built from this checkout on the local base (../shared/CONTAINERS.md);
+    skipped with the reason where no container engine works."""
+    problem = engine_problem()
+    if problem:
+        pytest.skip(f"container tests skipped: {problem}")
+    build = subprocess.run(
+        [*shlex.split(ENGINE), "build", "--network", "host", "--ulimit", "nofile=1024:1024",
+         "--ulimit", "nproc=1024:1024", "-v", "/etc/ssl/certs:/etc/ssl/certs:ro",
+         "--build-arg", f"BASE_IMAGE={BASE}", "--build-arg", "REQUIREMENTS=requirements/cpu.txt",
+         "-t", TAG, str(REPO)], capture_output=True, text=True, timeout=1800)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return TAG

@@ -4,8 +4,6 @@
 Where no container engine works, these tests are skipped with the reason, never passed."""
 
 import os
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,44 +11,10 @@ import time
 
 import pytest
 
-from tests.conftest import REPO
-from tests.test_local_runner import QUICK, digit_folders  # noqa: F401 - a fixture
+from tests.conftest import ENGINE, QUICK, RUN_ARGS, TAG
 
 # the first test also builds the image (pip installs TensorFlow into it): minutes on CI
 pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
-
-ENGINE = os.environ.get("LAUNCH_ENGINE") or "podman --runtime runc"
-RUN_ARGS = os.environ.get("LAUNCH_ENGINE_ARGS") or "--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network none"
-BASE = os.environ.get("LOCAL_BASE_IMAGE", "localbase:bookworm")
-TAG = "keras-pipe-train:test"
-
-
-def engine_problem() -> str | None:
-    engine = shlex.split(ENGINE)
-    if not shutil.which(engine[0]):
-        return f"{engine[0]} is not installed (.ci/run installs podman, runc and debootstrap as root)"
-    if subprocess.run([*engine, "image", "exists", BASE], capture_output=True).returncode:
-        return f"the local base image {BASE} is missing: run .ci/container-base"
-    probe = subprocess.run([*engine, "run", "--rm", *shlex.split(RUN_ARGS), BASE, "true"],
-                           capture_output=True, text=True, timeout=120)
-    if probe.returncode:
-        return f"{ENGINE} cannot run containers here: {probe.stderr.strip()[-300:]}"
-    return None
-
-
-@pytest.fixture(scope="session")
-def image():
-    problem = engine_problem()
-    if problem:
-        pytest.skip(f"container tests skipped: {problem}")
-    build = subprocess.run(
-        [*shlex.split(ENGINE), "build", "--network", "host", "--ulimit", "nofile=1024:1024",
-         "--ulimit", "nproc=1024:1024", "-v", "/etc/ssl/certs:/etc/ssl/certs:ro",
-         "--build-arg", f"BASE_IMAGE={BASE}", "--build-arg", "REQUIREMENTS=requirements/cpu.txt",
-         "-t", TAG, str(REPO)], capture_output=True, text=True, timeout=1800)
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    return TAG
-
 
 def in_container(*args, cwd):
     env = {**os.environ, "LAUNCH_ENGINE": ENGINE, "LAUNCH_ENGINE_ARGS": RUN_ARGS}

@@ -14,7 +14,7 @@ from launch.channels import ChannelError, ChannelSpec
 from launch.local import Engine, LocalRun
 from launch.objects import SourceError, list_objects
 from launch.pipe_feeder import FeedError, PipeFeeder
-from tests.conftest import random_records, run_logged
+from tests.conftest import QUICK, launch_local, random_records
 from train.pipe import PipeModeDataset, tfrecord
 
 
@@ -235,23 +235,6 @@ def test_the_printed_container_command_redacts_secret_values(tmp_path, monkeypat
 
 
 # --- whole runs through `python -m launch local` --------------------------------------------
-
-
-def launch_local(*args, cwd, timeout=280, env=None):
-    return run_logged([sys.executable, "-m", "launch", "local", *args], timeout, cwd=cwd, env=env)
-
-
-@pytest.fixture
-def digit_folders(tmp_path, digit_records):
-    examples, _ = digit_records
-    for name, part in (("train", examples[:600]), ("validation", examples[1400:1600])):
-        (tmp_path / name).mkdir()
-        for i in range(2):
-            (tmp_path / name / f"part-{i}.tfrecord").write_bytes(tfrecord.encode(part[i::2]))
-    return tmp_path
-
-
-QUICK = ["--hp", "num_classes=10", "--hp", "image_size=32", "--hp", "weights=none", "--hp", "batch_size=32"]
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 
 from train.pipe import tfrecord
 
-from tests.test_local_runner import QUICK, digit_folders, launch_local  # noqa: F401 - fixture
+from tests.conftest import QUICK, launch_local
 from tests.test_resume import audited, trained_records
 
 pytestmark = pytest.mark.slow
