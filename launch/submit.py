@@ -95,31 +95,50 @@ def run(args: argparse.Namespace) -> int:
         warnings = validate(spec)
         if not args.no_validate:
             hyperparameters.check(dict(spec.hyperparameters))
-        if args.region:
-            os.environ["AWS_DEFAULT_REGION"] = args.region
-        if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
-            raise JobError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+        use_region(args)
     except (UsageError, JobError, UserError) as err:
         print(f"launch submit: error: {err}", file=sys.stderr)
         return 2
-    for warning in warnings:
-        print(f"launch submit: warning: {warning}", file=sys.stderr)
     name = spec.name()
+    request = create_training_job_request(spec, name)
+    return dry_run_or_send("submit", "training job", args, warnings, request, request.get("Environment"),
+                           lambda: _submit_with_sdk(spec, name), follow)
+
+
+def _submit_with_sdk(spec: JobSpec, name: str) -> str:
+    from launch.sdk import submit
+
+    return submit(spec, name)
+
+
+def use_region(args: argparse.Namespace) -> None:
+    """--region, else the environment's; none is an error unless nothing is sent (--dry-run)."""
+    if args.region:
+        os.environ["AWS_DEFAULT_REGION"] = args.region
+    if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
+        raise JobError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+
+
+def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings: list[str], request: dict,
+                    environment: dict | None, create, follow) -> int:
+    """The end of `launch submit` and `launch tune`: prints the warnings, then --dry-run prints
+    `request` (with the values of secret-looking `environment` names redacted); otherwise `create()`
+    sends it through the installed SDK and returns the name, and --wait follows it with `follow`."""
+    for warning in warnings:
+        print(f"launch {command}: warning: {warning}", file=sys.stderr)
     if args.dry_run:
-        request = create_training_job_request(spec, name)
-        if "Environment" in request:
-            request["Environment"] = secrets.redacted(request["Environment"])
+        if environment:
+            environment.update(secrets.redacted(environment))
         print(json.dumps(request, indent=2))
         return 0
-
-    from launch.sdk import sdk_major_version, submit
+    from launch.sdk import sdk_major_version
 
     try:
-        print(f"launch submit: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
-        name = submit(spec, name)
-        print(f"launch submit: created training job {name}", file=sys.stderr)
+        print(f"launch {command}: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
+        name = create()
+        print(f"launch {command}: created {what} {name}", file=sys.stderr)
     except JobError as err:
-        print(f"launch submit: error: {err}", file=sys.stderr)
+        print(f"launch {command}: error: {err}", file=sys.stderr)
         return 2
     print(name)
     return follow(name) if args.wait else 0

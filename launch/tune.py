@@ -26,10 +26,10 @@ import os
 import sys
 import time
 
-from launch import hyperparameters, secrets
+from launch import hyperparameters
 from launch.cli import UsageError
 from launch.job_request import JobError, JobSpec, create_training_job_request, validate
-from launch.submit import add_job_arguments, spec_from
+from launch.submit import add_job_arguments, dry_run_or_send, spec_from, use_region
 from train.metrics import METRIC_DEFINITIONS
 
 STRATEGIES = ("Bayesian", "Random", "Grid")  # (Hyperband needs the job to report resources per epoch)
@@ -237,36 +237,23 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = tuning_spec_from(args)
         warnings = validate_tuning(spec, check_hyperparameters=not args.no_validate)
-        if args.region:
-            os.environ["AWS_DEFAULT_REGION"] = args.region
-        if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
-            raise JobError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+        use_region(args)
         name = spec.name()
         request = create_tuning_job_request(spec, name)
         check_request(request)
     except (UsageError, JobError, UserError) as err:
         print(f"launch tune: error: {err}", file=sys.stderr)
         return 2
-    for warning in warnings:
-        print(f"launch tune: warning: {warning}", file=sys.stderr)
-    if args.dry_run:
-        definition = request["TrainingJobDefinition"]
-        if "Environment" in definition:
-            definition["Environment"] = secrets.redacted(definition["Environment"])
-        print(json.dumps(request, indent=2))
-        return 0
+    return dry_run_or_send("tune", "tuning job", args, warnings, request,
+                           request["TrainingJobDefinition"].get("Environment"), lambda: _tune_with_sdk(spec, name),
+                           follow)
 
-    from launch.sdk import sdk_major_version, tune
 
-    try:
-        print(f"launch tune: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
-        tune(spec, name)
-        print(f"launch tune: created tuning job {name}", file=sys.stderr)
-    except JobError as err:
-        print(f"launch tune: error: {err}", file=sys.stderr)
-        return 2
-    print(name)
-    return follow(name) if args.wait else 0
+def _tune_with_sdk(spec: TuningSpec, name: str) -> str:
+    from launch.sdk import tune
+
+    tune(spec, name)
+    return name
 
 
 def follow(name: str) -> int:

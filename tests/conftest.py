@@ -206,6 +206,19 @@ def s3_bucket(moto_endpoint, monkeypatch, request):
     return client, name
 
 
+def launch_cli(command: str, *args, python=sys.executable, env=None) -> subprocess.CompletedProcess:
+    """`python -m launch COMMAND ARGS...` in a subprocess, as a user runs it."""
+    return subprocess.run([str(python), "-m", "launch", command, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def dry_run_request(command: str, *args) -> dict:
+    """The request `launch COMMAND ARGS... --dry-run` prints."""
+    out = launch_cli(command, *args, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
 @pytest.fixture
 def aws(moto_endpoint, tmp_path):
     """Environment for a submitting subprocess: moto's server, fake credentials, no telemetry."""

@@ -1,15 +1,14 @@
 """`launch submit`: the request SageMaker's SDK v3 and v2 really send (recorded by moto's server on
 127.0.0.1), equal to --dry-run's; every field; every validation error; following a job."""
 
+import functools
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, sdk2_python, sent
+from tests.conftest import dry_run_request, launch_cli, sdk2_python, sent
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -32,15 +31,8 @@ FULL = [
 ]
 
 
-def launch(*args, python=sys.executable, env=None):
-    return subprocess.run([str(python), "-m", "launch", "submit", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=env)
-
-
-def dry_run(*args) -> dict:
-    out = launch(*args, "--dry-run")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+launch = functools.partial(launch_cli, "submit")
+dry_run = functools.partial(dry_run_request, "submit")
 
 
 def same_request(a: dict, b: dict) -> None:

@@ -3,14 +3,13 @@
 API; ranges checked against the job's own schema; following a tuning job to its best training job."""
 
 import difflib
+import functools
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO, sdk2_python, sent
+from tests.conftest import dry_run_request, launch_cli, sdk2_python, sent
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -26,15 +25,8 @@ FULL = [*JOB, *RANGES, "--instance-type", "ml.g5.2xlarge", "--instance-count", "
         "--base-job-name", "digits"]
 
 
-def tune(*args, python=sys.executable, env=None):
-    return subprocess.run([str(python), "-m", "launch", "tune", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=env)
-
-
-def dry_run(*args) -> dict:
-    out = tune(*args, "--dry-run")
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+tune = functools.partial(launch_cli, "tune")
+dry_run = functools.partial(dry_run_request, "tune")
 
 
 def same_request(a: dict, b: dict) -> None:
