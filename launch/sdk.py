@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from importlib import metadata
-
 from typing import TYPE_CHECKING
 
 from launch.job_request import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOCAL_PATH, JobError, JobSpec
@@ -169,13 +168,8 @@ def _tune_v3(spec: "TuningSpec", name: str) -> None:
             return definition
 
     trainer, channels = _model_trainer(spec.job)
-    kinds = {"Integer": IntegerParameter, "Continuous": ContinuousParameter}
-    tuner = Tuner(
-        model_trainer=trainer, objective_metric_name=spec.objective, objective_type=spec.objective_type,
-        hyperparameter_ranges={r.name: _range(r, kinds, CategoricalParameter) for r in spec.ranges},
-        metric_definitions=[dict(d) for d in METRIC_DEFINITIONS], strategy=spec.strategy,
-        max_jobs=spec.max_jobs, max_parallel_jobs=spec.max_parallel_jobs, early_stopping_type=spec.early_stopping,
-        tags=[{"Key": k, "Value": v} for k, v in spec.job.tags] or None)
+    tuner = Tuner(model_trainer=trainer,
+                  **_tuner_options(spec, IntegerParameter, ContinuousParameter, CategoricalParameter))
     tuner.tune(inputs=channels, job_name=name, wait=False)
 
 
@@ -184,18 +178,22 @@ def _tune_v2(spec: "TuningSpec", name: str) -> None:
     from sagemaker.tuner import HyperparameterTuner
 
     estimator, inputs = _estimator(spec.job)
-    kinds = {"Integer": IntegerParameter, "Continuous": ContinuousParameter}
-    tuner = HyperparameterTuner(
-        estimator, objective_metric_name=spec.objective, objective_type=spec.objective_type,
-        hyperparameter_ranges={r.name: _range(r, kinds, CategoricalParameter) for r in spec.ranges},
-        metric_definitions=[dict(d) for d in METRIC_DEFINITIONS], strategy=spec.strategy,
-        max_jobs=spec.max_jobs, max_parallel_jobs=spec.max_parallel_jobs, early_stopping_type=spec.early_stopping,
-        tags=[{"Key": k, "Value": v} for k, v in spec.job.tags] or None)
+    tuner = HyperparameterTuner(estimator,
+                                **_tuner_options(spec, IntegerParameter, ContinuousParameter, CategoricalParameter))
     tuner.fit(inputs=inputs, job_name=name, wait=False)
 
 
-def _range(r, kinds: dict, categorical):
-    """One of the SDK's parameter range objects for Range `r` (either SDK: same constructors)."""
-    if r.kind == "Categorical":
-        return categorical(list(r.values))
-    return kinds[r.kind](r.values[0], r.values[1], scaling_type=r.scale)
+def _tuner_options(spec: "TuningSpec", integer, continuous, categorical) -> dict:
+    """Every argument of the SDK's HyperparameterTuner but the training job: v2 and v3 take the
+    same ones, with their own parameter range classes (same constructors) given here."""
+    def range_of(r):
+        if r.kind == "Categorical":
+            return categorical(list(r.values))
+        return {"Integer": integer, "Continuous": continuous}[r.kind](r.values[0], r.values[1], scaling_type=r.scale)
+
+    return dict(objective_metric_name=spec.objective, objective_type=spec.objective_type,
+                hyperparameter_ranges={r.name: range_of(r) for r in spec.ranges},
+                metric_definitions=[dict(d) for d in METRIC_DEFINITIONS], strategy=spec.strategy,
+                max_jobs=spec.max_jobs, max_parallel_jobs=spec.max_parallel_jobs,
+                early_stopping_type=spec.early_stopping,
+                tags=[{"Key": k, "Value": v} for k, v in spec.job.tags] or None)

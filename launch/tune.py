@@ -111,7 +111,6 @@ def parse_range(text: str) -> Range:
     name, value = name.strip(), value.strip()
     if not sep or not name or not value:
         raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX[:SCALE] or NAME=A,B,...")
-    kind = HYPERPARAMETERS[name].tuning_range if name in HYPERPARAMETERS else "Categorical"
     if ":" not in value:
         values = tuple(v.strip() for v in value.split(","))
         if len(values) > MAX_RANGES or "" in values:
@@ -120,10 +119,12 @@ def parse_range(text: str) -> Range:
     parts = [p.strip() for p in value.split(":")]
     if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in SCALES):
         raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX or NAME=MIN:MAX:SCALE, SCALE one of {', '.join(SCALES)}")
-    if name not in HYPERPARAMETERS:  # (another image's, with --no-validate; else refused in validate_tuning)
+    if name in HYPERPARAMETERS:
+        kind = HYPERPARAMETERS[name].tuning_range
+        if kind == "Categorical":
+            raise UsageError(f"--range {text!r}: {name} is not a number; list the values to try: {name}=A,B,...")
+    else:  # (another image's, with --no-validate; else refused in validate_tuning)
         kind = "Integer" if all(p.lstrip("-").isdigit() for p in parts[:2]) else "Continuous"
-    elif kind == "Categorical":
-        raise UsageError(f"--range {text!r}: {name} is not a number; list the values to try: {name}=A,B,...")
     return Range(name, kind, (parts[0], parts[1]), SCALES[parts[2] if len(parts) == 3 else "auto"])
 
 

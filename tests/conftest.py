@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 import zlib
 from pathlib import Path
@@ -103,6 +104,25 @@ def run_logged(command: list[str], timeout: float, **options) -> subprocess.Comp
 
         raise AssertionError(f"{' '.join(map(str, command))} did not finish within {timeout} s.\n"
                              f"stdout:\n{tail(err.stdout)}\nstderr:\n{tail(err.stderr)}") from None
+
+
+def start_train(job: "FakeJob", **env: str) -> subprocess.Popen:
+    """container/train on `job`'s fake /opt/ml, in a subprocess whose output (stdout and stderr)
+    reads line by line as it comes; `env`: more environment variables."""
+    return subprocess.Popen([sys.executable, str(REPO / "container" / "train")], cwd=job.base,
+                            env={**os.environ, "SAGEMAKER_BASE_DIR": str(job.base), "PYTHONUNBUFFERED": "1", **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(process: subprocess.Popen, marker: str, timeout: float = 300) -> list[str]:
+    """The lines `process` printed up to the first holding `marker` (it keeps running)."""
+    lines, deadline = [], time.monotonic() + timeout
+    for line in process.stdout:
+        lines.append(line)
+        if marker in line:
+            return lines
+        assert time.monotonic() < deadline, f"no {marker!r} in {timeout} s"
+    raise AssertionError(f"the job ended before {marker!r}:\n" + "".join(lines[-40:]))
 
 
 def random_records(seed: int, count: int, max_bytes: int = 3000) -> list[bytes]:
@@ -217,6 +237,18 @@ def dry_run_request(command: str, *args) -> dict:
     out = launch_cli(command, *args, "--dry-run")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def sent_through_sdk(command: str, operation: str, args, env: dict, moto_endpoint: str,
+                     python=sys.executable) -> tuple[dict, subprocess.CompletedProcess]:
+    """Runs `launch COMMAND ARGS...` against moto's server with the SDK of `python` (v3 in this
+    virtualenv, v2 in sdk2_python()); (the one `operation` request it sent, the run)."""
+    out = launch_cli(command, *args, python=python, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    version = "v3" if python == sys.executable else "v2"
+    assert f"with SageMaker SDK {version}" in out.stderr
+    (request,) = sent(moto_endpoint, operation)
+    return request, out
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import keras
 import pytest
 
-from tests.conftest import REPO, FakeJob, run_logged, write_hyperparameters
+from tests.conftest import REPO, FakeJob, run_logged, start_train, write_hyperparameters
 from tests.test_job_e2e import file_channel
 from train.checkpoints import KEEP, CheckpointError, Checkpoints, Progress
 
@@ -81,12 +81,9 @@ def test_another_jobs_checkpoints_are_refused_then_ignored_or_continued_as_told(
 def test_two_jobs_at_once_on_one_folder_each_keep_their_own_checkpoints(tmp_path, digit_records, head_only_weights):
     shared = tmp_path / "checkpoints"
     jobs = {name: job_on(tmp_path / name, shared, digit_records) for name in ("left", "right")}
-    env = lambda name, fake: {**os.environ, "SAGEMAKER_BASE_DIR": str(fake.base), "TRAINING_JOB_NAME": name}  # noqa: E731
     for name, fake in jobs.items():
         write_hyperparameters(fake, **{**HPS, "weights": str(head_only_weights), "epochs": 5, "other_checkpoints": "ignore"})
-    running = [subprocess.Popen([sys.executable, str(REPO / "container" / "train")], env=env(name, fake),
-                                cwd=fake.base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for name, fake in jobs.items()]
+    running = [start_train(fake, TRAINING_JOB_NAME=name) for name, fake in jobs.items()]
     outputs = [p.communicate(timeout=280)[0] for p in running]
     assert [p.returncode for p in running] == [0, 0], [o[-2000:] for o in outputs]
     for name in jobs:

@@ -1,11 +1,13 @@
 """Every way the job can fail: the failure file (reason first, traceback after) and the exit code."""
 
 import json
+import signal
 import struct
+import time
 
 import pytest
 
-from tests.conftest import png_bomb, write_hyperparameters
+from tests.conftest import png_bomb, read_until, start_train, write_hyperparameters
 from tests.test_job_e2e import file_channel, run_train
 from train import failure
 from train.errors import DataError, UserError
@@ -252,30 +254,9 @@ def test_a_channel_whose_every_record_was_skipped_says_so(job, digit_records):
 # --- stopped while waiting for Pipe data ----------------------------------------------------------
 
 
-def start_train(job):
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(job.base), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, str(REPO / "container" / "train")], env=env, cwd=job.base,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
 def stop_when(process, marker: str, wait: float = 2.0) -> tuple[str, float]:
     """SIGTERM `wait` s after `marker` is logged; (the whole output, seconds from SIGTERM to exit)."""
-    import signal
-    import time
-
-    seen = []
-    for line in process.stdout:
-        seen.append(line)
-        if marker in line:
-            break
-    else:
-        pytest.fail("".join(seen)[-3000:])
+    seen = read_until(process, marker)
     time.sleep(wait)
     process.send_signal(signal.SIGTERM)
     sent = time.monotonic()

@@ -7,37 +7,18 @@ over the two runs."""
 import collections
 import hashlib
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.conftest import REPO, write_hyperparameters
+from tests.conftest import read_until, start_train, write_hyperparameters
 from tests.test_job_e2e import file_channel
 from train.pipe import tfrecord
 
 pytestmark = pytest.mark.slow
 RECORDS = 320
 BATCH = 16  # 20 steps per epoch
-
-
-def start(job, audit):
-    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(job.base), "TRAIN_AUDIT_DIR": str(audit), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, str(REPO / "container" / "train")], env=env, cwd=job.base,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def run_until(process, marker: str, timeout: float = 300) -> list[str]:
-    lines, deadline = [], time.monotonic() + timeout
-    for line in process.stdout:
-        lines.append(line)
-        if marker in line:
-            return lines
-        assert time.monotonic() < deadline, f"no {marker!r} in {timeout} s"
-    raise AssertionError(f"the job ended before {marker!r}:\n" + "".join(lines[-40:]))
 
 
 def audited(audit_file):
@@ -74,8 +55,8 @@ def test_sigterm_mid_epoch_then_restart_trains_each_record_of_that_epoch_exactly
     audit = tmp_path / "audit"
 
     # run 1: stopped by SIGTERM in the middle of epoch 2
-    first = start(job, audit)
-    lines = run_until(first, "progress: epoch=2 step=10")
+    first = start_train(job, TRAIN_AUDIT_DIR=str(audit))
+    lines = read_until(first, "progress: epoch=2 step=10")
     stopped_at = time.monotonic()
     first.send_signal(signal.SIGTERM)
     output = "".join(lines) + first.communicate(timeout=120)[0]
@@ -94,7 +75,7 @@ def test_sigterm_mid_epoch_then_restart_trains_each_record_of_that_epoch_exactly
         for fifo in job.data_dir.glob("train_*"):
             fifo.unlink()
         job.feed("train", [source])
-    second = start(job, audit)
+    second = start_train(job, TRAIN_AUDIT_DIR=str(audit))
     output2 = second.communicate(timeout=600)[0]
     assert second.returncode == 0, output2[-3000:]
     assert (f"resuming from checkpoint {saved.name}: epoch 2 of 2, after {progress['steps']} steps "
@@ -114,14 +95,14 @@ def test_a_truncated_checkpoint_is_ignored_and_the_previous_one_used(job, digit_
     file_channel(job, "train", digit_records[0][:96], shards=1)
     write_hyperparameters(job, num_classes=10, image_size=32, epochs=3, batch_size=BATCH,
                           weights=str(head_only_weights), augment="false")
-    first = start(job, tmp_path / "audit")
+    first = start_train(job, TRAIN_AUDIT_DIR=str(tmp_path / "audit"))
     assert first.wait(timeout=600) == 0, first.stdout.read()[-3000:]
     *_, previous, newest = sorted(job.base.glob("checkpoints/*/ckpt-*"))
     data = next(newest.glob("state.data-*"))
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # as if its upload was cut short
     write_hyperparameters(job, num_classes=10, image_size=32, epochs=4, batch_size=BATCH,
                           weights=str(head_only_weights), augment="false")
-    second = start(job, tmp_path / "audit")
+    second = start_train(job, TRAIN_AUDIT_DIR=str(tmp_path / "audit"))
     output = second.communicate(timeout=600)[0]
     assert second.returncode == 0, output[-3000:]
     assert f"checkpoint {newest.name} is unreadable" in output and "using the previous one" in output

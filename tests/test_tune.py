@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import dry_run_request, launch_cli, sdk2_python, sent
+from tests.conftest import dry_run_request, launch_cli, sdk2_python, sent_through_sdk
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -69,20 +69,14 @@ def test_trials_share_the_checkpoint_prefix_each_resuming_only_its_own():
 
 @pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
 def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
-    out = tune(*args, env=aws)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "with SageMaker SDK v3" in out.stderr
-    (request,) = sent(moto_endpoint, "CreateHyperParameterTuningJob")
+    request, out = sent_through_sdk("tune", "CreateHyperParameterTuningJob", args, aws, moto_endpoint)
     same_request(request, dry_run(*args))
     assert out.stdout.strip() == request["HyperParameterTuningJobName"]
 
 
 @pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
 def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
-    out = tune(*args, python=sdk2_python(), env=aws)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "with SageMaker SDK v2" in out.stderr
-    (request,) = sent(moto_endpoint, "CreateHyperParameterTuningJob")
+    request, _ = sent_through_sdk("tune", "CreateHyperParameterTuningJob", args, aws, moto_endpoint, python=sdk2_python())
     same_request(request, dry_run(*args))
 
 

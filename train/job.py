@@ -68,6 +68,11 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     epoch, step, history, configured = resume(checkpoints, plan, config, trainer, backbone, from_scratch)
     epochs = EpochLog(layout, cluster.is_chief, history)
 
+    def save(phase: Phase, epoch: int, steps: int) -> None:
+        """A checkpoint after `steps` steps of `epoch` (0-based), with the metrics of the epochs done."""
+        checkpoints.save(model, trainer.optimizer, Progress(phase.name, epoch, steps, config.batch_size,
+                                                             tuple(epochs.rows)))
+
     for phase in plan:
         if epoch >= phase.end:
             continue
@@ -80,8 +85,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
             on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
             results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
             if stopped and not (epoch == 0 and steps == 0):
-                checkpoints.save(model, trainer.optimizer,
-                                 Progress(phase.name, epoch, steps, config.batch_size, tuple(epochs.rows)))
+                save(phase, epoch, steps)
                 raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
                               f"({steps * config.batch_size} records of its pass); checkpoint saved in "
                               f"{layout.checkpoints}: a restarted job resumes there")
@@ -93,16 +97,14 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
                 validation = inputs.evaluation_input(channels["validation"], layout, config, trainer.stop)
                 scores, examples = trainer.evaluate(cluster.strategy.distribute_datasets_from_function(validation))
                 if trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
-                    checkpoints.save(model, trainer.optimizer,
-                                     Progress(phase.name, epoch, steps, config.batch_size, tuple(epochs.rows)))
+                    save(phase, epoch, steps)
                     raise Stopped(f"stopped by request while validating epoch {epoch + 1}; checkpoint saved in "
                                   f"{layout.checkpoints}: a restarted job validates it again")
                 if not examples:
                     raise validation.nothing_read(epoch)
                 results |= scores
             epochs.add(epoch, phase.name, results, time.perf_counter() - started)
-            checkpoints.save(model, trainer.optimizer,
-                             Progress(phase.name, epoch + 1, 0, config.batch_size, tuple(epochs.rows)))
+            save(phase, epoch + 1, 0)
             step = 0
             # After the last epoch a stop changes nothing: training is done, and the export (which
             # a stop must not cut short) is the job's result. (Every worker knows it is the last.)
