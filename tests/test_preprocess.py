@@ -54,6 +54,47 @@ def test_fused_jpeg_crop_equals_decoding_then_cropping():
     np.testing.assert_array_equal(fused, whole[5:25, 7:37])
 
 
+def smooth_photo(height, width):
+    """Gradients and a disc: what a scaled-down decode must keep (noise would not survive it)."""
+    yy, xx = np.mgrid[:height, :width]
+    image = np.stack([xx * 255 // width, yy * 255 // height, np.full((height, width), 128)], -1)
+    image[(yy - height // 2) ** 2 + (xx - width // 3) ** 2 < (height // 4) ** 2] = (250, 30, 30)
+    return image.astype(np.uint8)
+
+
+@pytest.mark.parametrize(("height", "width", "size", "ratio"), [
+    (100, 150, 32, 2),     # 50 x 75 still holds 32; 25 x 37 would not
+    (300, 400, 32, 8),     # 37 x 50 at 1/8
+    (300, 400, 38, 4),     # 1/8 would leave 37 < 38 rows
+    (40, 400, 32, 1),      # the shorter side decides
+    (64, 64, 32, 2),       # exactly size at 1/2
+])
+def test_jpeg_scale_is_the_largest_that_keeps_size_pixels(height, width, size, ratio):
+    index = preprocess._jpeg_ratio_index(tf.constant(height), tf.constant(width), size)
+    assert preprocess.JPEG_RATIOS[int(index)] == ratio
+    # and the decode really is at that scale
+    encoded = tf.io.encode_jpeg(smooth_photo(height, width))
+    decoded = preprocess.decode_jpeg_window(encoded, tf.constant([0, 0, height, width]), size)
+    assert decoded.shape[:2] == (height // ratio, width // ratio)  # the window, scaled down
+    assert in_dataset(lambda x: preprocess.decode_jpeg_window(x, tf.constant([0, 0, height, width]), size),
+                      encoded.numpy()).shape == decoded.shape
+
+
+def test_scaled_jpeg_decode_gives_the_picture_of_a_whole_decode():
+    """A 1600x1200 photo validated at 64 px is decoded at 1/8, cropped the same way: the result
+    is the antialiased whole-decode's within JPEG noise (bilinear from full size would alias)."""
+    picture = smooth_photo(1200, 1600)
+    encoded = tf.io.encode_jpeg(picture, quality=95)
+    scaled = preprocess.for_eval(encoded, 64).numpy()
+    reference = tf.image.resize(tf.io.decode_jpeg(encoded), [64, 64], antialias=True).numpy()
+    assert np.abs(scaled - reference).mean() < 3.0
+    window = tf.constant([400, 200, 640, 800])  # y, x, height, width
+    cropped = preprocess.decode_jpeg_window(encoded, window, 64)
+    assert cropped.shape == (80, 100, 3)  # 1/8 of the window
+    reference = tf.image.resize(picture[400:1040, 200:1000], [80, 100], antialias=True).numpy()
+    assert np.abs(cropped.numpy().astype(np.float32) - reference).mean() < 4.0
+
+
 def test_random_crops_stay_inside_the_image_and_keep_a_quarter_of_it():
     shape = tf.constant([37, 53, 3])
     for _ in range(50):
