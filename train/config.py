@@ -224,6 +224,7 @@ HYPERPARAMETERS = {
         Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
         Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
         Hyperparameter("augment", "true", _augment, "true, false, or some of crop,flip,color"),
+        Hyperparameter("steps_per_execution", 1, _integer(1, 1000), "training steps per call into TensorFlow: more keeps a fast GPU busy with small models; a stop waits for the call to end"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
         Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
@@ -253,6 +254,7 @@ class JobConfig:
     image_feature: str
     label_feature: str
     augment: tuple[str, ...]
+    steps_per_execution: int
     shuffle_buffer: int
     dropout: float
     mixed_precision: str

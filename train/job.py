@@ -58,7 +58,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  pretrained=not from_scratch)
-    trainer = Trainer(model, cluster, mixed_precision, stop)
+    trainer = Trainer(model, cluster, mixed_precision, stop, config.steps_per_execution)
     checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
                               checkpoint_settings(config, channels, resources, mixed_precision))
     checkpoints.check_writable(checkpoint_bytes(model))
@@ -143,7 +143,8 @@ def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
 # Hyperparameters a job may change and still resume its checkpoints (train longer or shorter, with
 # another global batch, other time limits); any other change makes it another job (checkpoints.py).
 RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
-                     "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints")
+                     "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
+                     "steps_per_execution")
 
 
 def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,

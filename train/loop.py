@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import threading
 import time
 
@@ -53,14 +52,31 @@ class Totals:
         return {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
 
 
+@dataclasses.dataclass
+class Call:
+    """What one call of the traced steps did, read back to the host in one transfer."""
+
+    steps: int
+    loss_sum: float
+    correct: float
+    examples: float
+    diverged_at: int  # 1-based step of this call whose loss was not finite; 0: none
+
+    @classmethod
+    def read(cls, outputs: tf.Tensor) -> Call:
+        loss_sum, correct, examples, steps, diverged_at = outputs.numpy().tolist()
+        return cls(int(steps), loss_sum, correct, examples, int(diverged_at))
+
+
 class Trainer:
     def __init__(self, model: keras.Model, cluster: Cluster, mixed_precision: bool,
-                 stop: threading.Event | None = None):
+                 stop: threading.Event | None = None, steps_per_execution: int = 1):
         self.model, self.cluster, self.mixed_precision = model, cluster, mixed_precision
+        self.steps_per_execution = steps_per_execution
         self.stop = stop or threading.Event()
         self.optimizer = None
         self.learning_rate = None
-        self._steps: list = []
+        self._functions: list = []
 
     def start_phase(self, learning_rate: float) -> None:
         """A fresh optimizer for the model's current trainable weights, and step functions traced
@@ -72,18 +88,44 @@ class Trainer:
             optimizer.build(self.model.trainable_variables)
         self.optimizer = optimizer
         self.learning_rate = learning_rate
-        self._steps = []
+        self._functions = []
 
-    def _step(self, train: bool, dataset):
-        """The step function for `dataset`'s batches, traced once for its element spec: batches of
-        any size, including a pass's last, smaller one, then reuse the same graph."""
+    def _steps(self, train: bool, dataset):
+        """The traced function that runs up to steps_per_execution steps on `dataset`'s iterator,
+        one per element spec: batches of any size, including a pass's last, smaller one, and
+        every epoch's new iterator then reuse the same graph."""
         spec = dataset.element_spec
-        for known_train, known_spec, function in self._steps:  # (specs need not be hashable)
+        for known_train, known_spec, function in self._functions:  # (specs need not be hashable)
             if known_train == train and known_spec == spec:
                 return function
-        function = tf.function(self._make_step(train), input_signature=[spec])
-        self._steps.append((train, spec, function))
+        function = tf.function(self._make_steps(self._make_step(train)))
+        self._functions.append((train, spec, function))
         return function
+
+    @staticmethod
+    def _make_steps(step):
+        """Up to `count` steps in one call, their sums kept on the device: the host reads one small
+        tensor per call instead of syncing on every step's metrics (Keras' steps_per_execution).
+        Ends early at the end of the pass, and at a step whose loss is not finite (the weights are
+        lost: no further step should run on them)."""
+
+        def steps(iterator, count):
+            totals, done, diverged_at = tf.zeros([3]), tf.constant(0), tf.constant(0)
+            for _ in tf.range(count):
+                # under several workers, the same answer on every worker (tf.distribute agrees
+                # on it): a worker whose share ran out gets an empty batch until all are done
+                batch = iterator.get_next_as_optional()
+                if not batch.has_value():
+                    break
+                outputs = tf.stack(step(batch.get_value()))
+                done += 1
+                totals += outputs
+                if not tf.math.is_finite(outputs[0]):
+                    diverged_at = done
+                    break
+            return tf.concat([totals, tf.cast(tf.stack([done, diverged_at]), tf.float32)], 0)
+
+        return steps
 
     def _make_step(self, train: bool):
         model, optimizer, strategy = self.model, self.optimizer, self.cluster.strategy
@@ -127,35 +169,46 @@ class Trainer:
         """The same answer on every worker, at the same step."""
         return self.cluster.any_worker(self.stop.is_set())
 
+    def calls(self, train: bool, dataset):
+        """The Call results of running every step of `dataset`, steps_per_execution at a time."""
+        function, iterator = self._steps(train, dataset), iter(dataset)
+        count = tf.constant(self.steps_per_execution)
+        while True:
+            call = Call.read(function(iterator, count))
+            if call.steps:
+                yield call
+            if call.steps < self.steps_per_execution or call.diverged_at:
+                return
+
     def train_epoch(self, dataset, epoch: int, first_step: int, global_batch: int,
                     on_step=None) -> tuple[dict, int, bool]:
         """Trains on `dataset` (already positioned after `first_step` steps). Returns
         (metrics of this run's steps, steps done in the epoch, whether a stop was requested)."""
         totals, steps, started = Totals(), first_step, time.perf_counter()
-        train_step = self._step(True, dataset)
-        for batch in dataset:
-            totals.add(*train_step(batch))
-            steps += 1
-            if not math.isfinite(totals.loss):
+        for call in self.calls(True, dataset):
+            if call.diverged_at:
                 raise Diverged(
-                    f"training diverged: the loss became {totals.loss} at step {steps} of epoch {epoch + 1}, "
-                    "so the weights are no longer numbers; no checkpoint was taken of them. Lower the "
-                    f"learning rate (this phase's is {self.learning_rate:g}: hyperparameter learning_rate "
-                    "for phase 1, fine_tune_learning_rate for phase 2)")
+                    f"training diverged: the loss became {call.loss_sum / max(call.examples, 1)} at step "
+                    f"{steps + call.diverged_at} of epoch {epoch + 1}, so the weights are no longer numbers; no "
+                    f"checkpoint was taken of them. Lower the learning rate (this phase's is "
+                    f"{self.learning_rate:g}: hyperparameter learning_rate for phase 1, fine_tune_learning_rate "
+                    "for phase 2)")
+            totals.add(call.loss_sum, call.correct, call.examples)
+            logged, steps = steps // PROGRESS_EVERY_STEPS, steps + call.steps
             if on_step:
                 on_step(steps)
-            if steps % PROGRESS_EVERY_STEPS == 0:
+            if steps // PROGRESS_EVERY_STEPS > logged:
                 rate = totals.examples / (time.perf_counter() - started)
                 log.info("progress: epoch=%d step=%d loss=%.4f examples/s=%.1f", epoch + 1, steps,
                          totals.loss / max(totals.examples, 1), rate)
-            if self.stop_requested():
+            if self.stop_requested():  # (a collective under several workers: once per call)
                 return totals.metrics("train_"), steps, True
         # a stop that came while the input waited for data ended the pass early (Pipe mode)
         return totals.metrics("train_"), steps, self.stop_requested()
 
     def evaluate(self, dataset) -> tuple[dict, int]:
         """(validation metrics, examples evaluated by all workers together)."""
-        totals, eval_step = Totals(), self._step(False, dataset)
-        for batch in dataset:
-            totals.add(*eval_step(batch))
+        totals = Totals()
+        for call in self.calls(False, dataset):
+            totals.add(call.loss_sum, call.correct, call.examples)
         return totals.metrics("val_"), int(totals.examples)
