@@ -1,5 +1,6 @@
 """`launch prepare`: images -> TFRecord shards the job reads; rejects reported; upload skips unchanged."""
 
+import collections
 import hashlib
 import json
 import os
@@ -224,8 +225,10 @@ def test_a_class_too_small_for_the_split_keeps_a_training_image_and_says_so(tmp_
 def test_a_class_with_no_usable_image_is_refused(tmp_path):
     root = digit_folder(tmp_path / "photos", {"a": 3, "b": 0})
     (root / "b" / "x.jpg").write_bytes(b"not a jpeg")
-    with pytest.raises(PrepareError, match="class b: no usable image, so the model would have an output it never"):
+    with pytest.raises(PrepareError, match="class b: no usable training image, so the model would have an output it never"):
         prepare(root, tmp_path / "out")
+    # no half-made dataset is left to be uploaded by mistake: only the list of what was rejected
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rejected.txt"]
 
 
 def test_links_out_of_the_source_folder_are_listed_never_read(tmp_path):
@@ -255,3 +258,130 @@ def test_a_decompression_bomb_is_rejected_from_its_header(tmp_path):
     assert summary["rejected"] == 1
     assert ("bomb.png\tthe file is a 16000x16000 PNG image, 256 megapixels: more than max_image_pixels (100000000)"
             in (tmp_path / "out/rejected.txt").read_text())
+
+
+# --- photos of real sizes, and sources in S3 ---------------------------------------------------------
+
+
+def test_max_side_shrinks_large_photos_to_jpeg_and_keeps_small_ones_as_they_are(tmp_path):
+    from tests.conftest import image_bytes
+
+    root = digit_folder(tmp_path / "photos", {"a": 2, "b": 2})
+    large = image_bytes("JPEG", 2000, 1500, quality=90)
+    (root / "a" / "large.jpg").write_bytes(large)
+    (root / "b" / "tall.png").write_bytes(image_bytes("PNG", 300, 1400))
+    (root / "b" / "edge.jpg").write_bytes(edge := image_bytes("JPEG", 512, 200))
+    prepare(root, tmp_path / "out", validation_fraction=0, max_side=512, quality=80)
+    stored = {}
+    for example in read_examples(tmp_path / "out" / "train"):
+        data = example["image/encoded"].numpy()
+        stored[tf.io.decode_image(data).shape[:2]] = data
+    assert set(stored) == {(32, 32), (384, 512), (512, 110), (200, 512)}  # aspect kept, longer side 512
+    assert all(tf.io.is_jpeg(data) for data in stored.values())  # the PNG became a JPEG too
+    assert stored[(200, 512)] == edge  # already small enough: the original bytes
+    assert len(stored[(384, 512)]) < len(large) / 8
+    # what the job reads from it: the picture, not another one (the synthetic photo is noise, so
+    # compare it with the original shrunk the same way)
+    shrunk = tf.image.resize(tf.io.decode_jpeg(large), [384, 512], antialias=True).numpy()
+    assert np.abs(tf.io.decode_jpeg(stored[(384, 512)]).numpy() - shrunk).mean() < 12
+    same = prepare(root, tmp_path / "again", validation_fraction=0, max_side=512, quality=80, workers=1)
+    assert same["train"] == 7 and digest(tmp_path / "out") == digest(tmp_path / "again")
+
+
+def digest(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in folder.rglob("*") if p.is_file()}
+
+
+def examples_of(folder: Path) -> collections.Counter:
+    """(image digest, label) of every example under folder, train and validation."""
+    return collections.Counter(
+        (hashlib.sha256(e["image/encoded"].numpy()).hexdigest(), int(e["image/class/label"]))
+        for part in ("train", "validation") for e in read_examples(folder / part))
+
+
+def test_an_s3_prefix_of_class_folders_prepares_as_the_same_local_folder_does(photos, tmp_path, s3_bucket):
+    root, _ = photos
+    client, bucket = s3_bucket
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            client.put_object(Bucket=bucket, Key=f"photos/{path.relative_to(root).as_posix()}", Body=path.read_bytes())
+    # what a listing of an S3 prefix also holds: console folder markers, hidden objects, objects
+    # at the top, keys that are not paths
+    client.put_object(Bucket=bucket, Key="photos/digit1/", Body=b"")
+    client.put_object(Bucket=bucket, Key="photos/.cache/x.jpg", Body=b"x")
+    client.put_object(Bucket=bucket, Key="photos/digit2/.DS_Store", Body=b"x")
+    client.put_object(Bucket=bucket, Key="photos/README.md", Body=b"x")
+    client.put_object(Bucket=bucket, Key="photos/digit4/../../../escape.jpg", Body=b"x")  # hidden: '..'
+    copy = sorted((root / "digit4").iterdir())[0].read_bytes()
+    client.put_object(Bucket=bucket, Key="photos/digit4/sub dir/a\\b%20ü #?.jpg", Body=copy)  # an image like any other
+    local = prepare(root, tmp_path / "local", validation_fraction=0.2)
+    remote = prepare(f"s3://{bucket}/photos", tmp_path / "remote", validation_fraction=0.2, workers=3)
+    assert remote["classes"] == local["classes"]
+    both = examples_of(tmp_path / "remote")
+    (twice,) = [key for key in both if both[key] == 2]  # the odd key's copy
+    both[twice] -= 1
+    assert both == examples_of(tmp_path / "local")
+    assert remote["rejected"] == local["rejected"] == 2
+    assert not list(tmp_path.glob("**/escape.jpg"))  # keys are read, never written anywhere
+
+
+def test_a_csv_of_s3_uris_and_relative_keys_reads_each_and_lists_the_missing(tmp_path, s3_bucket):
+    client, bucket = s3_bucket
+    images, labels = load_digits()
+    lines = []
+    for i in range(30):
+        client.put_object(Bucket=bucket, Key=f"data/img/{i}.jpg", Body=digit_jpeg(images[i]))
+        path = f"s3://{bucket}/data/img/{i}.jpg" if i % 2 else f"img/{i}.jpg"  # both forms
+        lines.append(f"{path},{'odd' if labels[i] % 2 else 'even'}")
+    lines.append(f"s3://{bucket}/data/img/missing.jpg,odd")
+    client.put_object(Bucket=bucket, Key="data/labels.csv", Body="\n".join(lines).encode())
+    summary = prepare(f"s3://{bucket}/data/labels.csv", tmp_path / "out", validation_fraction=0)
+    assert summary["train"] == 30 and summary["rejected"] == 1
+    assert f"s3://{bucket}/data/img/missing.jpg\tunreadable: " in (tmp_path / "out/rejected.txt").read_text()
+    (tmp_path / "local.csv").write_text("\n".join(lines[1::2]) + "\n")  # a local CSV of S3 URIs
+    assert prepare(tmp_path / "local.csv", tmp_path / "out2", validation_fraction=0)["train"] == 15
+
+
+def test_an_s3_source_that_cannot_be_listed_is_an_error_naming_it(tmp_path, s3_bucket):
+    _, bucket = s3_bucket
+    out = launch_prepare(f"s3://{bucket}-missing/photos/", tmp_path / "out")
+    assert out.returncode == 2 and f"cannot list s3://{bucket}-missing/photos/: NoSuchBucket" in out.stderr
+    out = launch_prepare(f"s3://{bucket}/nothing/", tmp_path / "out")
+    assert out.returncode == 2 and "holds no objects" in out.stderr
+
+
+def launch_prepare(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launch", "prepare", *map(str, args)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+
+
+MEMORY_PROBE = """
+import resource, sys
+from pathlib import Path
+from launch.prepare import prepare
+prepare(Path(sys.argv[1]), Path(sys.argv[2]), shard_mb=20, workers=2)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_memory_stays_bounded_whatever_the_size_of_the_photo_set(tmp_path):
+    """~300 MB of 2000x1500 photos are prepared in little more memory than 8 of them: images are
+    read, checked and written a few at a time (the whole set used to be held, twice)."""
+    from tests.conftest import image_bytes
+
+    photo = image_bytes("JPEG", 2000, 1500, quality=90)
+    peaks = {}
+    for count in (8, 300_000_000 // len(photo)):
+        root = tmp_path / f"set{count}"
+        for i in range(count):
+            folder = root / ("a" if i % 2 else "b")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i}.jpg").write_bytes(photo)
+        out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(root), str(tmp_path / f"out{count}")],
+                             cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        peaks[count] = int(out.stdout.split()[-1])
+    (few, small), (many, large) = sorted(peaks.items())
+    assert large - small < 100e6, f"peak RSS {small / 1e6:.0f} MB for {few} photos, {large / 1e6:.0f} MB for {many}"
