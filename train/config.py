@@ -92,6 +92,20 @@ def _integer(minimum: int, maximum: int | None = None):
     return parse
 
 
+def _auto_or(parse_value):
+    """"auto" (any case, any quoting), or what `parse_value` reads."""
+    def parse(name, value):
+        if str(_unquoted(value)).lower() == "auto":
+            return "auto"
+        try:
+            return parse_value(name, value)
+        except UserError as err:
+            raise UserError(f"{err} (or auto)") from None
+
+    parse.tuning_range = parse_value.tuning_range
+    return parse
+
+
 def _number(minimum: float, maximum: float, *, open_low: bool = True):
     def parse(name, value):
         number = _numeric(value)
@@ -224,7 +238,7 @@ HYPERPARAMETERS = {
         Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
         Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
         Hyperparameter("augment", "true", _augment, "true, false, or some of crop,flip,color"),
-        Hyperparameter("steps_per_execution", 1, _integer(1, 1000), "training steps per call into TensorFlow: more keeps a fast GPU busy with small models; a stop waits for the call to end"),
+        Hyperparameter("steps_per_execution", "auto", _auto_or(_integer(1, 1000)), "training steps per call into TensorFlow (the host reads metrics once per call): more keeps a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
         Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
@@ -254,7 +268,7 @@ class JobConfig:
     image_feature: str
     label_feature: str
     augment: tuple[str, ...]
-    steps_per_execution: int
+    steps_per_execution: int | str
     shuffle_buffer: int
     dropout: float
     mixed_precision: str

@@ -58,7 +58,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  pretrained=not from_scratch)
-    trainer = Trainer(model, cluster, mixed_precision, stop, config.steps_per_execution)
+    trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution))
     checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
                               checkpoint_settings(config, channels, resources, mixed_precision))
     checkpoints.check_writable(checkpoint_bytes(model))
@@ -264,6 +264,17 @@ def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layou
             f"{len(found)}{': ' + ', '.join(found) if found else ''}"
         )
     return found[0]
+
+
+def steps_per_execution(setting: int | str) -> int:
+    """auto: 8 steps per call with a GPU, where the host's work between calls would leave it idle
+    (a small model's step takes milliseconds); 1 on CPUs, where a step takes long enough that the
+    host's work is noise, and a stop is then answered after the step that is running."""
+    if setting != "auto":
+        return setting
+    chosen = 8 if tf.config.list_physical_devices("GPU") else 1
+    log.info("steps_per_execution=auto: %d", chosen)
+    return chosen
 
 
 def use_mixed_precision(setting: str) -> bool:
