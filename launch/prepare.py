@@ -285,6 +285,12 @@ def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
     return uploaded, unchanged
 
 
+def jpeg_quality(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 100:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JPEG quality: give a whole number from 1 to 100")
+    return int(text)
+
+
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("prepare", help="images -> sharded TFRecords, optionally uploaded to S3",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -298,8 +304,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-side", type=int, default=None, metavar="PIXELS",
                         help="store images whose longer side is larger shrunk to it (aspect kept), as JPEG; "
                              "default: the original bytes")
-    parser.add_argument("--jpeg-quality", type=int, default=photos.DEFAULT_QUALITY, choices=range(1, 101),
-                        metavar="1-100", help=f"of the images --max-side shrinks (default {photos.DEFAULT_QUALITY})")
+    parser.add_argument("--jpeg-quality", type=jpeg_quality, default=photos.DEFAULT_QUALITY, metavar="1-100", help=f"of the images --max-side shrinks (default {photos.DEFAULT_QUALITY})")
     parser.add_argument("--strict", action="store_true", help="fail if any image is unusable")
     parser.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
                         help="larger images (width x height, from their header) are rejected before decoding, as "

@@ -385,3 +385,13 @@ def test_memory_stays_bounded_whatever_the_size_of_the_photo_set(tmp_path):
         peaks[count] = int(out.stdout.split()[-1])
     (few, small), (many, large) = sorted(peaks.items())
     assert large - small < 100e6, f"peak RSS {small / 1e6:.0f} MB for {few} photos, {large / 1e6:.0f} MB for {many}"
+
+
+def test_cli_max_side_and_jpeg_quality_reach_the_images(tmp_path):
+    root = digit_folder(tmp_path / "photos", {"a": 3, "b": 3})
+    out = launch_prepare(root, tmp_path / "out", "--max-side", "16", "--jpeg-quality", "50", "--validation-fraction", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    shapes = {tuple(tf.io.decode_jpeg(e["image/encoded"]).shape) for e in read_examples(tmp_path / "out/train")}
+    assert shapes == {(16, 16, 3)}
+    out = launch_prepare(root, tmp_path / "out2", "--jpeg-quality", "101")
+    assert out.returncode == 2 and "'101' is not a JPEG quality" in out.stderr
