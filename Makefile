@@ -22,6 +22,7 @@ test: $(INSTALLED) $(SDK2_INSTALLED)
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.pipe_reader $(BENCH_ARGS)
 	$(BIN)/python -m bench.input_pipeline $(BENCH_ARGS)
+	$(BIN)/python -m bench.photo_pipeline $(BENCH_ARGS)
 
 venv: $(INSTALLED)
 
