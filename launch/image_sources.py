@@ -55,6 +55,8 @@ def list_source(source: str, reader: Reader) -> Listing:
     if source.startswith("s3://"):
         return list_s3_csv(source, reader) if source.lower().endswith(".csv") else list_s3_prefix(source, reader)
     path = Path(source)
+    if not path.exists():
+        raise ListingError(f"{shown(path)} does not exist")
     if path.is_dir():
         return list_folder(path)
     if path.suffix.lower() == ".csv" and path.is_file():
@@ -85,7 +87,7 @@ def list_folder(source: Path) -> Listing:
                                f"outside {shown(source)}: copy the images in, or give their folder as the source")
     items, refused = [], []
     for label, folder in enumerate(folders):
-        for parent, subfolders, files in os.walk(folder):
+        for parent, subfolders, files in os.walk(folder, onerror=_unlistable):
             subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
             for name in subfolders:
                 if os.path.islink(os.path.join(parent, name)):
@@ -97,6 +99,11 @@ def list_folder(source: Path) -> Listing:
                 else:
                     items.append((path, label))
     return Listing.of([f.name for f in folders], items, refused)
+
+
+def _unlistable(err: OSError) -> None:
+    # (os.walk skips a folder it cannot list, and its images with it, unless told otherwise)
+    raise ListingError(f"cannot list {shown(err.filename)}: {err.strerror}")
 
 
 def list_s3_prefix(source: str, reader: Reader) -> Listing:

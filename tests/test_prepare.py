@@ -395,3 +395,24 @@ def test_cli_max_side_and_jpeg_quality_reach_the_images(tmp_path):
     assert shapes == {(16, 16, 3)}
     out = launch_prepare(root, tmp_path / "out2", "--jpeg-quality", "101")
     assert out.returncode == 2 and "'101' is not a JPEG quality" in out.stderr
+
+
+def test_a_folder_that_cannot_be_listed_is_an_error_not_a_silent_gap(tmp_path):
+    """Folders nested deeper than PATH_MAX (4096 bytes) can be made, not listed by their path, even
+    by root: os.walk would skip them and the images in them without a word."""
+    root = digit_folder(tmp_path / "photos", {"a": 2, "b": 2})
+    fd = os.open(root / "b", os.O_DIRECTORY)
+    try:
+        for _ in range(18):  # 18 x 255 bytes
+            os.mkdir("d" * 255, dir_fd=fd)
+            inner = os.open("d" * 255, os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("deep.jpg", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "wb") as f:
+            f.write(digit_jpeg(load_digits()[0][0]))
+    finally:
+        os.close(fd)
+    with pytest.raises(PrepareError, match=r"cannot list .*/b/ddd.*: File name too long"):
+        prepare(root, tmp_path / "out")
+    with pytest.raises(PrepareError, match="nowhere does not exist"):
+        prepare(tmp_path / "nowhere", tmp_path / "out")

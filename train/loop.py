@@ -1,4 +1,4 @@
-"""The training loop: one step at a time, on any tf.distribute strategy.
+"""The training loop: steps_per_execution steps per call, on any tf.distribute strategy.
 
 Why not Keras' fit(): under a distribution strategy, Keras 3.15's fit() pulls a first batch from
 a throwaway iterator to build the model (in Pipe mode, that opens and drops a whole pass each call)
