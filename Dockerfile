@@ -36,15 +36,19 @@ COPY requirements/ /opt/program/requirements/
 RUN python3 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check -r /opt/program/${REQUIREMENTS}
 
+# The reader and the job, installed (not run from the source folder): their dependencies are
+# already pinned above, hence --no-deps.
 COPY train/ /opt/program/train/
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /opt/program/train/pipemode /opt/program/train \
+ && rm -rf /opt/program/train
 COPY container/ /opt/program/container/
 WORKDIR /opt/program
 
 ARG BAKE_WEIGHTS=""
-RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
+RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
 
 RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
- && python3 -c "import train.main, train.pipe, google_crc32c" \
+ && python3 -c "import keras_pipe_train.main, pipemode, google_crc32c" \
  && test -x /opt/program/container/train
 
 ENTRYPOINT ["/usr/bin/tini", "--"]

@@ -6,17 +6,23 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt
+PROJECTS := train/pipemode/pyproject.toml train/pyproject.toml launch/pyproject.toml
+EDITABLE := -e train/pipemode -e train -e launch
 INSTALLED := $(VENV)/.installed
-# SageMaker SDK v2 beside v3: `launch submit` must send the same request through both
+# SageMaker SDK v2 beside v3: `keras-pipe submit` must send the same request through both
 SDK2 := .venv-sdk2
 SDK2_INSTALLED := $(SDK2)/.installed
+# What a script-mode job has in AWS's TF images (TensorFlow, the sagemaker-training toolkit) and
+# nothing of this project: the tests install the reader's wheel into it, as a user would
+TOOLKIT := .venv-toolkit
+TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 
 .PHONY: demo test bench venv container-base clean
 
 demo: $(INSTALLED)
-	$(BIN)/python -m launch.demo
+	$(BIN)/python -m keras_pipe_launch.demo
 
-test: $(INSTALLED) $(SDK2_INSTALLED)
+test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(INSTALLED)
@@ -29,21 +35,27 @@ venv: $(INSTALLED)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(INSTALLED): $(REQUIREMENTS) pyproject.toml Makefile | $(BIN)/python
+$(INSTALLED): $(REQUIREMENTS) $(PROJECTS) Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
-	# this project itself, editable: `python -m launch ...` then works from any folder
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	# the project's three distributions, editable (their dependencies are pinned above): the
+	# reader (pipemode), the job (keras_pipe_train), the launcher (keras_pipe_launch, `keras-pipe`)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps $(EDITABLE)
 	touch $@
 
 # the local Debian base image the container tests build on (podman, debootstrap; run as root)
 container-base:
 	.ci/container-base
 
-$(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt pyproject.toml Makefile
+$(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt $(PROJECTS) Makefile
 	$(PYTHON) -m venv $(SDK2)
 	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/sdk2.txt
-	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(EDITABLE)
+	touch $@
+
+$(TOOLKIT_INSTALLED): requirements/toolkit.txt Makefile
+	$(PYTHON) -m venv $(TOOLKIT)
+	$(TOOLKIT)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/toolkit.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(SDK2) .pytest_cache
+	rm -rf $(VENV) $(SDK2) $(TOOLKIT) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info

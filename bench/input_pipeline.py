@@ -4,7 +4,7 @@
     python -m bench.input_pipeline --quick    # tiny: a correctness check, not a benchmark
 
 Measured side by side in one run (best of the repeats), on the same JPEG TFRecords:
-  pipe        the job's training pipeline (train/input.py: shuffle, batch, parse_example, fused
+  pipe        the job's training pipeline (train/keras_pipe_train/input.py: shuffle, batch, parse_example, fused
               JPEG decode-and-crop, resize, flip, brightness/contrast) fed from Pipe-mode FIFOs
   files       the same pipeline fed from the TFRecord files (File mode)
   naive       TFRecordDataset -> parse_single_example -> decode_jpeg -> resize -> batch, one map
@@ -46,8 +46,8 @@ def synthetic_photo(rng: np.random.Generator, height=240, width=320) -> np.ndarr
 def make_records(count: int, folder: Path, shards: int = 4) -> list[str]:
     import tensorflow as tf
 
-    from train.example import encode_example
-    from train.pipe import tfrecord
+    from keras_pipe_train.example import encode_example
+    from pipemode import tfrecord
 
     rng = np.random.default_rng(0)
     records = [encode_example(tf.io.encode_jpeg(synthetic_photo(rng), quality=90).numpy(), i % 10)
@@ -62,7 +62,7 @@ def make_records(count: int, folder: Path, shards: int = 4) -> list[str]:
 
 
 class Job:
-    """A throwaway /opt/ml with one channel, Pipe (fed by launch.pipe_feeder) or File."""
+    """A throwaway /opt/ml with one channel, Pipe (fed by keras_pipe_launch.pipe_feeder) or File."""
 
     made = 0
 
@@ -76,7 +76,7 @@ class Job:
         os.environ["SAGEMAKER_BASE_DIR"] = str(self.base)
         self.feeder = None
         if mode == "Pipe":
-            self.feeder = subprocess.Popen([sys.executable, "-m", "launch.pipe_feeder", "--dir",
+            self.feeder = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch.pipe_feeder", "--dir",
                                             str(self.base / "input" / "data"), "--channel", "train", *files],
                                            stderr=subprocess.DEVNULL)
         else:
@@ -92,8 +92,8 @@ class Job:
 def ours(job: Job):
     import tensorflow as tf
 
-    from train import contract, input as inputs
-    from train.config import JobConfig
+    from keras_pipe_train import contract, input as inputs
+    from keras_pipe_train.config import JobConfig
 
     config = JobConfig.from_hyperparameters({"num_classes": 10, "image_size": SIZE, "batch_size": BATCH,
                                              "shuffle_buffer": 256})
@@ -154,7 +154,7 @@ def input_wait(files: list[str], workdir: Path, steps: int) -> dict:
     import keras
     import tensorflow as tf
 
-    from train.model import build_backbone, build_classifier
+    from keras_pipe_train.model import build_backbone, build_classifier
 
     job = Job(workdir, files, "Pipe")
     try:

@@ -4,20 +4,20 @@
     python -m bench.photo_pipeline --quick    # tiny: a correctness check, not a benchmark
 
 Photos of 500x375, 2000x1500 and 4032x3024 (12 MP) pixels, JPEG quality 90, are prepared by
-`launch prepare` twice: as they are, and with --max-side 512. Each set is read at 224x224, batch
+`keras-pipe prepare` twice: as they are, and with --max-side 512. Each set is read at 224x224, batch
 64, by pipelines compared at equal augmentation:
   per-example      the usual tf.data recipe: TFRecordDataset -> parse_single_example -> decode_jpeg
                    -> resize -> flip -> brightness/contrast -> batch, one map each
-  job              the job's pipeline (train/input.py) with the same augmentation (augment=flip,color):
+  job              the job's pipeline (train/keras_pipe_train/input.py) with the same augmentation (augment=flip,color):
                    batched parsing, each JPEG decoded at the smallest scale that keeps 224 pixels
   per-example+crop the recipe with the job's default random crop (25-100 % of the area) first
   job+crop         the job's default pipeline (augment=crop,flip,color): fused crop-and-decode
   job+max-side     the job's default pipeline on the --max-side 512 records
-Both run in one process set up as the job's (train.allocator). Reported as images per CPU-second
+Both run in one process set up as the job's (keras_pipe_train.allocator). Reported as images per CPU-second
 (all threads of the process counted: the cost per core), and wall images/s on this machine (what
 its cores deliver: the per-example recipe's random maps are not parallelised by tf.data, the job's
 pipeline runs batches in parallel). Then the training loop: steps/s of a tiny model on in-memory
-batches, our loop (train/loop.py) against Keras' fit, both with the same steps_per_execution.
+batches, our loop (train/keras_pipe_train/loop.py) against Keras' fit, both with the same steps_per_execution.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def make_photos(folder: Path, height: int, width: int, count: int) -> None:
 
 
 def prepared(photos: Path, out: Path, max_side: int | None) -> list[str]:
-    from launch.prepare import prepare
+    from keras_pipe_launch.prepare import prepare
 
     summary = prepare(photos, out, validation_fraction=0, shard_mb=64, max_side=max_side)
     return summary["shards"]["train"]
@@ -59,7 +59,7 @@ def per_example(files: list[str], crop: bool):
     """The per-example recipe, with the job's flip and colour changes (and its crop sampler)."""
     import tensorflow as tf
 
-    from train import preprocess
+    from keras_pipe_train import preprocess
 
     features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                 "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
@@ -80,8 +80,8 @@ def per_example(files: list[str], crop: bool):
 def job_pipeline(files: list[str], workdir: Path, augment: str):
     import tensorflow as tf
 
-    from train import contract, input as inputs
-    from train.config import JobConfig
+    from keras_pipe_train import contract, input as inputs
+    from keras_pipe_train.config import JobConfig
 
     job = Job(workdir, files, "File")
     config = JobConfig.from_hyperparameters({"num_classes": 2, "image_size": SIZE, "batch_size": BATCH,
@@ -128,8 +128,8 @@ def loop_overhead(steps: int, steps_per_execution: int) -> dict:
     import keras
     import tensorflow as tf
 
-    from train.distribute import Cluster
-    from train.loop import Trainer
+    from keras_pipe_train.distribute import Cluster
+    from keras_pipe_train.loop import Trainer
 
     images = np.random.default_rng(0).random((steps * 8, 8, 8, 3)).astype(np.float32)
     labels = (np.arange(steps * 8) % 3).astype(np.int64)
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from train import allocator
+    from keras_pipe_train import allocator
 
     allocator.keep_record_memory()  # as the job's process runs (both pipelines gain from it)
     if args.quick:

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from train.pipe import tfrecord
+from pipemode import tfrecord
 
 SIZES = {"100KB": 100 * 1024, "1KB": 1024, "100B": 100}
 BATCH = 1024
@@ -94,7 +94,7 @@ def run_dd(workdir: str, path_file: str) -> float:
 
 
 def run_python_raw(workdir: str, path_file: str) -> float:
-    from train.pipe.fifo import open_fifo
+    from pipemode.fifo import open_fifo
 
     fifo, cat = Job(workdir).feed(path_file)
 
@@ -115,7 +115,7 @@ def run_file(path_file: str) -> tuple[int, float]:
 
 
 def run_pipe(workdir: str, path_file: str, batched: bool) -> tuple[int, float]:
-    from train.pipe import PipeModeDataset
+    from pipemode import PipeModeDataset
 
     job = Job(workdir)
     _, cat = job.feed(path_file)
@@ -159,7 +159,7 @@ def throughput(quick: bool, workdir: str, repeats: int) -> list[dict]:
 RSS_CHILD = r"""
 import json, os, sys, resource
 from bench.pipe_reader import Job, sum_lengths
-from train.pipe import PipeModeDataset
+from pipemode import PipeModeDataset
 workdir, path, copies, batched = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 def rss_mb(field):
     for line in open("/proc/self/status"):
@@ -203,7 +203,7 @@ def peak_rss(quick: bool, workdir: str) -> list[dict]:
 def resync_speed(quick: bool) -> dict[str, float]:
     """MB/s at which the decoder skips garbage after a damaged header, for random bytes and for a
     run of zeros (a preallocated, never-written file), read from memory."""
-    from train.pipe.corruption import CorruptionPolicy
+    from pipemode.corruption import CorruptionPolicy
 
     records = [bytes(1000)] * 100
     size = (1 << 20) if quick else (64 << 20)

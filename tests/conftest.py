@@ -34,6 +34,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording"))
 
 
+@pytest.fixture(autouse=True)
+def _sagemaker_base_dir(monkeypatch, tmp_path_factory):
+    """No test touches this machine's /opt/ml: the SageMaker base folder is a fresh temporary one
+    unless a test sets its own (PipeModeDataset keeps pass numbers in <base>/pipe_state, as AWS's
+    does, so a shared folder would carry them from one test to the next)."""
+    monkeypatch.setenv("SAGEMAKER_BASE_DIR", str(tmp_path_factory.mktemp("opt_ml")))
+
+
 class FakeJob:
     """A SageMaker job directory (what /opt/ml is inside the container)."""
 
@@ -58,7 +66,7 @@ class FakeJob:
     def feed(self, channel: str, files, *, passes=None, wrapper="None", chunk_bytes=0, pause=0.0,
              die_after_bytes=None) -> subprocess.Popen:
         """Starts a real writer process feeding `channel` pass after pass (as SageMaker does)."""
-        cmd = [sys.executable, "-m", "launch.pipe_feeder", "--dir", str(self.data_dir),
+        cmd = [sys.executable, "-m", "keras_pipe_launch.pipe_feeder", "--dir", str(self.data_dir),
                "--channel", channel, "--record-wrapper", wrapper]
         if passes is not None:
             cmd += ["--passes", str(passes)]
@@ -147,7 +155,7 @@ def stream_reader(data: bytes):
 @pytest.fixture(scope="session")
 def digit_records():
     """(serialized tf.train.Examples of the 1797 digits as 32x32 JPEGs, labels)."""
-    from launch.sample_data import digit_examples, load_digits
+    from keras_pipe_launch.sample_data import digit_examples, load_digits
 
     images, labels = load_digits()
     return digit_examples(images, labels, 32), labels.tolist()
@@ -164,7 +172,7 @@ def head_only_weights(tmp_path_factory):
     """Any backbone weights file: with weights given, phase 1 trains only the head (fast steps)."""
     import keras
 
-    from train.model import build_backbone
+    from keras_pipe_train.model import build_backbone
 
     keras.utils.set_random_seed(1)
     path = tmp_path_factory.mktemp("weights") / "backbone.weights.h5"
@@ -227,8 +235,8 @@ def s3_bucket(moto_endpoint, monkeypatch, request):
 
 
 def launch_cli(command: str, *args, python=sys.executable, env=None) -> subprocess.CompletedProcess:
-    """`python -m launch COMMAND ARGS...` in a subprocess, as a user runs it."""
-    return subprocess.run([str(python), "-m", "launch", command, *args], cwd=REPO, capture_output=True, text=True,
+    """`python -m keras_pipe_launch COMMAND ARGS...` in a subprocess, as a user runs it."""
+    return subprocess.run([str(python), "-m", "keras_pipe_launch", command, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env=env)
 
 
@@ -279,16 +287,16 @@ def sent(moto_endpoint: str, operation: str) -> list[dict]:
     return requests
 
 
-# --- launch local on the digits ------------------------------------------------------------------
+# --- keras-pipe local on the digits ------------------------------------------------------------------
 
 def launch_local(*args, cwd, timeout=280, env=None):
-    return run_logged([sys.executable, "-m", "launch", "local", *args], timeout, cwd=cwd, env=env)
+    return run_logged([sys.executable, "-m", "keras_pipe_launch", "local", *args], timeout, cwd=cwd, env=env)
 
 
 @pytest.fixture
 def digit_folders(tmp_path, digit_records):
     """train/ (600 records) and validation/ (200), two TFRecord files each, under tmp_path."""
-    from train.pipe import tfrecord
+    from pipemode import tfrecord
 
     examples, _ = digit_records
     for name, part in (("train", examples[:600]), ("validation", examples[1400:1600])):

@@ -1,4 +1,4 @@
-"""train.allocator: the job's malloc settings are accepted by glibc and leave records intact."""
+"""keras_pipe_train.allocator: the job's malloc settings are accepted by glibc and leave records intact."""
 
 import platform
 import subprocess
@@ -10,8 +10,8 @@ from tests.conftest import REPO
 
 PROBE = """
 import numpy as np, tensorflow as tf
-from train import allocator
-from train.pipe.dataset import generator_dataset
+from keras_pipe_train import allocator
+from pipemode.dataset import generator_dataset
 assert allocator.keep_record_memory()
 records = [np.random.default_rng(n).bytes(n) for n in (0, 1, 128 << 10, 3 << 20, 17 << 20)]
 got = [r.numpy() for r in generator_dataset(lambda: iter([records[:3], records[3:]]))]

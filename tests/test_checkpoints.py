@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO, FakeJob, run_logged, start_train, write_hyperparameters
 from tests.test_job_e2e import file_channel
-from train.checkpoints import KEEP, CheckpointError, Checkpoints, Progress
+from keras_pipe_train.checkpoints import KEEP, CheckpointError, Checkpoints, Progress
 
 CONFIG = 2
 HPS = dict(num_classes=10, image_size=32, epochs=1, batch_size=32, augment="false")
@@ -94,7 +94,7 @@ def test_two_jobs_at_once_on_one_folder_each_keep_their_own_checkpoints(tmp_path
 
 SAVER = r"""
 import sys, keras
-from train.checkpoints import Checkpoints, Progress
+from keras_pipe_train.checkpoints import Checkpoints, Progress
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
 optimizer = keras.optimizers.Adam()
 optimizer.build(model.trainable_variables)
@@ -170,7 +170,7 @@ def test_progress_files_say_whose_checkpoint_it_is(tmp_path):
     (Exception("something else"), "check the folder and the disk it is on"),
 ])
 def test_failed_writes_say_what_to_do(error, hint):
-    from train.checkpoints import _hint, _why
+    from keras_pipe_train.checkpoints import _hint, _why
 
     assert _hint(error).startswith(hint)
     if not isinstance(error, OSError):

@@ -6,8 +6,8 @@ import subprocess
 import pytest
 
 from tests.conftest import sdk2_python
-from train.config import HYPERPARAMETERS, JobConfig
-from train.errors import UserError
+from keras_pipe_train.config import HYPERPARAMETERS, JobConfig
+from keras_pipe_train.errors import UserError
 
 
 def config(**hps):

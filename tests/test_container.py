@@ -1,5 +1,5 @@
 """The training image itself: built with the local base (../shared/CONTAINERS.md), then run through
-`launch local --image` with FIFOs created and fed on the host and read inside the container.
+`keras-pipe local --image` with FIFOs created and fed on the host and read inside the container.
 
 Where no container engine works, these tests are skipped with the reason, never passed."""
 
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)
 
 def in_container(*args, cwd):
     env = {**os.environ, "LAUNCH_ENGINE": ENGINE, "LAUNCH_ENGINE_ARGS": RUN_ARGS}
-    return [sys.executable, "-m", "launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
+    return [sys.executable, "-m", "keras_pipe_launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
 
 
 def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):  # noqa: F811

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from train import contract
-from train.errors import UserError
+from pipemode import PipeConfigError
+
+from keras_pipe_train import contract, failure
+from keras_pipe_train.errors import UserError
 
 
 def test_paths_follow_sagemaker_base_dir(monkeypatch, tmp_path):
@@ -49,8 +51,11 @@ def test_input_data_config_channels(tmp_path):
 ])
 def test_bad_input_data_config_is_a_clear_error(tmp_path, content, message):
     (tmp_path / "inputdataconfig.json").write_text(content)
-    with pytest.raises(UserError, match=message):
+    # the reader's own error (the job reads the file through pipemode), reported as the job's
+    # configuration error
+    with pytest.raises(PipeConfigError, match=message) as raised:
         contract.read_input_data_config(tmp_path)
+    assert failure.classify(raised.value) == ("configuration error", str(raised.value))
 
 
 def test_resource_config(tmp_path):

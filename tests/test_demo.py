@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.slow
 def test_the_demo_runs_offline_and_shows_transfer_learning(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "launch.demo"], cwd=tmp_path, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch.demo"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     summary = out.stdout[out.stdout.index("summary ("):]

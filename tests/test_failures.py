@@ -9,11 +9,11 @@ import pytest
 
 from tests.conftest import png_bomb, read_until, start_train, write_hyperparameters
 from tests.test_job_e2e import file_channel, run_train
-from train import failure
-from train.errors import DataError, UserError
-from train.example import encode_example
-from train.pipe import tfrecord
-from train.pipe.crc import masked_crc32c
+from keras_pipe_train import failure
+from keras_pipe_train.errors import DataError, UserError
+from keras_pipe_train.example import encode_example
+from pipemode import tfrecord
+from pipemode.crc import masked_crc32c
 
 CONFIG, DATA, INTERNAL = 2, 3, 1
 OK = dict(num_classes=10, image_size=32, epochs=1, weights="none", batch_size=16, augment="false")

@@ -1,5 +1,5 @@
-"""What an image may be before anything decodes it: train/images.py (Python, for the data the job
-and `launch prepare` read) and preprocess.header_pixels (TensorFlow ops, for the serving
+"""What an image may be before anything decodes it: train/keras_pipe_train/images.py (Python, for the data the job
+and `keras-pipe prepare` read) and preprocess.header_pixels (TensorFlow ops, for the serving
 signature), held to the same answers; each op run eagerly and inside Dataset.map."""
 
 import io
@@ -11,7 +11,7 @@ import tensorflow as tf
 from PIL import Image
 
 from tests.conftest import image_bytes, png_bomb
-from train import images, preprocess
+from keras_pipe_train import images, preprocess
 
 FORMATS = {
     "jpeg": lambda: image_bytes("JPEG"),

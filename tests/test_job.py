@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import write_hyperparameters
-from train import contract, job as training_job
-from train.config import JobConfig
-from train.model import build_backbone
-from train.pipe import tfrecord
+from keras_pipe_train import contract, job as training_job
+from keras_pipe_train.config import JobConfig
+from keras_pipe_train.model import build_backbone
+from pipemode import tfrecord
 
 
 def run_job(fake_job, **hyperparameters):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from train.pipe import PipeModeDataset, tfrecord
+from pipemode import PipeModeDataset, tfrecord
 
 keras = tf.keras
 FEATURES = {"x": tf.io.FixedLenFeature([4], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
@@ -105,7 +105,7 @@ def test_exported_model_holds_nothing_of_the_reader(two_channels, tmp_path):
     # and it loads and serves in a fresh process that cannot import this project
     script = (
         "import sys, numpy as np, tensorflow as tf\n"
-        "assert 'train' not in sys.modules\n"
+        "assert not {'keras_pipe_train', 'pipemode'} & set(sys.modules)\n"
         "m = tf.saved_model.load(sys.argv[1])\n"
         "print(m.serve(np.zeros((2, 4), np.float32)).shape)\n"
     )

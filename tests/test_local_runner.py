@@ -1,4 +1,4 @@
-"""`launch local` and its feeder: exact delivery, shuffling, sharding, S3, Gzip, RecordIO, runs."""
+"""`keras-pipe local` and its feeder: exact delivery, shuffling, sharding, S3, Gzip, RecordIO, runs."""
 
 import gzip
 import os
@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from launch.channels import ChannelError, ChannelSpec
-from launch.local import Engine, LocalRun
-from launch.objects import SourceError, list_objects
-from launch.pipe_feeder import FeedError, PipeFeeder
+from keras_pipe_launch.channels import ChannelError, ChannelSpec
+from keras_pipe_launch.local import Engine, LocalRun
+from keras_pipe_launch.objects import SourceError, list_objects
+from keras_pipe_launch.pipe_feeder import FeedError, PipeFeeder
 from tests.conftest import QUICK, launch_local, random_records
-from train.pipe import PipeModeDataset, tfrecord
+from pipemode import PipeModeDataset, tfrecord
 
 
 def make_objects(folder, count=8, size=1000):
@@ -127,7 +127,7 @@ def test_gzip_and_recordio_feeds_read_back_by_the_pipe_reader(job, tmp_path):
 
 
 def test_gzip_with_several_members_and_a_bad_gzip_object(tmp_path):
-    from launch.pipe_feeder import gunzip
+    from keras_pipe_launch.pipe_feeder import gunzip
 
     data = os.urandom(5 << 20)
     stream = gzip.compress(data[:100]) + gzip.compress(data[100:])
@@ -234,7 +234,7 @@ def test_the_printed_container_command_redacts_secret_values(tmp_path, monkeypat
     assert "algo-1 | run --rm" in text and "AWS_SECRET_ACCESS_KEY=s3cr3t" in text  # what ran was not redacted
 
 
-# --- whole runs through `python -m launch local` --------------------------------------------
+# --- whole runs through `keras-pipe local` --------------------------------------------
 
 
 @pytest.mark.slow
@@ -274,7 +274,7 @@ def test_bad_arguments_fail_before_anything_starts(digit_folders):
 
 @pytest.mark.slow
 def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
-    runner = subprocess.Popen([sys.executable, "-m", "launch", "local", "--train", "train", "--hp", "epochs=200",
+    runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "train", "--hp", "epochs=200",
                                *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     seen = []
@@ -293,7 +293,7 @@ def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
 def test_closing_the_terminal_stops_the_job_instead_of_orphaning_it(digit_folders):
     from tests.test_multiworker import job_pid
 
-    runner = subprocess.Popen([sys.executable, "-m", "launch", "local", "--train", "train", "--hp", "epochs=200",
+    runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "train", "--hp", "epochs=200",
                                *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     for line in runner.stdout:
@@ -347,7 +347,7 @@ def test_keys_that_would_collide_as_files_are_refused(tmp_path, s3_bucket):
 
 
 def test_keys_that_differ_only_in_case_collide_on_a_case_insensitive_file_system():
-    from launch.objects import StoredObject, staging_plan
+    from keras_pipe_launch.objects import StoredObject, staging_plan
 
     objects = [StoredObject(key, 1, f"s3://b/p/{key}", None) for key in ("Part-1.tfrecord", "part-1.tfrecord")]
     assert len(staging_plan(objects)) == 2

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from train.distribute import Cluster
-from train.loop import Diverged, Trainer
+from keras_pipe_train.distribute import Cluster
+from keras_pipe_train.loop import Diverged, Trainer
 
 
 def tiny_trainer(learning_rate=0.1, steps_per_execution=1) -> Trainer:

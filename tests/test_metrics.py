@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from train.metrics import METRIC_DEFINITIONS, format_line, row
+from keras_pipe_train.metrics import METRIC_DEFINITIONS, format_line, row
 
 
 @pytest.mark.parametrize("value", [0.2314, 1e-07, 12.5, 0.0, float("nan")])
@@ -28,7 +28,7 @@ def test_val_loss_is_not_caught_as_train_loss():
 def test_metrics_json_is_strict_json_even_when_the_loss_is_not_a_number(tmp_path):
     import json
 
-    from train.metrics import write_json
+    from keras_pipe_train.metrics import write_json
 
     rows = [row(1, "head", {"loss": float("nan"), "val_loss": float("inf"), "accuracy": 0.5})]
     write_json(tmp_path / "metrics.json", rows, rows[-1])

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from train import model as M
-from train.errors import UserError
+from keras_pipe_train import model as M
+from keras_pipe_train.errors import UserError
 
 
 def weights_of(layer_or_model):

@@ -1,4 +1,4 @@
-"""Several hosts: `launch local --instance-count 2` runs two real job processes that train together
+"""Several hosts: `keras-pipe local --instance-count 2` runs two real job processes that train together
 with MultiWorkerMirroredStrategy over 127.0.0.1, each fed its own shard of a Pipe channel."""
 
 import collections
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from train.pipe import tfrecord
+from pipemode import tfrecord
 
 from tests.conftest import QUICK, launch_local
 from tests.test_resume import audited, trained_records
@@ -73,7 +73,7 @@ def test_two_hosts_train_one_model_on_disjoint_shards_and_only_the_chief_exports
 
 
 def test_a_host_that_dies_fails_the_job_promptly_with_a_cluster_error(digit_folders):
-    runner = subprocess.Popen([sys.executable, "-m", "launch", "local", "--train", "train", "--hp", "epochs=100",
+    runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "train", "--hp", "epochs=100",
                                "--hp", "collective_timeout=60", *QUICK, *TWO_HOSTS, "--job-dir", "job"],
                               cwd=digit_folders, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
@@ -110,7 +110,7 @@ def job_pid(host_dir) -> int:
 def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(digit_folders):
     # the same job name in both runs, as a restarted spot job keeps its name
     common = ["--train", "train", *QUICK, *TWO_HOSTS, "--checkpoint-dir", "checkpoints", "--name", "interrupted"]
-    runner = subprocess.Popen([sys.executable, "-m", "launch", "local", *common, "--hp", "epochs=100",
+    runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", *common, "--hp", "epochs=100",
                                "--job-dir", "first"], cwd=digit_folders, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
     seen = []

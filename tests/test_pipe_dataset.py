@@ -1,4 +1,4 @@
-"""PipeModeDataset against real FIFOs fed by real writer processes (launch.pipe_feeder)."""
+"""PipeModeDataset against real FIFOs fed by real writer processes (keras_pipe_launch.pipe_feeder)."""
 
 import os
 import subprocess
@@ -10,7 +10,16 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import REPO, random_records
-from train.pipe import PipeConfigError, PipeModeDataset, recordio, tfrecord
+from pipemode import (
+    CorruptRecordError,
+    PipeConfigError,
+    PipeDataError,
+    PipeModeDataset,
+    PipeModeDatasetException,
+    reader_error,
+    recordio,
+    tfrecord,
+)
 
 
 def records_of(dataset) -> list[bytes]:
@@ -183,7 +192,7 @@ def test_fifo_without_a_writer_times_out_with_a_clear_error(job):
     [
         (lambda job: job.add_channel("other"), {}, r"channel 'train' is not in .*inputdataconfig.json; the job's channels are: other"),
         (lambda job: job.add_channel("train", mode="File"), {}, r"channel 'train' is in File mode, not Pipe"),
-        (lambda job: job.add_channel("train"), {"record_format": "TextLine"}, r"record_format 'TextLine' is not supported"),
+        (lambda job: job.add_channel("train"), {"record_format": "CSV"}, r"record_format 'CSV' is not supported; use one of TFRecord, RecordIO, TextLine"),
         (lambda job: job.add_channel("train"), {"max_corrupted_records_to_skip": -1}, r"must be >= 0"),
         (lambda job: None, {}, r"inputdataconfig.json does not exist"),
     ],
@@ -192,16 +201,17 @@ def test_fifo_without_a_writer_times_out_with_a_clear_error(job):
 def test_configuration_errors_are_raised_at_construction(job, setup, kwargs, message):
     setup(job)
     kwargs.setdefault("record_format", "TFRecord")
-    with pytest.raises(Exception, match=message) as info:
+    # caught under AWS's name too, as code written for its PipeModeDataset does
+    with pytest.raises(PipeModeDatasetException, match=message) as info:
         PipeModeDataset("train", **kwargs)
-    assert isinstance(info.value, (PipeConfigError, Exception))
+    assert isinstance(info.value, PipeConfigError)
 
 
 def test_state_dir_shares_pass_numbers_between_processes(job, tmp_path):
     job.add_channel("train")
     job.feed("train", [job.write("a.tfrecord", tfrecord.encode([b"one", b"two"]))])
     script = (
-        "import sys; from train.pipe import PipeModeDataset\n"
+        "import sys; from pipemode import PipeModeDataset\n"
         f"ds = PipeModeDataset('train', 'TFRecord', state_dir={str(tmp_path / 'state')!r})\n"
         "print(len(list(ds)))\n"
     )
@@ -235,7 +245,7 @@ def test_an_interrupt_ends_a_wait_for_the_fifo_or_its_data_at_once(job, writer):
     import threading
     import time
 
-    from train.pipe import PipeReader
+    from pipemode import PipeReader
 
     job.add_channel("train")
     if writer == "silent":  # a writer that connects, writes one record, then says nothing more
@@ -250,3 +260,37 @@ def test_an_interrupt_ends_a_wait_for_the_fifo_or_its_data_at_once(job, writer):
     assert time.monotonic() - started < 5
     assert got == []  # (a chunk still being read when interrupted is dropped with the rest of the pass)
     assert reader.history[-1].interrupted
+
+
+def test_state_dir_defaults_to_aws_pipe_state_so_a_new_process_reads_the_next_fifo(job):
+    """As AWS's: pass numbers in <base>/pipe_state, so a restarted script does not wait on a used FIFO."""
+    job.add_channel("train")
+    job.feed("train", [job.write("a.tfrecord", tfrecord.encode([b"one", b"two"]))], passes=2)
+    script = "from pipemode import PipeModeDataset\nprint(len(list(PipeModeDataset('train', 'TFRecord'))))\n"
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(job.base)}
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip().endswith("2"), out.stderr[-2000:]
+    assert (job.base / "pipe_state" / "train.next_pass").read_text() == "2"
+
+
+def test_a_reader_error_inside_keras_fit_is_found_by_name(job):
+    """tf.data turns our exception into a TensorFlow error; reader_error gives ours back."""
+    data = bytearray(tfrecord.encode([b"a" * 100] * 3))
+    data[116 + 40] ^= 1
+    job.add_channel("train")
+    job.feed("train", [job.write("bad.tfrecord", bytes(data))])
+    ds = PipeModeDataset("train", "TFRecord", batch_size=2).map(
+        lambda b: (tf.zeros([tf.size(b), 1]), tf.zeros([tf.size(b)])))
+    import keras
+
+    model = keras.Sequential([keras.Input([1]), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    with pytest.raises(tf.errors.OpError) as raised:
+        model.fit(ds, epochs=1, verbose=0)
+    found = reader_error(raised.value)
+    assert type(found) is CorruptRecordError and isinstance(found, PipeDataError)
+    assert str(found).startswith("corrupt record #1 at byte offset 116 of channel 'train' pass 0 (FIFO ")
+    assert str(found).endswith("): data CRC mismatch in a record of 100 bytes")  # whole, nothing of TF
+    assert reader_error(found) is found and reader_error(ValueError("other")) is None

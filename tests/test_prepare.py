@@ -1,4 +1,4 @@
-"""`launch prepare`: images -> TFRecord shards the job reads; rejects reported; upload skips unchanged."""
+"""`keras-pipe prepare`: images -> TFRecord shards the job reads; rejects reported; upload skips unchanged."""
 
 import collections
 import hashlib
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from launch.prepare import PrepareError, prepare, upload
-from launch.sample_data import digit_jpeg, load_digits
+from keras_pipe_launch.prepare import PrepareError, prepare, upload
+from keras_pipe_launch.sample_data import digit_jpeg, load_digits
 from tests.conftest import REPO
 
 FEATURES = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
@@ -118,7 +118,7 @@ def test_upload_then_rerun_uploads_nothing(photos, tmp_path, s3_bucket):
 
 def test_cli_rejects_a_bad_upload_uri_before_doing_any_work(photos, tmp_path):
     root, _ = photos
-    out = subprocess.run([sys.executable, "-m", "launch", "prepare", str(root), str(tmp_path / "out"),
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", str(root), str(tmp_path / "out"),
                           "--upload", "s3://Bad_Bucket/x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "not a valid bucket name" in out.stderr
     assert not (tmp_path / "out").exists()
@@ -129,7 +129,7 @@ def test_prepared_records_train_with_the_job_unchanged(photos, tmp_path):
     root, _ = photos
     prepare(root, tmp_path / "out", validation_fraction=0.2)
     classes = ",".join(json.loads((tmp_path / "out" / "classes.json").read_text()))
-    out = subprocess.run([sys.executable, "-m", "launch", "local", "--train", "out/train", "--validation",
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "out/train", "--validation",
                           "out/validation", "--hp", f"class_names={classes}", "--hp", "image_size=32",
                           "--hp", "epochs=1", "--hp", "weights=none", "--hp", "batch_size=16", "--job-dir", "job"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -159,7 +159,7 @@ def test_file_names_that_are_not_utf8_are_prepared_or_listed_never_a_crash(tmp_p
     images, _ = load_digits()
     (root / "a").joinpath(os.fsdecode(b"\xff\xfe.jpg")).write_bytes(digit_jpeg(images[50]))
     (root / "b").joinpath(os.fsdecode(b"bad\xff\tname.jpg")).write_bytes(b"garbage")
-    out = subprocess.run([sys.executable, "-m", "launch", "prepare", str(root), str(tmp_path / "out")], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", str(root), str(tmp_path / "out")], cwd=REPO,
                          capture_output=True, timeout=300)
     assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
     assert json.loads((tmp_path / "out/classes.json").read_text()) == ["a", "b"]
@@ -191,7 +191,7 @@ def test_a_csv_saved_by_excel_with_a_byte_order_mark_keeps_its_header_out_of_the
 
 
 def test_class_names_with_commas_get_a_hint_the_job_reads_back(tmp_path, capsys):
-    from train.config import JobConfig
+    from keras_pipe_train.config import JobConfig
 
     names = ["cat, tabby", "dog", "bird's nest"]
     rows = ["path,label"] + [f'img{i}.jpg,"{names[i % 3]}"' for i in range(12)]
@@ -352,14 +352,14 @@ def test_an_s3_source_that_cannot_be_listed_is_an_error_naming_it(tmp_path, s3_b
 
 
 def launch_prepare(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launch", "prepare", *map(str, args)], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", *map(str, args)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 
 
 MEMORY_PROBE = """
 import resource, sys
 from pathlib import Path
-from launch.prepare import prepare
+from keras_pipe_launch.prepare import prepare
 prepare(Path(sys.argv[1]), Path(sys.argv[2]), shard_mb=20, workers=2)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from train import preprocess
+from keras_pipe_train import preprocess
 
 RNG = np.random.default_rng(0)
 PICTURE = RNG.integers(0, 256, (37, 53, 3), dtype=np.uint8)

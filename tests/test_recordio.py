@@ -7,9 +7,9 @@ import struct
 import pytest
 
 from tests.conftest import random_records, stream_reader
-from train.pipe import recordio, tfrecord
-from train.pipe.corruption import CorruptionPolicy
-from train.pipe.errors import CorruptRecordError, TruncatedRecordError
+from pipemode import recordio, tfrecord
+from pipemode.corruption import CorruptionPolicy
+from pipemode.errors import CorruptRecordError, TruncatedRecordError
 
 MAGIC = recordio.MAGIC_BYTES
 WHERE = "test stream"
@@ -133,7 +133,7 @@ def test_skipping_a_broken_multipart_record_keeps_the_following_ones():
 
 
 def test_feeder_streams_the_same_bytes_as_the_encoder(tmp_path):
-    from launch.pipe_feeder import recordio_wrapped_file
+    from keras_pipe_launch.pipe_feeder import recordio_wrapped_file
 
     for payload in (b"", b"abc", MAGIC * 3 + b"x", os.urandom(3 << 20) + MAGIC + b"tail"):
         path = tmp_path / "object"
@@ -142,7 +142,7 @@ def test_feeder_streams_the_same_bytes_as_the_encoder(tmp_path):
 
 
 def test_a_record_check_rejects_payloads_by_number_and_offset():
-    from train.pipe.errors import UnusableRecordError
+    from pipemode.errors import UnusableRecordError
 
     data = recordio.encode([b"one1", b"two2", b"three"])
     check = lambda payload: "no twos" if payload == b"two2" else None  # noqa: E731

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import read_until, start_train, write_hyperparameters
 from tests.test_job_e2e import file_channel
-from train.pipe import tfrecord
+from pipemode import tfrecord
 
 pytestmark = pytest.mark.slow
 RECORDS = 320

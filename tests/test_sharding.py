@@ -1,4 +1,4 @@
-"""Which records each worker reads when several hosts train together (train/input.py).
+"""Which records each worker reads when several hosts train together (train/keras_pipe_train/input.py).
 
 ShardedByS3Key: SageMaker already gave each host its own objects, so a worker reads all it got.
 FullyReplicated: every host got everything, so each worker keeps its share: whole files when there
@@ -9,10 +9,10 @@ import collections
 import pytest
 import tensorflow as tf
 
-from train import contract
-from train import input as inputs
-from train.config import JobConfig
-from train.pipe import tfrecord
+from keras_pipe_train import contract
+from keras_pipe_train import input as inputs
+from keras_pipe_train.config import JobConfig
+from pipemode import tfrecord
 
 CONFIG = JobConfig.from_hyperparameters({"num_classes": 10})
 WORKERS = 2

@@ -1,4 +1,4 @@
-"""`launch submit`: the request SageMaker's SDK v3 and v2 really send (recorded by moto's server on
+"""`keras-pipe submit`: the request SageMaker's SDK v3 and v2 really send (recorded by moto's server on
 127.0.0.1), equal to --dry-run's; every field; every validation error; following a job."""
 
 import functools
@@ -159,14 +159,14 @@ def test_wait_follows_the_job_until_it_completes(aws):
     name = out.stdout.strip().splitlines()[0]
     assert re.fullmatch(r"keras-pipe-\d{14}", name), out.stdout
     assert out.returncode == 0, out.stderr
-    assert f"launch submit: {name}: Completed" in out.stderr
-    assert f"launch submit: model: s3://data/jobs/{name}/output/model.tar.gz" in out.stderr
+    assert f"keras-pipe submit: {name}: Completed" in out.stderr
+    assert f"keras-pipe submit: model: s3://data/jobs/{name}/output/model.tar.gz" in out.stderr
 
 
 def test_wait_prints_the_failure_reason_of_a_failed_job(aws, monkeypatch, capsys):
     from moto.sagemaker.models import sagemaker_backends
 
-    from launch.submit import follow
+    from keras_pipe_launch.submit import follow
 
     out = launch(*BASIC, env=aws)
     name = out.stdout.strip()

@@ -6,10 +6,10 @@ import struct
 import pytest
 
 from tests.conftest import random_records, stream_reader
-from train.pipe import tfrecord
-from train.pipe.corruption import CorruptionPolicy
-from train.pipe.crc import masked_crc32c
-from train.pipe.errors import CorruptRecordError, TruncatedRecordError
+from pipemode import tfrecord
+from pipemode.corruption import CorruptionPolicy
+from pipemode.crc import masked_crc32c
+from pipemode.errors import CorruptRecordError, TruncatedRecordError
 
 WHERE = "test stream"
 

@@ -1,4 +1,4 @@
-"""`launch tune`: the CreateHyperParameterTuningJob request SageMaker's SDK v3 and v2 really send
+"""`keras-pipe tune`: the CreateHyperParameterTuningJob request SageMaker's SDK v3 and v2 really send
 (recorded by moto's server on 127.0.0.1), equal to --dry-run's and valid for botocore's model of the
 API; ranges checked against the job's own schema; following a tuning job to its best training job."""
 
@@ -117,4 +117,4 @@ def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_
     # status line and exit code are what follow() makes of the description
     assert out.returncode == 0, out.stderr[-3000:]
     name = out.stdout.strip().splitlines()[0]
-    assert re.search(rf"launch tune: {name}: Completed", out.stderr), out.stderr
+    assert re.search(rf"keras-pipe tune: {name}: Completed", out.stderr), out.stderr

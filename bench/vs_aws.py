@@ -1,0 +1,88 @@
+"""pipemode against AWS's PipeModeDataset (the C++ op, TF 2.14), side by side in one run.
+
+    bash ../shared/anchors/setup.sh      # once: AWS's reader in its own venv, 2.2 GB of TFRecords
+    python -m bench.vs_aws [--runs 5]    # from the repository root, with .venv
+
+Runs ../shared/anchors' own harness scripts unchanged (so the figures compare with
+../shared/PERFORMANCE.md): a FIFO fed by `cat`, batches of 1024 consumed inside tf.data, CRC checks
+on for pipemode. For 100 KB, 1 KB and 100 B records, interleaved, `--runs` times each:
+  AWS                 sagemaker_tensorflow.PipeModeDataset(...).batch(1024)
+  pipemode batched    PipeModeDataset(..., batch_size=1024)     (the fast path)
+  pipemode drop-in    PipeModeDataset(...).batch(1024)          (used exactly as AWS's is)
+Prints the median time of each, its speed relative to AWS's (>1: faster) and the median peak RSS
+of each whole process (ru_maxrss of the child).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HARNESS = Path(os.environ.get("ANCHORS_HARNESS", REPO.parent / "shared" / "anchors"))
+DATA = Path(os.environ.get("ANCHOR_DIR", Path.home() / ".cache" / "anchors"))
+FILES = {"100 KB": "big_100k", "1 KB": "small_1k", "100 B": "tiny_100"}
+READERS = ("AWS", "pipemode batched", "pipemode drop-in")
+TARGETS = {  # issue 14: speed relative to AWS's op
+    ("100 KB", "pipemode batched"): 1.2, ("1 KB", "pipemode batched"): 2.0,
+    ("100 KB", "pipemode drop-in"): 1.0, ("1 KB", "pipemode drop-in"): 1.3,
+}
+
+
+def command(reader: str, data: Path) -> list[str]:
+    if reader == "AWS":
+        return [str(DATA / "pmd" / "bin" / "python"), str(HARNESS / "pmd_bench.py"), str(data)]
+    mode = "batched" if reader.endswith("batched") else "drop-in"
+    return [sys.executable, str(HARNESS / "ours_bench.py"), str(REPO), str(data), mode]
+
+
+def run(cmd: list[str]) -> tuple[float, float]:
+    """(seconds the harness measured, peak RSS of the process in MB)."""
+    env = {**os.environ, "READER": "pipemode:PipeModeDataset", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    lines = out.decode().strip().splitlines()
+    if proc.returncode or not lines:
+        sys.exit(f"failed: {' '.join(cmd)}\n{err.decode()[-2000:]}")
+    return json.loads(lines[-1])["seconds"], usage.ru_maxrss / 1024
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5, help="runs of each reader per size (median)")
+    parser.add_argument("--sizes", nargs="+", default=list(FILES), choices=list(FILES))
+    args = parser.parse_args(argv)
+    missing = [p for p in [DATA / "pmd" / "bin" / "python", HARNESS / "ours_bench.py",
+                           *(DATA / f"{FILES[s]}.tfrecord" for s in args.sizes)] if not p.exists()]
+    if missing:
+        print(f"missing {', '.join(map(str, missing))}: run `bash {HARNESS}/setup.sh` once", file=sys.stderr)
+        return 2
+    print(f"{'records':8} {'reader':18} {'median s':>9} {'vs AWS':>7} {'target':>7} {'peak RSS':>9}")
+    for size in args.sizes:
+        data = DATA / f"{FILES[size]}.tfrecord"
+        subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL, check=True)  # page cache
+        seconds = {r: [] for r in READERS}
+        rss = {r: [] for r in READERS}
+        for _ in range(args.runs):  # interleaved: the machine's drift hits every reader alike
+            for reader in READERS:
+                s, m = run(command(reader, data))
+                seconds[reader].append(s)
+                rss[reader].append(m)
+        aws = statistics.median(seconds["AWS"])
+        for reader in READERS:
+            median = statistics.median(seconds[reader])
+            target = TARGETS.get((size, reader))
+            print(f"{size:8} {reader:18} {median:9.2f} {aws / median:6.2f}x "
+                  f"{f'>={target}x' if target else '':>7} {statistics.median(rss[reader]):7.0f} MB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""Built-in images for the demo and the tests: scikit-learn's copy of the UCI handwritten digits
+(1797 images, 8x8 pixels, 10 classes; CC BY 4.0, see README.md), shipped as digits.npz so that
+nothing needs downloading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+DIGITS = Path(__file__).with_name("digits.npz")
+CLASS_NAMES = tuple(str(d) for d in range(10))
+
+
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """(images uint8 [N, 8, 8] in 0..16, labels uint8 [N]), in a fixed shuffled order."""
+    with np.load(DIGITS) as data:
+        images, labels = data["images"], data["labels"]
+    order = np.random.default_rng(0).permutation(len(images))
+    return images[order], labels[order]
+
+
+def digit_jpeg(image: np.ndarray, size: int = 32) -> bytes:
+    """An 8x8 digit as a size x size RGB JPEG, ink dark on white like a scanned page."""
+    import tensorflow as tf
+
+    gray = 255 - image.astype(np.float32) * (255 / 16)
+    big = tf.image.resize(gray[..., None], [size, size], method="bilinear")
+    rgb = tf.cast(tf.round(tf.repeat(big, 3, axis=-1)), tf.uint8)
+    return tf.io.encode_jpeg(rgb, quality=95).numpy()
+
+
+def digit_examples(images: np.ndarray, labels: np.ndarray, size: int = 32) -> list[bytes]:
+    from keras_pipe_train.example import encode_example
+
+    return [encode_example(digit_jpeg(im, size), int(y)) for im, y in zip(images, labels)]

@@ -1,0 +1,165 @@
+"""The three distributions as users install them: the reader (pipemode) alone, with the
+dependencies it declares and nothing of the job; the job and the launcher with theirs and their
+data; and the reader inside a user's own script run by AWS's sagemaker-training toolkit."""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_logged
+
+TOOLKIT_PYTHON = REPO / ".venv-toolkit" / "bin" / "python"
+
+
+WHEEL_NAMES = {"train/pipemode": "pipemode", "train": "keras_pipe_train", "launch": "keras_pipe"}
+
+
+def build_wheel(project: str, out: Path) -> Path:
+    """The wheel of one of the project's distributions (its folder), built offline from a copy (a
+    build writes build/ and *.egg-info next to the sources)."""
+    source = out / "source"
+    shutil.copytree(REPO / project, source, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
+    run_logged([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                "--wheel-dir", str(out), str(source)], 300).check_returncode()
+    (wheel,) = out.glob(f"{WHEEL_NAMES[project]}-*.whl")
+    return wheel
+
+
+def metadata(wheel: Path) -> tuple[email.message.Message, list[str]]:
+    with zipfile.ZipFile(wheel) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.parser.Parser().parsestr(z.read(name).decode()), z.namelist()
+
+
+def test_the_reader_wheel_holds_the_reader_and_declares_what_it_imports(tmp_path):
+    info, files = metadata(build_wheel("train/pipemode", tmp_path))
+    requires = info.get_all("Requires-Dist")
+    assert {r.split(">")[0].split(";")[0].strip() for r in requires if "extra ==" not in r} == {"numpy", "google-crc32c"}
+    # TensorFlow stays the user's own (tensorflow, tensorflow-cpu, AWS's build): an extra only
+    assert all("extra ==" in r for r in requires if r.startswith("tensorflow"))
+    packages = {f.split("/")[0] for f in files if not f.split("/")[0].endswith(".dist-info")}
+    assert packages == {"pipemode"}
+    assert "pipemode/textline.py" in files and "pipemode/dataset.py" in files
+    assert "PipeModeDataset" in info.get_payload()  # its README is the long description
+
+
+def test_the_job_and_launcher_wheels_declare_their_dependencies_and_data(tmp_path):
+    job, job_files = metadata(build_wheel("train", tmp_path / "job"))
+    assert "pipemode==0.1.0" in job.get_all("Requires-Dist")
+    assert {f.split("/")[0] for f in job_files if ".dist-info" not in f} == {"keras_pipe_train"}
+    launcher, files = metadata(build_wheel("launch", tmp_path / "launch"))
+    requires = launcher.get_all("Requires-Dist")
+    assert {"pipemode==0.1.0", "keras-pipe-train==0.1.0"} <= set(requires)
+    assert any(r.startswith("boto3") for r in requires) and any(r.startswith("sagemaker") for r in requires)
+    assert "keras_pipe_launch/sample_data/digits.npz" in files  # the demo's data ships with it
+    with zipfile.ZipFile(next((tmp_path / "launch").glob("keras_pipe-*.whl"))) as z:
+        entry_points = z.read(next(n for n in z.namelist() if n.endswith("entry_points.txt"))).decode()
+    assert "keras-pipe = keras_pipe_launch.__main__:run" in entry_points
+
+
+def test_the_reader_imports_nothing_of_the_job_or_the_launcher():
+    script = ("import sys, pipemode, pipemode.dataset\n"
+              "from pipemode import PipeModeDataset, reader_error, PipeModeDatasetException\n"
+              "print(sorted(m for m in sys.modules if m.startswith(('keras_pipe', 'train', 'launch'))))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# --- a user's own train.py in script mode, as in AWS's TensorFlow images ------------------------
+
+USER_SCRIPT = r'''
+"""A user's script-mode entry point, named as SageMaker's examples name it."""
+import argparse, json, os
+import keras
+import tensorflow as tf
+from pipemode import PipeModeDataset
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--batch-size", type=int, default=32)
+args, _ = parser.parse_known_args()
+
+features = {"x": tf.io.FixedLenFeature([4], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+def parse(batch):
+    parsed = tf.io.parse_example(batch, features)
+    return parsed["x"], parsed["y"]
+
+train = PipeModeDataset("train", record_format="TFRecord", batch_size=args.batch_size).map(parse)
+
+class CountBatches(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches = 0
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+    def on_epoch_end(self, epoch, logs=None):
+        seen.append(self.batches)
+
+seen = []
+keras.utils.set_random_seed(0)
+model = keras.Sequential([keras.Input([4]), keras.layers.Dense(2, activation="softmax")])
+model.compile(optimizer=keras.optimizers.Adam(0.1), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+history = model.fit(train, epochs=args.epochs, callbacks=[CountBatches()], verbose=2)
+with open(os.path.join(os.environ["SM_MODEL_DIR"], "result.json"), "w") as f:
+    json.dump({"batches": seen, "accuracy": history.history["accuracy"],
+               "pipemode": __import__("pipemode").__file__}, f)
+'''
+
+
+@pytest.mark.slow
+def test_users_train_py_runs_under_the_sagemaker_training_toolkit(tmp_path, job):
+    if not TOOLKIT_PYTHON.exists():
+        pytest.skip(f"{TOOLKIT_PYTHON} is missing: `make test` creates it (requirements/toolkit.txt)")
+    from pipemode import tfrecord
+    import numpy as np
+    import tensorflow as tf
+
+    # the source_dir a user uploads: train.py and a requirements.txt naming the reader's wheel
+    # (offline here: --no-index; on SageMaker, `pipemode` from an index or the wheel file itself)
+    code = tmp_path / "code"
+    code.mkdir()
+    wheel = build_wheel("train/pipemode", tmp_path / "wheels")
+    shutil.copy(wheel, code)
+    (code / "train.py").write_text(USER_SCRIPT)
+    (code / "requirements.txt").write_text(f"--no-index\n./{wheel.name}\n")
+    # a fresh install each run: nothing of an earlier one, nothing of this project's venv
+    run_logged([str(TOOLKIT_PYTHON), "-m", "pip", "uninstall", "--quiet", "--yes", "pipemode"], 120)
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 4)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int64)
+    examples = [tf.train.Example(features=tf.train.Features(feature={
+        "x": tf.train.Feature(float_list=tf.train.FloatList(value=row)),
+        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))})).SerializeToString()
+        for row, label in zip(x, y)]
+    job.add_channel("train")
+    (job.base / "model").mkdir()  # SageMaker makes it
+    (job.config_dir / "hyperparameters.json").write_text(json.dumps({
+        "epochs": "2", "batch-size": "32",
+        # what the SDKs send in script mode (JSON-encoded strings)
+        "sagemaker_program": json.dumps("train.py"), "sagemaker_submit_directory": json.dumps(str(code))}))
+    (job.config_dir / "resourceconfig.json").write_text(json.dumps(
+        {"current_host": "localhost", "hosts": ["localhost"], "network_interface_name": "lo"}))
+    feeder = job.feed("train", [job.write("train.tfrecord", tfrecord.encode(examples))], passes=2)
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    env.update(SAGEMAKER_BASE_DIR=str(job.base), PATH=f"{TOOLKIT_PYTHON.parent}:{env['PATH']}")
+    out = run_logged([str(TOOLKIT_PYTHON.parent / "train")], 600, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert feeder.wait(timeout=60) == 0
+    assert (job.base / "model" / "result.json").exists(), out.stdout[-4000:] + out.stderr[-4000:]
+    result = json.loads((job.base / "model" / "result.json").read_text())
+    assert result["batches"] == [16, 16]  # two epochs, each one whole pass of 512 records
+    assert result["accuracy"][-1] > 0.8
+    # the reader came from the wheel installed by the toolkit, not from this checkout
+    assert result["pipemode"].startswith(str(TOOLKIT_PYTHON.parent.parent / "lib")), result["pipemode"]

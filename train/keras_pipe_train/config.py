@@ -1,0 +1,312 @@
+"""The training job's hyperparameters: one typed, validated config with its defaults in one place.
+
+`HYPERPARAMETERS` is the schema. The launcher checks a job's hyperparameters against it before
+submitting (so there is one source of truth), and `JobConfig.from_hyperparameters` turns
+SageMaker's hyperparameters (strings, in whichever form the client that set them used: see
+`_unquoted`) into a JobConfig, or raises a UserError naming the hyperparameter and what is allowed. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from keras_pipe_train.errors import UserError
+from keras_pipe_train.images import DEFAULT_MAX_PIXELS
+
+BACKBONES = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_v2_b0", "resnet50")
+AUGMENTATIONS = ("crop", "flip", "color")
+WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
+MIXED_PRECISION = ("auto", "true", "false")
+OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/keras_pipe_train/checkpoints.py says what each does)
+
+# Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
+# _tuning_objective_metric to each of its training jobs; the SDKs add sagemaker_* and model_dir.
+_PLATFORM_PREFIXES = ("sagemaker_", "_tuning_")
+_PLATFORM_NAMES = ("model_dir",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hyperparameter:
+    name: str
+    default: Any
+    parse: Callable[[str, Any], Any]
+    help: str
+
+    @property
+    def tuning_range(self) -> str:
+        """The kind of range a tuning job may give it: Integer, Continuous, or (any) Categorical."""
+        return getattr(self.parse, "tuning_range", "Categorical")
+
+
+def _unquoted(value):
+    """A value with one layer of JSON string quoting removed: '"8"' -> "8", '"imagenet"' -> "imagenet".
+
+    SageMaker passes every hyperparameter as a string, and each client encodes differently: the v2
+    Estimator sends str(value) ("8", "False", "['a', 'b']"), v2 framework estimators and the v3
+    ModelTrainer send json.dumps(value) ('"imagenet"', "false", '["a", "b"]'), and a tuning job's
+    categorical values arrive as the strings they were given, JSON-quoted again by v2 frameworks
+    ('"8"'). Every parser below starts from this, then reads the forms its type can take.
+    """
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value.strip()
+        if isinstance(decoded, str):
+            return decoded.strip()
+    return value
+
+
+def _numeric(value):
+    """int/float from a number or its text ("8", "8.0", "1e-3", ".5"); anything else unchanged."""
+    value = _unquoted(value)
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            try:
+                return float(value)
+            except ValueError:
+                return value
+    return value
+
+
+def _integer(minimum: int, maximum: int | None = None):
+    def parse(name, value):
+        number = _numeric(value)
+        if isinstance(number, float) and number.is_integer():
+            number = int(number)  # tuning's IntegerParameter and JSON both may say 8.0
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise UserError(f"hyperparameter {name} must be an integer, got {value!r}")
+        if number < minimum or (maximum is not None and number > maximum):
+            bounds = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+            raise UserError(f"hyperparameter {name} must be {bounds}, got {number}")
+        return number
+
+    parse.tuning_range = "Integer"  # which range of a tuning job can set it (launch tune)
+    return parse
+
+
+def _auto_or(parse_value):
+    """"auto" (any case, any quoting), or what `parse_value` reads."""
+    def parse(name, value):
+        if str(_unquoted(value)).lower() == "auto":
+            return "auto"
+        try:
+            return parse_value(name, value)
+        except UserError as err:
+            raise UserError(f"{err} (or auto)") from None
+
+    parse.tuning_range = parse_value.tuning_range
+    return parse
+
+
+def _number(minimum: float, maximum: float, *, open_low: bool = True):
+    def parse(name, value):
+        number = _numeric(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise UserError(f"hyperparameter {name} must be a number, got {value!r}")
+        # "nan", "NaN" and "Infinity" parse as floats that pass every comparison
+        if not math.isfinite(number):
+            raise UserError(f"hyperparameter {name} must be a finite number, got {value!r}")
+        if number < minimum or number > maximum or (open_low and number == minimum):
+            low = "> " if open_low else ">= "
+            raise UserError(f"hyperparameter {name} must be {low}{minimum:g} and <= {maximum:g}, got {number}")
+        return float(number)
+
+    parse.tuning_range = "Continuous"
+    return parse
+
+
+def _choice(options: tuple[str, ...]):
+    def parse(name, value):
+        # case-insensitive: the v2 Estimator sends str(False) == "False"
+        text = str(_unquoted(value)).lower()
+        if text not in options:
+            raise UserError(f"hyperparameter {name} must be one of {', '.join(options)}; got {value!r}")
+        return text
+
+    return parse
+
+
+def _text(name, value):
+    text = _unquoted(value)
+    if not isinstance(text, str) or not text:
+        raise UserError(f"hyperparameter {name} must be a non-empty string, got {value!r}")
+    return text
+
+
+def _weights(name, value):
+    text = str(_unquoted(value))
+    if text in WEIGHT_SOURCES or text.endswith(".h5"):
+        return text
+    raise UserError(
+        f"hyperparameter {name} must be imagenet, none, pretrained (a weights file in the "
+        f"'pretrained' channel) or a path to a .weights.h5/.h5 file; got {value!r}"
+    )
+
+
+def _is_none(value) -> bool:
+    """No value: absent, JSON null, or str(None) from the v2 Estimator."""
+    value = _unquoted(value)
+    return value is None or (isinstance(value, str) and value in ("None", "null", ""))
+
+
+def _list_of_text(name, value, example: str) -> list[str] | None:
+    """A list of strings given as a list, a JSON list, Python's repr of a list (str() in the v2
+    Estimator) or comma-separated text; None when the value is not list-shaped at all.
+
+    A value that starts with "[" but is neither JSON nor a Python list literal is refused rather
+    than split on commas: split, "['a', 'b']" would become the names "['a'" and "'b']".
+    """
+    value = _unquoted(value)
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, str) and value.startswith("["):
+        try:
+            items = json.loads(value)
+        except ValueError:
+            try:
+                items = ast.literal_eval(value)  # only literals: never evaluates code
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                items = None
+        if not isinstance(items, list):
+            raise UserError(f"hyperparameter {name}: cannot read {value!r} as a list; give a JSON list like {example}")
+    elif isinstance(value, str):
+        items = [part.strip() for part in value.split(",")]
+    else:
+        return None
+    if any(not isinstance(item, str) for item in items):
+        raise UserError(f"hyperparameter {name} must list strings, got {value!r}; e.g. {example}")
+    return items
+
+
+def _augment(name, value):
+    flag = _unquoted(value)
+    if flag is True or str(flag).lower() in ("true", "all"):
+        return AUGMENTATIONS
+    if flag is False or _is_none(flag) or str(flag).lower() in ("false", "none", "[]"):
+        return ()
+    parts = _list_of_text(name, value, '["crop", "flip"]')
+    if parts is None:
+        raise UserError(f"hyperparameter {name} must be true, false or a list of {', '.join(AUGMENTATIONS)}; got {value!r}")
+    parts = tuple(p.strip().lower() for p in parts if p.strip())
+    unknown = [p for p in parts if p not in AUGMENTATIONS]
+    if unknown:
+        raise UserError(
+            f"hyperparameter {name} must be true, false or a comma-separated list of "
+            f"{', '.join(AUGMENTATIONS)}; {', '.join(unknown)} unknown"
+        )
+    return parts
+
+
+def _class_names(name, value):
+    if _is_none(value):
+        return None
+    names = _list_of_text(name, value, '["cat", "dog"]')
+    if names is None or len(names) < 2 or any(not n for n in names) or len(set(names)) < len(names):
+        raise UserError(
+            f"hyperparameter {name} must list at least two distinct, non-empty class names "
+            f"(a JSON list, or comma-separated when no name holds a comma), got {value!r}"
+        )
+    return tuple(names)
+
+
+def _optional(parse):
+    return lambda name, value: None if _is_none(value) else parse(name, value)
+
+
+HYPERPARAMETERS = {
+    h.name: h
+    for h in (
+        Hyperparameter("epochs", 5, _integer(0), "epochs training the new head on the frozen backbone"),
+        Hyperparameter("fine_tune_epochs", 0, _integer(0), "epochs then fine-tuning the top of the backbone too"),
+        Hyperparameter("fine_tune_layers", 20, _integer(0), "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen)"),
+        Hyperparameter("batch_size", 32, _integer(1), "examples per step (global, across all GPUs and hosts)"),
+        Hyperparameter("learning_rate", 1e-3, _number(0, 10), "Adam learning rate of phase 1"),
+        Hyperparameter("fine_tune_learning_rate", 1e-5, _number(0, 10), "Adam learning rate of phase 2"),
+        Hyperparameter("backbone", "mobilenet_v3_small", _choice(BACKBONES), "Keras application used as the backbone"),
+        Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
+        Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
+        Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
+        Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
+        Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
+        Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
+        Hyperparameter("augment", "true", _augment, "true, false, or some of crop,flip,color"),
+        Hyperparameter("steps_per_execution", "auto", _auto_or(_integer(1, 1000)), "training steps per call into TensorFlow (the host reads metrics once per call): more keeps a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
+        Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
+        Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
+        Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
+        Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0), "corrupt or unusable records (not an image, too large, bad label) tolerated per pass and channel, each logged"),
+        Hyperparameter("max_image_pixels", DEFAULT_MAX_PIXELS, _integer(1), "largest image accepted (width x height, read from its header before decoding); larger ones are unusable records"),
+        Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400), "seconds to wait for a Pipe-mode FIFO and its writer"),
+        Hyperparameter("collective_timeout", 600, _number(0, 86400), "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
+        Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
+        Hyperparameter("other_checkpoints", "refuse", _choice(OTHER_CHECKPOINTS), "when the checkpoint folder holds another job's checkpoints: refuse to start, resume the newest written with the same settings, or ignore them and train afresh"),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    epochs: int
+    fine_tune_epochs: int
+    fine_tune_layers: int
+    batch_size: int
+    learning_rate: float
+    fine_tune_learning_rate: float
+    backbone: str
+    weights: str
+    image_size: int
+    num_classes: int
+    class_names: tuple[str, ...]
+    image_feature: str
+    label_feature: str
+    augment: tuple[str, ...]
+    steps_per_execution: int | str
+    shuffle_buffer: int
+    dropout: float
+    mixed_precision: str
+    max_corrupted_records_to_skip: int
+    max_image_pixels: int
+    pipe_wait_timeout: float
+    collective_timeout: float
+    seed: int
+    other_checkpoints: str
+
+    @classmethod
+    def from_hyperparameters(cls, raw: dict) -> "JobConfig":
+        unknown = sorted(
+            name for name in raw
+            if name not in HYPERPARAMETERS
+            and name not in _PLATFORM_NAMES
+            and not name.startswith(_PLATFORM_PREFIXES)
+        )
+        if unknown:
+            raise UserError(
+                f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                f"the job accepts: {', '.join(HYPERPARAMETERS)}"
+            )
+        # defaults go through the same parsing as given values ("true" -> all augmentations)
+        values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
+        values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
+        if values["epochs"] + values["fine_tune_epochs"] == 0:
+            raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
+        return cls(**values)
+
+
+def _classes(num_classes, class_names):
+    if class_names is None and num_classes is None:
+        raise UserError("hyperparameter num_classes (or class_names) is required")
+    if class_names is None:
+        return num_classes, tuple(str(i) for i in range(num_classes))
+    if num_classes is not None and num_classes != len(class_names):
+        raise UserError(
+            f"hyperparameters disagree: num_classes is {num_classes} but class_names lists {len(class_names)}"
+        )
+    return len(class_names), class_names

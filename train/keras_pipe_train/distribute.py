@@ -1,0 +1,100 @@
+"""Which tf.distribute strategy runs the job, from the environment SageMaker gives it.
+
+  several hosts (resourceconfig.json)  MultiWorkerMirroredStrategy; TF_CONFIG is built from the
+                                       hosts, the chief is the first host in sorted order
+  one host, several GPUs               MirroredStrategy
+  otherwise                            the default strategy (one device)
+
+`batch_size` is the global batch: each step trains on batch_size examples in all, split evenly
+between the replicas (GPUs, or CPUs of several hosts). The learning rate is the one for that
+global batch, so a job behaves the same on one GPU or on sixteen, and needs no rescaling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+
+import tensorflow as tf
+
+from keras_pipe_train.contract import ResourceConfig
+from keras_pipe_train.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Cluster:
+    strategy: tf.distribute.Strategy
+    workers: int
+    worker_index: int
+    is_chief: bool
+    _any: object = dataclasses.field(default=None, init=False, repr=False)  # the traced collective
+
+    @property
+    def replicas(self) -> int:
+        return self.strategy.num_replicas_in_sync
+
+    @property
+    def local_replicas(self) -> int:
+        return self.replicas // self.workers
+
+    @property
+    def multi_worker(self) -> bool:
+        return self.workers > 1
+
+    def any_worker(self, flag: bool) -> bool:
+        """Whether `flag` is true on any worker: the same answer everywhere. A collective: every
+        worker calls it at the same point, and it waits (up to collective_timeout) for them all."""
+        if not self.multi_worker:
+            return flag
+        if self._any is None:
+            strategy = self.strategy
+            self._any = tf.function(lambda value: strategy.reduce(
+                "sum", strategy.run(lambda: tf.identity(value)), axis=None))
+        return float(self._any(tf.constant(1.0 if flag else 0.0))) > 0
+
+    def per_replica_batch(self, global_batch: int) -> int:
+        if global_batch % self.replicas:
+            raise UserError(
+                f"hyperparameter batch_size ({global_batch}) must be a multiple of the number of "
+                f"replicas ({self.replicas}: {self.workers} host(s) x {self.local_replicas} device(s))"
+            )
+        return global_batch // self.replicas
+
+
+def keep_python_sigterm_handler() -> None:
+    """Puts Python's SIGTERM handler (keras_pipe_train.main's: stop after this step, save a checkpoint) back.
+    Starting TensorFlow's multi-worker runtime replaces it with a C++ one of its own (the
+    coordination service's preemption notifier), and the job then ignored SIGTERM until SIGKILL."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if callable(handler):
+        signal.signal(signal.SIGTERM, handler)
+
+
+def cluster_for(resources: ResourceConfig, addresses: dict[str, str], collective_timeout_s: float) -> Cluster:
+    hosts = sorted(resources.hosts)
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(hosts) > 1:
+        index = hosts.index(resources.current_host)
+        os.environ["TF_CONFIG"] = json.dumps({
+            "cluster": {"worker": [addresses[h] for h in hosts]},
+            "task": {"type": "worker", "index": index},
+        })
+        # A collective that waits longer than this means a peer is gone: fail rather than hang
+        # until SageMaker's max runtime.
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout_s)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        keep_python_sigterm_handler()
+        cluster, name = Cluster(strategy, len(hosts), index, index == 0), "MultiWorkerMirroredStrategy"
+    elif len(gpus) > 1:
+        cluster, name = Cluster(tf.distribute.MirroredStrategy(), 1, 0, True), "MirroredStrategy"
+    else:
+        cluster, name = Cluster(tf.distribute.get_strategy(), 1, 0, True), "the default strategy (one device)"
+    # (type(strategy) would say CollectiveAllReduceStrategy, TF's internal name for MWMS)
+    log.info("%s: %d worker(s), %d replica(s) in sync; this is worker %d%s", name, cluster.workers,
+             cluster.replicas, cluster.worker_index, " (chief)" if cluster.is_chief else "")
+    return cluster

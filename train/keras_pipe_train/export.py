@@ -1,0 +1,55 @@
+"""Exporting the trained model for serving.
+
+model_dir/
+  1/            SavedModel for TensorFlow Serving (and SageMaker's TF serving containers): the
+                serving_default signature takes encoded images (JPEG/PNG bytes) and returns
+                probabilities, class ids and class names. Loads without this project's code.
+  model.keras   the Keras model (images in [0, 255] -> probabilities), to fine-tune further
+  backbone.weights.h5  the backbone's weights alone: a later job's `pretrained` channel
+  classes.json  the class names, in label order
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import keras
+import tensorflow as tf
+
+from keras_pipe_train import preprocess
+from keras_pipe_train.images import DEFAULT_MAX_PIXELS
+from keras_pipe_train.model import backbone_of
+
+SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is the live one
+
+
+def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int):
+    names = tf.constant(list(class_names))
+
+    def serve(image_bytes):
+        # each request's images are checked from their headers before decoding: a small file that
+        # decodes to gigapixels is refused instead of costing the server its memory
+        images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size),
+                                     image_bytes, image_size)
+        probabilities = model(images, training=False)
+        ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"probabilities": probabilities, "class_ids": ids, "classes": tf.gather(names, ids)}
+
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    # the input is named *_bytes: TF Serving's REST API then accepts {"b64": ...} for it
+    archive.add_endpoint("serving_default", serve,
+                         input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
+    return archive
+
+
+def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
+           max_pixels: int = DEFAULT_MAX_PIXELS) -> Path:
+    model_dir.mkdir(parents=True, exist_ok=True)
+    model.save(model_dir / "model.keras")
+    backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
+    (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
+    serving_dir = model_dir / SERVING_VERSION
+    serving_archive(model, class_names, image_size, max_pixels).write_out(str(serving_dir), verbose=False)
+    return serving_dir

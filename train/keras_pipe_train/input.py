@@ -1,0 +1,196 @@
+"""The input pipeline: where the records come from (one function), then one chain for all modes.
+
+    records --shard--> --shuffle--> batch --skip--> parse_example --> decode (+ augment) --> prefetch
+
+Pipe, File and FastFile differ only in `records()`: the Pipe reader for FIFOs, its decoder for
+files (tf.data.TFRecordDataset crashes the process on a crafted record length), both checking
+every record (example.record_check) before TensorFlow sees it. Everything after is the same and
+is tested on local TFRecord files. Every epoch's pipeline is deterministic given its seed (file
+order, shuffle and map order are fixed), which is what makes mid-epoch resume exact: a restarted
+job rebuilds the epoch's pipeline and skips the batches it had already trained on, before decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import threading
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_pipe_train import example, preprocess
+from keras_pipe_train.config import JobConfig
+from keras_pipe_train.contract import ChannelConfig, Paths
+from keras_pipe_train.errors import DataError, UserError
+from pipemode import PipeReader, pipe_dataset
+from pipemode.files import FileReader
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def channel_files(folder: Path) -> list[str]:
+    """Every data file of a File/FastFile channel: SageMaker copies (or mounts) the S3 prefix's
+    objects there, keeping their relative paths. Hidden files are not data."""
+    if not folder.is_dir():
+        raise UserError(f"channel folder {folder} does not exist (the channel is in File/FastFile mode)")
+    files = sorted(
+        str(p) for p in folder.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    )
+    if not files:
+        raise UserError(f"channel folder {folder} holds no files: check the channel's S3 prefix")
+    return files
+
+
+def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
+            shuffle_files: bool = False, shard: tuple[int, int] | None = None,
+            interrupt: threading.Event | None = None):
+    """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
+    With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
+    Pipe pass ends at once, even while waiting for its FIFO or data."""
+    options = {
+        "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
+        "record_check": example.record_check(config.image_feature, config.label_feature, config.num_classes,
+                                             config.max_image_pixels),
+    }
+    if channel.input_mode == "Pipe":
+        reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
+                            wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
+    else:
+        files = channel_files(layout.input_data / channel.name)
+        if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
+            random.Random(seed).shuffle(files)
+        if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
+            files, shard = files[shard[1]::shard[0]], None
+        reader = FileReader(files, channel.name, **options)
+    dataset = pipe_dataset(reader)
+    return (dataset.shard(*shard) if shard else dataset), reader
+
+
+def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) -> tuple[int, int] | None:
+    # ShardedByS3Key already gave each host its own objects; FullyReplicated gave all of them to
+    # every host, so each worker keeps its share (in Pipe mode it still streams them all:
+    # ShardedByS3Key is the better choice for several hosts).
+    if context.num_input_pipelines > 1 and channel.distribution == "FullyReplicated":
+        return context.num_input_pipelines, context.input_pipeline_id
+    return None
+
+
+def parser(config: JobConfig):
+    """Parses a batch of serialized Examples into (encoded images, labels). Every record passed
+    example.record_check when it was read: the features are there, the labels in range."""
+    features = {
+        config.image_feature: tf.io.FixedLenFeature([], tf.string),
+        config.label_feature: tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(batch):
+        parsed = tf.io.parse_example(batch, features)
+        return parsed[config.image_feature], parsed[config.label_feature]
+
+    return parse
+
+
+def epoch_seed(config: JobConfig, epoch: int) -> int:
+    return config.seed * 1_000_003 + epoch
+
+
+class EpochInput:
+    """One channel's input for one epoch: the dataset function a tf.distribute strategy calls
+    (once per worker, which builds its own pipeline, batched per replica), and the reader that
+    function made, which says what the pass held when it held nothing."""
+
+    def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
+                 epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None,
+                 interrupt: threading.Event | None = None):
+        self.channel, self.layout, self.config = channel, layout, config
+        self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
+        self.interrupt = interrupt
+        self.reader: PipeReader | FileReader | None = None
+
+    def __call__(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
+        config, seed = self.config, epoch_seed(self.config, self.epoch)
+        dataset, self.reader = records(self.channel, self.layout, config, seed=seed, shuffle_files=self.training,
+                                       shard=worker_shard(self.channel, context), interrupt=self.interrupt)
+        if self.training and config.shuffle_buffer:
+            # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
+            # shuffling batches would keep every batch's records together. Seeded per epoch, so a
+            # resumed epoch gets the same order.
+            dataset = dataset.shuffle(config.shuffle_buffer, seed=seed)
+        dataset = dataset.batch(context.get_per_replica_batch_size(config.batch_size))
+        # each step takes one batch per local replica
+        first = self.skip_steps * (context.num_replicas_in_sync // context.num_input_pipelines)
+        if first:
+            dataset = dataset.skip(first)  # batches already trained on: skipped before decoding
+        if self.audit:
+            dataset = self.audit.tap(dataset, self.epoch, first)
+        size, augment = config.image_size, config.augment
+        if self.training:
+            return decoded(dataset, config, lambda x: preprocess.for_train(x, size, augment))
+        return decoded(dataset, config, lambda x: preprocess.for_eval(x, size))
+
+    def nothing_read(self, epoch: int) -> DataError:
+        """The error for a pass that gave no records at all: nothing to train or validate on."""
+        stats = self.reader.history[-1] if self.reader and self.reader.history else None
+        held = "nothing"
+        if stats:
+            source = (f"Pipe pass {stats.number} (FIFO {stats.path})" if self.channel.input_mode == "Pipe"
+                      else stats.path)
+            held = f"its {source} held {stats.bytes} bytes and no records"
+            if stats.skipped:
+                held = (f"its {source} held {stats.bytes} bytes, and all {stats.skipped} records in them were "
+                        "skipped as corrupt or unusable (max_corrupted_records_to_skip)")
+        return DataError(
+            f"channel {self.channel.name!r} delivered no records in epoch {epoch + 1}: {held}. A job cannot "
+            f"{'train' if self.training else 'validate'} on nothing: check the channel's S3 prefix (empty or "
+            "0-byte objects?)")
+
+
+def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
+                   audit: Audit | None = None, interrupt: threading.Event | None = None) -> EpochInput:
+    return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit,
+                      interrupt=interrupt)
+
+
+def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,
+                     interrupt: threading.Event | None = None) -> EpochInput:
+    return EpochInput(channel, layout, config, training=False, interrupt=interrupt)
+
+
+def decoded(batches: tf.data.Dataset, config: JobConfig, transform) -> tf.data.Dataset:
+    """Batches of serialized examples -> (images, labels): parse, then `transform` each image."""
+    size = config.image_size
+    dataset = batches.map(parser(config), num_parallel_calls=AUTOTUNE)
+    dataset = dataset.map(lambda images, labels: (preprocess.batch_of(transform, images, size), labels),
+                          num_parallel_calls=AUTOTUNE)
+    return dataset.prefetch(AUTOTUNE)
+
+
+class Audit:
+    """Which records each training batch held, and how many batches were trained: written to
+    $TRAIN_AUDIT_DIR when set (to check exact resume; it slows the input pipeline)."""
+
+    def __init__(self, folder: Path, host: str):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"audit-{host}.jsonl"
+        self._lock = threading.Lock()
+
+    def write(self, entry: dict) -> None:
+        with self._lock, open(self.path, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), **entry}) + "\n")
+
+    def tap(self, dataset: tf.data.Dataset, epoch: int, first_batch: int) -> tf.data.Dataset:
+        def record(index, batch):
+            digests = [hashlib.sha1(r).hexdigest() for r in batch.numpy()]
+            self.write({"epoch": epoch, "batch": int(index), "records": digests})
+            return batch
+
+        def logged(index, batch):
+            out = tf.py_function(record, [index, batch], tf.string)
+            out.set_shape(batch.shape)
+            return out
+
+        return dataset.enumerate(start=first_batch).map(logged)

@@ -1,0 +1,285 @@
+"""The training job: data, model, the training phases, checkpoints and resume, metrics and export."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_pipe_train import contract, distribute, metrics
+from keras_pipe_train import input as inputs
+from keras_pipe_train.checkpoints import Checkpoints, Progress
+from keras_pipe_train.config import JobConfig
+from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
+from keras_pipe_train.errors import ClusterError, UserError
+from keras_pipe_train.export import export
+from keras_pipe_train.loop import Stopped, Trainer
+from keras_pipe_train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
+
+log = logging.getLogger(__name__)
+
+CHANNELS = {"train": "required", "validation": "optional", "pretrained": "optional: backbone weights"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    name: str  # "scratch" or "head" (phase 1), "fine_tune" (phase 2)
+    start: int  # first epoch (0-based)
+    end: int
+    learning_rate: float
+
+
+def phases(config: JobConfig, from_scratch: bool) -> list[Phase]:
+    first = Phase("scratch" if from_scratch else "head", 0, config.epochs, config.learning_rate)
+    second = Phase("fine_tune", config.epochs, config.epochs + config.fine_tune_epochs,
+                   config.fine_tune_learning_rate)
+    return [p for p in (first, second) if p.end > p.start]
+
+
+def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
+        stop: threading.Event | None = None) -> dict:
+    """Trains (resuming from the newest readable checkpoint, if any) and exports; returns the final
+    metrics. Raises Stopped, after saving a checkpoint, when `stop` is set (SIGTERM)."""
+    check_channels(channels)
+    keras.utils.set_random_seed(config.seed)
+    cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
+    cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
+    mixed_precision = use_mixed_precision(config.mixed_precision)
+    weights = resolve_weights(config, channels, layout)
+    from_scratch = weights is None
+    with cluster.strategy.scope():
+        backbone = build_backbone(config.backbone, config.image_size, weights)
+        model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
+                                 pretrained=not from_scratch)
+    trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution))
+    checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
+                              checkpoint_settings(config, channels, resources, mixed_precision))
+    checkpoints.check_writable(checkpoint_bytes(model))
+    audit_dir = contract.audit_dir()
+    audit = inputs.Audit(audit_dir, resources.current_host) if audit_dir else None
+    plan = phases(config, from_scratch)
+    epoch, step, history, configured = resume(checkpoints, plan, config, trainer, backbone, from_scratch)
+    epochs = EpochLog(layout, cluster.is_chief, history)
+
+    def save(phase: Phase, epoch: int, steps: int) -> None:
+        """A checkpoint after `steps` steps of `epoch` (0-based), with the metrics of the epochs done."""
+        checkpoints.save(model, trainer.optimizer, Progress(phase.name, epoch, steps, config.batch_size,
+                                                             tuple(epochs.rows)))
+
+    for phase in plan:
+        if epoch >= phase.end:
+            continue
+        if phase is not configured:
+            configure(phase, backbone, config, from_scratch, trainer)
+        for epoch in range(max(epoch, phase.start), phase.end):
+            started = time.perf_counter()
+            train_input = inputs.training_input(channels["train"], layout, config, epoch, step, audit, trainer.stop)
+            train = cluster.strategy.distribute_datasets_from_function(train_input)
+            on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
+            results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
+            if stopped and not (epoch == 0 and steps == 0):
+                save(phase, epoch, steps)
+                raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
+                              f"({steps * config.batch_size} records of its pass); checkpoint saved in "
+                              f"{layout.checkpoints}: a restarted job resumes there")
+            if stopped:
+                raise Stopped("stopped by request before the first step: nothing to checkpoint")
+            if steps == 0:  # (the same on every worker: a step is taken by all of them)
+                raise train_input.nothing_read(epoch)
+            if "validation" in channels:
+                validation = inputs.evaluation_input(channels["validation"], layout, config, trainer.stop)
+                scores, examples = trainer.evaluate(cluster.strategy.distribute_datasets_from_function(validation))
+                if trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
+                    save(phase, epoch, steps)
+                    raise Stopped(f"stopped by request while validating epoch {epoch + 1}; checkpoint saved in "
+                                  f"{layout.checkpoints}: a restarted job validates it again")
+                if not examples:
+                    raise validation.nothing_read(epoch)
+                results |= scores
+            epochs.add(epoch, phase.name, results, time.perf_counter() - started)
+            save(phase, epoch + 1, 0)
+            step = 0
+            # After the last epoch a stop changes nothing: training is done, and the export (which
+            # a stop must not cut short) is the job's result. (Every worker knows it is the last.)
+            if epoch + 1 < plan[-1].end and trainer.stop_requested():
+                raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in {layout.checkpoints}")
+        epoch = phase.end
+
+    if trainer.stop.is_set():
+        log.warning("the stop request came after training ended: exporting the model first")
+    exported = False
+    try:
+        if cluster.is_chief:
+            serving_dir = export(model, config.class_names, config.image_size, layout.model, config.max_image_pixels)
+            epochs.write(layout.output_data / "metrics.json")
+            log.info("exported the model to %s (serving) and %s", serving_dir, layout.model / "model.keras")
+        exported = True
+    finally:
+        finish_together(cluster, failed=not exported)
+    return epochs.rows[-1] if epochs.rows else {}
+
+
+def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
+    """Hosts exit together, after the chief's export. SageMaker ends a multi-host job when its
+    hosts exit, and the SDK's local mode stops every container when the first one exits: a worker
+    that left right after training got the chief stopped in the middle of its export. Workers wait
+    here (up to collective_timeout) for the chief, and learn whether its export failed."""
+    if not cluster.multi_worker:
+        return
+    if not cluster.is_chief:
+        log.info("training done: waiting for the chief to export the model")
+    if cluster.any_worker(failed) and not failed:
+        raise ClusterError("the chief host failed to export the model after training (its own failure reason "
+                           "says why); this host finished training")
+
+
+# Hyperparameters a job may change and still resume its checkpoints (train longer or shorter, with
+# another global batch, other time limits); any other change makes it another job (checkpoints.py).
+RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
+                     "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
+                     "steps_per_execution")
+
+
+def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,
+                        mixed_precision: bool) -> dict:
+    """What makes checkpoints this job's: they are resumed only by a job with the same settings."""
+    settings = {name: value for name, value in dataclasses.asdict(config).items() if name not in RESUMABLE_CHANGES}
+    settings["channels"] = {name: [c.input_mode, c.distribution, c.record_wrapper] for name, c in sorted(channels.items())}
+    settings["hosts"] = len(resources.hosts)
+    settings["mixed_precision"] = mixed_precision  # (auto resolves to on or off: the optimizer differs)
+    return json.loads(json.dumps(settings))  # as progress.json gives them back: lists, not tuples
+
+
+def checkpoint_bytes(model: keras.Model) -> int:
+    """About what one checkpoint takes: the weights, and Adam's two slots for each (all weights
+    train in some phase)."""
+    return 3 * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+
+
+def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, trainer: Trainer,
+           backbone: keras.Model, from_scratch: bool) -> tuple[int, int, tuple, Phase | None]:
+    """Restores the newest readable checkpoint of this job (or, when it has none, of another job
+    as other_checkpoints says): (epoch, step to resume at, epoch history, the phase now
+    configured). Each candidate is tried with the model set up for its own phase; a damaged one is
+    skipped with a warning and the previous one used. (0, 0, (), None) when none."""
+    candidates = list(checkpoints.candidates())
+    if not checkpoints.complete():
+        other = checkpoints.other_to_resume(config.other_checkpoints)
+        if other:
+            log.info("continuing checkpoint %s of job %r (other_checkpoints=resume)",
+                     other.path.relative_to(checkpoints.folder), other.job)
+            candidates = [(other.path, other.progress)]
+    for path, progress in candidates:
+        phase = next((p for p in plan if progress.epoch < p.end), plan[-1])
+        configure(phase, backbone, config, from_scratch, trainer)
+        # a checkpoint from the end of phase 1 restores the weights only: phase 2 has a new optimizer
+        same_phase = progress.phase == phase.name
+        if not checkpoints.restore(path, trainer.model, trainer.optimizer if same_phase else None):
+            continue
+        step = progress.steps
+        if progress.global_batch != config.batch_size and step:
+            log.warning("checkpoint %s was taken with batch_size %d, now %d: epoch %d restarts from its first record",
+                        path.name, progress.global_batch, config.batch_size, progress.epoch + 1)
+            step = 0
+        log.info("resuming from checkpoint %s: epoch %d of %d, after %d steps (%d records of its pass)",
+                 path.name, progress.epoch + 1, plan[-1].end, step, step * config.batch_size)
+        return progress.epoch, step, progress.history, phase
+    return 0, 0, (), None
+
+
+def configure(phase: Phase, backbone: keras.Model, config: JobConfig, from_scratch: bool, trainer: Trainer) -> None:
+    """Sets which layers `phase` trains, then gives the trainer a fresh optimizer for them."""
+    if from_scratch:
+        prepare_from_scratch(backbone)
+        log.info("%s: no pretrained weights (weights=none): training the whole network for %d epochs",
+                 "phase 1" if phase.name == "scratch" else "phase 2", phase.end - phase.start)
+    elif phase.name == "head":
+        freeze(backbone)
+        log.info("phase 1: training the new head for %d epochs, backbone frozen", phase.end - phase.start)
+    else:
+        layers = unfreeze_top(backbone, config.fine_tune_layers)
+        log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
+                 layers[0] if layers else "-", layers[-1] if layers else "-", phase.end - phase.start)
+    trainer.start_phase(phase.learning_rate)  # after: the optimizer is built for the trainable weights
+
+
+class EpochLog:
+    """Each epoch's metric line (for SageMaker's MetricDefinitions), TensorBoard scalars, and the
+    rows of metrics.json (the chief writes; every worker has the same numbers)."""
+
+    def __init__(self, layout: Paths, is_chief: bool, history: tuple = ()):
+        self.rows: list[dict] = list(history)
+        self.is_chief = is_chief
+        self.writer = tf.summary.create_file_writer(str(layout.output / "tensorboard")) if is_chief else None
+
+    def add(self, epoch: int, phase: str, results: dict, seconds: float) -> None:
+        values = metrics.row(epoch + 1, phase, results)
+        values["seconds"] = round(seconds, 3)
+        self.rows.append(values)
+        print(metrics.format_line(values), flush=True)
+        if self.writer:
+            with self.writer.as_default(step=epoch + 1):
+                for name, value in results.items():
+                    tf.summary.scalar(name, value)
+            self.writer.flush()
+
+    def write(self, path: Path) -> None:
+        metrics.write_json(path, self.rows, self.rows[-1] if self.rows else {})
+
+
+def check_channels(channels: dict[str, ChannelConfig]) -> None:
+    unknown = sorted(set(channels) - set(CHANNELS))
+    if "train" not in channels or unknown:
+        got = ", ".join(sorted(channels)) or "none"
+        hint = (" (the SageMaker SDK names a single input 'training': name it 'train')"
+                if "training" in channels else "")
+        raise UserError(
+            f"the job reads channels {', '.join(f'{k} ({v})' for k, v in CHANNELS.items())}; "
+            f"it got: {got}{hint}"
+        )
+    if "pretrained" in channels and channels["pretrained"].input_mode == "Pipe":
+        raise UserError("channel 'pretrained' holds a weights file: use File or FastFile mode, not Pipe")
+
+
+def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layout: Paths) -> str | None:
+    """The backbone weights to load: "imagenet", None (random) or a file path."""
+    if config.weights == "none":
+        return None
+    if config.weights != "pretrained":
+        return config.weights
+    if "pretrained" not in channels:
+        raise UserError("hyperparameter weights=pretrained needs a 'pretrained' channel holding the weights file")
+    folder = layout.input_data / "pretrained"
+    found = sorted(str(p) for p in Path(folder).rglob("*.h5")) if folder.is_dir() else []
+    if len(found) != 1:
+        raise UserError(
+            f"channel 'pretrained' must hold exactly one .h5 weights file; {folder} holds "
+            f"{len(found)}{': ' + ', '.join(found) if found else ''}"
+        )
+    return found[0]
+
+
+def steps_per_execution(setting: int | str) -> int:
+    """auto: 8 steps per call with a GPU, where the host's work between calls would leave it idle
+    (a small model's step takes milliseconds); 1 on CPUs, where a step takes long enough that the
+    host's work is noise, and a stop is then answered after the step that is running."""
+    if setting != "auto":
+        return setting
+    chosen = 8 if tf.config.list_physical_devices("GPU") else 1
+    log.info("steps_per_execution=auto: %d", chosen)
+    return chosen
+
+
+def use_mixed_precision(setting: str) -> bool:
+    gpus = tf.config.list_physical_devices("GPU")
+    on = setting == "true" or (setting == "auto" and bool(gpus))
+    keras.mixed_precision.set_dtype_policy("mixed_float16" if on else "float32")
+    log.info("mixed precision %s (%d GPU%s)", "on" if on else "off", len(gpus), "" if len(gpus) == 1 else "s")
+    return on

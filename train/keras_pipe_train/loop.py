@@ -1,0 +1,214 @@
+"""The training loop: steps_per_execution steps per call, on any tf.distribute strategy.
+
+Why not Keras' fit(): under a distribution strategy, Keras 3.15's fit() pulls a first batch from
+a throwaway iterator to build the model (in Pipe mode, that opens and drops a whole pass each call)
+and reduces that input batch across replicas, which MultiWorkerMirroredStrategy cannot do. This
+loop also gives what the job needs and fit() hides: the exact number of steps trained in the
+current pass (for mid-epoch resume) and one stop decision agreed by all workers at the same step
+(a SIGTERM reaches the hosts at slightly different times; a worker stopping alone would leave the
+others waiting in a collective).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_pipe_train.distribute import Cluster
+from keras_pipe_train.errors import UserError
+
+log = logging.getLogger(__name__)
+PROGRESS_EVERY_STEPS = 10
+
+
+class Stopped(Exception):
+    """Training stopped on request (SIGTERM) after saving a checkpoint."""
+
+
+class Diverged(UserError):
+    """The loss became NaN or infinite: the weights are lost, training further only costs money."""
+
+
+@dataclasses.dataclass
+class Totals:
+    loss: float = 0.0
+    correct: float = 0.0
+    examples: float = 0.0
+
+    def add(self, loss_sum, correct, examples) -> None:
+        self.loss += float(loss_sum)
+        self.correct += float(correct)
+        self.examples += float(examples)
+
+    def metrics(self, prefix: str) -> dict:
+        """Means over the examples seen; NaN (null in metrics.json) when there were none in this run
+        (an epoch resumed after its last step), never a loss of 0."""
+        n = self.examples or float("nan")
+        return {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
+
+
+@dataclasses.dataclass
+class Call:
+    """What one call of the traced steps did, read back to the host in one transfer."""
+
+    steps: int
+    loss_sum: float
+    correct: float
+    examples: float
+    diverged_at: int  # 1-based step of this call whose loss was not finite; 0: none
+
+    @classmethod
+    def read(cls, outputs: tf.Tensor) -> Call:
+        loss_sum, correct, examples, steps, diverged_at = outputs.numpy().tolist()
+        return cls(int(steps), loss_sum, correct, examples, int(diverged_at))
+
+
+class Trainer:
+    def __init__(self, model: keras.Model, cluster: Cluster, mixed_precision: bool,
+                 stop: threading.Event | None = None, steps_per_execution: int = 1):
+        self.model, self.cluster, self.mixed_precision = model, cluster, mixed_precision
+        self.steps_per_execution = steps_per_execution
+        self.stop = stop or threading.Event()
+        self.optimizer = None
+        self.learning_rate = None
+        self._functions: list = []
+
+    def start_phase(self, learning_rate: float) -> None:
+        """A fresh optimizer for the model's current trainable weights, and step functions traced
+        for them (unfreezing layers changes what a step updates)."""
+        with self.cluster.strategy.scope():
+            optimizer = keras.optimizers.Adam(learning_rate)
+            if self.mixed_precision:
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(self.model.trainable_variables)
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self._functions = []
+
+    def _steps(self, train: bool, dataset):
+        """The traced function that runs up to steps_per_execution steps on `dataset`'s iterator,
+        one per element spec: batches of any size, including a pass's last, smaller one, and
+        every epoch's new iterator then reuse the same graph."""
+        spec = dataset.element_spec
+        for known_train, known_spec, function in self._functions:  # (specs need not be hashable)
+            if known_train == train and known_spec == spec:
+                return function
+        function = tf.function(self._make_steps(self._make_step(train)))
+        self._functions.append((train, spec, function))
+        return function
+
+    @staticmethod
+    def _make_steps(step):
+        """Up to `count` steps in one call, their sums kept on the device: the host reads one small
+        tensor per call instead of syncing on every step's metrics (Keras' steps_per_execution).
+        Ends early at the end of the pass, and at a step whose loss is not finite (the weights are
+        lost: no further step should run on them)."""
+
+        def steps(iterator, count):
+            totals, done, diverged_at = tf.zeros([3]), tf.constant(0), tf.constant(0)
+            for _ in tf.range(count):
+                # under several workers, the same answer on every worker (tf.distribute agrees
+                # on it): a worker whose share ran out gets an empty batch until all are done
+                batch = iterator.get_next_as_optional()
+                if not batch.has_value():
+                    break
+                outputs = tf.stack(step(batch.get_value()))
+                done += 1
+                totals += outputs
+                if not tf.math.is_finite(outputs[0]):
+                    diverged_at = done
+                    break
+            return tf.concat([totals, tf.cast(tf.stack([done, diverged_at]), tf.float32)], 0)
+
+        return steps
+
+    def _make_step(self, train: bool):
+        model, optimizer, strategy = self.model, self.optimizer, self.cluster.strategy
+        scale = self.mixed_precision
+
+        def replica_step(images, labels):
+            count = tf.shape(labels)[0]
+            examples = tf.cast(count, tf.float32)
+            # the global mean: replicas (and, at a pass's end, workers) may hold fewer examples
+            global_examples = tf.distribute.get_replica_context().all_reduce("sum", examples)
+            # With several workers, one whose share of the pass has run out gets empty batches
+            # while the others finish theirs (tf.distribute's get_next_as_optional). Every replica
+            # must still run the same ops (the gradient all-reduce), and Keras layers fail on empty
+            # batches, so an empty batch becomes one blank image that weighs nothing in the loss.
+            # (Only a backbone trained from scratch, BatchNorm in training mode, sees it at all: in
+            # its moving statistics, for the few steps at the end of an uneven pass.)
+            weight = tf.cast(count > 0, tf.float32)
+            images = tf.cond(count > 0, lambda: images, lambda: tf.zeros([1, *images.shape[1:]], images.dtype))
+            labels = tf.cond(count > 0, lambda: labels, lambda: tf.zeros([1], labels.dtype))
+            with tf.GradientTape() as tape:
+                probabilities = model(images, training=train)
+                per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+                loss_sum = tf.reduce_sum(per_example) * weight
+                loss = loss_sum / tf.maximum(global_examples, 1.0)
+                if scale:
+                    loss = optimizer.scale_loss(loss)
+            if train:
+                gradients = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
+            predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
+            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32)) * weight
+            return loss_sum, correct, examples
+
+        def step(batch):
+            outputs = strategy.run(replica_step, args=batch)
+            return [strategy.reduce("sum", value, axis=None) for value in outputs]
+
+        return step
+
+    def stop_requested(self) -> bool:
+        """The same answer on every worker, at the same step."""
+        return self.cluster.any_worker(self.stop.is_set())
+
+    def calls(self, train: bool, dataset):
+        """The Call results of running every step of `dataset`, steps_per_execution at a time."""
+        function, iterator = self._steps(train, dataset), iter(dataset)
+        count = tf.constant(self.steps_per_execution)
+        while True:
+            call = Call.read(function(iterator, count))
+            if call.steps:
+                yield call
+            if call.steps < self.steps_per_execution or call.diverged_at:
+                return
+
+    def train_epoch(self, dataset, epoch: int, first_step: int, global_batch: int,
+                    on_step=None) -> tuple[dict, int, bool]:
+        """Trains on `dataset` (already positioned after `first_step` steps). Returns
+        (metrics of this run's steps, steps done in the epoch, whether a stop was requested)."""
+        totals, steps, started = Totals(), first_step, time.perf_counter()
+        for call in self.calls(True, dataset):
+            if call.diverged_at:
+                raise Diverged(
+                    f"training diverged: the loss became {call.loss_sum / max(call.examples, 1)} at step "
+                    f"{steps + call.diverged_at} of epoch {epoch + 1}, so the weights are no longer numbers; no "
+                    f"checkpoint was taken of them. Lower the learning rate (this phase's is "
+                    f"{self.learning_rate:g}: hyperparameter learning_rate for phase 1, fine_tune_learning_rate "
+                    "for phase 2)")
+            totals.add(call.loss_sum, call.correct, call.examples)
+            logged, steps = steps // PROGRESS_EVERY_STEPS, steps + call.steps
+            if on_step:
+                on_step(steps)
+            if steps // PROGRESS_EVERY_STEPS > logged:
+                rate = totals.examples / (time.perf_counter() - started)
+                log.info("progress: epoch=%d step=%d loss=%.4f examples/s=%.1f", epoch + 1, steps,
+                         totals.loss / max(totals.examples, 1), rate)
+            if self.stop_requested():  # (a collective under several workers: once per call)
+                return totals.metrics("train_"), steps, True
+        # a stop that came while the input waited for data ended the pass early (Pipe mode)
+        return totals.metrics("train_"), steps, self.stop_requested()
+
+    def evaluate(self, dataset) -> tuple[dict, int]:
+        """(validation metrics, examples evaluated by all workers together)."""
+        totals = Totals()
+        for call in self.calls(False, dataset):
+            totals.add(call.loss_sum, call.correct, call.examples)
+        return totals.metrics("val_"), int(totals.examples)

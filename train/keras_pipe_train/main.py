@@ -1,0 +1,97 @@
+"""The training container's entry point: read the SageMaker contract, validate, train, report.
+
+Every failure, of any kind, ends here: /opt/ml/output/failure is written and the exit code says
+what kind it was (see failure.EXIT_CODES).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+
+STOPPED_EXIT_CODE = 143  # 128 + SIGTERM, as if the signal had ended the process
+
+
+def stop_on_sigterm(stop: threading.Event) -> None:
+    """StopTrainingJob and spot interruptions send SIGTERM, then SIGKILL 120 s later: `stop` asks
+    the training loop to stop after its current step and save a checkpoint, well within that.
+
+    A Python signal handler runs only when the main thread runs Python, and the main thread spends
+    its time inside TensorFlow (a training step, or a wait for the next batch while SageMaker has
+    not yet written the FIFO). So the signal is also seen through a wakeup file descriptor, which
+    the C-level handler writes to at once, by a thread that sets `stop` right away: the Pipe
+    reader's waits end on it, and the loop stops at the next step boundary."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: request_stop(stop))  # replaces the default: exit
+
+    def watch() -> None:
+        while True:
+            if signal.SIGTERM in os.read(read_end, 256):
+                request_stop(stop)
+
+    threading.Thread(target=watch, name="sigterm", daemon=True).start()
+
+
+def request_stop(stop: threading.Event) -> None:
+    if not stop.is_set():
+        stop.set()
+        logging.getLogger("train").warning(
+            "SIGTERM received: stopping after the current step and saving a checkpoint")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from keras_pipe_train import allocator, contract, failure
+
+    allocator.keep_record_memory()
+
+    layout = contract.paths()
+    log = logging.getLogger("train")
+    stop = threading.Event()
+    stop_on_sigterm(stop)
+    try:
+        from keras_pipe_train.config import JobConfig
+
+        config = JobConfig.from_hyperparameters(contract.read_hyperparameters(layout.hyperparameters))
+        channels = contract.read_input_data_config(layout.input_config)
+        resources = contract.read_resource_config(layout.resource_config)
+        log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
+                 ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
+        log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))
+
+        from keras_pipe_train import job  # TensorFlow loads here, after the cheap checks
+        from keras_pipe_train.loop import Stopped
+
+        try:
+            final = job.run(config, layout, channels, resources, stop)
+        except Stopped as stopped:  # not a failure: no failure file
+            log.warning("%s", stopped)
+            return STOPPED_EXIT_CODE
+    except BaseException as err:  # noqa: BLE001 - the one place every failure is reported
+        return failure.report(err, layout.failure)
+    log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))
+    return 0
+
+
+def run() -> None:
+    """The `train` program (container/train, the `keras-pipe-train` command): runs the job, then
+    leaves without the interpreter's finalization. By then the failure file, checkpoints and model
+    are written, and finalizing can deadlock against TensorFlow's own threads (a tf.data thread
+    still in Python code, tensorflow/tensorflow#22632): a job that hangs after its work is done
+    bills GPUs until MaxRuntimeInSeconds. (CI once saw a failed job never exit.)"""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run()
