@@ -17,7 +17,7 @@ SDK2_INSTALLED := $(SDK2)/.installed
 TOOLKIT := .venv-toolkit
 TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 
-.PHONY: demo test bench venv container-base clean
+.PHONY: demo test bench bench-aws venv container-base clean
 
 demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
@@ -29,6 +29,10 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.pipe_reader $(BENCH_ARGS)
 	$(BIN)/python -m bench.input_pipeline $(BENCH_ARGS)
 	$(BIN)/python -m bench.photo_pipeline $(BENCH_ARGS)
+
+# pipemode against AWS's PipeModeDataset (needs `bash ../shared/anchors/setup.sh` once)
+bench-aws: $(INSTALLED)
+	$(BIN)/python -m bench.vs_aws $(BENCH_ARGS)
 
 venv: $(INSTALLED)
 

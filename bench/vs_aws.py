@@ -9,8 +9,11 @@ on for pipemode. For 100 KB, 1 KB and 100 B records, interleaved, `--runs` times
   AWS                 sagemaker_tensorflow.PipeModeDataset(...).batch(1024)
   pipemode batched    PipeModeDataset(..., batch_size=1024)     (the fast path)
   pipemode drop-in    PipeModeDataset(...).batch(1024)          (used exactly as AWS's is)
-Prints the median time of each, its speed relative to AWS's (>1: faster) and the median peak RSS
-of each whole process (ru_maxrss of the child).
+Each runs in a bare virtualenv: AWS's in the anchors' TF 2.14 one, pipemode (from train/pipemode)
+in the anchors' TF 2.21 one (tensorflow-cpu, google-crc32c). Prints the median time of each, its
+speed relative to AWS's (>1: faster), the median peak RSS of each whole process (ru_maxrss of the
+child) and that peak less the RSS of importing TensorFlow alone in the same venv (TF 2.21's import
+alone takes ~120 MB more than 2.14's).
 """
 
 from __future__ import annotations
@@ -37,8 +40,13 @@ TARGETS = {  # issue 14: speed relative to AWS's op
 def command(reader: str, data: Path) -> list[str]:
     if reader == "AWS":
         return [str(DATA / "pmd" / "bin" / "python"), str(HARNESS / "pmd_bench.py"), str(data)]
+    # pipemode from its source folder, in the anchors' bare TF 2.21 venv (tensorflow-cpu and
+    # google-crc32c): the environment a user's script has. (This project's .venv would do too,
+    # but there TensorFlow's import also loads pandas, scipy and matplotlib, installed for the
+    # launcher's tools: 170 MB more RSS that no reader causes.)
     mode = "batched" if reader.endswith("batched") else "drop-in"
-    return [sys.executable, str(HARNESS / "ours_bench.py"), str(REPO), str(data), mode]
+    return [str(DATA / "tfv" / "bin" / "python"), str(HARNESS / "ours_bench.py"),
+            str(REPO / "train" / "pipemode"), str(data), mode]
 
 
 def run(cmd: list[str]) -> tuple[float, float]:
@@ -54,17 +62,27 @@ def run(cmd: list[str]) -> tuple[float, float]:
     return json.loads(lines[-1])["seconds"], usage.ru_maxrss / 1024
 
 
+def import_rss(python: Path) -> float:
+    """Peak RSS in MB of importing TensorFlow (and running one op) in that venv: the floor."""
+    script = "import tensorflow as tf; tf.constant(1) + 1"
+    return run([str(python), "-c", script + "; import json; print(json.dumps({'seconds': 0}))"])[1]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each reader per size (median)")
     parser.add_argument("--sizes", nargs="+", default=list(FILES), choices=list(FILES))
     args = parser.parse_args(argv)
-    missing = [p for p in [DATA / "pmd" / "bin" / "python", HARNESS / "ours_bench.py",
+    missing = [p for p in [DATA / "pmd" / "bin" / "python", DATA / "tfv" / "bin" / "python", HARNESS / "ours_bench.py",
                            *(DATA / f"{FILES[s]}.tfrecord" for s in args.sizes)] if not p.exists()]
     if missing:
         print(f"missing {', '.join(map(str, missing))}: run `bash {HARNESS}/setup.sh` once", file=sys.stderr)
         return 2
-    print(f"{'records':8} {'reader':18} {'median s':>9} {'vs AWS':>7} {'target':>7} {'peak RSS':>9}")
+    floor = {"AWS": import_rss(DATA / "pmd" / "bin" / "python")}
+    floor["pipemode batched"] = floor["pipemode drop-in"] = import_rss(DATA / "tfv" / "bin" / "python")
+    print(f"importing TensorFlow alone: {floor['AWS']:.0f} MB (2.14, AWS's venv), "
+          f"{floor['pipemode batched']:.0f} MB (2.21, pipemode's venv)")
+    print(f"{'records':8} {'reader':18} {'median s':>9} {'vs AWS':>7} {'target':>7} {'peak RSS':>9} {'above import':>12}")
     for size in args.sizes:
         data = DATA / f"{FILES[size]}.tfrecord"
         subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL, check=True)  # page cache
@@ -79,8 +97,9 @@ def main(argv=None) -> int:
         for reader in READERS:
             median = statistics.median(seconds[reader])
             target = TARGETS.get((size, reader))
+            peak = statistics.median(rss[reader])
             print(f"{size:8} {reader:18} {median:9.2f} {aws / median:6.2f}x "
-                  f"{f'>={target}x' if target else '':>7} {statistics.median(rss[reader]):7.0f} MB", flush=True)
+                  f"{f'>={target}x' if target else '':>7} {peak:6.0f} MB {peak - floor[reader]:9.0f} MB", flush=True)
     return 0
 
 

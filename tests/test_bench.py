@@ -37,3 +37,11 @@ def test_photo_pipeline_benchmark_runs_every_pipeline_and_the_loop_comparison():
     for photos in ("500x375", "2000x1500", "4032x3024"):
         assert f"{photos:>10}: job / per-example =" in out
     assert "steps_per_execution=8: ours" in out and "ours / keras =" in out
+
+
+def test_the_aws_comparison_says_how_to_set_up_what_it_lacks(tmp_path):
+    """bench.vs_aws needs AWS's reader in its own venv (../shared/anchors/setup.sh), never CI's."""
+    out = subprocess.run([sys.executable, "-m", "bench.vs_aws", "--runs", "1"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "ANCHOR_DIR": str(tmp_path)})
+    assert out.returncode == 2
+    assert f"missing {tmp_path}/pmd/bin/python" in out.stderr and "setup.sh` once" in out.stderr
