@@ -20,6 +20,7 @@ from pipemode import (
     recordio,
     tfrecord,
 )
+from pipemode.passes import state_file_name
 
 
 def records_of(dataset) -> list[bytes]:
@@ -220,7 +221,8 @@ def test_state_dir_shares_pass_numbers_between_processes(job, tmp_path):
         out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True,
                              capture_output=True, text=True, timeout=120).stdout
         assert out.strip().endswith("2")
-    assert (tmp_path / "state" / "train.next_pass").read_text() == "2"
+    (state,) = (tmp_path / "state").iterdir()
+    assert state.name == state_file_name("train", job.data_dir) and state.read_text() == "2"
     assert (job.data_dir / "train_1").exists()
 
 
@@ -272,7 +274,14 @@ def test_state_dir_defaults_to_aws_pipe_state_so_a_new_process_reads_the_next_fi
         out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0 and out.stdout.strip().endswith("2"), out.stderr[-2000:]
-    assert (job.base / "pipe_state" / "train.next_pass").read_text() == "2"
+    assert (job.base / "pipe_state" / state_file_name("train", job.data_dir)).read_text() == "2"
+    # another folder's FIFOs of the same channel name start at their own pass 0
+    other = job.base / "elsewhere"
+    other.mkdir()
+    os.mkfifo(other / "train_0")
+    writer = subprocess.Popen(["sh", "-c", f"printf '' > {other / 'train_0'}"])
+    ds = PipeModeDataset("train", "TFRecord", pipe_dir=other, wait_timeout=30)
+    assert list(ds) == [] and writer.wait(timeout=30) == 0
 
 
 def test_a_reader_error_inside_keras_fit_is_found_by_name(job):

@@ -9,6 +9,7 @@ process on the host too (through a locked file, as AWS's state_dir does).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import threading
 from pathlib import Path
@@ -19,10 +20,18 @@ _lock = threading.Lock()
 _next_pass: dict[tuple[str, str], int] = {}
 
 
+def state_file_name(channel: str, pipe_dir: str) -> str:
+    """The state file of a channel's FIFOs in `pipe_dir`. FIFOs are named by folder and channel, so
+    readers of the same channel name in two folders (two local jobs, tests, benchmarks) must not
+    share pass numbers, even with one state_dir (AWS's keeps one file per channel name)."""
+    digest = hashlib.sha256(os.path.realpath(pipe_dir).encode()).hexdigest()[:12]
+    return f"{channel}.{digest}.next_pass"
+
+
 class PassCounter:
     def __init__(self, channel: str, pipe_dir: str, state_dir: str | None = None):
         self._key = (os.path.realpath(pipe_dir), channel)
-        self._state_file = Path(state_dir) / f"{channel}.next_pass" if state_dir else None
+        self._state_file = Path(state_dir) / state_file_name(channel, pipe_dir) if state_dir else None
         if self._state_file:
             try:
                 self._state_file.parent.mkdir(parents=True, exist_ok=True)
