@@ -55,7 +55,7 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
         counted); 0 makes the first one an error naming the record and its byte offset.
       wait_timeout: seconds to wait for a pass's FIFO to appear and for its writer.
       check_crc: verify both CRCs of every TFRecord.
-      max_record_bytes: longer TFRecord lengths are treated as corruption.
+      max_record_bytes: a longer record (a TFRecord length, a text line) is corruption.
       record_check: called with every record; returns why it is unusable (say, its image is not
         one), or None. A rejected record is an error naming it and its byte offset, or skipped
         and counted like a corrupt one under max_corrupted_records_to_skip.
