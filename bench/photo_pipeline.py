@@ -13,7 +13,7 @@ Photos of 500x375, 2000x1500 and 4032x3024 (12 MP) pixels, JPEG quality 90, are 
   per-example+crop the recipe with the job's default random crop (25-100 % of the area) first
   job+crop         the job's default pipeline (augment=crop,flip,color): fused crop-and-decode
   job+max-side     the job's default pipeline on the --max-side 512 records
-Both run in one process set up as the job's (keras_pipe_train.allocator). Reported as images per CPU-second
+Both run in one process set up as the job's (pipemode.allocator.keep_record_memory). Reported as images per CPU-second
 (all threads of the process counted: the cost per core), and wall images/s on this machine (what
 its cores deliver: the per-example recipe's random maps are not parallelised by tf.data, the job's
 pipeline runs batches in parallel). Then the training loop: steps/s of a tiny model on in-memory
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_pipe_train import allocator
+    from pipemode import allocator
 
     allocator.keep_record_memory()  # as the job's process runs (both pipelines gain from it)
     if args.quick:

@@ -3,9 +3,13 @@
     bash ../shared/anchors/setup.sh      # once: AWS's reader in its own venv, 2.2 GB of TFRecords
     python -m bench.vs_aws [--runs 5]    # from the repository root, with .venv
 
-Runs ../shared/anchors' own harness scripts unchanged (so the figures compare with
-../shared/PERFORMANCE.md): a FIFO fed by `cat`, batches of 1024 consumed inside tf.data, CRC checks
-on for pipemode. For 100 KB, 1 KB and 100 B records, interleaved, `--runs` times each:
+Runs ../shared/anchors' own harness scripts (a FIFO fed by `cat`, batches of 1024 consumed inside
+tf.data, CRC checks on for pipemode) with one line added to both: tf.data's autotuning off. With it
+on, every time those scripts print is a moment when tf.data's autotune thread wakes up: it sleeps
+10 ms, then twice as long each time (10, 20, 40 ... ms), and the reduce over the finished stream
+only returns then, so every reader's times come out as 1.27, 2.55 or 5.11 s whatever its speed
+(the "quantized" times of ../shared/PERFORMANCE.md). `--as-shipped` runs them unchanged.
+For 100 KB, 1 KB and 100 B records, interleaved, `--runs` times each:
   AWS                 sagemaker_tensorflow.PipeModeDataset(...).batch(1024)
   pipemode batched    PipeModeDataset(..., batch_size=1024)     (the fast path)
   pipemode drop-in    PipeModeDataset(...).batch(1024)          (used exactly as AWS's is)
@@ -13,7 +17,8 @@ Each runs in a bare virtualenv: AWS's in the anchors' TF 2.14 one, pipemode (fro
 in the anchors' TF 2.21 one (tensorflow-cpu, google-crc32c). Prints the median time of each, its
 speed relative to AWS's (>1: faster), the median peak RSS of each whole process (ru_maxrss of the
 child) and that peak less the RSS of importing TensorFlow alone in the same venv (TF 2.21's import
-alone takes ~120 MB more than 2.14's).
+alone takes ~120 MB more than 2.14's), and the median CPU seconds of the process and its writer
+(TensorFlow's import included: ~2.3 s for 2.14, ~2.6 s for 2.21).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,20 +43,35 @@ TARGETS = {  # issue 14: speed relative to AWS's op
 }
 
 
-def command(reader: str, data: Path) -> list[str]:
+AUTOTUNE_OFF = "_o = tf.data.Options(); _o.autotune.enabled = False; ds = ds.with_options(_o)\n"
+CONSUME = "# consumed inside tf.data"
+
+
+def harness_copy(folder: Path) -> Path:
+    """The anchors' two scripts, each with tf.data's autotuning turned off just before timing."""
+    for name in ("pmd_bench.py", "ours_bench.py"):
+        text = (HARNESS / name).read_text()
+        if CONSUME not in text:
+            sys.exit(f"{HARNESS / name} has changed: no {CONSUME!r} line to add the option before")
+        (folder / name).write_text(text.replace(CONSUME, AUTOTUNE_OFF + CONSUME, 1))
+    return folder
+
+
+def command(reader: str, data: Path, harness: Path) -> list[str]:
     if reader == "AWS":
-        return [str(DATA / "pmd" / "bin" / "python"), str(HARNESS / "pmd_bench.py"), str(data)]
+        return [str(DATA / "pmd" / "bin" / "python"), str(harness / "pmd_bench.py"), str(data)]
     # pipemode from its source folder, in the anchors' bare TF 2.21 venv (tensorflow-cpu and
     # google-crc32c): the environment a user's script has. (This project's .venv would do too,
     # but there TensorFlow's import also loads pandas, scipy and matplotlib, installed for the
     # launcher's tools: 170 MB more RSS that no reader causes.)
     mode = "batched" if reader.endswith("batched") else "drop-in"
-    return [str(DATA / "tfv" / "bin" / "python"), str(HARNESS / "ours_bench.py"),
+    return [str(DATA / "tfv" / "bin" / "python"), str(harness / "ours_bench.py"),
             str(REPO / "train" / "pipemode"), str(data), mode]
 
 
-def run(cmd: list[str]) -> tuple[float, float]:
-    """(seconds the harness measured, peak RSS of the process in MB)."""
+def run(cmd: list[str]) -> tuple[float, float, float]:
+    """(seconds the harness measured, peak RSS of the process in MB, CPU seconds of the process
+    and its writer, TensorFlow's import included)."""
     env = {**os.environ, "READER": "pipemode:PipeModeDataset", "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out, err = proc.stdout.read(), proc.stderr.read()
@@ -59,7 +80,7 @@ def run(cmd: list[str]) -> tuple[float, float]:
     lines = out.decode().strip().splitlines()
     if proc.returncode or not lines:
         sys.exit(f"failed: {' '.join(cmd)}\n{err.decode()[-2000:]}")
-    return json.loads(lines[-1])["seconds"], usage.ru_maxrss / 1024
+    return json.loads(lines[-1])["seconds"], usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def import_rss(python: Path) -> float:
@@ -72,34 +93,46 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each reader per size (median)")
     parser.add_argument("--sizes", nargs="+", default=list(FILES), choices=list(FILES))
+    parser.add_argument("--as-shipped", action="store_true",
+                        help="run the anchors' scripts unchanged (tf.data autotuning on: quantized times)")
     args = parser.parse_args(argv)
     missing = [p for p in [DATA / "pmd" / "bin" / "python", DATA / "tfv" / "bin" / "python", HARNESS / "ours_bench.py",
                            *(DATA / f"{FILES[s]}.tfrecord" for s in args.sizes)] if not p.exists()]
     if missing:
         print(f"missing {', '.join(map(str, missing))}: run `bash {HARNESS}/setup.sh` once", file=sys.stderr)
         return 2
+    with tempfile.TemporaryDirectory() as folder:
+        harness = HARNESS if args.as_shipped else harness_copy(Path(folder))
+        return compare(args.sizes, args.runs, harness)
+
+
+def compare(sizes: list[str], runs: int, harness: Path) -> int:
     floor = {"AWS": import_rss(DATA / "pmd" / "bin" / "python")}
     floor["pipemode batched"] = floor["pipemode drop-in"] = import_rss(DATA / "tfv" / "bin" / "python")
     print(f"importing TensorFlow alone: {floor['AWS']:.0f} MB (2.14, AWS's venv), "
           f"{floor['pipemode batched']:.0f} MB (2.21, pipemode's venv)")
-    print(f"{'records':8} {'reader':18} {'median s':>9} {'vs AWS':>7} {'target':>7} {'peak RSS':>9} {'above import':>12}")
-    for size in args.sizes:
+    print(f"{'records':8} {'reader':18} {'median s':>9} {'vs AWS':>7} {'target':>7} {'peak RSS':>9} "
+          f"{'above import':>12} {'CPU s':>6}")
+    for size in sizes:
         data = DATA / f"{FILES[size]}.tfrecord"
         subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL, check=True)  # page cache
         seconds = {r: [] for r in READERS}
         rss = {r: [] for r in READERS}
-        for _ in range(args.runs):  # interleaved: the machine's drift hits every reader alike
+        cpu = {r: [] for r in READERS}
+        for _ in range(runs):  # interleaved: the machine's drift hits every reader alike
             for reader in READERS:
-                s, m = run(command(reader, data))
+                s, m, c = run(command(reader, data, harness))
                 seconds[reader].append(s)
                 rss[reader].append(m)
+                cpu[reader].append(c)
         aws = statistics.median(seconds["AWS"])
         for reader in READERS:
             median = statistics.median(seconds[reader])
             target = TARGETS.get((size, reader))
             peak = statistics.median(rss[reader])
             print(f"{size:8} {reader:18} {median:9.2f} {aws / median:6.2f}x "
-                  f"{f'>={target}x' if target else '':>7} {peak:6.0f} MB {peak - floor[reader]:9.0f} MB", flush=True)
+                  f"{f'>={target}x' if target else '':>7} {peak:6.0f} MB {peak - floor[reader]:9.0f} MB "
+                  f"{statistics.median(cpu[reader]):6.2f}", flush=True)
     return 0
 
 

@@ -45,3 +45,19 @@ def test_the_aws_comparison_says_how_to_set_up_what_it_lacks(tmp_path):
                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "ANCHOR_DIR": str(tmp_path)})
     assert out.returncode == 2
     assert f"missing {tmp_path}/pmd/bin/python" in out.stderr and "setup.sh` once" in out.stderr
+
+
+def test_the_aws_comparison_turns_autotuning_off_in_both_harness_scripts_and_changes_nothing_else(tmp_path):
+    """tf.data's autotune thread decides when the harness's reduce returns (1.27, 2.55, 5.11 s):
+    both scripts get the same one line that turns it off, just before timing starts."""
+    from bench import vs_aws
+
+    if not (vs_aws.HARNESS / "ours_bench.py").exists():
+        pytest.skip(f"no anchors harness in {vs_aws.HARNESS}")
+    vs_aws.harness_copy(tmp_path)
+    for name in ("pmd_bench.py", "ours_bench.py"):
+        original = (vs_aws.HARNESS / name).read_text().splitlines()
+        copy = (tmp_path / name).read_text().splitlines()
+        added = copy.index(vs_aws.AUTOTUNE_OFF.strip())
+        assert copy[:added] + copy[added + 1:] == original
+        assert copy[added + 1].startswith(vs_aws.CONSUME) and "t = time.perf_counter()" in copy[added + 2]

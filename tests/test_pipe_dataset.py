@@ -303,3 +303,61 @@ def test_a_reader_error_inside_keras_fit_is_found_by_name(job):
     assert str(found).startswith("corrupt record #1 at byte offset 116 of channel 'train' pass 0 (FIFO ")
     assert str(found).endswith("): data CRC mismatch in a record of 100 bytes")  # whole, nothing of TF
     assert reader_error(found) is found and reader_error(ValueError("other")) is None
+
+
+def numbered_passes(sizes):
+    """one_pass for generator_dataset: pass k holds records of `sizes` bytes, each starting with
+    its pass number, in lists of 3; `closed` lists the passes whose generator was closed early."""
+    started, closed = [], []
+
+    def one_pass():
+        number = len(started)
+        started.append(number)
+        records = [bytes([number]) * size for size in sizes]
+        try:
+            for first in range(0, len(records), 3):
+                yield records[first:first + 3]
+        except GeneratorExit:
+            closed.append(number)
+            raise
+
+    return one_pass, started, closed
+
+
+@pytest.mark.parametrize("size, way", [(100, "whole batches, split"), (300_000, "pieces, moved into batches")])
+@pytest.mark.parametrize("drop", [False, True])
+def test_batches_are_the_same_whichever_way_a_pass_is_batched(monkeypatch, size, way, drop):
+    from pipemode import dataset as pipe_dataset
+
+    monkeypatch.setattr(pipe_dataset, "CALL_BYTES", 1 << 20)  # 4 records of 300 KB: pieces
+    one_pass, started, _ = numbered_passes([size] * 23)
+    ds = pipe_dataset.generator_dataset(one_pass, batch_size=5, drop_remainder=drop).repeat(2)
+    batches = batches_of(ds)
+    per_pass = [5, 5, 5, 5] + ([] if drop else [3])
+    assert [len(b) for b in batches] == per_pass * 2
+    assert [b[0][0] for b in batches] == [0] * len(per_pass) + [1] * len(per_pass)
+    assert started == [0, 1]
+
+
+def test_an_empty_pass_gives_no_batches_and_the_next_pass_its_own():
+    from pipemode.dataset import generator_dataset
+
+    sizes = iter([[], [10] * 4])
+    ds = generator_dataset(lambda: numbered_passes(next(sizes))[0](), batch_size=3)
+    assert batches_of(ds) == []
+    assert [len(b) for b in batches_of(ds)] == [3, 1]
+
+
+def test_after_an_iteration_dropped_midway_the_next_reads_its_own_pass(monkeypatch):
+    from pipemode import dataset as pipe_dataset
+
+    monkeypatch.setattr(pipe_dataset, "CALL_BYTES", 1 << 20)
+    for size in (100, 300_000):
+        one_pass, started, _ = numbered_passes([size] * 40)
+        ds = pipe_dataset.generator_dataset(one_pass, batch_size=4)
+        dropped = iter(ds)
+        assert next(dropped).numpy()[0][:1] == b"\0"
+        del dropped
+        batches = batches_of(ds)
+        assert len(batches) == 10 and {b[0][0] for b in batches} == {1}, size
+        assert started == [0, 1], size

@@ -49,7 +49,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_pipe_train import allocator, contract, failure
+    from pipemode import allocator
+
+    from keras_pipe_train import contract, failure
 
     allocator.keep_record_memory()
 

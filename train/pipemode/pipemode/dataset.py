@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -9,7 +11,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from pipemode import channels
+from pipemode import allocator, channels
 from pipemode.reader import DEFAULT_WAIT_TIMEOUT_S, PipeReader
 from pipemode.tfrecord import MAX_RECORD_BYTES
 
@@ -82,9 +84,10 @@ def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over 
     return pipe_dataset(reader, batch_size=batch_size, drop_remainder=drop_remainder)
 
 
-# Each from_generator call costs ~0.3-0.5 ms of fixed overhead, and allocations of several MB
-# page-fault under TF's malloc settings: ~1 MiB per call amortises the first without the second.
-CALL_BYTES = 1 << 20
+# Each from_generator call costs ~0.2-0.3 ms of fixed overhead (the py_func machinery, whatever
+# the size): ~8 MiB per call makes that ~30 ms per GB. (Larger calls used to page-fault; see
+# allocator.keep_freed_memory.)
+CALL_BYTES = 8 << 20
 
 
 def pipe_dataset(
@@ -103,27 +106,84 @@ def generator_dataset(
     the dataset and yields lists of records. Elements are single records, or batches of them."""
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}")
-
-    def generate():
-        for records in group(one_pass(), batch_size or 1, CALL_BYTES):
-            # An object array hands tf.data the bytes objects themselves: one copy into the
-            # tensor. (A plain list goes through a ~5x slower conversion, and numpy's fixed-width
-            # bytes dtype would strip trailing NUL bytes from records.)
-            yield np.array(records, dtype=object)
-
-    dataset = tf.data.Dataset.from_generator(
-        generate, output_signature=tf.TensorSpec([None], tf.string)
-    )
     if batch_size is None:
-        dataset = dataset.unbatch()
+        dataset = _groups_dataset(lambda: group(one_pass(), 1, CALL_BYTES)).unbatch()
     else:
-        # One copy, in C++; an element that already is one whole batch passes through.
-        dataset = dataset.rebatch(batch_size, drop_remainder=drop_remainder)
+        dataset = _batches(one_pass, batch_size, drop_remainder)
     options = tf.data.Options()
     # The FIFOs hold this host's data already (ShardedByS3Key splits it between hosts), and a
     # generator source cannot be split by file: never let a distribution strategy shard it.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return dataset.with_options(options)
+
+
+def _groups_dataset(groups: Callable[[], Iterator[list[bytes]]]) -> tf.data.Dataset:
+    """A dataset of 1-D string tensors, one per list that `groups()` yields."""
+
+    def generate():
+        # Here, not at import: TensorFlow sets its own trim threshold when the generator first runs.
+        allocator.keep_freed_memory()
+        for records in groups():
+            # An object array hands tf.data the bytes objects themselves: one copy into the
+            # tensor. (A plain list goes through a ~5x slower conversion, and numpy's fixed-width
+            # bytes dtype would strip trailing NUL bytes from records.)
+            yield np.array(records, dtype=object)
+
+    return tf.data.Dataset.from_generator(generate, output_signature=tf.TensorSpec([None], tf.string))
+
+
+# How a pass's batches are made, chosen on its first records (see _batches).
+_WHOLE, _PIECES = 0, 1
+
+
+def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset:
+    """Batches of `batch_size` records, made the faster of two ways for each pass's records.
+
+    Small records: Python hands over several whole batches per call and rebatch() splits them
+    (each record copied once more, cheaply). Large records: that copy costs more than it saves
+    (100 KB records: 1.5 s per GB against 1.0), and a whole batch per call holds it twice in
+    memory (Python's list and its tensor: +260 MB peak RSS), so Python hands over ~CALL_BYTES
+    pieces and unbatch().batch() moves the records into batches without copying them (at 1 KB
+    that costs ~0.9 us per record, which is why small records go the other way).
+
+    Which way is known only once the first records are read, so both are built, and a selector
+    (choose_from_datasets) sends every batch of the pass through the one chosen: its generator
+    starts the pass, reads until the first batch is complete or CALL_BYTES were read, and leaves
+    the pass's groups to the chosen way's generator, which starts right after it (tf.data pulls
+    the selector, then the input it names, in the same call).
+    """
+    handed_over = {_WHOLE: collections.deque(), _PIECES: collections.deque()}
+
+    def select():
+        records = one_pass()
+        first: list[bytes] = []
+        size = 0
+        for chunk in records:
+            first += chunk
+            size += sum(map(len, chunk))
+            if len(first) >= batch_size or size >= CALL_BYTES:
+                break
+        way = _WHOLE if len(first) >= batch_size and size < CALL_BYTES else _PIECES
+        rest = itertools.chain([first], records)
+        multiple = batch_size if way == _WHOLE else 1
+        handed_over[way].append(group(rest, multiple, CALL_BYTES))
+        while True:
+            yield way
+
+    def take(way):
+        def groups():
+            # The newest hand-over is this iteration's. Older ones are passes of iterations
+            # dropped between the selector's call and this one: closing them closes their FIFOs.
+            mine = handed_over[way].pop()
+            while handed_over[way]:
+                handed_over[way].popleft().close()
+            return mine
+        return groups
+
+    selector = tf.data.Dataset.from_generator(select, output_signature=tf.TensorSpec([], tf.int64))
+    whole = _groups_dataset(take(_WHOLE)).rebatch(batch_size, drop_remainder=drop_remainder)
+    pieces = _groups_dataset(take(_PIECES)).unbatch().batch(batch_size, drop_remainder=drop_remainder)
+    return tf.data.Dataset.choose_from_datasets([whole, pieces], selector, stop_on_empty_dataset=True)
 
 
 def group(chunks, multiple: int, target_bytes: int):

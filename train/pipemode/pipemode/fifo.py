@@ -25,6 +25,8 @@ from pipemode.errors import Interrupted, PipeConfigError, PipeTimeoutError
 PIPE_BUFFER_BYTES = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _POLL_SLICE_S = 0.25
+# Reads up to this size reuse the stream's buffer; a larger one (a record of many MB) gets its own.
+_KEPT_BUFFER_BYTES = 16 << 20
 
 # Set at interpreter exit so that a reader still waiting for a FIFO (say, in the prefetch thread
 # of an iterator Keras created and dropped) gives up at once instead of holding exit hostage.
@@ -70,28 +72,41 @@ class _Waits:
 
 class FifoStream:
     """A FIFO opened non-blocking, read in chunks. A read waits for data in slices (poll), so a
-    stop request (SIGTERM) is acted on while the writer is silent, not once it writes again."""
+    stop request (SIGTERM) is acted on while the writer is silent, not once it writes again.
+
+    Reads land in one buffer kept for the stream's life, then leave as one bytes object: a FIFO
+    returns whatever the writer has put in so far (~350 KB per read here), and os.read(n) would
+    allocate n fresh bytes per call, shrink them, then join the pieces, page-faulting every
+    byte in twice (4 GB through a FIFO: 350k page faults and 1.2-2.0 s of CPU per GB, against
+    40k and 0.7-0.9 s for the same bytes from a regular file).
+    """
 
     def __init__(self, fd: int, waits: _Waits):
         self.fd, self._waits = fd, waits
         self._poller = select.poll()
         self._poller.register(fd, select.POLLIN | select.POLLHUP)
+        self._buffer = bytearray()
 
     def read(self, n: int) -> bytes:
         """n bytes, fewer only at the end of the stream (its writer closed it)."""
-        pieces, wanted = [], n
-        while wanted:
-            try:
-                data = os.read(self.fd, wanted)
-            except BlockingIOError:  # nothing written yet
-                while not self._poller.poll(_POLL_SLICE_S * 1000):
-                    self._waits.pause(0)
-                continue
-            if not data:
-                break
-            pieces.append(data)
-            wanted -= len(data)
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        buffer = self._buffer if n <= _KEPT_BUFFER_BYTES else bytearray()
+        if len(buffer) < n:
+            buffer.extend(bytes(n - len(buffer)))
+        view, got = memoryview(buffer), 0
+        try:
+            while got < n:
+                try:
+                    count = os.readv(self.fd, [view[got:n]])
+                except BlockingIOError:  # nothing written yet
+                    while not self._poller.poll(_POLL_SLICE_S * 1000):
+                        self._waits.pause(0)
+                    continue
+                if not count:
+                    break
+                got += count
+            return bytes(view[:got])
+        finally:
+            view.release()
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -112,10 +112,10 @@ class TFRecordDecoder:
         only at the end of the stream; `where` names the stream in error messages."""
         buf, base, pos = read(self.chunk_bytes), 0, 0
         while buf:
-            records, crcs, ends, pos, status = self._scan(buf, pos)
+            records, ends, pos, status = self._scan(buf, pos)
             scanned = len(records)
-            if crcs:
-                records = self._verify(records, crcs, ends, buf, base, where)
+            if self.check_crc and records:
+                records = self._verify(records, ends, buf, base, where)
             elif self.record_check and records:
                 records = self._checked(records, (), ends, base, where)
             self.seen += scanned
@@ -129,29 +129,26 @@ class TFRecordDecoder:
     def _scan(self, buf: bytes, pos: int):
         """Cuts complete records out of buf[pos:]; the hot loop, kept free of attribute lookups."""
         records: list[bytes] = []
-        crcs: list[int] = []
-        ends: list[int] = []
-        keep, keep_crc, keep_end = records.append, crcs.append, ends.append
-        unpack, cached_crc, crc = _HEADER.unpack_from, self._header_crcs.get, crc32c
-        check, size = self.check_crc, len(buf)
-        track = check or self.record_check is not None  # ends locate records in errors
-        while size - pos >= HEADER_BYTES:
+        ends: list[int] = []  # where each record's data ends: its CRC's offset, and its place in errors
+        keep, keep_end = records.append, ends.append
+        unpack, cached_crc = _HEADER.unpack_from, self._header_crcs.get
+        size = len(buf)
+        last_header = size - HEADER_BYTES
+        while pos <= last_header:
             length, length_crc = unpack(buf, pos)
             if cached_crc(length) != length_crc:
                 status = self._check_header(buf, pos, length, length_crc)
                 if status is not None:
-                    return records, crcs, ends, pos, status
-            end = pos + HEADER_BYTES + length
-            if end + FOOTER_BYTES > size:
-                break
-            data = buf[pos + HEADER_BYTES : end]
-            keep(data)
-            if check:
-                keep_crc(crc(data))
-            if track:
-                keep_end(end)
+                    return records, ends, pos, status
+            start = pos + HEADER_BYTES
+            end = start + length
             pos = end + FOOTER_BYTES
-        return records, crcs, ends, pos, _NEED_MORE
+            if pos > size:
+                pos = start - HEADER_BYTES
+                break
+            keep(buf[start:end])
+            keep_end(end)
+        return records, ends, pos, _NEED_MORE
 
     def _check_header(self, buf: bytes, pos: int, length: int, length_crc: int):
         if self.check_crc and masked_crc32c(buf[pos : pos + 8]) != length_crc:
@@ -163,12 +160,14 @@ class TFRecordDecoder:
         self._header_crcs[length] = length_crc
         return None
 
-    def _verify(self, records, crcs, ends, buf, base, where) -> list[bytes]:
+    def _verify(self, records, ends, buf, base, where) -> list[bytes]:
         """Checks the data CRCs of one scan in a single vectorised comparison (then the records
-        against record_check, if any)."""
+        against record_check, if any). The CRCs are computed by map() in C, not in the scan's
+        loop: 1 KB records, ~0.1 us less each."""
+        crcs = np.fromiter(map(crc32c, records), np.uint32, len(records))
         ends_arr = np.asarray(ends, dtype=np.int64)
         stored = np.frombuffer(buf, np.uint8)[ends_arr[:, None] + np.arange(4)].view("<u4").ravel()
-        bad = np.flatnonzero(mask_array(np.asarray(crcs, dtype=np.uint32)) != stored).tolist()
+        bad = np.flatnonzero(mask_array(crcs) != stored).tolist()
         if self.record_check:
             return self._checked(records, bad, ends, base, where)
         for i in bad:
