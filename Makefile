@@ -17,13 +17,17 @@ SDK2_INSTALLED := $(SDK2)/.installed
 TOOLKIT := .venv-toolkit
 TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 
-.PHONY: demo test bench bench-aws venv container-base clean
+.PHONY: demo test lint bench bench-aws venv container-base clean
 
 demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
 
 test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
 
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.pipe_reader $(BENCH_ARGS)

@@ -92,7 +92,8 @@ class Job:
 def ours(job: Job):
     import tensorflow as tf
 
-    from keras_pipe_train import contract, input as inputs
+    from keras_pipe_train import contract
+    from keras_pipe_train import input as inputs
     from keras_pipe_train.config import JobConfig
 
     config = JobConfig.from_hyperparameters({"num_classes": 10, "image_size": SIZE, "batch_size": BATCH,

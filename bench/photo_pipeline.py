@@ -80,7 +80,8 @@ def per_example(files: list[str], crop: bool):
 def job_pipeline(files: list[str], workdir: Path, augment: str):
     import tensorflow as tf
 
-    from keras_pipe_train import contract, input as inputs
+    from keras_pipe_train import contract
+    from keras_pipe_train import input as inputs
     from keras_pipe_train.config import JobConfig
 
     job = Job(workdir, files, "File")
@@ -103,7 +104,8 @@ def pipelines(counts: dict[str, int], workdir: Path, repeats: int) -> dict:
         make_photos(photos, height, width, counts[name])
         original = prepared(photos, workdir / f"{name}-original", None)
         small = prepared(photos, workdir / f"{name}-512", 512)
-        megabytes = {kind: sum(map(os.path.getsize, files)) / 1e6 for kind, files in (("original", original), ("512", small))}
+        megabytes = {kind: sum(map(os.path.getsize, files)) / 1e6
+                     for kind, files in (("original", original), ("512", small))}
         best: dict[str, tuple[float, float]] = {}
         for _ in range(repeats):
             for kind in KINDS:
@@ -137,7 +139,8 @@ def loop_overhead(steps: int, steps_per_execution: int) -> dict:
 
     def tiny():
         keras.utils.set_random_seed(0)
-        return keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")])
+        return keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                                 keras.layers.Dense(3, activation="softmax")])
 
     trainer = Trainer(tiny(), Cluster(tf.distribute.get_strategy(), 1, 0, True), mixed_precision=False,
                       steps_per_execution=steps_per_execution)

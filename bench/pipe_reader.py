@@ -131,7 +131,7 @@ def run_pipe(workdir: str, path_file: str, batched: bool) -> tuple[int, float]:
 def throughput(quick: bool, workdir: str, repeats: int) -> list[dict]:
     totals = {"100KB": 1 << 30, "1KB": 512 << 20, "100B": 224 << 20}
     if quick:
-        totals = {k: 2 << 20 for k in totals}
+        totals = dict.fromkeys(totals, 2 << 20)
     rows = []
     for name, size in SIZES.items():
         path = os.path.join(workdir, f"{name}.tfrecord")
@@ -212,13 +212,13 @@ def resync_speed(quick: bool) -> dict[str, float]:
         data = memoryview(tfrecord.encode(records) + garbage + tfrecord.encode(records))
         position = 0
 
-        def read(n: int) -> bytes:
+        def read(n: int, data=data) -> bytes:
             nonlocal position
             position += n
             return bytes(data[position - n : position])
 
         decoder = tfrecord.TFRecordDecoder(CorruptionPolicy(1))
-        got, seconds = timed(lambda: sum(len(batch) for batch in decoder.decode(read, "bench")))
+        got, seconds = timed(lambda decoder=decoder, read=read: sum(len(b) for b in decoder.decode(read, "bench")))
         assert got == 2 * len(records), got
         speeds[name] = size / 1e6 / seconds
     return speeds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import collections
 import functools
 import json
 import os
@@ -114,7 +115,7 @@ def run_logged(command: list[str], timeout: float, **options) -> subprocess.Comp
                              f"stdout:\n{tail(err.stdout)}\nstderr:\n{tail(err.stderr)}") from None
 
 
-def start_train(job: "FakeJob", **env: str) -> subprocess.Popen:
+def start_train(job: FakeJob, **env: str) -> subprocess.Popen:
     """container/train on `job`'s fake /opt/ml, in a subprocess whose output (stdout and stderr)
     reads line by line as it comes; `env`: more environment variables."""
     return subprocess.Popen([sys.executable, str(REPO / "container" / "train")], cwd=job.base,
@@ -161,7 +162,7 @@ def digit_records():
     return digit_examples(images, labels, 32), labels.tolist()
 
 
-def write_hyperparameters(job: "FakeJob", **values) -> None:
+def write_hyperparameters(job: FakeJob, **values) -> None:
     """As SageMaker writes them: every value a string."""
     (job.config_dir / "hyperparameters.json").write_text(
         json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}))
@@ -344,3 +345,51 @@ def image():
          "-t", TAG, str(REPO)], capture_output=True, text=True, timeout=1800)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return TAG
+
+
+# Helpers several test modules share
+
+
+def file_channel(fake_job: FakeJob, name: str, records: list[bytes], shards: int = 2) -> None:
+    from pipemode import tfrecord
+
+    fake_job.add_channel(name, mode="File")
+    (fake_job.data_dir / name).mkdir()
+    for i in range(shards):
+        (fake_job.data_dir / name / f"part-{i:05d}.tfrecord").write_bytes(tfrecord.encode(records[i::shards]))
+
+
+def run_train(fake_job: FakeJob, timeout: int = 280) -> subprocess.CompletedProcess:
+    """Runs `train` on the fake job. The time limit stays under pytest's (300 s) so that a job that
+    hangs fails with its own output shown rather than a bare pytest timeout."""
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base)}
+    return run_logged([sys.executable, str(REPO / "container" / "train")], timeout, env=env, cwd=fake_job.base)
+
+
+def job_pid(host_dir) -> int:
+    """The job process of one host: the one whose environment points at the host's /opt/ml."""
+    marker = f"SAGEMAKER_BASE_DIR={host_dir}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                return int(pid)
+        except OSError:
+            continue
+    raise AssertionError(f"no process runs {host_dir}")
+
+
+def audited(audit_file):
+    """{run pid: {epoch: {"batches": {index: digests}, "trained": steps}}}"""
+    runs = collections.defaultdict(lambda: collections.defaultdict(lambda: {"batches": {}, "trained": 0}))
+    for entry in map(json.loads, audit_file.read_text().splitlines()):
+        epoch = runs[entry["pid"]][entry["epoch"]]
+        if "trained_steps" in entry:
+            epoch["trained"] = max(epoch["trained"], entry["trained_steps"])
+        else:
+            epoch["batches"][entry["batch"]] = entry["records"]
+    return runs
+
+
+def trained_records(epoch) -> list[str]:
+    """The records of the batches this run trained on (prefetched batches beyond are not)."""
+    return [d for index, digests in epoch["batches"].items() if index < epoch["trained"] for d in digests]

@@ -11,9 +11,8 @@ import sys
 import keras
 import pytest
 
-from tests.conftest import REPO, FakeJob, run_logged, start_train, write_hyperparameters
-from tests.test_job_e2e import file_channel
 from keras_pipe_train.checkpoints import KEEP, CheckpointError, Checkpoints, Progress
+from tests.conftest import REPO, FakeJob, file_channel, run_logged, start_train, write_hyperparameters
 
 CONFIG = 2
 HPS = dict(num_classes=10, image_size=32, epochs=1, batch_size=32, augment="false")
@@ -81,7 +80,7 @@ def test_another_jobs_checkpoints_are_refused_then_ignored_or_continued_as_told(
 def test_two_jobs_at_once_on_one_folder_each_keep_their_own_checkpoints(tmp_path, digit_records, head_only_weights):
     shared = tmp_path / "checkpoints"
     jobs = {name: job_on(tmp_path / name, shared, digit_records) for name in ("left", "right")}
-    for name, fake in jobs.items():
+    for fake in jobs.values():
         write_hyperparameters(fake, **{**HPS, "weights": str(head_only_weights), "epochs": 5, "other_checkpoints": "ignore"})
     running = [start_train(fake, TRAINING_JOB_NAME=name) for name, fake in jobs.items()]
     outputs = [p.communicate(timeout=280)[0] for p in running]

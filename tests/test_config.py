@@ -5,9 +5,9 @@ import subprocess
 
 import pytest
 
-from tests.conftest import sdk2_python
 from keras_pipe_train.config import HYPERPARAMETERS, JobConfig
 from keras_pipe_train.errors import UserError
+from tests.conftest import sdk2_python
 
 
 def config(**hps):

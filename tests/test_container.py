@@ -21,7 +21,7 @@ def in_container(*args, cwd):
     return [sys.executable, "-m", "keras_pipe_launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
 
 
-def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):  # noqa: F811
+def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):
     command, options = in_container("--train", "train", "--validation", "validation", "--hp", "epochs=2",
                                     *QUICK, "--job-dir", "job", cwd=digit_folders)
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, **options)
@@ -33,7 +33,7 @@ def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):  # noqa: F811
         assert (model / name).is_file(), name
 
 
-def test_a_failing_job_in_the_image_writes_its_failure_file(image, digit_folders):  # noqa: F811
+def test_a_failing_job_in_the_image_writes_its_failure_file(image, digit_folders):
     command, options = in_container("--train", "train", "--hp", "epochs=-3", *QUICK, "--no-validate",
                                     "--job-dir", "job", cwd=digit_folders)
     out = subprocess.run(command, capture_output=True, text=True, timeout=600, **options)
@@ -42,7 +42,7 @@ def test_a_failing_job_in_the_image_writes_its_failure_file(image, digit_folders
     assert failure.startswith("Configuration error: hyperparameter epochs must be >= 0, got -3")
 
 
-def test_sigterm_stops_the_job_in_the_image_well_within_sagemakers_120_s(image, digit_folders):  # noqa: F811
+def test_sigterm_stops_the_job_in_the_image_well_within_sagemakers_120_s(image, digit_folders):
     command, options = in_container("--train", "train", "--hp", "epochs=500", *QUICK, "--job-dir", "job",
                                     cwd=digit_folders)
     runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **options)

@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-from pipemode import PipeConfigError
-
 from keras_pipe_train import contract, failure
 from keras_pipe_train.errors import UserError
+from pipemode import PipeConfigError
 
 
 def test_paths_follow_sagemaker_base_dir(monkeypatch, tmp_path):

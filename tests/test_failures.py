@@ -7,13 +7,12 @@ import time
 
 import pytest
 
-from tests.conftest import png_bomb, read_until, start_train, write_hyperparameters
-from tests.test_job_e2e import file_channel, run_train
 from keras_pipe_train import failure
 from keras_pipe_train.errors import DataError, UserError
 from keras_pipe_train.example import encode_example
 from pipemode import tfrecord
 from pipemode.crc import masked_crc32c
+from tests.conftest import file_channel, png_bomb, read_until, run_train, start_train, write_hyperparameters
 
 CONFIG, DATA, INTERNAL = 2, 3, 1
 OK = dict(num_classes=10, image_size=32, epochs=1, weights="none", batch_size=16, augment="false")
@@ -300,3 +299,32 @@ def test_sigterm_after_the_last_epoch_still_exports_the_model(job, digit_records
     assert "the stop request came after training ended: exporting the model first" in output
     assert (job.base / "model" / "1" / "saved_model.pb").is_file()
     assert not (job.base / "output" / "failure").exists()
+
+
+@pytest.mark.parametrize("error, message, kind, says", [
+    ("UnavailableError", "Collective ops is aborted by: failed to connect to all addresses /job:worker/replica:0/task:1",
+     "cluster error", "the hosts lost each other"),
+    ("DeadlineExceededError", "Collective all-reduce timed out after 600 s", "cluster error", "another host died"),
+    ("UnavailableError", "Socket closed while reading the weights file", "internal error", "a bug in the training job"),
+    ("DataLossError", "corrupted record at 12", "data error", "corrupt data: corrupted record at 12"),
+    ("InvalidArgumentError", "Could not parse example input, value: 'abc'\n\t [[{{node ParseExample}}]]",
+     "data error", "not a valid tf.train.Example"),
+    ("InvalidArgumentError", "Incompatible shapes: [32,10] vs. [32,5]", "internal error", "Incompatible shapes"),
+    ("InvalidArgumentError", "Graph execution error:\n\nFeature: image/encoded (data type: string) is required but "
+     "could not be found.", "data error", "set hyperparameters image_feature and label_feature"),
+])
+def test_tensorflow_errors_are_classified_by_their_class_and_message(error, message, kind, says):
+    import tensorflow as tf
+
+    err = getattr(tf.errors, error)(None, None, message)
+    got_kind, reason = failure.classify(err)
+    assert got_kind == kind and says in reason, (got_kind, reason)
+
+
+def test_a_reader_error_inside_a_tensorflow_error_keeps_its_own_kind():
+    import tensorflow as tf
+
+    err = tf.errors.UnknownError(None, None, "TruncatedRecordError: corrupt record #3 at byte offset 40 of x: "
+                                             "the stream ended 5 bytes into a 20-byte record")
+    assert failure.classify(err) == ("data error", "TruncatedRecordError: corrupt record #3 at byte offset 40 of x: "
+                                                   "the stream ended 5 bytes into a 20-byte record")

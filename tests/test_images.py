@@ -10,8 +10,8 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from tests.conftest import image_bytes, png_bomb
 from keras_pipe_train import images, preprocess
+from tests.conftest import image_bytes, png_bomb
 
 FORMATS = {
     "jpeg": lambda: image_bytes("JPEG"),

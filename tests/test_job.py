@@ -4,11 +4,12 @@ import keras
 import numpy as np
 import pytest
 
-from tests.conftest import write_hyperparameters
-from keras_pipe_train import contract, job as training_job
+from keras_pipe_train import contract
+from keras_pipe_train import job as training_job
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.model import build_backbone
 from pipemode import tfrecord
+from tests.conftest import write_hyperparameters
 
 
 def run_job(fake_job, **hyperparameters):

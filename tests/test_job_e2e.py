@@ -15,25 +15,11 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, FakeJob, png_bomb, run_logged, write_hyperparameters
 from pipemode import tfrecord
+from tests.conftest import FakeJob, file_channel, png_bomb, run_train, write_hyperparameters
 
 TRAIN = 1400  # digits 0..1399 train, 1400.. (397 images) are held out
 MIN_ACCURACY = 0.5
-
-
-def run_train(fake_job: FakeJob, timeout: int = 280) -> subprocess.CompletedProcess:
-    """Runs `train` on the fake job. The time limit stays under pytest's (300 s) so that a job that
-    hangs fails with its own output shown rather than a bare pytest timeout."""
-    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base)}
-    return run_logged([sys.executable, str(REPO / "container" / "train")], timeout, env=env, cwd=fake_job.base)
-
-
-def file_channel(fake_job: FakeJob, name: str, records: list[bytes], shards: int = 2) -> None:
-    fake_job.add_channel(name, mode="File")
-    (fake_job.data_dir / name).mkdir()
-    for i in range(shards):
-        (fake_job.data_dir / name / f"part-{i:05d}.tfrecord").write_bytes(tfrecord.encode(records[i::shards]))
 
 
 @pytest.fixture(scope="session")

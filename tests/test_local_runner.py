@@ -14,8 +14,8 @@ from keras_pipe_launch.channels import ChannelError, ChannelSpec
 from keras_pipe_launch.local import Engine, LocalRun
 from keras_pipe_launch.objects import SourceError, list_objects
 from keras_pipe_launch.pipe_feeder import FeedError, PipeFeeder
-from tests.conftest import QUICK, launch_local, random_records
 from pipemode import PipeModeDataset, tfrecord
+from tests.conftest import QUICK, job_pid, launch_local, random_records
 
 
 def make_objects(folder, count=8, size=1000):
@@ -291,7 +291,6 @@ def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
 
 @pytest.mark.slow
 def test_closing_the_terminal_stops_the_job_instead_of_orphaning_it(digit_folders):
-    from tests.test_multiworker import job_pid
 
     runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "train", "--hp", "epochs=200",
                                *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,

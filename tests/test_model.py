@@ -47,11 +47,11 @@ def test_unfreeze_top_never_trains_batchnorm_and_counts_from_the_top():
     backbone = M.build_backbone("mobilenet_v3_small", 32, None)
     names = M.unfreeze_top(backbone, 12)
     top = backbone.layers[-12:]
-    assert names == [l.name for l in top if l.weights and not isinstance(l, keras.layers.BatchNormalization)]
-    assert not any(l.trainable for l in backbone.layers if isinstance(l, keras.layers.BatchNormalization))
-    assert not any(l.trainable for l in backbone.layers[:-12])
+    assert names == [layer.name for layer in top if layer.weights and not isinstance(layer, keras.layers.BatchNormalization)]
+    assert not any(layer.trainable for layer in backbone.layers if isinstance(layer, keras.layers.BatchNormalization))
+    assert not any(layer.trainable for layer in backbone.layers[:-12])
     everything = M.unfreeze_top(backbone, 10_000)  # more than it has: all but BatchNorm
-    assert len(everything) == sum(1 for l in backbone.layers if l.weights and not isinstance(l, keras.layers.BatchNormalization))
+    assert len(everything) == sum(1 for layer in backbone.layers if layer.weights and not isinstance(layer, keras.layers.BatchNormalization))
     assert M.unfreeze_top(backbone, 0) == []
 
 

@@ -13,9 +13,7 @@ import time
 import pytest
 
 from pipemode import tfrecord
-
-from tests.conftest import QUICK, launch_local
-from tests.test_resume import audited, trained_records
+from tests.conftest import QUICK, audited, job_pid, launch_local, trained_records
 
 pytestmark = pytest.mark.slow
 TWO_HOSTS = ["--instance-count", "2", "--distribution", "ShardedByS3Key"]
@@ -93,18 +91,6 @@ def test_a_host_that_dies_fails_the_job_promptly_with_a_cluster_error(digit_fold
     failure = (digit_folders / "job/algo-1/output/failure").read_text()
     assert failure.startswith("Cluster error: the hosts lost each other ("), failure[:1000]
     assert "another host died or stopped answering" in failure.splitlines()[0]
-
-
-def job_pid(host_dir) -> int:
-    """The job process of one host: the one whose environment points at the host's /opt/ml."""
-    marker = f"SAGEMAKER_BASE_DIR={host_dir}".encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
-                return int(pid)
-        except OSError:
-            continue
-    raise AssertionError(f"no process runs {host_dir}")
 
 
 def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(digit_folders):

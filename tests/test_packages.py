@@ -120,9 +120,10 @@ with open(os.path.join(os.environ["SM_MODEL_DIR"], "result.json"), "w") as f:
 def test_users_train_py_runs_under_the_sagemaker_training_toolkit(tmp_path, job):
     if not TOOLKIT_PYTHON.exists():
         pytest.skip(f"{TOOLKIT_PYTHON} is missing: `make test` creates it (requirements/toolkit.txt)")
-    from pipemode import tfrecord
     import numpy as np
     import tensorflow as tf
+
+    from pipemode import tfrecord
 
     # the source_dir a user uploads: train.py and a requirements.txt naming the reader's wheel
     # (offline here: --no-index; on SageMaker, `pipemode` from an index or the wheel file itself)

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import REPO, random_records
 from pipemode import (
     CorruptRecordError,
     PipeConfigError,
@@ -21,6 +20,7 @@ from pipemode import (
     tfrecord,
 )
 from pipemode.passes import state_file_name
+from tests.conftest import REPO, random_records
 
 
 def records_of(dataset) -> list[bytes]:

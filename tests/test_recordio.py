@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from tests.conftest import random_records, stream_reader
 from pipemode import recordio, tfrecord
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import CorruptRecordError, TruncatedRecordError
+from tests.conftest import random_records, stream_reader
 
 MAGIC = recordio.MAGIC_BYTES
 WHERE = "test stream"
@@ -66,7 +66,7 @@ def test_streams_read_payloads_in_pieces():
     decoder = recordio.RecordIODecoder(CorruptionPolicy())
     got = []
     for stream in decoder.streams(stream_reader(recordio.encode(payloads)), WHERE):
-        got.append(b"".join(iter(lambda: stream.read(3), b"")))
+        got.append(b"".join(iter(lambda stream=stream: stream.read(3), b"")))
     assert got == payloads
 
 

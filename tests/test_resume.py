@@ -12,30 +12,12 @@ import time
 
 import pytest
 
-from tests.conftest import read_until, start_train, write_hyperparameters
-from tests.test_job_e2e import file_channel
 from pipemode import tfrecord
+from tests.conftest import audited, file_channel, read_until, start_train, trained_records, write_hyperparameters
 
 pytestmark = pytest.mark.slow
 RECORDS = 320
 BATCH = 16  # 20 steps per epoch
-
-
-def audited(audit_file):
-    """{run pid: {epoch: {"batches": {index: digests}, "trained": steps}}}"""
-    runs = collections.defaultdict(lambda: collections.defaultdict(lambda: {"batches": {}, "trained": 0}))
-    for entry in map(json.loads, audit_file.read_text().splitlines()):
-        epoch = runs[entry["pid"]][entry["epoch"]]
-        if "trained_steps" in entry:
-            epoch["trained"] = max(epoch["trained"], entry["trained_steps"])
-        else:
-            epoch["batches"][entry["batch"]] = entry["records"]
-    return runs
-
-
-def trained_records(epoch) -> list[str]:
-    """The records of the batches this run trained on (prefetched batches beyond are not)."""
-    return [d for index, digests in epoch["batches"].items() if index < epoch["trained"] for d in digests]
 
 
 @pytest.mark.parametrize("mode", ["Pipe", "File"])

@@ -5,11 +5,11 @@ import struct
 
 import pytest
 
-from tests.conftest import random_records, stream_reader
 from pipemode import tfrecord
 from pipemode.corruption import CorruptionPolicy
 from pipemode.crc import masked_crc32c
 from pipemode.errors import CorruptRecordError, TruncatedRecordError
+from tests.conftest import random_records, stream_reader
 
 WHERE = "test stream"
 
@@ -241,8 +241,15 @@ def test_a_crafted_length_with_a_valid_crc_does_not_reserve_its_size_in_memory(t
     try:
         # a file's read(n) allocates n bytes before reading (a FIFO's too)
         with open(path, "rb") as f, pytest.raises(TruncatedRecordError, match="#4 at byte offset"):
-            [batch for batch in decoder.decode(f.read, WHERE)]
+            list(decoder.decode(f.read, WHERE))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert peak < 200 << 20, f"{peak / 1e6:.0f} MB for a 1 KB stream"
+
+
+def test_header_length_reads_a_records_header_and_refuses_a_damaged_one():
+    record = tfrecord.encode_record(b"x" * 300)
+    assert tfrecord.header_length(record[: tfrecord.HEADER_BYTES]) == 300
+    damaged = bytes([record[0] ^ 1]) + record[1 : tfrecord.HEADER_BYTES]
+    assert tfrecord.header_length(damaged) is None

@@ -52,7 +52,8 @@ class ChannelSpec:
             if value not in allowed:
                 raise ChannelError(f"channel {self.name}: --{field} {value!r} is not one of {', '.join(allowed)}")
         if self.input_mode != "Pipe" and self.compression != "None":
-            raise ChannelError(f"channel {self.name}: --compression Gzip works in Pipe mode only (SageMaker decompresses while streaming)")
+            raise ChannelError(f"channel {self.name}: --compression Gzip works in Pipe mode only "
+                               "(SageMaker decompresses while streaming)")
         if self.input_mode != "Pipe" and self.record_wrapper != "None":
             raise ChannelError(f"channel {self.name}: --record-wrapper RecordIO works in Pipe mode only")
         if self.shuffle_seed is not None and self.shuffle_seed < 0:
@@ -91,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--record-wrapper", default="None", choices=RECORD_WRAPPERS)
     group.add_argument("--compression", default="None", choices=COMPRESSIONS)
     group.add_argument("--distribution", default="FullyReplicated", choices=DISTRIBUTIONS)
-    group.add_argument("--shuffle-seed", type=int, default=None, help="shuffle the S3 keys of every pass with this seed")
+    group.add_argument("--shuffle-seed", type=int, default=None,
+                       help="shuffle the S3 keys of every pass with this seed")
     group.add_argument("--channel-option", action="append", default=[], metavar="NAME:OPTION=VALUE",
                        help="override one option for one channel, e.g. validation:input-mode=File")
 
@@ -111,10 +113,12 @@ def from_arguments(args: argparse.Namespace) -> list[ChannelSpec]:
     for item in args.channel_option:
         match = re.match(r"^([^:]+):([a-z-]+)=(.*)$", item)
         if not match or match.group(2) not in _OPTIONS:
-            raise ChannelError(f"--channel-option {item!r}: expected NAME:OPTION=VALUE with OPTION one of {', '.join(_OPTIONS)}")
+            raise ChannelError(f"--channel-option {item!r}: expected NAME:OPTION=VALUE with OPTION one of "
+                               f"{', '.join(_OPTIONS)}")
         name, option, value = match.groups()
         if name not in sources:
-            raise ChannelError(f"--channel-option {item!r}: there is no channel {name} (channels: {', '.join(sources) or 'none'})")
+            raise ChannelError(f"--channel-option {item!r}: there is no channel {name} "
+                               f"(channels: {', '.join(sources) or 'none'})")
         overrides[name][_OPTIONS[option]] = value
     specs = []
     for name, source in sources.items():
@@ -125,7 +129,8 @@ def from_arguments(args: argparse.Namespace) -> list[ChannelSpec]:
             if values["shuffle_seed"] is not None:
                 values["shuffle_seed"] = int(values["shuffle_seed"])
         except ValueError:
-            raise ChannelError(f"channel {name}: shuffle-seed must be an integer, got {values['shuffle_seed']!r}") from None
+            raise ChannelError(
+                f"channel {name}: shuffle-seed must be an integer, got {values['shuffle_seed']!r}") from None
         specs.append(ChannelSpec(name=name, source=source, **values))
     if not specs:
         raise ChannelError("no channels: give at least --train SOURCE")

@@ -56,8 +56,8 @@ def make_data() -> list[tuple[bytes, int]]:
 def launch_local(step: str, *args: str) -> dict:
     """Runs `keras-pipe local`, shows the interesting lines, returns the job's final metrics."""
     log = OUT / f"{step}.log"
-    command = [sys.executable, "-m", "keras_pipe_launch", "local", "--job-dir", str(OUT / step), "--name", f"demo-{step}",
-               "--hp", "image_size=32", "--hp", "batch_size=32", *args]
+    command = [sys.executable, "-m", "keras_pipe_launch", "local", "--job-dir", str(OUT / step),
+               "--name", f"demo-{step}", "--hp", "image_size=32", "--hp", "batch_size=32", *args]
     print(f"\n$ keras-pipe local {' '.join(command[4:])}", flush=True)
     with open(log, "w") as out:
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

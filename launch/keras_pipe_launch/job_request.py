@@ -85,7 +85,8 @@ def validate(spec: JobSpec) -> list[str]:
                        "TensorFlow image; use a GPU type (ml.g*, ml.p*)")
     if not gpu_instance(spec.instance_type) and not spec.allow_cpu:
         raise JobError(f"--instance-type {spec.instance_type} has no GPU; pass --allow-cpu if a CPU "
-                       "instance is really what you want (the image then needs REQUIREMENTS=requirements/cpu.txt or works slowly)")
+                       "instance is really what you want (the image then needs "
+                       "REQUIREMENTS=requirements/cpu.txt or works slowly)")
     if spec.instance_count < 1:
         raise JobError("--instance-count must be >= 1")
     if not 1 <= spec.volume_size_gb <= 16384:
@@ -110,9 +111,11 @@ def validate(spec: JobSpec) -> list[str]:
         raise JobError("--max-wait only applies to --spot jobs")
     if spec.instance_count > 1:
         for channel in spec.channels:
-            if channel.name != "pretrained" and channel.input_mode == "Pipe" and channel.distribution == "FullyReplicated":
+            streamed_whole = channel.input_mode == "Pipe" and channel.distribution == "FullyReplicated"
+            if channel.name != "pretrained" and streamed_whole:
                 warnings.append(f"channel {channel.name}: with {spec.instance_count} instances and FullyReplicated, "
-                                "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key streams each host only its share")
+                                "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key "
+                                "streams each host only its share")
     secret = [name for name, _ in spec.environment if looks_secret(name)]
     if secret:
         warnings.append(f"--env {', '.join(secret)}: SageMaker keeps a job's environment in plain text, and "

@@ -5,8 +5,9 @@ ShardedByS3Key, or run without Docker Compose. This runner makes, for each host 
 /opt/ml a SageMaker container gets (input/config/*.json, input/data/, model/, output/,
 checkpoints/), copies File/FastFile channels into it, feeds Pipe channels through FIFOs pass
 after pass as the job reads them, and runs the job, as a local process (the installed
-keras_pipe_train, the program container/train runs) or in a container (--image): logs prefixed with the host, Ctrl-C forwarded as SIGTERM (SIGKILL after
-120 s, as SageMaker does), and the job's exit status returned, with its failure file shown.
+keras_pipe_train, the program container/train runs) or in a container (--image): logs prefixed
+with the host, Ctrl-C forwarded as SIGTERM (SIGKILL after 120 s, as SageMaker does), and the
+job's exit status returned, with its failure file shown.
 
     keras-pipe local --train ./data/train --validation ./data/val --hp num_classes=10 ...
 """
@@ -73,7 +74,7 @@ class Engine:
     run_args: tuple[str, ...] = ()
 
     @classmethod
-    def from_environment(cls, command: str | None = None) -> "Engine":
+    def from_environment(cls, command: str | None = None) -> Engine:
         return cls(tuple(shlex.split(command or os.environ.get("LAUNCH_ENGINE") or "docker")),
                    tuple(shlex.split(os.environ.get("LAUNCH_ENGINE_ARGS", ""))))
 
@@ -98,7 +99,7 @@ class LocalRun:
         self.name = name or self.job_dir.name
         self.out = out or sys.stdout
         self.stop_feeding = threading.Event()
-        self.reports: list["PassReport"] = []
+        self.reports: list[PassReport] = []
         self.feed_errors: list[str] = []
         self._lock = threading.Lock()
         self._jobs: dict[str, subprocess.Popen] = {}
@@ -122,7 +123,8 @@ class LocalRun:
             self._objects[spec.name] = list_objects(spec.source)
             if spec.input_mode != "Pipe":  # checked before anything is written
                 self._staging[spec.name] = staging_plan(self._objects[spec.name], ignore_case)
-            self.say(f"channel {spec.name} ({spec.input_mode}): {len(self._objects[spec.name])} objects from {spec.source}")
+            count = len(self._objects[spec.name])
+            self.say(f"channel {spec.name} ({spec.input_mode}): {count} objects from {spec.source}")
         for index, host in enumerate(self.hosts):
             base = self.host_dir(host)
             for folder in ("input/config", "input/data", "model", "output/data"):
@@ -201,14 +203,14 @@ class LocalRun:
     def _feed(self, feeder: PipeFeeder) -> None:
         try:
             feeder.run()
-        except Exception as err:  # noqa: BLE001 - reported, then the job is stopped
+        except Exception as err:
             message = f"feeding {feeder.host}/{feeder.spec.name} failed: {err}"
             with self._lock:
                 self.feed_errors.append(message)
             self.say(f"ERROR {message}; stopping the job")
             self._signal_jobs(signal.SIGTERM)
 
-    def _report(self, report: "PassReport") -> None:
+    def _report(self, report: PassReport) -> None:
         with self._lock:
             if report not in self.reports:
                 self.reports.append(report)
@@ -353,16 +355,16 @@ def add_parser(subparsers) -> None:
                              "in a later run to resume, as a restarted spot job does")
     parser.add_argument("--image", default=None, help="run in this container image instead of a local process")
     parser.add_argument("--engine", default=None,
-                        help='the engine command, e.g. docker or "podman --runtime runc" (default: $LAUNCH_ENGINE or docker)')
+                        help='the engine command, e.g. docker or "podman --runtime runc" '
+                             "(default: $LAUNCH_ENGINE or docker)")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_pipe_train.errors import UserError
-
     from keras_pipe_train.contract import JOB_NAME
+    from keras_pipe_train.errors import UserError
 
     name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     try:

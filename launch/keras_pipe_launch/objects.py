@@ -30,7 +30,7 @@ class StoredObject:
     key: str  # path relative to the source: where File mode puts it, and the feeding order
     size: int
     location: str  # the full path or s3:// URI, for messages
-    store: "LocalStore | S3Store" = dataclasses.field(repr=False, compare=False)
+    store: LocalStore | S3Store = dataclasses.field(repr=False, compare=False)
 
     def open(self) -> BinaryIO:
         return self.store.open(self)
@@ -64,7 +64,8 @@ class LocalStore:
         if self.root.is_file():
             return [StoredObject(self.root.name, self.root.stat().st_size, str(self.root), self)]
         if not self.root.is_dir():
-            raise SourceError(f"{self.root} does not exist" + (" (a dangling symbolic link)" if self.root.is_symlink() else ""))
+            dangling = " (a dangling symbolic link)" if self.root.is_symlink() else ""
+            raise SourceError(f"{self.root} does not exist{dangling}")
         found = []
         for folder, subfolders, files in os.walk(self.root, onerror=self._walk_error):
             subfolders[:] = [d for d in subfolders if not d.startswith(".")]
@@ -190,7 +191,9 @@ def staging_path(obj: StoredObject) -> PurePosixPath:
     return PurePosixPath(key)
 
 
-def staging_plan(objects: list[StoredObject], case_insensitive: bool = False) -> list[tuple[StoredObject, PurePosixPath]]:
+def staging_plan(
+    objects: list[StoredObject], case_insensitive: bool = False
+) -> list[tuple[StoredObject, PurePosixPath]]:
     """(object, relative path) for every object, after checking that no two of them need the same
     path, or one a file where another needs a folder (`d/a` and `d/a/b`)."""
     fold = (lambda p: unicodedata.normalize("NFC", str(p)).casefold()) if case_insensitive else str

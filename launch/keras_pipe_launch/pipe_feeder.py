@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
-import fcntl
 import logging
 import os
 import random
@@ -32,12 +31,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from keras_pipe_launch.channels import ChannelSpec
 from keras_pipe_launch.objects import StoredObject, list_objects
-from pipemode import recordio
-from pipemode.crc import masked_crc32c
+from pipemode import recordio, tfrecord
+from pipemode.fifo import grow_pipe
 
 log = logging.getLogger("keras_pipe_launch.pipe_feeder")
 
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _BLOCK = 1 << 20
 PROGRESS_EVERY_S = 15.0
 
@@ -159,10 +157,7 @@ class PipeFeeder:
             if self.stop.wait(0.02):
                 return None
         os.set_blocking(fd, True)
-        try:
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, _BLOCK)
-        except OSError:
-            pass
+        grow_pipe(fd)
         return fd
 
     def _object_bytes(self, obj: StoredObject) -> Iterator[bytes]:
@@ -270,18 +265,18 @@ class TFRecordCounter:
                 pos += step
                 if self._skip:
                     return
-            need = 12 - len(self._header)
+            need = tfrecord.HEADER_BYTES - len(self._header)
             self._header += data[pos:pos + need]
             pos += min(need, size - pos)
-            if len(self._header) < 12:
+            if len(self._header) < tfrecord.HEADER_BYTES:
                 return
-            length = int.from_bytes(self._header[:8], "little")
-            if masked_crc32c(self._header[:8]) != int.from_bytes(self._header[8:], "little"):
+            length = tfrecord.header_length(self._header)
+            if length is None:
                 self.valid = False
                 return
             self._header = b""
             self.count += 1
-            self._skip = length + 4
+            self._skip = length + tfrecord.FOOTER_BYTES
 
 
 def _write_all(fd: int, data) -> None:

@@ -201,7 +201,8 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
     writers = {"train": ShardWriter(work / "train", int(shard_mb * 1e6)),
                "validation": ShardWriter(work / "validation", int(shard_mb * 1e6))}
     counts = {"train": collections.Counter(), "validation": collections.Counter()}
-    queue = [(where, label, "train") for where, label in train] + [(where, label, "validation") for where, label in validation]
+    queue = ([(where, label, "train") for where, label in train]
+             + [(where, label, "validation") for where, label in validation])
     # S3 reads wait on the network, local ones on the decoder (TensorFlow's ops release the GIL)
     workers = workers or (os.cpu_count() or 1) * (4 if str(source).startswith("s3://") else 1)
     results = in_order(lambda job: check_image(reader, job[0], max_pixels, max_side, quality), queue, workers)
@@ -304,7 +305,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-side", type=int, default=None, metavar="PIXELS",
                         help="store images whose longer side is larger shrunk to it (aspect kept), as JPEG; "
                              "default: the original bytes")
-    parser.add_argument("--jpeg-quality", type=jpeg_quality, default=photos.DEFAULT_QUALITY, metavar="1-100", help=f"of the images --max-side shrinks (default {photos.DEFAULT_QUALITY})")
+    parser.add_argument("--jpeg-quality", type=jpeg_quality, default=photos.DEFAULT_QUALITY, metavar="1-100",
+                        help=f"of the images --max-side shrinks (default {photos.DEFAULT_QUALITY})")
     parser.add_argument("--strict", action="store_true", help="fail if any image is unusable")
     parser.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
                         help="larger images (width x height, from their header) are rejected before decoding, as "

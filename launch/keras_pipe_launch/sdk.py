@@ -33,7 +33,7 @@ def submit(spec: JobSpec, name: str) -> str:
 def _submit_v3(spec: JobSpec) -> str:
     trainer, channels = _model_trainer(spec)
     trainer.train(input_data_config=channels, wait=False, logs=False)
-    return trainer._latest_training_job.training_job_name  # noqa: SLF001 - v3 keeps it only here
+    return trainer._latest_training_job.training_job_name
 
 
 def _model_trainer(spec: JobSpec):
@@ -41,8 +41,18 @@ def _model_trainer(spec: JobSpec):
     import boto3
     from sagemaker.core.helper.session_helper import Session
     from sagemaker.core.training.configs import (
-        Channel, CheckpointConfig, Compute, DataSource, MetricDefinition, Networking, OutputDataConfig,
-        S3DataSource, ShuffleConfig, StoppingCondition, Tag, TensorBoardOutputConfig,
+        Channel,
+        CheckpointConfig,
+        Compute,
+        DataSource,
+        MetricDefinition,
+        Networking,
+        OutputDataConfig,
+        S3DataSource,
+        ShuffleConfig,
+        StoppingCondition,
+        Tag,
+        TensorBoardOutputConfig,
     )
     from sagemaker.train import ModelTrainer
 
@@ -149,12 +159,12 @@ def _estimator(spec: JobSpec):
     return estimator, inputs
 
 
-def tune(spec: "TuningSpec", name: str) -> None:
+def tune(spec: TuningSpec, name: str) -> None:
     """Creates the hyperparameter tuning job (without waiting)."""
     (_tune_v3 if sdk_major_version() >= 3 else _tune_v2)(spec, name)
 
 
-def _tune_v3(spec: "TuningSpec", name: str) -> None:
+def _tune_v3(spec: TuningSpec, name: str) -> None:
     from sagemaker.core.parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
     from sagemaker.train.tuner import HyperparameterTuner
 
@@ -173,7 +183,7 @@ def _tune_v3(spec: "TuningSpec", name: str) -> None:
     tuner.tune(inputs=channels, job_name=name, wait=False)
 
 
-def _tune_v2(spec: "TuningSpec", name: str) -> None:
+def _tune_v2(spec: TuningSpec, name: str) -> None:
     from sagemaker.parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
     from sagemaker.tuner import HyperparameterTuner
 
@@ -183,7 +193,7 @@ def _tune_v2(spec: "TuningSpec", name: str) -> None:
     tuner.fit(inputs=inputs, job_name=name, wait=False)
 
 
-def _tuner_options(spec: "TuningSpec", integer, continuous, categorical) -> dict:
+def _tuner_options(spec: TuningSpec, integer, continuous, categorical) -> dict:
     """Every argument of the SDK's HyperparameterTuner but the training job: v2 and v3 take the
     same ones, with their own parameter range classes (same constructors) given here."""
     def range_of(r):

@@ -170,7 +170,8 @@ def follow(name: str) -> int:
             break
         time.sleep(POLL_S)
     if status == "Completed":
-        print(f"keras-pipe submit: model: {job.get('ModelArtifacts', {}).get('S3ModelArtifacts', '?')}", file=sys.stderr)
+        model = job.get("ModelArtifacts", {}).get("S3ModelArtifacts", "?")
+        print(f"keras-pipe submit: model: {model}", file=sys.stderr)
         return 0
     print(f"keras-pipe submit: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
     return 1

@@ -92,8 +92,9 @@ def tuning_spec_from(args: argparse.Namespace) -> TuningSpec:
     job = spec_from(args)
     static = dict(job.hyperparameters)
     if job.checkpoint_s3_uri and "other_checkpoints" not in static:
-        # The training jobs share the checkpoint prefix, each in its own subfolder (train/keras_pipe_train/checkpoints.py):
-        # a job must resume its own checkpoints (spot) and leave the other jobs' alone.
+        # The training jobs share the checkpoint prefix, each in its own subfolder
+        # (train/keras_pipe_train/checkpoints.py): a job must resume its own checkpoints (spot)
+        # and leave the other jobs' alone.
         static["other_checkpoints"] = "ignore"
     objective_type = args.objective_type or ("Minimize" if args.objective.endswith("loss") else "Maximize")
     return TuningSpec(
@@ -118,7 +119,8 @@ def parse_range(text: str) -> Range:
         return Range(name, "Categorical", values)
     parts = [p.strip() for p in value.split(":")]
     if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in SCALES):
-        raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX or NAME=MIN:MAX:SCALE, SCALE one of {', '.join(SCALES)}")
+        raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX or NAME=MIN:MAX:SCALE, "
+                         f"SCALE one of {', '.join(SCALES)}")
     if name in HYPERPARAMETERS:
         kind = HYPERPARAMETERS[name].tuning_range
         if kind == "Categorical":
@@ -129,7 +131,8 @@ def parse_range(text: str) -> Range:
 
 
 def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> list[str]:
-    """Raises JobError (or keras_pipe_train.errors.UserError) for what would make the tuning job fail; returns warnings."""
+    """Raises JobError (or keras_pipe_train.errors.UserError) for what would make the tuning job
+    fail; returns warnings."""
     warnings = validate(spec.job)
     static = dict(spec.job.hyperparameters)
     names = [r.name for r in spec.ranges]

@@ -196,7 +196,7 @@ class Checkpoints:
         try:
             status = tf.train.Checkpoint(**objects).read(str(path / "state"))
             status.expect_partial() if optimizer is None else status.assert_existing_objects_matched()
-        except Exception as err:  # noqa: BLE001 - truncated or damaged: IndexError, DataLossError, ...
+        except Exception as err:
             log.warning("checkpoint %s is unreadable (%s: %s); using the previous one",
                         path.name, type(err).__name__, str(err)[:200])
             return False
@@ -236,7 +236,8 @@ class Checkpoints:
         changed = sorted(k for k in set(found.settings) | set(self.settings)
                          if found.settings.get(k) != self.settings.get(k))
         differs = ", ".join(f"{k} {found.settings.get(k)!r} -> {self.settings.get(k)!r}" for k in changed[:4])
-        same = "the same settings" if not changed else f"other settings ({differs}{', ...' if len(changed) > 4 else ''})"
+        more = ", ..." if len(changed) > 4 else ""
+        same = f"other settings ({differs}{more})" if changed else "the same settings"
         return f"job {found.job!r} ({found.path.relative_to(self.folder)}, {epoch}, {when}) with {same}"
 
 

@@ -194,7 +194,8 @@ def _augment(name, value):
         return ()
     parts = _list_of_text(name, value, '["crop", "flip"]')
     if parts is None:
-        raise UserError(f"hyperparameter {name} must be true, false or a list of {', '.join(AUGMENTATIONS)}; got {value!r}")
+        raise UserError(f"hyperparameter {name} must be true, false or a list of {', '.join(AUGMENTATIONS)}; "
+                        f"got {value!r}")
     parts = tuple(p.strip().lower() for p in parts if p.strip())
     unknown = [p for p in parts if p not in AUGMENTATIONS]
     if unknown:
@@ -226,7 +227,8 @@ HYPERPARAMETERS = {
     for h in (
         Hyperparameter("epochs", 5, _integer(0), "epochs training the new head on the frozen backbone"),
         Hyperparameter("fine_tune_epochs", 0, _integer(0), "epochs then fine-tuning the top of the backbone too"),
-        Hyperparameter("fine_tune_layers", 20, _integer(0), "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen)"),
+        Hyperparameter("fine_tune_layers", 20, _integer(0),
+                       "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen)"),
         Hyperparameter("batch_size", 32, _integer(1), "examples per step (global, across all GPUs and hosts)"),
         Hyperparameter("learning_rate", 1e-3, _number(0, 10), "Adam learning rate of phase 1"),
         Hyperparameter("fine_tune_learning_rate", 1e-5, _number(0, 10), "Adam learning rate of phase 2"),
@@ -238,16 +240,27 @@ HYPERPARAMETERS = {
         Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
         Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
         Hyperparameter("augment", "true", _augment, "true, false, or some of crop,flip,color"),
-        Hyperparameter("steps_per_execution", "auto", _auto_or(_integer(1, 1000)), "training steps per call into TensorFlow (the host reads metrics once per call): more keeps a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
+        Hyperparameter("steps_per_execution", "auto", _auto_or(_integer(1, 1000)),
+                       "training steps per call into TensorFlow (the host reads metrics once per call): more keeps "
+                       "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
-        Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION), "float16 compute; auto: on when a GPU is present"),
-        Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0), "corrupt or unusable records (not an image, too large, bad label) tolerated per pass and channel, each logged"),
-        Hyperparameter("max_image_pixels", DEFAULT_MAX_PIXELS, _integer(1), "largest image accepted (width x height, read from its header before decoding); larger ones are unusable records"),
-        Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400), "seconds to wait for a Pipe-mode FIFO and its writer"),
-        Hyperparameter("collective_timeout", 600, _number(0, 86400), "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
+        Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION),
+                       "float16 compute; auto: on when a GPU is present"),
+        Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0),
+                       "corrupt or unusable records (not an image, too large, bad label) tolerated per pass and "
+                       "channel, each logged"),
+        Hyperparameter("max_image_pixels", DEFAULT_MAX_PIXELS, _integer(1),
+                       "largest image accepted (width x height, read from its header before decoding); larger ones "
+                       "are unusable records"),
+        Hyperparameter("pipe_wait_timeout", 600, _number(0, 86400),
+                       "seconds to wait for a Pipe-mode FIFO and its writer"),
+        Hyperparameter("collective_timeout", 600, _number(0, 86400),
+                       "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
         Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
-        Hyperparameter("other_checkpoints", "refuse", _choice(OTHER_CHECKPOINTS), "when the checkpoint folder holds another job's checkpoints: refuse to start, resume the newest written with the same settings, or ignore them and train afresh"),
+        Hyperparameter("other_checkpoints", "refuse", _choice(OTHER_CHECKPOINTS),
+                       "when the checkpoint folder holds another job's checkpoints: refuse to start, resume the "
+                       "newest written with the same settings, or ignore them and train afresh"),
     )
 }
 
@@ -280,7 +293,7 @@ class JobConfig:
     other_checkpoints: str
 
     @classmethod
-    def from_hyperparameters(cls, raw: dict) -> "JobConfig":
+    def from_hyperparameters(cls, raw: dict) -> JobConfig:
         unknown = sorted(
             name for name in raw
             if name not in HYPERPARAMETERS

@@ -18,9 +18,8 @@ import os
 import re
 from pathlib import Path
 
-from pipemode import channels
-
 from keras_pipe_train.errors import UserError
+from pipemode import channels
 
 # The reader owns the part of the contract it needs (the base directory, inputdataconfig.json);
 # the job builds on it, so both read the same files the same way.

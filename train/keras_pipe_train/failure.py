@@ -12,9 +12,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from pipemode.errors import PipeConfigError, PipeDataError, PipeModeError, reader_error
-
 from keras_pipe_train.errors import JobError
+from pipemode.errors import PipeConfigError, PipeDataError, PipeModeError, reader_error
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,8 @@ def _classify_tf(err, tf_errors) -> tuple[str, str]:
         )
     if isinstance(err, tf_errors.DataLossError):
         return "data error", f"corrupt data: {first}"
-    if isinstance(err, tf_errors.InvalidArgumentError) and "Example" in first:
+    # (tf.io.parse_example's own message: "Could not parse example input, value: ...")
+    if isinstance(err, tf_errors.InvalidArgumentError) and "example" in first.lower():
         return "data error", f"a record is not a valid tf.train.Example: {first}"
     return "internal error", f"{type(err).__name__}: {first} (a bug in the training job, please report it)"
 

@@ -78,7 +78,8 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
             continue
         if phase is not configured:
             configure(phase, backbone, config, from_scratch, trainer)
-        for epoch in range(max(epoch, phase.start), phase.end):
+        resume_at = max(epoch, phase.start)
+        for epoch in range(resume_at, phase.end):
             started = time.perf_counter()
             train_input = inputs.training_input(channels["train"], layout, config, epoch, step, audit, trainer.stop)
             train = cluster.strategy.distribute_datasets_from_function(train_input)
@@ -151,7 +152,8 @@ def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], r
                         mixed_precision: bool) -> dict:
     """What makes checkpoints this job's: they are resumed only by a job with the same settings."""
     settings = {name: value for name, value in dataclasses.asdict(config).items() if name not in RESUMABLE_CHANGES}
-    settings["channels"] = {name: [c.input_mode, c.distribution, c.record_wrapper] for name, c in sorted(channels.items())}
+    settings["channels"] = {name: [c.input_mode, c.distribution, c.record_wrapper]
+                            for name, c in sorted(channels.items())}
     settings["hosts"] = len(resources.hosts)
     settings["mixed_precision"] = mixed_precision  # (auto resolves to on or off: the optimizer differs)
     return json.loads(json.dumps(settings))  # as progress.json gives them back: lists, not tuples

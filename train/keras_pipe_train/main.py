@@ -49,9 +49,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from pipemode import allocator
-
     from keras_pipe_train import contract, failure
+    from pipemode import allocator
 
     allocator.keep_record_memory()
 
@@ -77,7 +76,7 @@ def main() -> int:
         except Stopped as stopped:  # not a failure: no failure file
             log.warning("%s", stopped)
             return STOPPED_EXIT_CODE
-    except BaseException as err:  # noqa: BLE001 - the one place every failure is reported
+    except BaseException as err:
         return failure.report(err, layout.failure)
     log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))
     return 0

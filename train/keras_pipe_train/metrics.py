@@ -1,7 +1,7 @@
 """Metric lines in a stable `name=value` format, the regexes that catch them, and metrics.json.
 
 Each epoch prints one line to stdout, e.g.
-    metrics: epoch=3 phase=fine_tune train_loss=0.2314 train_accuracy=0.9312 val_loss=0.3011 val_accuracy=0.9 
+    metrics: epoch=3 phase=fine_tune train_loss=0.2314 train_accuracy=0.9312 val_loss=0.3011 val_accuracy=0.9
 SageMaker extracts metrics from the job's log with regexes (MetricDefinitions); the launcher
 sends METRIC_DEFINITIONS, made here from the same names, so the two cannot drift apart.
 """

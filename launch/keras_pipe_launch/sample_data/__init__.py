@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 
 DIGITS = Path(__file__).with_name("digits.npz")
-CLASS_NAMES = tuple(str(d) for d in range(10))
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:

@@ -59,7 +59,7 @@ class ChannelConfig:
     content_type: str | None = None
 
     @classmethod
-    def from_json(cls, name: str, entry: dict, source: str) -> "ChannelConfig":
+    def from_json(cls, name: str, entry: dict, source: str) -> ChannelConfig:
         if not isinstance(entry, dict):
             raise PipeConfigError(f"{source}: channel {name!r} must be a JSON object, got {entry!r}")
         mode = entry.get("TrainingInputMode", "File")

@@ -16,7 +16,7 @@ from pipemode.reader import DEFAULT_WAIT_TIMEOUT_S, PipeReader
 from pipemode.tfrecord import MAX_RECORD_BYTES
 
 
-def PipeModeDataset(  # noqa: N802 - named like AWS's class so that moving over is one import
+def PipeModeDataset(
     channel: str,
     record_format: str = "RecordIO",
     state_dir: str | os.PathLike | None = None,

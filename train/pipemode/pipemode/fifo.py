@@ -50,7 +50,7 @@ def open_fifo(path: str, timeout: float, describe: str, interrupt: threading.Eve
     try:
         if stat.S_ISFIFO(mode):
             _wait_for_writer(fd, path, deadline, timeout, describe, waits)
-            _grow_pipe(fd)
+            grow_pipe(fd)
         return FifoStream(fd, waits)
     except BaseException:
         os.close(fd)
@@ -156,7 +156,9 @@ def _wait_for_writer(fd: int, path: str, deadline: float, timeout: float, descri
         waits.pause(0)
 
 
-def _grow_pipe(fd: int) -> None:
+def grow_pipe(fd: int) -> None:
+    """Pipe buffer of PIPE_BUFFER_BYTES for the pipe `fd` is either end of (the reader here, the
+    writer in the local feeder), where the system allows it."""
     try:
         fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_BUFFER_BYTES)
     except OSError as err:  # EPERM over /proc/sys/fs/pipe-max-size, EBUSY: keep the default

@@ -44,7 +44,8 @@ class FileReader:
         if max_corrupted_records_to_skip < 0:
             raise PipeConfigError(f"max_corrupted_records_to_skip must be >= 0, got {max_corrupted_records_to_skip}")
         self.files, self.channel = list(files), channel
-        self.max_skips, self.check_crc, self.max_record_bytes = max_corrupted_records_to_skip, check_crc, max_record_bytes
+        self.max_skips = max_corrupted_records_to_skip
+        self.check_crc, self.max_record_bytes = check_crc, max_record_bytes
         self.record_check, self.cycle_length = record_check, cycle_length
         self.history: list[PassStats] = []
 

@@ -65,6 +65,12 @@ def _read_in_pieces(read: Read, count: int) -> bytes:
     return b"".join(pieces)
 
 
+def header_length(header: bytes) -> int | None:
+    """The data length a record's HEADER_BYTES-byte header gives, or None if its CRC does not match."""
+    length, length_crc = _HEADER.unpack_from(header)
+    return length if masked_crc32c(header[:8]) == length_crc else None
+
+
 def encode_record(data: bytes) -> bytes:
     length = _LENGTH.pack(len(data))
     return b"".join(
