@@ -48,7 +48,7 @@ if __name__ == "__main__":
     artifacts, error = None, None
     try:
         artifacts = (v2 if job["sdk"] == "v2" else v3)(job)
-    except Exception as err:
+    except Exception as err:  # any failure: reported to the test, which asserts on it
         error = f"{type(err).__name__}: {err}"
         found = glob.glob(os.path.join(job["output"], "**", "output.tar.gz"), recursive=True)
         artifacts = os.path.dirname(found[0]) if found else None

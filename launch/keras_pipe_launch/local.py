@@ -203,7 +203,7 @@ class LocalRun:
     def _feed(self, feeder: PipeFeeder) -> None:
         try:
             feeder.run()
-        except Exception as err:
+        except Exception as err:  # any failure: reported, then the job is stopped
             message = f"feeding {feeder.host}/{feeder.spec.name} failed: {err}"
             with self._lock:
                 self.feed_errors.append(message)

@@ -33,7 +33,7 @@ def submit(spec: JobSpec, name: str) -> str:
 def _submit_v3(spec: JobSpec) -> str:
     trainer, channels = _model_trainer(spec)
     trainer.train(input_data_config=channels, wait=False, logs=False)
-    return trainer._latest_training_job.training_job_name
+    return trainer._latest_training_job.training_job_name  # (private: v3 keeps it only here)
 
 
 def _model_trainer(spec: JobSpec):

@@ -196,7 +196,7 @@ class Checkpoints:
         try:
             status = tf.train.Checkpoint(**objects).read(str(path / "state"))
             status.expect_partial() if optimizer is None else status.assert_existing_objects_matched()
-        except Exception as err:
+        except Exception as err:  # truncated or damaged: IndexError, DataLossError, ...
             log.warning("checkpoint %s is unreadable (%s: %s); using the previous one",
                         path.name, type(err).__name__, str(err)[:200])
             return False

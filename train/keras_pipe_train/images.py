@@ -39,7 +39,7 @@ def problem(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> str | None:
     """Why `data` cannot be used as an image, or None."""
     if not data:
         return "is empty (0 bytes)"
-    Image = _pillow()
+    Image = _pillow()  # (Pillow's own name)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Pillow's warnings about odd but readable headers

@@ -76,7 +76,7 @@ def main() -> int:
         except Stopped as stopped:  # not a failure: no failure file
             log.warning("%s", stopped)
             return STOPPED_EXIT_CODE
-    except BaseException as err:
+    except BaseException as err:  # the one place every failure is reported
         return failure.report(err, layout.failure)
     log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))
     return 0

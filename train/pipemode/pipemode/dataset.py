@@ -16,7 +16,7 @@ from pipemode.reader import DEFAULT_WAIT_TIMEOUT_S, PipeReader
 from pipemode.tfrecord import MAX_RECORD_BYTES
 
 
-def PipeModeDataset(
+def PipeModeDataset(  # named like AWS's class: moving over is one import
     channel: str,
     record_format: str = "RecordIO",
     state_dir: str | os.PathLike | None = None,
