@@ -4,7 +4,7 @@
     python -m bench.input_pipeline --quick    # tiny: a correctness check, not a benchmark
 
 Measured side by side in one run (best of the repeats), on the same JPEG TFRecords:
-  pipe        the job's training pipeline (train/keras_pipe_train/input.py: shuffle, batch, parse_example, fused
+  pipe        the job's training pipeline (train/keras_pipe_train/datasets.py: shuffle, batch, parse_example, fused
               JPEG decode-and-crop, resize, flip, brightness/contrast) fed from Pipe-mode FIFOs
   files       the same pipeline fed from the TFRecord files (File mode)
   naive       TFRecordDataset -> parse_single_example -> decode_jpeg -> resize -> batch, one map
@@ -92,15 +92,14 @@ class Job:
 def ours(job: Job):
     import tensorflow as tf
 
-    from keras_pipe_train import contract
-    from keras_pipe_train import input as inputs
+    from keras_pipe_train import contract, datasets
     from keras_pipe_train.config import JobConfig
 
     config = JobConfig.from_hyperparameters({"num_classes": 10, "image_size": SIZE, "batch_size": BATCH,
                                              "shuffle_buffer": 256})
     channel = contract.read_input_data_config()["train"]
     # one epoch's pipeline as the job builds it, on one device (a default InputContext)
-    return inputs.training_input(channel, contract.paths(), config, epoch=0)(tf.distribute.InputContext())
+    return datasets.training_input(channel, contract.paths(), config, epoch=0)(tf.distribute.InputContext())
 
 
 def naive(files: list[str], parallelised_by_tf: bool = True):

@@ -8,7 +8,7 @@ Photos of 500x375, 2000x1500 and 4032x3024 (12 MP) pixels, JPEG quality 90, are 
 64, by pipelines compared at equal augmentation:
   per-example      the usual tf.data recipe: TFRecordDataset -> parse_single_example -> decode_jpeg
                    -> resize -> flip -> brightness/contrast -> batch, one map each
-  job              the job's pipeline (train/keras_pipe_train/input.py) with the same augmentation (augment=flip,color):
+  job              the job's pipeline (keras_pipe_train/datasets.py) with the same augmentation (augment=flip,color):
                    batched parsing, each JPEG decoded at the smallest scale that keeps 224 pixels
   per-example+crop the recipe with the job's default random crop (25-100 % of the area) first
   job+crop         the job's default pipeline (augment=crop,flip,color): fused crop-and-decode
@@ -80,15 +80,14 @@ def per_example(files: list[str], crop: bool):
 def job_pipeline(files: list[str], workdir: Path, augment: str):
     import tensorflow as tf
 
-    from keras_pipe_train import contract
-    from keras_pipe_train import input as inputs
+    from keras_pipe_train import contract, datasets
     from keras_pipe_train.config import JobConfig
 
     job = Job(workdir, files, "File")
     config = JobConfig.from_hyperparameters({"num_classes": 2, "image_size": SIZE, "batch_size": BATCH,
                                              "shuffle_buffer": 256, "augment": augment})
     channel = contract.read_input_data_config()["train"]
-    return inputs.training_input(channel, contract.paths(), config, epoch=0)(tf.distribute.InputContext()), job
+    return datasets.training_input(channel, contract.paths(), config, epoch=0)(tf.distribute.InputContext()), job
 
 
 def rate(dataset) -> tuple[float, float]:

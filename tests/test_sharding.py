@@ -1,4 +1,4 @@
-"""Which records each worker reads when several hosts train together (train/keras_pipe_train/input.py).
+"""Which records each worker reads when several hosts train together (train/keras_pipe_train/datasets.py).
 
 ShardedByS3Key: SageMaker already gave each host its own objects, so a worker reads all it got.
 FullyReplicated: every host got everything, so each worker keeps its share: whole files when there
@@ -9,8 +9,7 @@ import collections
 import pytest
 import tensorflow as tf
 
-from keras_pipe_train import contract
-from keras_pipe_train import input as inputs
+from keras_pipe_train import contract, datasets
 from keras_pipe_train.config import JobConfig
 from pipemode import tfrecord
 
@@ -22,7 +21,7 @@ def worker_records(job, channel: str, worker: int) -> list[bytes]:
     spec = contract.read_input_data_config(job.config_dir)[channel]
     context = tf.distribute.InputContext(num_input_pipelines=WORKERS, input_pipeline_id=worker,
                                          num_replicas_in_sync=WORKERS)
-    dataset, _ = inputs.records(spec, contract.paths(job.base), CONFIG, shard=inputs.worker_shard(spec, context))
+    dataset, _ = datasets.records(spec, contract.paths(job.base), CONFIG, shard=datasets.worker_shard(spec, context))
     return [r.numpy() for r in dataset]
 
 

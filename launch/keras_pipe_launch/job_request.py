@@ -24,8 +24,9 @@ _BASE_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$")  # + "-YYYYmmddHH
 _IMAGE = re.compile(r"^[^\s]+/[^\s]+(:[\w.-]+|@sha256:[0-9a-f]{64})?$")
 
 
-class JobError(ValueError):
-    """A job described wrongly: the message says what to change."""
+class RequestError(ValueError):
+    """A training job request described wrongly: the message says what to change. (The job's own
+    failures are keras_pipe_train.errors.JobError and its kinds.)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,46 +70,46 @@ def training_instance_types() -> list[str]:
 
 
 def validate(spec: JobSpec) -> list[str]:
-    """Raises JobError for what would make the job fail or misbehave; returns warnings."""
+    """Raises RequestError for what would make the job fail or misbehave; returns warnings."""
     warnings = []
     if not _IMAGE.match(spec.image_uri):
-        raise JobError(f"--image-uri {spec.image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
+        raise RequestError(f"--image-uri {spec.image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
                        "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
     if not _ROLE.match(spec.role):
-        raise JobError(f"--role {spec.role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
+        raise RequestError(f"--role {spec.role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
                        "a bare name makes the SDK call iam:GetRole")
     if spec.instance_type not in training_instance_types():
-        raise JobError(f"--instance-type {spec.instance_type!r} is not a SageMaker training instance type "
+        raise RequestError(f"--instance-type {spec.instance_type!r} is not a SageMaker training instance type "
                        "(e.g. ml.g5.xlarge, ml.g5.12xlarge, ml.p4d.24xlarge)")
     if spec.instance_type.startswith(("ml.trn", "ml.inf")):
-        raise JobError(f"--instance-type {spec.instance_type}: AWS Trainium/Inferentia do not run this "
+        raise RequestError(f"--instance-type {spec.instance_type}: AWS Trainium/Inferentia do not run this "
                        "TensorFlow image; use a GPU type (ml.g*, ml.p*)")
     if not gpu_instance(spec.instance_type) and not spec.allow_cpu:
-        raise JobError(f"--instance-type {spec.instance_type} has no GPU; pass --allow-cpu if a CPU "
+        raise RequestError(f"--instance-type {spec.instance_type} has no GPU; pass --allow-cpu if a CPU "
                        "instance is really what you want (the image then needs "
                        "REQUIREMENTS=requirements/cpu.txt or works slowly)")
     if spec.instance_count < 1:
-        raise JobError("--instance-count must be >= 1")
+        raise RequestError("--instance-count must be >= 1")
     if not 1 <= spec.volume_size_gb <= 16384:
-        raise JobError("--volume-size must be 1 to 16384 GB")
+        raise RequestError("--volume-size must be 1 to 16384 GB")
     if not 1 <= spec.max_run_s <= 28 * 24 * 3600:
-        raise JobError("--max-run must be 1 s to 28 days")
+        raise RequestError("--max-run must be 1 s to 28 days")
     for what, uri in (("--output-path", spec.output_path), ("--checkpoint-s3-uri", spec.checkpoint_s3_uri),
                       ("--tensorboard-s3-uri", spec.tensorboard_s3_uri)):
         if uri is not None:
             _s3(what, uri)
     names = [c.name for c in spec.channels]
     if "train" not in names:
-        raise JobError("a train channel is required: --train s3://bucket/prefix")
+        raise RequestError("a train channel is required: --train s3://bucket/prefix")
     for channel in spec.channels:
         _s3(f"channel {channel.name}", channel.source)
     if spec.spot:
         if not spec.checkpoint_s3_uri:
-            raise JobError("--spot needs --checkpoint-s3-uri: an interrupted spot job resumes from its checkpoints")
+            raise RequestError("--spot needs --checkpoint-s3-uri: an interrupted spot job resumes from its checkpoints")
         if spec.max_wait_s is not None and spec.max_wait_s < spec.max_run_s:
-            raise JobError(f"--max-wait ({spec.max_wait_s} s) must be at least --max-run ({spec.max_run_s} s)")
+            raise RequestError(f"--max-wait ({spec.max_wait_s} s) must be at least --max-run ({spec.max_run_s} s)")
     elif spec.max_wait_s is not None:
-        raise JobError("--max-wait only applies to --spot jobs")
+        raise RequestError("--max-wait only applies to --spot jobs")
     if spec.instance_count > 1:
         for channel in spec.channels:
             streamed_whole = channel.input_mode == "Pipe" and channel.distribution == "FullyReplicated"
@@ -125,9 +126,9 @@ def validate(spec: JobSpec) -> list[str]:
         warnings.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "
                         "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")
     if not _BASE_NAME.match(spec.base_job_name):
-        raise JobError(f"--base-job-name {spec.base_job_name!r}: 1-48 letters, digits and hyphens")
+        raise RequestError(f"--base-job-name {spec.base_job_name!r}: 1-48 letters, digits and hyphens")
     if spec.job_name is not None and not JOB_NAME.match(spec.job_name):
-        raise JobError(f"--job-name {spec.job_name!r}: 1-63 letters, digits and hyphens")
+        raise RequestError(f"--job-name {spec.job_name!r}: 1-63 letters, digits and hyphens")
     return warnings
 
 
@@ -135,7 +136,7 @@ def _s3(what: str, uri: str) -> None:
     try:
         parse_s3_uri(uri)
     except SourceError as err:
-        raise JobError(f"{what}: {err}") from None
+        raise RequestError(f"{what}: {err}") from None
 
 
 def create_training_job_request(spec: JobSpec, name: str | None = None) -> dict:
@@ -190,4 +191,4 @@ def channel_request(channel: ChannelSpec) -> dict:
     return entry
 
 
-__all__ = ["ChannelError", "JobError", "JobSpec", "create_training_job_request", "validate"]
+__all__ = ["ChannelError", "RequestError", "JobSpec", "create_training_job_request", "validate"]

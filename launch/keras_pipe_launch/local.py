@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from keras_pipe_launch import channels as channel_args
 from keras_pipe_launch import hyperparameters, secrets
-from keras_pipe_launch.channels import ChannelError, ChannelSpec
+from keras_pipe_launch.channels import ChannelSpec
 from keras_pipe_launch.cli import UsageError, key_values
 from keras_pipe_launch.objects import SourceError, StoredObject, case_insensitive, list_objects, staging_plan
 
@@ -85,7 +85,7 @@ class LocalRun:
                  name: str | None = None, checkpoint_dir: Path | None = None,
                  environment: dict[str, str] | None = None, out=None):
         if instance_count < 1:
-            raise ChannelError("--instance-count must be >= 1")
+            raise UsageError("--instance-count must be >= 1")
         self.job_dir = Path(job_dir).resolve()
         # Every host's /opt/ml/checkpoints is this one folder, as on SageMaker each host's is synced
         # with the same checkpoint_s3_uri; a folder kept between runs lets a job resume, as a
@@ -117,7 +117,7 @@ class LocalRun:
     def prepare(self) -> None:
         """Lists every channel's objects once, then lays out each host's /opt/ml."""
         if self.job_dir.exists() and any(self.job_dir.iterdir()):
-            raise ChannelError(f"job directory {self.job_dir} is not empty: give a new --job-dir")
+            raise UsageError(f"job directory {self.job_dir} is not empty: give a new --job-dir")
         ignore_case = case_insensitive(self.job_dir)
         for spec in self.channels:
             self._objects[spec.name] = list_objects(spec.source)

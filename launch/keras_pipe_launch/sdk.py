@@ -10,7 +10,7 @@ import os
 from importlib import metadata
 from typing import TYPE_CHECKING
 
-from keras_pipe_launch.job_request import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOCAL_PATH, JobError, JobSpec
+from keras_pipe_launch.job_request import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOCAL_PATH, JobSpec, RequestError
 from keras_pipe_train.metrics import METRIC_DEFINITIONS
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ def sdk_major_version() -> int:
     try:
         return int(metadata.version("sagemaker").split(".")[0])
     except metadata.PackageNotFoundError:
-        raise JobError("the SageMaker Python SDK is not installed: pip install 'sagemaker>=3' "
+        raise RequestError("the SageMaker Python SDK is not installed: pip install 'sagemaker>=3' "
                        "(or 'sagemaker<3' for SDK v2)") from None
 
 

@@ -25,7 +25,7 @@ import time
 from keras_pipe_launch import channels as channel_args
 from keras_pipe_launch import hyperparameters, secrets
 from keras_pipe_launch.cli import UsageError, key_values
-from keras_pipe_launch.job_request import JobError, JobSpec, create_training_job_request, validate
+from keras_pipe_launch.job_request import JobSpec, RequestError, create_training_job_request, validate
 
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_validate:
             hyperparameters.check(dict(spec.hyperparameters))
         use_region(args)
-    except (UsageError, JobError, UserError) as err:
+    except (UsageError, RequestError, UserError) as err:
         print(f"keras-pipe submit: error: {err}", file=sys.stderr)
         return 2
     name = spec.name()
@@ -116,7 +116,7 @@ def use_region(args: argparse.Namespace) -> None:
     if args.region:
         os.environ["AWS_DEFAULT_REGION"] = args.region
     if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
-        raise JobError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+        raise RequestError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
 
 
 def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings: list[str], request: dict,
@@ -137,7 +137,7 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
         print(f"launch {command}: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
         name = create()
         print(f"launch {command}: created {what} {name}", file=sys.stderr)
-    except JobError as err:
+    except RequestError as err:
         print(f"launch {command}: error: {err}", file=sys.stderr)
         return 2
     print(name)

@@ -28,7 +28,7 @@ import time
 
 from keras_pipe_launch import hyperparameters
 from keras_pipe_launch.cli import UsageError
-from keras_pipe_launch.job_request import JobError, JobSpec, create_training_job_request, validate
+from keras_pipe_launch.job_request import JobSpec, RequestError, create_training_job_request, validate
 from keras_pipe_launch.submit import add_job_arguments, dry_run_or_send, spec_from, use_region
 from keras_pipe_train.metrics import METRIC_DEFINITIONS
 
@@ -131,27 +131,27 @@ def parse_range(text: str) -> Range:
 
 
 def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> list[str]:
-    """Raises JobError (or keras_pipe_train.errors.UserError) for what would make the tuning job
+    """Raises RequestError (or keras_pipe_train.errors.UserError) for what would make the tuning job
     fail; returns warnings."""
     warnings = validate(spec.job)
     static = dict(spec.job.hyperparameters)
     names = [r.name for r in spec.ranges]
     if not spec.ranges:
-        raise JobError("give at least one --range: the hyperparameters to tune")
+        raise RequestError("give at least one --range: the hyperparameters to tune")
     if spec.job.tensorboard_s3_uri:
-        raise JobError("--tensorboard-s3-uri: tuning jobs have no TensorBoard output (SageMaker's API has no "
+        raise RequestError("--tensorboard-s3-uri: tuning jobs have no TensorBoard output (SageMaker's API has no "
                        "place for it); each training job's metrics are in its own description and logs")
     if len(names) > MAX_RANGES:
-        raise JobError(f"{len(names)} ranges: SageMaker tunes at most {MAX_RANGES} hyperparameters")
+        raise RequestError(f"{len(names)} ranges: SageMaker tunes at most {MAX_RANGES} hyperparameters")
     repeated = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(static)))
     if repeated:
-        raise JobError(f"{', '.join(repeated)}: give each hyperparameter once, as --range or as --hp")
+        raise RequestError(f"{', '.join(repeated)}: give each hyperparameter once, as --range or as --hp")
     if not 1 <= spec.max_parallel_jobs <= spec.max_jobs:
-        raise JobError(f"--max-parallel-jobs ({spec.max_parallel_jobs}) must be 1 to --max-jobs ({spec.max_jobs})")
+        raise RequestError(f"--max-parallel-jobs ({spec.max_parallel_jobs}) must be 1 to --max-jobs ({spec.max_jobs})")
     if spec.strategy == "Grid" and any(r.kind != "Categorical" for r in spec.ranges):
-        raise JobError("--strategy Grid tries every combination: give each --range as a list of values (A,B,...)")
+        raise RequestError("--strategy Grid tries every combination: give each --range as a list of values (A,B,...)")
     if spec.objective.startswith("validation:") and "validation" not in [c.name for c in spec.job.channels]:
-        raise JobError(f"--objective {spec.objective} is measured on the validation channel: give --validation "
+        raise RequestError(f"--objective {spec.objective} is measured on the validation channel: give --validation "
                        "(or tune on a train: metric, which rewards overfitting)")
     if spec.job.spot and spec.job.checkpoint_s3_uri:
         warnings.append("each training job starts with a copy of the whole --checkpoint-s3-uri prefix, its own "
@@ -169,21 +169,21 @@ def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
     for r in spec.ranges:
         if r.name not in HYPERPARAMETERS:
             tunable = [h.name for h in HYPERPARAMETERS.values() if h.tuning_range != "Categorical"]
-            raise JobError(f"--range {r.name}: not a hyperparameter of the job; numbers to tune: "
+            raise RequestError(f"--range {r.name}: not a hyperparameter of the job; numbers to tune: "
                            f"{', '.join(tunable)} (any other as a list of values)")
         parse = HYPERPARAMETERS[r.name].parse
         try:
             parsed = [parse(r.name, v) for v in r.values]
         except UserError as err:
-            raise JobError(f"--range {r.name}: {err}") from None
+            raise RequestError(f"--range {r.name}: {err}") from None
         if r.kind != "Categorical":
             low, high = parsed
             if low >= high:
-                raise JobError(f"--range {r.name}: MIN ({r.values[0]}) must be below MAX ({r.values[1]})")
+                raise RequestError(f"--range {r.name}: MIN ({r.values[0]}) must be below MAX ({r.values[1]})")
             if r.scale in ("Logarithmic", "ReverseLogarithmic") and low <= 0:
-                raise JobError(f"--range {r.name}: a logarithmic scale needs MIN > 0")
+                raise RequestError(f"--range {r.name}: a logarithmic scale needs MIN > 0")
             if r.scale == "ReverseLogarithmic" and (r.kind != "Continuous" or high >= 1):
-                raise JobError(f"--range {r.name}: reverse-log is for numbers in [0, 1), not {r.kind.lower()}s")
+                raise RequestError(f"--range {r.name}: reverse-log is for numbers in [0, 1), not {r.kind.lower()}s")
     # the trials' corners: all lows, all highs (and each categorical's first and last)
     for end in (0, -1):
         hyperparameters.check({**static, **{r.name: r.values[end] for r in spec.ranges}})
@@ -232,7 +232,7 @@ def check_request(request: dict) -> None:
     model = botocore.session.get_session().get_service_model("sagemaker")
     report = ParamValidator().validate(request, model.operation_model("CreateHyperParameterTuningJob").input_shape)
     if report.has_errors():
-        raise JobError(f"the request does not fit SageMaker's API: {report.generate_report()}")
+        raise RequestError(f"the request does not fit SageMaker's API: {report.generate_report()}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         name = spec.name()
         request = create_tuning_job_request(spec, name)
         check_request(request)
-    except (UsageError, JobError, UserError) as err:
+    except (UsageError, RequestError, UserError) as err:
         print(f"keras-pipe tune: error: {err}", file=sys.stderr)
         return 2
     return dry_run_or_send("tune", "tuning job", args, warnings, request,

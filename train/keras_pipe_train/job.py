@@ -13,8 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import contract, distribute, metrics
-from keras_pipe_train import input as inputs
+from keras_pipe_train import contract, datasets, distribute, metrics
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
@@ -63,7 +62,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
                               checkpoint_settings(config, channels, resources, mixed_precision))
     checkpoints.check_writable(checkpoint_bytes(model))
     audit_dir = contract.audit_dir()
-    audit = inputs.Audit(audit_dir, resources.current_host) if audit_dir else None
+    audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
     plan = phases(config, from_scratch)
     epoch, step, history, configured = resume(checkpoints, plan, config, trainer, backbone, from_scratch)
     epochs = EpochLog(layout, cluster.is_chief, history)
@@ -81,7 +80,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         resume_at = max(epoch, phase.start)
         for epoch in range(resume_at, phase.end):
             started = time.perf_counter()
-            train_input = inputs.training_input(channels["train"], layout, config, epoch, step, audit, trainer.stop)
+            train_input = datasets.training_input(channels["train"], layout, config, epoch, step, audit, trainer.stop)
             train = cluster.strategy.distribute_datasets_from_function(train_input)
             on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
             results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
@@ -95,7 +94,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
             if steps == 0:  # (the same on every worker: a step is taken by all of them)
                 raise train_input.nothing_read(epoch)
             if "validation" in channels:
-                validation = inputs.evaluation_input(channels["validation"], layout, config, trainer.stop)
+                validation = datasets.evaluation_input(channels["validation"], layout, config, trainer.stop)
                 scores, examples = trainer.evaluate(cluster.strategy.distribute_datasets_from_function(validation))
                 if trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
                     save(phase, epoch, steps)
