@@ -167,8 +167,7 @@ def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset
         rest = itertools.chain([first], records)
         multiple = batch_size if way == _WHOLE else 1
         handed_over[way].append(group(rest, multiple, CALL_BYTES))
-        while True:
-            yield way
+        yield way
 
     def take(way):
         def groups():
@@ -180,7 +179,10 @@ def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset
             return mine
         return groups
 
-    selector = tf.data.Dataset.from_generator(select, output_signature=tf.TensorSpec([], tf.int64))
+    # One Python call per pass, then the same index for every batch in C++ (a generator yielding it
+    # per batch cost a ~0.25 ms call each: 25 % of the time at 100-byte records)
+    selector = tf.data.Dataset.from_generator(select, output_signature=tf.TensorSpec([], tf.int64)).flat_map(
+        lambda way: tf.data.Dataset.from_tensors(way).repeat())
     whole = _groups_dataset(take(_WHOLE)).rebatch(batch_size, drop_remainder=drop_remainder)
     pieces = _groups_dataset(take(_PIECES)).unbatch().batch(batch_size, drop_remainder=drop_remainder)
     return tf.data.Dataset.choose_from_datasets([whole, pieces], selector, stop_on_empty_dataset=True)
