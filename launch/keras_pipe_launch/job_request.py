@@ -74,20 +74,20 @@ def validate(spec: JobSpec) -> list[str]:
     warnings = []
     if not _IMAGE.match(spec.image_uri):
         raise RequestError(f"--image-uri {spec.image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
-                       "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
+                           "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
     if not _ROLE.match(spec.role):
         raise RequestError(f"--role {spec.role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
-                       "a bare name makes the SDK call iam:GetRole")
+                           "a bare name makes the SDK call iam:GetRole")
     if spec.instance_type not in training_instance_types():
         raise RequestError(f"--instance-type {spec.instance_type!r} is not a SageMaker training instance type "
-                       "(e.g. ml.g5.xlarge, ml.g5.12xlarge, ml.p4d.24xlarge)")
+                           "(e.g. ml.g5.xlarge, ml.g5.12xlarge, ml.p4d.24xlarge)")
     if spec.instance_type.startswith(("ml.trn", "ml.inf")):
         raise RequestError(f"--instance-type {spec.instance_type}: AWS Trainium/Inferentia do not run this "
-                       "TensorFlow image; use a GPU type (ml.g*, ml.p*)")
+                           "TensorFlow image; use a GPU type (ml.g*, ml.p*)")
     if not gpu_instance(spec.instance_type) and not spec.allow_cpu:
         raise RequestError(f"--instance-type {spec.instance_type} has no GPU; pass --allow-cpu if a CPU "
-                       "instance is really what you want (the image then needs "
-                       "REQUIREMENTS=requirements/cpu.txt or works slowly)")
+                           "instance is really what you want (the image then needs "
+                           "REQUIREMENTS=requirements/cpu.txt or works slowly)")
     if spec.instance_count < 1:
         raise RequestError("--instance-count must be >= 1")
     if not 1 <= spec.volume_size_gb <= 16384:

@@ -22,7 +22,7 @@ def sdk_major_version() -> int:
         return int(metadata.version("sagemaker").split(".")[0])
     except metadata.PackageNotFoundError:
         raise RequestError("the SageMaker Python SDK is not installed: pip install 'sagemaker>=3' "
-                       "(or 'sagemaker<3' for SDK v2)") from None
+                           "(or 'sagemaker<3' for SDK v2)") from None
 
 
 def submit(spec: JobSpec, name: str) -> str:

@@ -140,7 +140,7 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
         raise RequestError("give at least one --range: the hyperparameters to tune")
     if spec.job.tensorboard_s3_uri:
         raise RequestError("--tensorboard-s3-uri: tuning jobs have no TensorBoard output (SageMaker's API has no "
-                       "place for it); each training job's metrics are in its own description and logs")
+                           "place for it); each training job's metrics are in its own description and logs")
     if len(names) > MAX_RANGES:
         raise RequestError(f"{len(names)} ranges: SageMaker tunes at most {MAX_RANGES} hyperparameters")
     repeated = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(static)))
@@ -152,7 +152,7 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
         raise RequestError("--strategy Grid tries every combination: give each --range as a list of values (A,B,...)")
     if spec.objective.startswith("validation:") and "validation" not in [c.name for c in spec.job.channels]:
         raise RequestError(f"--objective {spec.objective} is measured on the validation channel: give --validation "
-                       "(or tune on a train: metric, which rewards overfitting)")
+                           "(or tune on a train: metric, which rewards overfitting)")
     if spec.job.spot and spec.job.checkpoint_s3_uri:
         warnings.append("each training job starts with a copy of the whole --checkpoint-s3-uri prefix, its own "
                         "checkpoints and those of the jobs before it (each in its own subfolder)")
@@ -170,7 +170,7 @@ def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
         if r.name not in HYPERPARAMETERS:
             tunable = [h.name for h in HYPERPARAMETERS.values() if h.tuning_range != "Categorical"]
             raise RequestError(f"--range {r.name}: not a hyperparameter of the job; numbers to tune: "
-                           f"{', '.join(tunable)} (any other as a list of values)")
+                               f"{', '.join(tunable)} (any other as a list of values)")
         parse = HYPERPARAMETERS[r.name].parse
         try:
             parsed = [parse(r.name, v) for v in r.values]
