@@ -152,7 +152,7 @@ def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset
     the pass's groups to the chosen way's generator, which starts right after it (tf.data pulls
     the selector, then the input it names, in the same call).
     """
-    handed_over = {_WHOLE: collections.deque(), _PIECES: collections.deque()}
+    handed_over: collections.deque = collections.deque()  # each pass's groups, made the chosen way
 
     def select():
         records = one_pass()
@@ -166,25 +166,24 @@ def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset
         way = _WHOLE if len(first) >= batch_size and size < CALL_BYTES else _PIECES
         rest = itertools.chain([first], records)
         multiple = batch_size if way == _WHOLE else 1
-        handed_over[way].append(group(rest, multiple, CALL_BYTES))
+        handed_over.append(group(rest, multiple, CALL_BYTES))
         yield way
 
-    def take(way):
-        def groups():
-            # The newest hand-over is this iteration's. Older ones are passes of iterations
-            # dropped between the selector's call and this one: closing them closes their FIFOs.
-            mine = handed_over[way].pop()
-            while handed_over[way]:
-                handed_over[way].popleft().close()
-            return mine
-        return groups
+    def take():
+        # The newest hand-over is this iteration's (whichever way it goes). Older ones are passes
+        # of iterations dropped between the selector's call and this one: closing them closes
+        # their FIFOs.
+        mine = handed_over.pop()
+        while handed_over:
+            handed_over.popleft().close()
+        return mine
 
     # One Python call per pass, then the same index for every batch in C++ (a generator yielding it
     # per batch cost a ~0.25 ms call each: 25 % of the time at 100-byte records)
     selector = tf.data.Dataset.from_generator(select, output_signature=tf.TensorSpec([], tf.int64)).flat_map(
         lambda way: tf.data.Dataset.from_tensors(way).repeat())
-    whole = _groups_dataset(take(_WHOLE)).rebatch(batch_size, drop_remainder=drop_remainder)
-    pieces = _groups_dataset(take(_PIECES)).unbatch().batch(batch_size, drop_remainder=drop_remainder)
+    whole = _groups_dataset(take).rebatch(batch_size, drop_remainder=drop_remainder)
+    pieces = _groups_dataset(take).unbatch().batch(batch_size, drop_remainder=drop_remainder)
     return tf.data.Dataset.choose_from_datasets([whole, pieces], selector, stop_on_empty_dataset=True)
 
 
