@@ -42,12 +42,86 @@ def phases(config: JobConfig, from_scratch: bool) -> list[Phase]:
     return [p for p in (first, second) if p.end > p.start]
 
 
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where training starts: the epoch (0-based), the steps of it already trained, the metrics of
+    the epochs done, and the phase the model is set up for (None: not set up yet)."""
+
+    epoch: int = 0
+    step: int = 0
+    history: tuple = ()
+    configured: Phase | None = None
+
+
+@dataclasses.dataclass
+class Training:
+    """The parts of one job's training, from its first epoch to its export."""
+
+    config: JobConfig
+    layout: Paths
+    channels: dict[str, ChannelConfig]
+    cluster: distribute.Cluster
+    backbone: keras.Model
+    trainer: Trainer
+    checkpoints: Checkpoints
+    plan: list[Phase]
+    from_scratch: bool
+    audit: datasets.Audit | None
+    epochs: EpochLog | None = None
+
+    @property
+    def model(self) -> keras.Model:
+        return self.trainer.model
+
+    def save(self, phase: Phase, epoch: int, steps: int) -> None:
+        """A checkpoint after `steps` steps of `epoch` (0-based), with the metrics of the epochs done."""
+        progress = Progress(phase.name, epoch, steps, self.config.batch_size, tuple(self.epochs.rows))
+        self.checkpoints.save(self.model, self.trainer.optimizer, progress)
+
+    def configure(self, phase: Phase) -> None:
+        """Sets which layers `phase` trains, then gives the trainer a fresh optimizer for them."""
+        count = phase.end - phase.start
+        if self.from_scratch:
+            prepare_from_scratch(self.backbone)
+            log.info("%s: no pretrained weights (weights=none): training the whole network for %d epochs",
+                     "phase 1" if phase.name == "scratch" else "phase 2", count)
+        elif phase.name == "head":
+            freeze(self.backbone)
+            log.info("phase 1: training the new head for %d epochs, backbone frozen", count)
+        else:
+            layers = unfreeze_top(self.backbone, self.config.fine_tune_layers)
+            log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
+                     layers[0] if layers else "-", layers[-1] if layers else "-", count)
+        self.trainer.start_phase(phase.learning_rate)  # after: the optimizer is built for the trainable weights
+
+
 def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
         stop: threading.Event | None = None) -> dict:
     """Trains (resuming from the newest readable checkpoint, if any) and exports; returns the final
     metrics. Raises Stopped, after saving a checkpoint, when `stop` is set (SIGTERM)."""
     check_channels(channels)
     keras.utils.set_random_seed(config.seed)
+    training = set_up(config, layout, channels, resources, stop)
+    start = resume(training)
+    training.epochs = EpochLog(layout, training.cluster.is_chief, start.history)
+    for phase in training.plan:
+        first = max(start.epoch, phase.start)
+        if first >= phase.end:
+            continue
+        if phase is not start.configured:
+            training.configure(phase)
+        for epoch in range(first, phase.end):
+            train_epoch(training, phase, epoch, start.step if epoch == start.epoch else 0)
+    if training.trainer.stop.is_set():
+        log.warning("the stop request came after training ended: exporting the model first")
+    export_together(training)
+    return training.epochs.rows[-1] if training.epochs.rows else {}
+
+
+def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
+           stop: threading.Event | None) -> Training:
+    """The cluster, the model, its trainer and the job's checkpoints (checked writable before any
+    training is done)."""
     cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
     cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
     mixed_precision = use_mixed_precision(config.mixed_precision)
@@ -63,67 +137,71 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     checkpoints.check_writable(checkpoint_bytes(model))
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
-    plan = phases(config, from_scratch)
-    epoch, step, history, configured = resume(checkpoints, plan, config, trainer, backbone, from_scratch)
-    epochs = EpochLog(layout, cluster.is_chief, history)
+    return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
+                    phases(config, from_scratch), from_scratch, audit)
 
-    def save(phase: Phase, epoch: int, steps: int) -> None:
-        """A checkpoint after `steps` steps of `epoch` (0-based), with the metrics of the epochs done."""
-        checkpoints.save(model, trainer.optimizer, Progress(phase.name, epoch, steps, config.batch_size,
-                                                             tuple(epochs.rows)))
 
-    for phase in plan:
-        if epoch >= phase.end:
-            continue
-        if phase is not configured:
-            configure(phase, backbone, config, from_scratch, trainer)
-        resume_at = max(epoch, phase.start)
-        for epoch in range(resume_at, phase.end):
-            started = time.perf_counter()
-            train_input = datasets.training_input(channels["train"], layout, config, epoch, step, audit, trainer.stop)
-            train = cluster.strategy.distribute_datasets_from_function(train_input)
-            on_step = (lambda steps, e=epoch: audit.write({"epoch": e, "trained_steps": steps})) if audit else None
-            results, steps, stopped = trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
-            if stopped and not (epoch == 0 and steps == 0):
-                save(phase, epoch, steps)
-                raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
-                              f"({steps * config.batch_size} records of its pass); checkpoint saved in "
-                              f"{layout.checkpoints}: a restarted job resumes there")
-            if stopped:
-                raise Stopped("stopped by request before the first step: nothing to checkpoint")
-            if steps == 0:  # (the same on every worker: a step is taken by all of them)
-                raise train_input.nothing_read(epoch)
-            if "validation" in channels:
-                validation = datasets.evaluation_input(channels["validation"], layout, config, trainer.stop)
-                scores, examples = trainer.evaluate(cluster.strategy.distribute_datasets_from_function(validation))
-                if trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
-                    save(phase, epoch, steps)
-                    raise Stopped(f"stopped by request while validating epoch {epoch + 1}; checkpoint saved in "
-                                  f"{layout.checkpoints}: a restarted job validates it again")
-                if not examples:
-                    raise validation.nothing_read(epoch)
-                results |= scores
-            epochs.add(epoch, phase.name, results, time.perf_counter() - started)
-            save(phase, epoch + 1, 0)
-            step = 0
-            # After the last epoch a stop changes nothing: training is done, and the export (which
-            # a stop must not cut short) is the job's result. (Every worker knows it is the last.)
-            if epoch + 1 < plan[-1].end and trainer.stop_requested():
-                raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in {layout.checkpoints}")
-        epoch = phase.end
+def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> None:
+    """One epoch from its step `step`: its pass, validation, the metrics line and a checkpoint.
+    Raises Stopped when a stop was requested before the last epoch ended."""
+    started = time.perf_counter()
+    results, steps = train_pass(training, phase, epoch, step)
+    if "validation" in training.channels:
+        results |= validate(training, phase, epoch, steps)
+    training.epochs.add(epoch, phase.name, results, time.perf_counter() - started)
+    training.save(phase, epoch + 1, 0)
+    # After the last epoch a stop changes nothing: training is done, and the export (which a stop
+    # must not cut short) is the job's result. (Every worker knows it is the last.)
+    if epoch + 1 < training.plan[-1].end and training.trainer.stop_requested():
+        raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in "
+                      f"{training.layout.checkpoints}")
 
-    if trainer.stop.is_set():
-        log.warning("the stop request came after training ended: exporting the model first")
-    exported = False
+
+def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple[dict, int]:
+    """Trains on the epoch's pass from step `step`: (its metrics, the steps of the epoch done)."""
+    t, config = training, training.config
+    train_input = datasets.training_input(t.channels["train"], t.layout, config, epoch, step, t.audit, t.trainer.stop)
+    train = t.cluster.strategy.distribute_datasets_from_function(train_input)
+    on_step = (lambda steps: t.audit.write({"epoch": epoch, "trained_steps": steps})) if t.audit else None
+    results, steps, stopped = t.trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
+    if stopped and epoch == 0 and steps == 0:
+        raise Stopped("stopped by request before the first step: nothing to checkpoint")
+    if stopped:
+        t.save(phase, epoch, steps)
+        raise Stopped(f"stopped by request after step {steps} of epoch {epoch + 1} "
+                      f"({steps * config.batch_size} records of its pass); checkpoint saved in "
+                      f"{t.layout.checkpoints}: a restarted job resumes there")
+    if steps == 0:  # (the same on every worker: a step is taken by all of them)
+        raise train_input.nothing_read(epoch)
+    return results, steps
+
+
+def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
+    """The validation metrics after the epoch's `steps` steps."""
+    t = training
+    validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
+    scores, examples = t.trainer.evaluate(t.cluster.strategy.distribute_datasets_from_function(validation))
+    if t.trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
+        t.save(phase, epoch, steps)
+        raise Stopped(f"stopped by request while validating epoch {epoch + 1}; checkpoint saved in "
+                      f"{t.layout.checkpoints}: a restarted job validates it again")
+    if not examples:
+        raise validation.nothing_read(epoch)
+    return scores
+
+
+def export_together(training: Training) -> None:
+    """The chief exports the model and writes metrics.json; every host then finishes together."""
+    t, exported = training, False
     try:
-        if cluster.is_chief:
-            serving_dir = export(model, config.class_names, config.image_size, layout.model, config.max_image_pixels)
-            epochs.write(layout.output_data / "metrics.json")
-            log.info("exported the model to %s (serving) and %s", serving_dir, layout.model / "model.keras")
+        if t.cluster.is_chief:
+            serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
+                                 t.config.max_image_pixels)
+            t.epochs.write(t.layout.output_data / "metrics.json")
+            log.info("exported the model to %s (serving) and %s", serving_dir, t.layout.model / "model.keras")
         exported = True
     finally:
-        finish_together(cluster, failed=not exported)
-    return epochs.rows[-1] if epochs.rows else {}
+        finish_together(t.cluster, failed=not exported)
 
 
 def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
@@ -164,12 +242,12 @@ def checkpoint_bytes(model: keras.Model) -> int:
     return 3 * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
-def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, trainer: Trainer,
-           backbone: keras.Model, from_scratch: bool) -> tuple[int, int, tuple, Phase | None]:
+def resume(training: Training) -> Position:
     """Restores the newest readable checkpoint of this job (or, when it has none, of another job
-    as other_checkpoints says): (epoch, step to resume at, epoch history, the phase now
-    configured). Each candidate is tried with the model set up for its own phase; a damaged one is
-    skipped with a warning and the previous one used. (0, 0, (), None) when none."""
+    as other_checkpoints says), and says where training goes on. Each candidate is tried with the
+    model set up for its own phase; a damaged one is skipped with a warning and the previous one
+    used. Position() when none."""
+    checkpoints, plan, config = training.checkpoints, training.plan, training.config
     candidates = list(checkpoints.candidates())
     if not checkpoints.complete():
         other = checkpoints.other_to_resume(config.other_checkpoints)
@@ -179,10 +257,10 @@ def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, train
             candidates = [(other.path, other.progress)]
     for path, progress in candidates:
         phase = next((p for p in plan if progress.epoch < p.end), plan[-1])
-        configure(phase, backbone, config, from_scratch, trainer)
+        training.configure(phase)
         # a checkpoint from the end of phase 1 restores the weights only: phase 2 has a new optimizer
         same_phase = progress.phase == phase.name
-        if not checkpoints.restore(path, trainer.model, trainer.optimizer if same_phase else None):
+        if not checkpoints.restore(path, training.model, training.trainer.optimizer if same_phase else None):
             continue
         step = progress.steps
         if progress.global_batch != config.batch_size and step:
@@ -191,24 +269,8 @@ def resume(checkpoints: Checkpoints, plan: list[Phase], config: JobConfig, train
             step = 0
         log.info("resuming from checkpoint %s: epoch %d of %d, after %d steps (%d records of its pass)",
                  path.name, progress.epoch + 1, plan[-1].end, step, step * config.batch_size)
-        return progress.epoch, step, progress.history, phase
-    return 0, 0, (), None
-
-
-def configure(phase: Phase, backbone: keras.Model, config: JobConfig, from_scratch: bool, trainer: Trainer) -> None:
-    """Sets which layers `phase` trains, then gives the trainer a fresh optimizer for them."""
-    if from_scratch:
-        prepare_from_scratch(backbone)
-        log.info("%s: no pretrained weights (weights=none): training the whole network for %d epochs",
-                 "phase 1" if phase.name == "scratch" else "phase 2", phase.end - phase.start)
-    elif phase.name == "head":
-        freeze(backbone)
-        log.info("phase 1: training the new head for %d epochs, backbone frozen", phase.end - phase.start)
-    else:
-        layers = unfreeze_top(backbone, config.fine_tune_layers)
-        log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
-                 layers[0] if layers else "-", layers[-1] if layers else "-", phase.end - phase.start)
-    trainer.start_phase(phase.learning_rate)  # after: the optimizer is built for the trainable weights
+        return Position(progress.epoch, step, progress.history, phase)
+    return Position()
 
 
 class EpochLog:
