@@ -18,7 +18,6 @@ each step waits for its batch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from keras_pipe_launch import container_config
 
 SIZE = 224
 BATCH = 64
@@ -69,10 +70,8 @@ class Job:
     def __init__(self, workdir: Path, files: list[str], mode: str):
         Job.made += 1
         self.base = workdir / f"job{Job.made}"
-        (self.base / "input" / "config").mkdir(parents=True)
         (self.base / "input" / "data" / "train").mkdir(parents=True)
-        (self.base / "input" / "config" / "inputdataconfig.json").write_text(
-            json.dumps({"train": {"TrainingInputMode": mode}}))
+        container_config.write(self.base / "input" / "config", channels={"train": container_config.channel_entry(mode)})
         os.environ["SAGEMAKER_BASE_DIR"] = str(self.base)
         self.feeder = None
         if mode == "Pipe":

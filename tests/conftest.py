@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from keras_pipe_launch import container_config
+
 REPO = Path(__file__).resolve().parent.parent
 # SageMaker SDK v2 in its own virtualenv beside .venv (v3): `make test` creates it
 SDK2_PYTHON = REPO / ".venv-sdk2" / "bin" / "python"
@@ -55,14 +57,10 @@ class FakeJob:
         self.channels: dict[str, dict] = {}
         self._feeders: list[subprocess.Popen] = []
 
-    def add_channel(self, name: str, mode: str = "Pipe", wrapper: str = "None", **extra) -> None:
-        self.channels[name] = {
-            "TrainingInputMode": mode,
-            "S3DistributionType": "FullyReplicated",
-            "RecordWrapperType": wrapper,
-            **extra,
-        }
-        (self.config_dir / "inputdataconfig.json").write_text(json.dumps(self.channels))
+    def add_channel(self, name: str, mode: str = "Pipe", wrapper: str = "None", **options) -> None:
+        """`options`: container_config.channel_entry's (distribution, compression, content_type)."""
+        self.channels[name] = container_config.channel_entry(mode, record_wrapper=wrapper, **options)
+        container_config.write(self.config_dir, channels=self.channels)
 
     def feed(self, channel: str, files, *, passes=None, wrapper="None", chunk_bytes=0, pause=0.0,
              die_after_bytes=None) -> subprocess.Popen:
@@ -164,8 +162,8 @@ def digit_records():
 
 def write_hyperparameters(job: FakeJob, **values) -> None:
     """As SageMaker writes them: every value a string."""
-    (job.config_dir / "hyperparameters.json").write_text(
-        json.dumps({k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}))
+    container_config.write(job.config_dir, hyperparameters={k: v if isinstance(v, str) else json.dumps(v)
+                                                            for k, v in values.items()})
 
 
 @pytest.fixture(scope="session")

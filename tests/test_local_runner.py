@@ -120,7 +120,7 @@ def test_gzip_and_recordio_feeds_read_back_by_the_pipe_reader(job, tmp_path):
     (tmp_path / "gz").mkdir()
     for i, part in enumerate(parts):
         (tmp_path / "gz" / f"part-{i}.tfrecord.gz").write_bytes(gzip.compress(tfrecord.encode(part)))
-    job.add_channel("train", wrapper="RecordIO", CompressionType="Gzip")
+    job.add_channel("train", wrapper="RecordIO", compression="Gzip")
     spec = ChannelSpec("train", str(tmp_path / "gz"), compression="Gzip", record_wrapper="RecordIO")
     feed_in_background(PipeFeeder(str(job.data_dir), spec, list_objects(spec.source), spool_dir=str(tmp_path)), 1)
     assert [x.numpy() for x in PipeModeDataset("train", "TFRecord")] == [r for p in parts for r in p]
@@ -176,6 +176,26 @@ def test_channel_rules():
         ChannelSpec("train", "x", input_mode="FastFile", record_wrapper="RecordIO")
     with pytest.raises(ChannelError, match="channel name 'a b'"):
         ChannelSpec("a b", "x")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train", "a", "--channel", "train=b"], "channel train is given twice (--train and --channel train=...)"),
+    (["--channel", "extra=a", "--channel", "extra=b"], "--channel extra is given twice ('a' and 'b')"),
+    (["--channel", "extra="], "--channel extra=: expected NAME=SOURCE"),
+    (["--channel", "=a"], "--channel '=a': expected NAME=SOURCE"),
+    (["--channel", "extra"], "--channel 'extra': expected NAME=SOURCE"),
+])
+def test_channel_arguments_given_wrongly(argv, message):
+    import argparse
+
+    from keras_pipe_launch import channels
+    from keras_pipe_launch.cli import UsageError
+
+    parser = argparse.ArgumentParser()
+    channels.add_arguments(parser)
+    with pytest.raises(UsageError) as raised:
+        channels.from_arguments(parser.parse_args(argv))
+    assert str(raised.value) == message
 
 
 def test_layout_of_two_hosts_with_a_sharded_file_channel(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from keras_pipe_launch import container_config
 from tests.conftest import REPO, run_logged
 
 TOOLKIT_PYTHON = REPO / ".venv-toolkit" / "bin" / "python"
@@ -145,12 +146,11 @@ def test_users_train_py_runs_under_the_sagemaker_training_toolkit(tmp_path, job)
         for row, label in zip(x, y)]
     job.add_channel("train")
     (job.base / "model").mkdir()  # SageMaker makes it
-    (job.config_dir / "hyperparameters.json").write_text(json.dumps({
+    container_config.write(job.config_dir, hyperparameters={
         "epochs": "2", "batch-size": "32",
         # what the SDKs send in script mode (JSON-encoded strings)
-        "sagemaker_program": json.dumps("train.py"), "sagemaker_submit_directory": json.dumps(str(code))}))
-    (job.config_dir / "resourceconfig.json").write_text(json.dumps(
-        {"current_host": "localhost", "hosts": ["localhost"], "network_interface_name": "lo"}))
+        "sagemaker_program": json.dumps("train.py"), "sagemaker_submit_directory": json.dumps(str(code))},
+        resources=container_config.resource_config("localhost", ["localhost"], network_interface="lo"))
     feeder = job.feed("train", [job.write("train.tfrecord", tfrecord.encode(examples))], passes=2)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}

@@ -26,7 +26,7 @@ def worker_records(job, channel: str, worker: int) -> list[bytes]:
 
 
 def file_channel(job, name: str, parts: list[list[bytes]], distribution: str) -> None:
-    job.add_channel(name, mode="File", S3DistributionType=distribution)
+    job.add_channel(name, mode="File", distribution=distribution)
     (job.data_dir / name).mkdir()
     for i, part in enumerate(parts):
         (job.data_dir / name / f"part-{i}.tfrecord").write_bytes(tfrecord.encode(part))

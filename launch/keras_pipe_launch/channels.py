@@ -16,7 +16,8 @@ import argparse
 import dataclasses
 import re
 
-from keras_pipe_launch.cli import UsageError
+from keras_pipe_launch import container_config
+from keras_pipe_launch.cli import UsageError, key_values
 from keras_pipe_train.contract import INPUT_MODES, RECORD_WRAPPERS
 
 COMPRESSIONS = ("None", "Gzip")
@@ -65,16 +66,9 @@ class ChannelSpec:
 
     def input_data_config(self) -> dict:
         """This channel's entry in inputdataconfig.json, as SageMaker writes it in the container."""
-        entry = {
-            "TrainingInputMode": self.input_mode,
-            "S3DistributionType": self.distribution,
-            "RecordWrapperType": self.record_wrapper,
-        }
-        if self.compression != "None":
-            entry["CompressionType"] = self.compression
-        if self.content_type:
-            entry["ContentType"] = self.content_type
-        return entry
+        return container_config.channel_entry(self.input_mode, distribution=self.distribution,
+                                              record_wrapper=self.record_wrapper, compression=self.compression,
+                                              content_type=self.content_type)
 
 
 PRETRAINED_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",
@@ -100,12 +94,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def from_arguments(args: argparse.Namespace) -> list[ChannelSpec]:
     sources = {name: getattr(args, name) for name in ("train", "validation", "pretrained") if getattr(args, name)}
-    for item in args.channel:
-        name, sep, source = item.partition("=")
-        if not sep or not name or not source:
-            raise ChannelError(f"--channel {item!r}: expected NAME=SOURCE")
+    for name, source in key_values(args.channel, "--channel", "NAME=SOURCE").items():
+        if not source:
+            raise ChannelError(f"--channel {name}=: expected NAME=SOURCE")
         if name in sources:
-            raise ChannelError(f"channel {name} is given twice")
+            raise ChannelError(f"channel {name} is given twice (--{name} and --channel {name}=...)")
         sources[name] = source
     overrides: dict[str, dict] = {name: {} for name in sources}
     if "pretrained" in overrides:

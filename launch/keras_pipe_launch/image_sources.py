@@ -15,6 +15,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from keras_pipe_launch.objects import S3Store, SourceError, parse_s3_uri
+from keras_pipe_train.contract import is_hidden
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
 
@@ -79,7 +80,7 @@ def list_folder(source: Path) -> Listing:
     source folder: a link out of it is listed as rejected, never read (a dataset is often shared by
     people who did not make it). Hidden files and folders are skipped, as are files at the top."""
     root = source.resolve()
-    folders = sorted(p for p in source.iterdir() if p.is_dir() and not p.name.startswith("."))
+    folders = sorted(p for p in source.iterdir() if p.is_dir() and not is_hidden([p.name]))
     _check_class_names([f.name for f in folders], f"{shown(source)}/")
     for folder in folders:
         if not folder.resolve().is_relative_to(root):
@@ -88,11 +89,11 @@ def list_folder(source: Path) -> Listing:
     items, refused = [], []
     for label, folder in enumerate(folders):
         for parent, subfolders, files in os.walk(folder, onerror=_unlistable):
-            subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+            subfolders[:] = sorted(d for d in subfolders if not is_hidden([d]))
             for name in subfolders:
                 if os.path.islink(os.path.join(parent, name)):
                     refused.append((Path(parent) / name, "a symbolic link to a folder (not followed)"))
-            for name in sorted(f for f in files if not f.startswith(".")):
+            for name in sorted(f for f in files if not is_hidden([f])):
                 path = Path(parent) / name
                 if path.is_symlink() and not path.resolve().is_relative_to(root):
                     refused.append((path, f"a symbolic link to {shown(path.resolve())}, outside the source folder"))
@@ -113,7 +114,7 @@ def list_s3_prefix(source: str, reader: Reader) -> Listing:
     by_class: dict[str, list[str]] = {}
     for obj in store.list():  # (keys relative to the prefix; folder markers left out)
         parts = obj.key.split("/")
-        if len(parts) >= 2 and not any(part.startswith(".") for part in parts):
+        if len(parts) >= 2 and not is_hidden(parts):
             by_class.setdefault(parts[0], []).append(obj.location)
     classes = sorted(by_class)
     _check_class_names(classes, store.uri)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keras_pipe_launch import channels as channel_args
-from keras_pipe_launch import hyperparameters, secrets
+from keras_pipe_launch import container_config, hyperparameters, secrets
 from keras_pipe_launch.channels import ChannelSpec
 from keras_pipe_launch.cli import UsageError, key_values
 from keras_pipe_launch.objects import SourceError, StoredObject, case_insensitive, list_objects, staging_plan
@@ -134,15 +134,9 @@ class LocalRun:
                 (base / "checkpoints").symlink_to(self.checkpoint_dir, target_is_directory=True)
             else:  # mounted there (a symlink would point outside the container)
                 (base / "checkpoints").mkdir()
-            self._write_json(base / "input/config/hyperparameters.json", self.hyperparameters)
-            self._write_json(base / "input/config/inputdataconfig.json",
-                             {spec.name: spec.input_data_config() for spec in self.channels})
-            self._write_json(base / "input/config/resourceconfig.json", {
-                "current_host": host, "hosts": self.hosts, "network_interface_name": "eth0",
-                "current_instance_type": "local", "current_group_name": "homogeneousCluster",
-                "instance_groups": [{"instance_group_name": "homogeneousCluster",
-                                     "instance_type": "local", "hosts": self.hosts}],
-            })
+            container_config.write(base / "input/config", hyperparameters=self.hyperparameters,
+                                   channels={spec.name: spec.input_data_config() for spec in self.channels},
+                                   resources=container_config.resource_config(host, self.hosts))
             for spec in self.channels:
                 if spec.input_mode != "Pipe":
                     self._stage(spec, index, base / "input/data" / spec.name)
@@ -155,10 +149,6 @@ class LocalRun:
         for obj, relative in plan:
             dest = folder.joinpath(*relative.parts)  # inside `folder`: staging_plan checked every key
             obj.store.download(obj, dest)
-
-    @staticmethod
-    def _write_json(path: Path, value) -> None:
-        path.write_text(json.dumps(value, indent=2) + "\n")
 
     # --- running -----------------------------------------------------------------------------
 

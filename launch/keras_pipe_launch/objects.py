@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from keras_pipe_train.contract import is_hidden
+
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 READ_BYTES = 1 << 20
 NAME_MAX = 255  # bytes in one file name (Linux, macOS)
@@ -68,13 +70,13 @@ class LocalStore:
             raise SourceError(f"{self.root} does not exist{dangling}")
         found = []
         for folder, subfolders, files in os.walk(self.root, onerror=self._walk_error):
-            subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+            subfolders[:] = [d for d in subfolders if not is_hidden([d])]
             for name in subfolders:
                 if os.path.islink(os.path.join(folder, name)):
                     raise SourceError(f"{os.path.join(folder, name)} is a symbolic link to a folder: give the folder "
                                       "itself as the source, or copy it in (links to folders are not followed)")
             for name in files:
-                if not name.startswith("."):
+                if not is_hidden([name]):
                     found.append(self._object(Path(folder) / name))
         if not found:
             raise SourceError(f"{self.root} holds no files")

@@ -31,6 +31,13 @@ read_input_data_config = channels.read_input_data_config
 _read_json_object = channels.read_json_object
 
 
+def is_hidden(parts: tuple[str, ...] | list[str]) -> bool:
+    """Whether a file whose path (relative to a channel or source folder) has these parts is left
+    out: a hidden file or folder (.DS_Store, .git, an editor's swap file, a staging folder) is never
+    data. The one rule for the job's channel folders and the launcher's sources and image folders."""
+    return any(part.startswith(".") for part in parts)
+
+
 @dataclasses.dataclass(frozen=True)
 class Paths:
     """Every path of the /opt/ml layout, derived from one base directory."""

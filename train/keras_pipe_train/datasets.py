@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from keras_pipe_train import example, preprocess
 from keras_pipe_train.config import JobConfig
-from keras_pipe_train.contract import ChannelConfig, Paths
+from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
 from pipemode import PipeReader, pipe_dataset
 from pipemode.files import FileReader
@@ -38,7 +38,7 @@ def channel_files(folder: Path) -> list[str]:
         raise UserError(f"channel folder {folder} does not exist (the channel is in File/FastFile mode)")
     files = sorted(
         str(p) for p in folder.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        if p.is_file() and not is_hidden(p.relative_to(folder).parts)
     )
     if not files:
         raise UserError(f"channel folder {folder} holds no files: check the channel's S3 prefix")
