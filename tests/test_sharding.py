@@ -55,3 +55,24 @@ def test_pipe_mode_fully_replicated_keeps_every_other_record_of_the_stream(job, 
     # one host, here, reads pass 0 as worker 0 and pass 1 as worker 1: together, every record once
     shares = [worker_records(job, "train", w) for w in range(WORKERS)]
     assert shares == [records[0::2], records[1::2]]
+
+
+@pytest.mark.parametrize("skips", [0, 3])
+def test_file_mode_shuffles_the_files_of_each_epoch_also_when_corrupt_records_may_be_skipped(job, skips,
+                                                                                            digit_records):
+    """The file order is the epoch's (seeded: a resumed epoch reads the same order), whatever
+    max_corrupted_records_to_skip says (an earlier reader ignored shuffle_files when skipping)."""
+    records = digit_records[0][300:312]
+    file_channel(job, "train", [[r] for r in records], "FullyReplicated")
+    config = JobConfig.from_hyperparameters({"num_classes": 10, "max_corrupted_records_to_skip": str(skips)})
+    spec = contract.read_input_data_config(job.config_dir)["train"]
+
+    def read(seed: int, shuffle_files: bool = True) -> list[bytes]:
+        dataset, _ = datasets.records(spec, contract.paths(job.base), config, seed=seed, shuffle_files=shuffle_files)
+        return [r.numpy() for r in dataset]
+
+    in_name_order = read(0, shuffle_files=False)
+    epochs = [read(seed) for seed in (1, 2)]
+    assert sorted(in_name_order) == sorted(records) == sorted(epochs[0]) == sorted(epochs[1])
+    assert len({tuple(in_name_order), tuple(epochs[0]), tuple(epochs[1])}) == 3
+    assert read(1) == epochs[0]
