@@ -71,13 +71,27 @@ def training_instance_types() -> list[str]:
 
 def validate(spec: JobSpec) -> list[str]:
     """Raises RequestError for what would make the job fail or misbehave; returns warnings."""
-    warnings = []
+    _check_names(spec)
+    _check_resources(spec)
+    _check_locations(spec)
+    _check_spot(spec)
+    return warnings(spec)
+
+
+def _check_names(spec: JobSpec) -> None:
     if not _IMAGE.match(spec.image_uri):
         raise RequestError(f"--image-uri {spec.image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
                            "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
     if not _ROLE.match(spec.role):
         raise RequestError(f"--role {spec.role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
                            "a bare name makes the SDK call iam:GetRole")
+    if not _BASE_NAME.match(spec.base_job_name):
+        raise RequestError(f"--base-job-name {spec.base_job_name!r}: 1-48 letters, digits and hyphens")
+    if spec.job_name is not None and not JOB_NAME.match(spec.job_name):
+        raise RequestError(f"--job-name {spec.job_name!r}: 1-63 letters, digits and hyphens")
+
+
+def _check_resources(spec: JobSpec) -> None:
     if spec.instance_type not in training_instance_types():
         raise RequestError(f"--instance-type {spec.instance_type!r} is not a SageMaker training instance type "
                            "(e.g. ml.g5.xlarge, ml.g5.12xlarge, ml.p4d.24xlarge)")
@@ -94,15 +108,21 @@ def validate(spec: JobSpec) -> list[str]:
         raise RequestError("--volume-size must be 1 to 16384 GB")
     if not 1 <= spec.max_run_s <= 28 * 24 * 3600:
         raise RequestError("--max-run must be 1 s to 28 days")
+
+
+def _check_locations(spec: JobSpec) -> None:
+    """Every S3 URI well formed, and a train channel among the channels."""
     for what, uri in (("--output-path", spec.output_path), ("--checkpoint-s3-uri", spec.checkpoint_s3_uri),
                       ("--tensorboard-s3-uri", spec.tensorboard_s3_uri)):
         if uri is not None:
             _s3(what, uri)
-    names = [c.name for c in spec.channels]
-    if "train" not in names:
+    if "train" not in [c.name for c in spec.channels]:
         raise RequestError("a train channel is required: --train s3://bucket/prefix")
     for channel in spec.channels:
         _s3(f"channel {channel.name}", channel.source)
+
+
+def _check_spot(spec: JobSpec) -> None:
     if spec.spot:
         if not spec.checkpoint_s3_uri:
             raise RequestError("--spot needs --checkpoint-s3-uri: an interrupted spot job resumes from its checkpoints")
@@ -110,26 +130,27 @@ def validate(spec: JobSpec) -> list[str]:
             raise RequestError(f"--max-wait ({spec.max_wait_s} s) must be at least --max-run ({spec.max_run_s} s)")
     elif spec.max_wait_s is not None:
         raise RequestError("--max-wait only applies to --spot jobs")
+
+
+def warnings(spec: JobSpec) -> list[str]:
+    """What a valid request does that its author probably did not mean."""
+    found = []
     if spec.instance_count > 1:
         for channel in spec.channels:
             streamed_whole = channel.input_mode == "Pipe" and channel.distribution == "FullyReplicated"
             if channel.name != "pretrained" and streamed_whole:
-                warnings.append(f"channel {channel.name}: with {spec.instance_count} instances and FullyReplicated, "
-                                "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key "
-                                "streams each host only its share")
+                found.append(f"channel {channel.name}: with {spec.instance_count} instances and FullyReplicated, "
+                             "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key "
+                             "streams each host only its share")
     secret = [name for name, _ in spec.environment if looks_secret(name)]
     if secret:
-        warnings.append(f"--env {', '.join(secret)}: SageMaker keeps a job's environment in plain text, and "
-                        "DescribeTrainingJob shows it to anyone allowed to describe the job; keep secrets in AWS "
-                        "Secrets Manager and let the job's role read them")
+        found.append(f"--env {', '.join(secret)}: SageMaker keeps a job's environment in plain text, and "
+                     "DescribeTrainingJob shows it to anyone allowed to describe the job; keep secrets in AWS "
+                     "Secrets Manager and let the job's role read them")
     if spec.network_isolation and dict(spec.hyperparameters).get("weights", "imagenet") == "imagenet":
-        warnings.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "
-                        "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")
-    if not _BASE_NAME.match(spec.base_job_name):
-        raise RequestError(f"--base-job-name {spec.base_job_name!r}: 1-48 letters, digits and hyphens")
-    if spec.job_name is not None and not JOB_NAME.match(spec.job_name):
-        raise RequestError(f"--job-name {spec.job_name!r}: 1-63 letters, digits and hyphens")
-    return warnings
+        found.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "
+                     "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")
+    return found
 
 
 def _s3(what: str, uri: str) -> None:

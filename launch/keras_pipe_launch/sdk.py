@@ -14,6 +14,7 @@ from keras_pipe_launch.job_request import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOC
 from keras_pipe_train.metrics import METRIC_DEFINITIONS
 
 if TYPE_CHECKING:
+    from keras_pipe_launch.channels import ChannelSpec
     from keras_pipe_launch.tune import TuningSpec
 
 
@@ -40,20 +41,7 @@ def _model_trainer(spec: JobSpec):
     """SDK v3: the ModelTrainer for `spec`, and its channels."""
     import boto3
     from sagemaker.core.helper.session_helper import Session
-    from sagemaker.core.training.configs import (
-        Channel,
-        CheckpointConfig,
-        Compute,
-        DataSource,
-        MetricDefinition,
-        Networking,
-        OutputDataConfig,
-        S3DataSource,
-        ShuffleConfig,
-        StoppingCondition,
-        Tag,
-        TensorBoardOutputConfig,
-    )
+    from sagemaker.core.training import configs
     from sagemaker.train import ModelTrainer
 
     trainer = ModelTrainer(
@@ -61,33 +49,37 @@ def _model_trainer(spec: JobSpec):
         role=spec.role,
         training_image=spec.image_uri,
         base_job_name=spec.base_job_name,  # v3 names the job base-YYYYmmddHHMMSS itself
-        compute=Compute(instance_type=spec.instance_type, instance_count=spec.instance_count,
-                        volume_size_in_gb=spec.volume_size_gb, enable_managed_spot_training=spec.spot or None),
-        stopping_condition=StoppingCondition(
+        compute=configs.Compute(instance_type=spec.instance_type, instance_count=spec.instance_count,
+                                volume_size_in_gb=spec.volume_size_gb,
+                                enable_managed_spot_training=spec.spot or None),
+        stopping_condition=configs.StoppingCondition(
             max_runtime_in_seconds=spec.max_run_s,
             max_wait_time_in_seconds=(spec.max_wait_s or spec.max_run_s) if spec.spot else None),
-        output_data_config=OutputDataConfig(s3_output_path=spec.output_path, compression_type="GZIP"),
-        checkpoint_config=(CheckpointConfig(s3_uri=spec.checkpoint_s3_uri, local_path=CHECKPOINT_LOCAL_PATH)
+        output_data_config=configs.OutputDataConfig(s3_output_path=spec.output_path, compression_type="GZIP"),
+        checkpoint_config=(configs.CheckpointConfig(s3_uri=spec.checkpoint_s3_uri, local_path=CHECKPOINT_LOCAL_PATH)
                            if spec.checkpoint_s3_uri else None),
-        networking=Networking(enable_network_isolation=True) if spec.network_isolation else None,
+        networking=configs.Networking(enable_network_isolation=True) if spec.network_isolation else None,
         training_input_mode=spec.input_mode,
         environment=dict(spec.environment),
         hyperparameters=dict(spec.hyperparameters),
-        tags=[Tag(key=k, value=v) for k, v in spec.tags] or None,
-    ).with_metric_definitions([MetricDefinition(name=d["Name"], regex=d["Regex"]) for d in METRIC_DEFINITIONS])
+        tags=[configs.Tag(key=k, value=v) for k, v in spec.tags] or None,
+    ).with_metric_definitions([configs.MetricDefinition(name=d["Name"], regex=d["Regex"])
+                               for d in METRIC_DEFINITIONS])
     if spec.tensorboard_s3_uri:
-        trainer = trainer.with_tensorboard_output_config(
-            TensorBoardOutputConfig(s3_output_path=spec.tensorboard_s3_uri, local_path=TENSORBOARD_LOCAL_PATH))
-    channels = [
-        Channel(channel_name=c.name, input_mode=c.input_mode, content_type=c.content_type,
-                compression_type=None if c.compression == "None" else c.compression,
-                record_wrapper_type=None if c.record_wrapper == "None" else c.record_wrapper,
-                shuffle_config=ShuffleConfig(seed=c.shuffle_seed) if c.shuffle_seed is not None else None,
-                data_source=DataSource(s3_data_source=S3DataSource(
-                    s3_data_type="S3Prefix", s3_uri=c.source, s3_data_distribution_type=c.distribution)))
-        for c in spec.channels
-    ]
-    return trainer, channels
+        trainer = trainer.with_tensorboard_output_config(configs.TensorBoardOutputConfig(
+            s3_output_path=spec.tensorboard_s3_uri, local_path=TENSORBOARD_LOCAL_PATH))
+    return trainer, [_v3_channel(c, configs) for c in spec.channels]
+
+
+def _v3_channel(c: ChannelSpec, configs):
+    """SDK v3: the Channel for `c` (`configs`: sagemaker.core.training.configs)."""
+    return configs.Channel(
+        channel_name=c.name, input_mode=c.input_mode, content_type=c.content_type,
+        compression_type=None if c.compression == "None" else c.compression,
+        record_wrapper_type=None if c.record_wrapper == "None" else c.record_wrapper,
+        shuffle_config=configs.ShuffleConfig(seed=c.shuffle_seed) if c.shuffle_seed is not None else None,
+        data_source=configs.DataSource(s3_data_source=configs.S3DataSource(
+            s3_data_type="S3Prefix", s3_uri=c.source, s3_data_distribution_type=c.distribution)))
 
 
 def _submit_v2(spec: JobSpec, name: str) -> str:
@@ -99,29 +91,9 @@ def _submit_v2(spec: JobSpec, name: str) -> str:
 def _estimator(spec: JobSpec):
     """SDK v2: the Estimator for `spec`, and its inputs."""
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")  # chosen on purpose: the user has v2
-    import boto3
-    import sagemaker
     from sagemaker.debugger import TensorBoardOutputConfig
     from sagemaker.estimator import Estimator
     from sagemaker.inputs import ShuffleConfig, TrainingInput
-
-    class AlignedSession(sagemaker.Session):
-        # With the profiler off, v2 still sends ProfilerConfig {DisableProfiler: true}, and it cannot
-        # send OutputDataConfig.CompressionType GZIP; v3 sends no ProfilerConfig and always sends GZIP.
-        # Both mean the same to the service (no ProfilerConfig: no profiler; GZIP: its default), so
-        # v2's request is aligned on v3's: one request, whichever SDK is installed.
-        def train(self, **kwargs):
-            kwargs["profiler_config"] = None
-            kwargs["output_config"] = {**kwargs["output_config"], "CompressionType": "GZIP"}
-            return super().train(**kwargs)
-
-        # Likewise for tuning jobs: v2 describes the training jobs' instances as
-        # HyperParameterTuningResourceConfig, v3 as ResourceConfig (the same, for one instance type).
-        def create_tuning_job(self, job_name, tuning_config, training_config=None, **kwargs):
-            config = dict(training_config)
-            config["resource_config"] = config.pop("hpo_resource_config")
-            config["output_config"] = {**config["output_config"], "CompressionType": "GZIP"}
-            return super().create_tuning_job(job_name, tuning_config, training_config=config, **kwargs)
 
     estimator = Estimator(
         image_uri=spec.image_uri,
@@ -144,7 +116,7 @@ def _estimator(spec: JobSpec):
         tensorboard_output_config=(TensorBoardOutputConfig(spec.tensorboard_s3_uri, TENSORBOARD_LOCAL_PATH)
                                    if spec.tensorboard_s3_uri else None),
         base_job_name=spec.base_job_name,
-        sagemaker_session=AlignedSession(boto_session=boto3.Session()),
+        sagemaker_session=_v2_session(),
         debugger_hook_config=False,  # else v2 adds a debugger hook config to the request
         disable_profiler=True,
     )
@@ -157,6 +129,32 @@ def _estimator(spec: JobSpec):
         for c in spec.channels
     }
     return estimator, inputs
+
+
+def _v2_session():
+    """SDK v2: a Session whose requests are aligned on v3's."""
+    import boto3
+    import sagemaker
+
+    class AlignedSession(sagemaker.Session):
+        # With the profiler off, v2 still sends ProfilerConfig {DisableProfiler: true}, and it cannot
+        # send OutputDataConfig.CompressionType GZIP; v3 sends no ProfilerConfig and always sends GZIP.
+        # Both mean the same to the service (no ProfilerConfig: no profiler; GZIP: its default), so
+        # v2's request is aligned on v3's: one request, whichever SDK is installed.
+        def train(self, **kwargs):
+            kwargs["profiler_config"] = None
+            kwargs["output_config"] = {**kwargs["output_config"], "CompressionType": "GZIP"}
+            return super().train(**kwargs)
+
+        # Likewise for tuning jobs: v2 describes the training jobs' instances as
+        # HyperParameterTuningResourceConfig, v3 as ResourceConfig (the same, for one instance type).
+        def create_tuning_job(self, job_name, tuning_config, training_config=None, **kwargs):
+            config = dict(training_config)
+            config["resource_config"] = config.pop("hpo_resource_config")
+            config["output_config"] = {**config["output_config"], "CompressionType": "GZIP"}
+            return super().create_tuning_job(job_name, tuning_config, training_config=config, **kwargs)
+
+    return AlignedSession(boto_session=boto3.Session())
 
 
 def tune(spec: TuningSpec, name: str) -> None:
