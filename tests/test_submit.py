@@ -5,6 +5,7 @@ import functools
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -161,6 +162,35 @@ def test_wait_follows_the_job_until_it_completes(aws):
     assert out.returncode == 0, out.stderr
     assert f"keras-pipe submit: {name}: Completed" in out.stderr
     assert f"keras-pipe submit: model: s3://data/jobs/{name}/output/model.tar.gz" in out.stderr
+
+
+def test_wait_prints_every_log_line_of_every_host_once_also_past_one_page(aws, monkeypatch, capsys):
+    """CloudWatch gives at most 10,000 lines per call: a job that wrote more between two polls
+    (here 12,000 lines, from two hosts, some sharing a timestamp) is printed whole, in time order."""
+    import boto3
+    from moto.sagemaker.models import sagemaker_backends
+
+    from keras_pipe_launch.submit import follow
+
+    name = launch(*BASIC, env=aws).stdout.strip()
+    sagemaker_backends["123456789012"]["us-east-1"].training_jobs[name].resource_config["InstanceCount"] = 2
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, aws[key])
+    logs = boto3.client("logs")
+    logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    start = int(time.time() * 1000) - 60_000  # (CloudWatch refuses events older than 14 days)
+    for host in ("algo-1", "algo-2"):
+        stream = f"{name}/{host}-1700000000"
+        logs.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream)
+        events = [{"timestamp": start + i // 3, "message": f"{host} line {i}"} for i in range(6000)]
+        logs.put_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream, logEvents=events)
+    assert follow(name) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 12_000 and len(set(lines)) == 12_000
+    assert set(lines) == {f"[{h}] {h} line {i}" for h in ("algo-1", "algo-2") for i in range(6000)}
+    assert lines[:2] == ["[algo-1] algo-1 line 0", "[algo-1] algo-1 line 1"]
+    times = [int(line.rsplit(" ", 1)[1]) // 3 for line in lines]
+    assert times == sorted(times)
 
 
 def test_wait_prints_the_failure_reason_of_a_failed_job(aws, monkeypatch, capsys):

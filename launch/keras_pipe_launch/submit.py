@@ -147,25 +147,18 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
 def follow(name: str) -> int:
     """Prints the job's status changes and CloudWatch log lines until it ends; 0 if it completed."""
     import boto3
-    from botocore.exceptions import ClientError
 
-    sagemaker, logs = boto3.client("sagemaker"), boto3.client("logs")
-    status, seen, start = None, set(), 0
+    sagemaker = boto3.client("sagemaker")
+    logs = JobLogs(boto3.client("logs"), name)
+    status = None
     while True:
         job = sagemaker.describe_training_job(TrainingJobName=name)
         if job["TrainingJobStatus"] != status:
             status = job["TrainingJobStatus"]
             print(f"keras-pipe submit: {name}: {status} ({job.get('SecondaryStatus', '')})", file=sys.stderr)
-        try:
-            events = logs.filter_log_events(logGroupName="/aws/sagemaker/TrainingJobs",
-                                            logStreamNamePrefix=f"{name}/", startTime=start)["events"]
-        except ClientError:  # the log group appears once the container starts
-            events = []
-        for event in events:
-            if event["eventId"] not in seen:
-                seen.add(event["eventId"])
-                start = max(start, event["timestamp"])
-                print(event["message"].rstrip())
+        several_hosts = job.get("ResourceConfig", {}).get("InstanceCount", 1) > 1
+        for host, message in logs.new_lines():
+            print(f"[{host}] {message}" if several_hosts else message)
         if status in ("Completed", "Failed", "Stopped"):
             break
         time.sleep(POLL_S)
@@ -175,3 +168,41 @@ def follow(name: str) -> int:
         return 0
     print(f"keras-pipe submit: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
     return 1
+
+
+class JobLogs:
+    """A training job's CloudWatch log lines, every host's, in time order, each line once.
+
+    Why not the SDKs' own followers: v3's TrainingJob.wait(logs=True) prints each line through a
+    logger at INFO (unseen unless the application configures logging) as "stream:\nline" inside a
+    rich live panel, and shows nothing until every host has a log stream; v2's logs_for_job exists
+    only in v2. What they do well, reading every page, boto3's paginator does here (one page is at
+    most 10,000 lines or 1 MB: a busy job writes more between two polls)."""
+
+    GROUP = "/aws/sagemaker/TrainingJobs"
+
+    def __init__(self, client, job_name: str):
+        self.client, self.job_name = client, job_name
+        self.since = 0  # ms: the newest timestamp printed
+        self.printed_at_since: set[str] = set()  # event ids printed with that timestamp
+
+    def new_lines(self) -> list[tuple[str, str]]:
+        """(host, line) of each event not printed yet."""
+        from botocore.exceptions import ClientError
+
+        pages = self.client.get_paginator("filter_log_events").paginate(
+            logGroupName=self.GROUP, logStreamNamePrefix=f"{self.job_name}/", startTime=self.since)
+        try:
+            events = [e for page in pages for e in page["events"] if e["eventId"] not in self.printed_at_since]
+        except ClientError as err:  # tried again at the next poll: following must outlive a throttled call
+            if err.response["Error"]["Code"] != "ResourceNotFoundException":  # (no group before the first log)
+                print(f"keras-pipe submit: warning: reading the job's logs: {err}", file=sys.stderr)
+            return []
+        events.sort(key=lambda e: (e["timestamp"], e["logStreamName"]))
+        if events:
+            newest = events[-1]["timestamp"]
+            if newest != self.since:
+                self.since, self.printed_at_since = newest, set()
+            self.printed_at_since |= {e["eventId"] for e in events if e["timestamp"] == newest}
+        # streams are named JOB/algo-N-EPOCH
+        return [(e["logStreamName"].split("/", 1)[-1].rsplit("-", 1)[0], e["message"].rstrip()) for e in events]
