@@ -7,15 +7,16 @@ import pytest
 from keras_pipe_train.metrics import METRIC_DEFINITIONS, format_line, row
 
 
-@pytest.mark.parametrize("value", [0.2314, 1e-07, 12.5, 0.0, float("nan")])
-def test_each_definition_catches_its_value(value):
+@pytest.mark.parametrize("value, text", [(0.2314, "0.2314"), (1e-07, "1e-07"), (12.5, "12.5"), (0.0, "0"),
+                                         (float("nan"), "nan"), (float("inf"), "inf")])
+def test_each_definition_catches_its_value(value, text):
+    """SageMaker reads what the regex catches as a number: "nan" and "inf" included, whole."""
     logs = {"loss": value, "accuracy": 0.5, "val_loss": value, "val_accuracy": 0.25}
     line = format_line(row(3, "fine_tune", logs))
     assert line.startswith("metrics: epoch=3 phase=fine_tune ")
     caught = {d["Name"]: re.search(d["Regex"], line).group(1) for d in METRIC_DEFINITIONS}
-    assert caught["train:accuracy"] == "0.5" and caught["validation:accuracy"] == "0.25"
-    for name in ("train:loss", "validation:loss"):
-        assert caught[name] == "nan" if value != value else float(caught[name]) == pytest.approx(value, rel=1e-5)
+    assert caught == {"train:loss": text, "train:accuracy": "0.5", "validation:loss": text,
+                      "validation:accuracy": "0.25"}
 
 
 def test_val_loss_is_not_caught_as_train_loss():

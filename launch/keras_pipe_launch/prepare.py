@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import dataclasses
 import hashlib
 import json
 import os
@@ -114,11 +115,12 @@ def class_names_option(classes: list[str]) -> str:
 
 
 class ShardWriter:
-    """Examples appended to part-00000.tfrecord, part-00001... in `folder`, a new shard once one
-    holds shard_bytes: nothing is kept in memory but the file being written."""
+    """Examples appended to part-00000.tfrecord, part-00001... (`prefix` then the number) in
+    `folder`, a new shard once one holds shard_bytes: nothing is kept in memory but the file being
+    written."""
 
-    def __init__(self, folder: Path, shard_bytes: int):
-        self.folder, self.shard_bytes = folder, shard_bytes
+    def __init__(self, folder: Path, shard_bytes: int, prefix: str = "part-"):
+        self.folder, self.shard_bytes, self.prefix = folder, shard_bytes, prefix
         self.paths: list[Path] = []
         self.count, self._file, self._size = 0, None, 0
 
@@ -127,7 +129,7 @@ class ShardWriter:
 
         if self._file is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self.paths.append(self.folder / f"part-{len(self.paths):05d}.tfrecord")
+            self.paths.append(self.folder / f"{self.prefix}{len(self.paths):05d}.tfrecord")
             self._file, self._size = open(self.paths[-1], "wb"), 0
         record = tfrecord.encode_record(example)
         self._file.write(record)
@@ -177,64 +179,109 @@ def check_classes(classes: list[str], trained: collections.Counter, validated: c
               "so validation accuracy says nothing about them", file=sys.stderr)
 
 
-def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
-            seed: int = 0, workers: int | None = None, strict: bool = False,
-            max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
-            quality: int = photos.DEFAULT_QUALITY) -> dict:
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How each image is checked and stored (the same on one machine and on every instance)."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_side: int | None = None
+    quality: int = photos.DEFAULT_QUALITY
+
+    def check(self, reader: image_sources.Reader, location: Location) -> tuple[bytes | None, str | None]:
+        return check_image(reader, location, self.max_pixels, self.max_side, self.quality)
+
+
+@dataclasses.dataclass
+class Written:
+    """What write_examples made: each part's shards, examples per label, and the images rejected."""
+
+    shards: dict[str, list[Path]]
+    counts: dict[str, collections.Counter]
+    rejected: list[tuple[Location, str]]
+
+    def count(self, part: str) -> int:
+        return sum(self.counts[part].values())
+
+
+def write_examples(queue: list[tuple[Location, int, str]], reader: image_sources.Reader, folder: Path,
+                   options: ImageOptions, shard_bytes: int, workers: int, shard_prefix: str = "part-") -> Written:
+    """Checks each (image, label, part) of `queue` (`workers` at a time) and appends the usable
+    ones, in the queue's order, to the shards of folder/part/."""
     from tqdm import tqdm
 
     from keras_pipe_train.example import encode_example
 
-    if out.exists() and any(out.iterdir()):
-        raise PrepareError(f"{out} is not empty: give a new output folder")
-    if not 0 <= validation_fraction < 1:
-        raise PrepareError("--validation-fraction must be in [0, 1)")
-    if max_side is not None and max_side < 1:
-        raise PrepareError("--max-side must be a positive number of pixels")
-    reader = image_sources.Reader()
-    listing = read_listing(str(source), reader)
-    classes, rejected = listing.classes, list(listing.rejected)
-    train, validation = split(listing.items, validation_fraction, seed)
-    # Shards are written to a hidden folder, moved into place once everything is checked: an
-    # error at the end (a class left with no image) leaves no half-made dataset behind.
-    work = out / ".incomplete"
-    writers = {"train": ShardWriter(work / "train", int(shard_mb * 1e6)),
-               "validation": ShardWriter(work / "validation", int(shard_mb * 1e6))}
-    counts = {"train": collections.Counter(), "validation": collections.Counter()}
-    queue = ([(where, label, "train") for where, label in train]
-             + [(where, label, "validation") for where, label in validation])
-    # S3 reads wait on the network, local ones on the decoder (TensorFlow's ops release the GIL)
-    workers = workers or (os.cpu_count() or 1) * (4 if str(source).startswith("s3://") else 1)
-    results = in_order(lambda job: check_image(reader, job[0], max_pixels, max_side, quality), queue, workers)
+    writers = {part: ShardWriter(folder / part, shard_bytes, shard_prefix) for part in ("train", "validation")}
+    written = Written({}, {part: collections.Counter() for part in writers}, [])
+    results = in_order(lambda job: options.check(reader, job[0]), queue, workers)
     try:
         with tqdm(total=len(queue), desc="prepare", unit="image", disable=None) as bar:
             for (where, label, part), (data, why) in zip(queue, results):
                 if data is None:
-                    rejected.append((where, why))
+                    written.rejected.append((where, why))
                 else:
                     writers[part].add(encode_example(data, label))
-                    counts[part][label] += 1
+                    written.counts[part][label] += 1
                 bar.update()
-                bar.set_postfix(rejected=len(rejected) - len(listing.rejected), refresh=False)
-        for writer in writers.values():
-            writer.close()
-        report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict)
-        check_classes(classes, counts["train"], counts["validation"], validation_fraction)
-        for part, writer in writers.items():
-            if writer.paths:
-                (work / part).rename(out / part)
+                bar.set_postfix(rejected=len(written.rejected), refresh=False)
     finally:
         for writer in writers.values():
             writer.close()
+    written.shards = {part: writer.paths for part, writer in writers.items()}
+    return written
+
+
+def default_workers(source: str) -> int:
+    # S3 reads wait on the network, local ones on the decoder (TensorFlow's ops release the GIL)
+    return (os.cpu_count() or 1) * (4 if source.startswith("s3://") else 1)
+
+
+def check_options(validation_fraction: float, max_side: int | None) -> None:
+    if not 0 <= validation_fraction < 1:
+        raise PrepareError("--validation-fraction must be in [0, 1)")
+    if max_side is not None and max_side < 1:
+        raise PrepareError("--max-side must be a positive number of pixels")
+
+
+def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
+            seed: int = 0, workers: int | None = None, strict: bool = False,
+            max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
+            quality: int = photos.DEFAULT_QUALITY) -> dict:
+    if out.exists() and any(out.iterdir()):
+        raise PrepareError(f"{out} is not empty: give a new output folder")
+    check_options(validation_fraction, max_side)
+    reader = image_sources.Reader()
+    listing = read_listing(str(source), reader)
+    train, validation = split(listing.items, validation_fraction, seed)
+    queue = ([(where, label, "train") for where, label in train]
+             + [(where, label, "validation") for where, label in validation])
+    # Shards are written to a hidden folder, moved into place once everything is checked: an
+    # error at the end (a class left with no image) leaves no half-made dataset behind.
+    work = out / ".incomplete"
+    try:
+        written = write_examples(queue, reader, work, ImageOptions(max_pixels, max_side, quality),
+                                 int(shard_mb * 1e6), workers or default_workers(str(source)))
+        rejected = list(listing.rejected) + written.rejected
+        report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict)
+        check_classes(listing.classes, written.counts["train"], written.counts["validation"], validation_fraction)
+        for part, paths in written.shards.items():
+            if paths:
+                (work / part).rename(out / part)
+    finally:
         shutil.rmtree(work, ignore_errors=True)
-    written = {part: [out / part / p.name for p in writer.paths] for part, writer in writers.items() if writer.paths}
-    (out / "classes.json").write_text(json.dumps(classes) + "\n")
-    train_count, validation_count = writers["train"].count, writers["validation"].count
-    print(f"prepare: {train_count} train and {validation_count} validation examples of {len(classes)} classes "
-          f"in {sum(map(len, written.values()))} shards under {out}; train with "
-          f"{class_names_option(classes)}", file=sys.stderr)
-    return {"classes": classes, "train": train_count, "validation": validation_count, "rejected": len(rejected),
-            "shards": {name: [str(p) for p in paths] for name, paths in written.items()}}
+    shards = {part: [out / part / p.name for p in paths] for part, paths in written.shards.items() if paths}
+    (out / "classes.json").write_text(json.dumps(listing.classes) + "\n")
+    return summarize(listing.classes, written, len(rejected), shards, str(out))
+
+
+def summarize(classes: list[str], written: Written, rejected: int, shards: dict[str, list], where: str) -> dict:
+    """Prints what was prepared and how to train on it; returns the same as a dict."""
+    train, validation = written.count("train"), written.count("validation")
+    print(f"prepare: {train} train and {validation} validation examples of {len(classes)} classes in "
+          f"{sum(map(len, shards.values()))} shards under {where}; train with {class_names_option(classes)}",
+          file=sys.stderr)
+    return {"classes": classes, "train": train, "validation": validation, "rejected": rejected,
+            "shards": {name: [str(p) for p in paths] for name, paths in shards.items()}}
 
 
 def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
