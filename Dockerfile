@@ -37,10 +37,15 @@ RUN python3 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check -r /opt/program/${REQUIREMENTS}
 
 # The reader and the job, installed (not run from the source folder): their dependencies are
-# already pinned above, hence --no-deps.
+# already pinned above, hence --no-deps. The launcher too, for its prepare code: a Processing job
+# (`keras-pipe prepare --instance-count N`) runs `python3 -m keras_pipe_launch.prepare_instance`
+# here; what that imports (Pillow, boto3, tqdm) is in requirements/base.txt, and the SageMaker SDK
+# the rest of the launcher wants is not needed in the image.
 COPY train/ /opt/program/train/
+COPY launch/ /opt/program/launch/
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /opt/program/train/pipemode /opt/program/train \
- && rm -rf /opt/program/train
+      /opt/program/launch \
+ && rm -rf /opt/program/train /opt/program/launch
 COPY container/ /opt/program/container/
 WORKDIR /opt/program
 
@@ -48,7 +53,7 @@ ARG BAKE_WEIGHTS=""
 RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
 
 RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
- && python3 -c "import keras_pipe_train.main, pipemode, google_crc32c" \
+ && python3 -c "import keras_pipe_train.main, pipemode, google_crc32c, keras_pipe_launch.prepare_instance" \
  && test -x /opt/program/container/train
 
 ENTRYPOINT ["/usr/bin/tini", "--"]

@@ -55,3 +55,22 @@ def test_sigterm_stops_the_job_in_the_image_well_within_sagemakers_120_s(image, 
     assert time.monotonic() - sent < 60, "the job did not stop on SIGTERM (PID 1 without tini?)"
     assert "launch | stopping: SIGTERM sent to the job" in output
     assert runner.returncode == 143, output[-2000:]
+
+
+def test_prepare_at_scale_runs_each_instance_in_the_image(image, tmp_path, s3_bucket):
+    """The Processing job's entry point, as SageMaker runs it: the image, its /opt/ml given."""
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    client, bucket = s3_bucket
+    images, labels = load_digits()
+    for i, (pixels, label) in enumerate(zip(images[:60], labels[:60])):
+        client.put_object(Bucket=bucket, Key=f"photos/digit{label}/{i}.jpg", Body=digit_jpeg(pixels))
+    env = {**os.environ, "LAUNCH_ENGINE": ENGINE, "LAUNCH_ENGINE_ARGS": RUN_ARGS}
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
+                          f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--image", TAG,
+                          "--job-dir", str(tmp_path / "jobs"), "--validation-fraction", "0"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "prepare: 60 train and 0 validation examples of 10 classes" in out.stderr
+    for host in ("algo-1", "algo-2"):
+        assert f"{host} | prepare {host}: 30 images given, 30 prepared" in out.stdout

@@ -78,13 +78,18 @@ def validate(spec: JobSpec) -> list[str]:
     return warnings(spec)
 
 
-def _check_names(spec: JobSpec) -> None:
-    if not _IMAGE.match(spec.image_uri):
-        raise RequestError(f"--image-uri {spec.image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
+def check_image_and_role(image_uri: str, role: str) -> None:
+    """What every job request of ours needs: an image URI and a role ARN in full."""
+    if not _IMAGE.match(image_uri):
+        raise RequestError(f"--image-uri {image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
                            "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
-    if not _ROLE.match(spec.role):
-        raise RequestError(f"--role {spec.role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
+    if not _ROLE.match(role):
+        raise RequestError(f"--role {role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
                            "a bare name makes the SDK call iam:GetRole")
+
+
+def _check_names(spec: JobSpec) -> None:
+    check_image_and_role(spec.image_uri, spec.role)
     if not _BASE_NAME.match(spec.base_job_name):
         raise RequestError(f"--base-job-name {spec.base_job_name!r}: 1-48 letters, digits and hyphens")
     if spec.job_name is not None and not JOB_NAME.match(spec.job_name):

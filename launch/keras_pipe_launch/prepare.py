@@ -343,7 +343,7 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("prepare", help="images -> sharded TFRecords, optionally uploaded to S3",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="a folder of class folders, a CSV of path,label, or either in S3 (s3://...)")
-    parser.add_argument("out", type=Path, help="the output folder (new or empty)")
+    parser.add_argument("out", help="the output folder (new or empty); with --instance-count, a new s3:// prefix")
     parser.add_argument("--validation-fraction", type=float, default=0.1)
     parser.add_argument("--shard-mb", type=float, default=100, help="target shard size")
     parser.add_argument("--seed", type=int, default=0, help="for the shuffle and the split")
@@ -359,29 +359,40 @@ def add_parser(subparsers) -> None:
                         help="larger images (width x height, from their header) are rejected before decoding, as "
                              f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
     parser.add_argument("--upload", metavar="S3_PREFIX", default=None, help="then upload OUT to s3://bucket/prefix/")
+    from keras_pipe_launch import prepare_job
+
+    prepare_job.add_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from keras_pipe_launch.job_request import RequestError
     from keras_pipe_launch.objects import SourceError
 
     try:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if args.instance_count is not None:
+            from keras_pipe_launch import prepare_job
+
+            return prepare_job.run(args)
+        for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
+            if getattr(args, option):
+                raise PrepareError(f"--{option.replace('_', '-')} is for a prepare at scale: give --instance-count")
         if args.upload:
             from keras_pipe_launch.objects import parse_s3_uri
 
             parse_s3_uri(args.upload)  # before the work, not after
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        prepare(args.source, args.out, validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
+        prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
                 seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
                 max_side=args.max_side, quality=args.jpeg_quality)
         if args.upload:
-            upload(args.out, args.upload)
-    except (PrepareError, SourceError) as err:
+            upload(Path(args.out), args.upload)
+    except (PrepareError, SourceError, RequestError) as err:
         print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
         return 2
     except (BotoCoreError, ClientError) as err:
-        print(f"keras-pipe prepare: upload failed: {err}", file=sys.stderr)
+        print(f"keras-pipe prepare: {'upload' if args.upload else 'a call to AWS'} failed: {err}", file=sys.stderr)
         return 1
     return 0

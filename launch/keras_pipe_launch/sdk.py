@@ -205,3 +205,59 @@ def _tuner_options(spec: TuningSpec, integer, continuous, categorical) -> dict:
                 max_jobs=spec.max_jobs, max_parallel_jobs=spec.max_parallel_jobs,
                 early_stopping_type=spec.early_stopping,
                 tags=[{"Key": k, "Value": v} for k, v in spec.job.tags] or None)
+
+
+def process(request: dict) -> str:
+    """Creates the processing job `request` (a CreateProcessingJob request, as --dry-run prints it)
+    through the installed SDK, without waiting; returns its name."""
+    (_process_v3 if sdk_major_version() >= 3 else _process_v2)(request)
+    return request["ProcessingJobName"]
+
+
+def _processor_options(request: dict) -> dict:
+    """The Processor arguments v2 and v3 share (same names), from the request."""
+    cluster, app = request["ProcessingResources"]["ClusterConfig"], request["AppSpecification"]
+    return dict(role=request["RoleArn"], image_uri=app["ImageUri"], entrypoint=app["ContainerEntrypoint"],
+                instance_count=cluster["InstanceCount"], instance_type=cluster["InstanceType"],
+                volume_size_in_gb=cluster["VolumeSizeInGB"],
+                max_runtime_in_seconds=request["StoppingCondition"]["MaxRuntimeInSeconds"])
+
+
+def _process_v3(request: dict) -> None:
+    import boto3
+    from sagemaker.core.helper.session_helper import Session
+    from sagemaker.core.processing import Processor
+    from sagemaker.core.shapes import ProcessingInput, ProcessingOutput, ProcessingS3Input, ProcessingS3Output
+
+    # AppManaged given, as v2 sends it (v3 leaves out what is not given)
+    inputs = [ProcessingInput(input_name=i["InputName"], app_managed=i["AppManaged"], s3_input=ProcessingS3Input(
+        s3_uri=i["S3Input"]["S3Uri"], local_path=i["S3Input"]["LocalPath"], s3_data_type=i["S3Input"]["S3DataType"],
+        s3_input_mode=i["S3Input"]["S3InputMode"], s3_compression_type=i["S3Input"]["S3CompressionType"],
+        s3_data_distribution_type=i["S3Input"]["S3DataDistributionType"])) for i in request["ProcessingInputs"]]
+    outputs = [ProcessingOutput(output_name=o["OutputName"], app_managed=o["AppManaged"], s3_output=ProcessingS3Output(
+        s3_uri=o["S3Output"]["S3Uri"], local_path=o["S3Output"]["LocalPath"],
+        s3_upload_mode=o["S3Output"]["S3UploadMode"])) for o in request["ProcessingOutputConfig"]["Outputs"]]
+    processor = Processor(**_processor_options(request), sagemaker_session=Session(boto_session=boto3.Session()))
+    processor.run(inputs=inputs, outputs=outputs, arguments=request["AppSpecification"]["ContainerArguments"],
+                  wait=False, logs=False, job_name=request["ProcessingJobName"])
+
+
+def _process_v2(request: dict) -> None:
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    import boto3
+    import sagemaker
+    from sagemaker.processing import ProcessingInput, ProcessingOutput, Processor
+
+    inputs = [ProcessingInput(source=i["S3Input"]["S3Uri"], destination=i["S3Input"]["LocalPath"],
+                              input_name=i["InputName"], s3_data_type=i["S3Input"]["S3DataType"],
+                              s3_input_mode=i["S3Input"]["S3InputMode"],
+                              s3_data_distribution_type=i["S3Input"]["S3DataDistributionType"],
+                              s3_compression_type=i["S3Input"]["S3CompressionType"])
+              for i in request["ProcessingInputs"]]
+    outputs = [ProcessingOutput(source=o["S3Output"]["LocalPath"], destination=o["S3Output"]["S3Uri"],
+                                output_name=o["OutputName"], s3_upload_mode=o["S3Output"]["S3UploadMode"])
+               for o in request["ProcessingOutputConfig"]["Outputs"]]
+    processor = Processor(**_processor_options(request),
+                          sagemaker_session=sagemaker.Session(boto_session=boto3.Session()))
+    processor.run(inputs=inputs, outputs=outputs, arguments=request["AppSpecification"]["ContainerArguments"],
+                  wait=False, logs=False, job_name=request["ProcessingJobName"])

@@ -145,23 +145,13 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
 
 
 def follow(name: str) -> int:
-    """Prints the job's status changes and CloudWatch log lines until it ends; 0 if it completed."""
+    """Prints the training job's status changes and CloudWatch log lines until it ends; 0 if it completed."""
     import boto3
 
-    sagemaker = boto3.client("sagemaker")
-    logs = JobLogs(boto3.client("logs"), name)
-    status = None
-    while True:
-        job = sagemaker.describe_training_job(TrainingJobName=name)
-        if job["TrainingJobStatus"] != status:
-            status = job["TrainingJobStatus"]
-            print(f"keras-pipe submit: {name}: {status} ({job.get('SecondaryStatus', '')})", file=sys.stderr)
-        several_hosts = job.get("ResourceConfig", {}).get("InstanceCount", 1) > 1
-        for host, message in logs.new_lines():
-            print(f"[{host}] {message}" if several_hosts else message)
-        if status in ("Completed", "Failed", "Stopped"):
-            break
-        time.sleep(POLL_S)
+    describe = boto3.client("sagemaker").describe_training_job
+    job = watch("keras-pipe submit", name, lambda: describe(TrainingJobName=name), "TrainingJob",
+                lambda job: job.get("ResourceConfig", {}).get("InstanceCount", 1))
+    status = job["TrainingJobStatus"]
     if status == "Completed":
         model = job.get("ModelArtifacts", {}).get("S3ModelArtifacts", "?")
         print(f"keras-pipe submit: model: {model}", file=sys.stderr)
@@ -170,8 +160,29 @@ def follow(name: str) -> int:
     return 1
 
 
+def watch(who: str, name: str, describe, kind: str, instance_count) -> dict:
+    """Prints a `kind` job's (TrainingJob, ProcessingJob) status changes and log lines until it
+    ends; returns its last description. `describe()` describes it, `instance_count(description)`
+    says how many hosts write logs (their lines are then prefixed with the host)."""
+    import boto3
+
+    logs = JobLogs(boto3.client("logs"), name, f"/aws/sagemaker/{kind}s")
+    status = None
+    while True:
+        job = describe()
+        if job[f"{kind}Status"] != status:
+            status = job[f"{kind}Status"]
+            print(f"{who}: {name}: {status} ({job.get('SecondaryStatus', '')})".replace(" ()", ""), file=sys.stderr)
+        several_hosts = instance_count(job) > 1
+        for host, message in logs.new_lines():
+            print(f"[{host}] {message}" if several_hosts else message)
+        if status in ("Completed", "Failed", "Stopped"):
+            return job
+        time.sleep(POLL_S)
+
+
 class JobLogs:
-    """A training job's CloudWatch log lines, every host's, in time order, each line once.
+    """A job's CloudWatch log lines, every host's, in time order, each line once.
 
     Why not the SDKs' own followers: v3's TrainingJob.wait(logs=True) prints each line through a
     logger at INFO (unseen unless the application configures logging) as "stream:\nline" inside a
@@ -179,10 +190,8 @@ class JobLogs:
     only in v2. What they do well, reading every page, boto3's paginator does here (one page is at
     most 10,000 lines or 1 MB: a busy job writes more between two polls)."""
 
-    GROUP = "/aws/sagemaker/TrainingJobs"
-
-    def __init__(self, client, job_name: str):
-        self.client, self.job_name = client, job_name
+    def __init__(self, client, job_name: str, group: str = "/aws/sagemaker/TrainingJobs"):
+        self.client, self.job_name, self.group = client, job_name, group
         self.since = 0  # ms: the newest timestamp printed
         self.printed_at_since: set[str] = set()  # event ids printed with that timestamp
 
@@ -191,12 +200,12 @@ class JobLogs:
         from botocore.exceptions import ClientError
 
         pages = self.client.get_paginator("filter_log_events").paginate(
-            logGroupName=self.GROUP, logStreamNamePrefix=f"{self.job_name}/", startTime=self.since)
+            logGroupName=self.group, logStreamNamePrefix=f"{self.job_name}/", startTime=self.since)
         try:
             events = [e for page in pages for e in page["events"] if e["eventId"] not in self.printed_at_since]
         except ClientError as err:  # tried again at the next poll: following must outlive a throttled call
             if err.response["Error"]["Code"] != "ResourceNotFoundException":  # (no group before the first log)
-                print(f"keras-pipe submit: warning: reading the job's logs: {err}", file=sys.stderr)
+                print(f"keras-pipe: warning: reading the job's logs: {err}", file=sys.stderr)
             return []
         events.sort(key=lambda e: (e["timestamp"], e["logStreamName"]))
         if events:

@@ -1,0 +1,308 @@
+"""`keras-pipe prepare s3://SOURCE/ s3://OUT/ --instance-count N`: prepare at scale, as a SageMaker
+Processing job over N instances of this project's image, or (--local) as N processes here, each
+with the /opt/ml a Processing instance gets.
+
+1. Here, once: the source is listed and split (prepare_plan), the plan written to OUT/plan/.
+2. Each instance: its ShardedByS3Key share of the source objects, checked and written to shards
+   named after it (prepare_instance); SageMaker uploads its output to OUT when the job ends.
+3. Here, at the end: the instances' reports merged and checked against the plan (every image
+   handled once), then OUT/classes.json and OUT/rejected.txt written, as the one-machine prepare
+   writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from keras_pipe_launch import container_config
+from keras_pipe_launch.image_sources import Reader, shown
+from keras_pipe_launch.local_layout import stage
+from keras_pipe_launch.local_processes import Console, Supervisor
+from keras_pipe_launch.objects import S3Store, SourceError, list_objects, parse_s3_uri, staging_plan
+from keras_pipe_launch.prepare import PrepareError, check_classes, class_names_option
+from keras_pipe_launch.prepare_plan import PLAN_FILE, REPORTS, Plan, PlanError, Report, make_plan, merge
+
+PROCESSING = "/opt/ml/processing"
+ENTRYPOINT = ["python3", "-m", "keras_pipe_launch.prepare_instance"]
+
+
+def output_prefix(out: str) -> tuple[str, str]:
+    """(bucket, prefix ending in "/") of the s3:// output, which must hold nothing yet."""
+    bucket, prefix = parse_s3_uri(out)
+    return bucket, (prefix if not prefix or prefix.endswith("/") else prefix + "/")
+
+
+def check_output_is_new(client, out: str) -> None:
+    bucket, prefix = output_prefix(out)
+    if client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount"):
+        raise PrepareError(f"{out} already holds objects: give a new output prefix (shards of two runs would mix)")
+
+
+def instance_arguments(shard_mb: float, max_side: int | None, quality: int, max_pixels: int,
+                       workers: int | None = None) -> list[str]:
+    arguments = ["--shard-mb", f"{shard_mb:g}", "--jpeg-quality", str(quality), "--max-image-pixels", str(max_pixels)]
+    arguments += ["--max-side", str(max_side)] if max_side else []
+    return arguments + (["--workers", str(workers)] if workers else [])
+
+
+def processing_job_request(name: str, source: str, out: str, *, image_uri: str, role: str, instance_count: int,
+                           instance_type: str, volume_size_gb: int, max_run_s: int, arguments: list[str]) -> dict:
+    """The CreateProcessingJob request: the source sharded by S3 key, the plan to every instance,
+    each instance's processing/output/ uploaded under OUT when the job ends."""
+    bucket, prefix = output_prefix(out)
+
+    def s3_input(input_name: str, uri: str, distribution: str) -> dict:
+        return {"InputName": input_name, "AppManaged": False,
+                "S3Input": {"S3Uri": uri, "LocalPath": f"{PROCESSING}/input/{input_name}", "S3DataType": "S3Prefix",
+                            "S3InputMode": "File", "S3DataDistributionType": distribution,
+                            "S3CompressionType": "None"}}
+
+    return {
+        "ProcessingJobName": name,
+        "ProcessingInputs": [s3_input("source", source, "ShardedByS3Key"),
+                             s3_input("plan", f"s3://{bucket}/{prefix}plan/", "FullyReplicated")],
+        "ProcessingOutputConfig": {"Outputs": [{
+            "OutputName": "prepared", "AppManaged": False,
+            "S3Output": {"S3Uri": f"s3://{bucket}/{prefix}", "LocalPath": f"{PROCESSING}/output",
+                         "S3UploadMode": "EndOfJob"}}]},
+        "ProcessingResources": {"ClusterConfig": {"InstanceCount": instance_count, "InstanceType": instance_type,
+                                                  "VolumeSizeInGB": volume_size_gb}},
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_run_s},
+        "AppSpecification": {"ImageUri": image_uri, "ContainerEntrypoint": ENTRYPOINT,
+                             "ContainerArguments": arguments},
+        "RoleArn": role,
+    }
+
+
+def write_plan(plan: Plan, client, out: str) -> None:
+    bucket, prefix = output_prefix(out)
+    with tempfile.TemporaryDirectory() as folder:
+        plan.write(Path(folder) / PLAN_FILE)
+        client.upload_file(str(Path(folder) / PLAN_FILE), bucket, f"{prefix}plan/{PLAN_FILE}")
+
+
+def planned(source: str, out: str, validation_fraction: float, seed: int) -> tuple[Plan, list]:
+    """The plan, and the source's objects (checked to be files an instance can be given, before
+    anything is written), after checking OUT is new."""
+    reader = Reader()
+    check_output_is_new(reader.s3, out)
+    plan = make_plan(source, reader, validation_fraction, seed)
+    objects = staging_plan(list_objects(plan.source))
+    return plan, objects
+
+
+# --- here, as N processes -------------------------------------------------------------------------
+
+def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, instance_count: int, arguments: list[str],
+                out_stream=None, image: str | None = None) -> int:
+    """Each instance as a process of its own (or, with `image`, a container of it running the
+    Processing job's entry point), with its /opt/ml under job_dir/algo-N and its share
+    (ShardedByS3Key: the i-th of every N objects in key order, as the local training runner
+    shares them); then each one's output uploaded under OUT, as SageMaker does at the end."""
+    from keras_pipe_launch.local import Engine, host_environment
+
+    hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
+    console = Console(out_stream or sys.stdout)
+    supervisor = Supervisor(console)
+    for index, host in enumerate(hosts):
+        base = job_dir / host
+        container_config.write(base / "config", resources=container_config.resource_config(host, hosts))
+        stage(objects[index::instance_count], base / "processing/input/source")
+        (base / "processing/input/plan").mkdir(parents=True)
+        plan.write(base / "processing/input/plan" / PLAN_FILE)
+        console.say(f"{host}: {len(objects[index::instance_count])} source objects")
+    engine = Engine.from_environment()
+    with supervisor.forwarding_signals():
+        for host in hosts:
+            if image:  # (no AWS credentials, no network needed: the instance reads and writes its /opt/ml)
+                command = [*engine.command, "run", "--rm", "--name", f"{job_dir.name}-{host}", "--hostname", host,
+                           "-v", f"{(job_dir / host).resolve()}:/opt/ml", *engine.run_args, image, *ENTRYPOINT]
+                supervisor.start(host, command + arguments, dict(os.environ))
+            else:
+                env = {**host_environment(), "SAGEMAKER_BASE_DIR": str(job_dir / host), "PYTHONUNBUFFERED": "1"}
+                supervisor.start(host, [sys.executable, "-m", "keras_pipe_launch.prepare_instance", *arguments], env)
+        codes = supervisor.wait()
+    failed = {host: code for host, code in codes.items() if code}
+    for host, code in failed.items():
+        message = job_dir / host / "output" / "message"
+        reason = message.read_text().strip() if message.exists() else "no message"
+        console.say(f"{host} failed with exit code {code}: {reason}")
+    if failed:
+        return 1
+    client = Reader().s3
+    bucket, prefix = output_prefix(out)
+    for host in hosts:  # S3UploadMode EndOfJob
+        output = job_dir / host / "processing/output"
+        for path in sorted(p for p in output.rglob("*") if p.is_file()):
+            client.upload_file(str(path), bucket, prefix + path.relative_to(output).as_posix())
+    return 0
+
+
+# --- at the end ----------------------------------------------------------------------------------
+
+def finish(plan: Plan, out: str, validation_fraction: float, strict: bool) -> dict:
+    """Merges the instances' reports (under OUT/reports/), writes OUT/classes.json and
+    OUT/rejected.txt, and says what was prepared."""
+    client = Reader().s3
+    bucket, prefix = output_prefix(out)
+    store = S3Store(f"s3://{bucket}/{prefix}{REPORTS}/", client=client)
+    try:
+        objects = store.list()
+    except SourceError as err:
+        raise PlanError(f"no instance's report: {err} (the instances write one each when they succeed)") from None
+    reports = [Report.read(store.open(obj).read()) for obj in objects]
+    merged = merge(plan, reports)
+    total = len(plan.items) + len(plan.rejected)
+    if merged.rejected:
+        text = "".join(f"{shown(where)}\t{why}\n" for where, why in merged.rejected)
+        client.put_object(Bucket=bucket, Key=f"{prefix}rejected.txt", Body=text.encode())
+        print(f"prepare: REJECTED {len(merged.rejected)} of {total} files (listed in s3://{bucket}/{prefix}"
+              "rejected.txt)", file=sys.stderr)
+        for where, why in merged.rejected[:10]:
+            print(f"  {shown(where)}: {why}", file=sys.stderr)
+    if merged.unplanned:
+        print(f"prepare: warning: {len(merged.unplanned)} objects appeared under {plan.source} after it was listed "
+              f"and were left out (e.g. {shown(merged.unplanned[0])})", file=sys.stderr)
+    if strict and merged.rejected:
+        raise PrepareError(f"{len(merged.rejected)} images could not be used (--strict)")
+    check_classes(plan.classes, merged.counts["train"], merged.counts["validation"], validation_fraction)
+    client.put_object(Bucket=bucket, Key=f"{prefix}classes.json", Body=(json.dumps(plan.classes) + "\n").encode())
+    counts = {part: sum(counter.values()) for part, counter in merged.counts.items()}
+    print(f"prepare: {counts['train']} train and {counts['validation']} validation examples of {len(plan.classes)} "
+          f"classes in {sum(map(len, merged.shards.values()))} shards under s3://{bucket}/{prefix}; train with "
+          f"{class_names_option(plan.classes)}", file=sys.stderr)
+    return {"classes": plan.classes, **counts, "rejected": len(merged.rejected),
+            "shards": {part: [f"s3://{bucket}/{prefix}{part}/{name}" for name in names]
+                       for part, names in merged.shards.items() if names}}
+
+
+def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path, validation_fraction: float = 0.1,
+                    seed: int = 0, strict: bool = False, arguments: list[str] = (), out_stream=None,
+                    image: str | None = None) -> dict:
+    """The whole distributed prepare, its instances run here (what the tests run)."""
+    if job_dir.exists() and any(job_dir.iterdir()):
+        raise PrepareError(f"{job_dir} is not empty: give a new --job-dir")
+    plan, objects = planned(source, out, validation_fraction, seed)
+    write_plan(plan, Reader().s3, out)
+    if run_locally(plan, objects, out, job_dir, instance_count, list(arguments), out_stream, image):
+        raise PrepareError("an instance failed (its reason above); nothing was merged")
+    try:
+        return finish(plan, out, validation_fraction, strict)
+    except PlanError as err:
+        raise PrepareError(str(err)) from None
+
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+def add_arguments(parser) -> None:
+    from keras_pipe_launch.submit import duration
+
+    group = parser.add_argument_group(
+        "at scale: a SageMaker Processing job (SOURCE an s3:// prefix of class folders, OUT a new s3:// prefix)")
+    group.add_argument("--instance-count", type=int, default=None, metavar="N",
+                       help="prepare on N instances, each its ShardedByS3Key share of the source objects")
+    group.add_argument("--instance-type", default="ml.c5.4xlarge")
+    group.add_argument("--role", help="the job's IAM role ARN (reads SOURCE, writes OUT)")
+    group.add_argument("--image-uri", help="this project's image (it holds the prepare code)")
+    group.add_argument("--volume-size", type=int, default=100, metavar="GB",
+                       help="per instance: holds its share of the source (default 100)")
+    group.add_argument("--max-run", type=duration, default=24 * 3600, metavar="DURATION", help="e.g. 6h, 2d")
+    group.add_argument("--job-name", default=None, help="default: keras-pipe-prepare-YYYYmmddHHMMSS")
+    group.add_argument("--region", default=None)
+    group.add_argument("--dry-run", action="store_true",
+                       help="print the CreateProcessingJob request; list, write and create nothing")
+    group.add_argument("--local", action="store_true",
+                       help="run the N instances here as processes (their /opt/ml under --job-dir), not on SageMaker")
+    group.add_argument("--job-dir", type=Path, default=None,
+                       help="with --local: where the instances' /opt/ml go (default ./local-jobs/<job name>)")
+    group.add_argument("--image", default=None,
+                       help="with --local: run each instance in this image (the engine: $LAUNCH_ENGINE or docker)")
+
+
+def run(args) -> int:
+    """`keras-pipe prepare ... --instance-count N`; raises PrepareError (and the launcher's
+    RequestError, SourceError) for what the user must change."""
+    import time
+
+    from keras_pipe_launch.job_request import RequestError, check_image_and_role
+    from keras_pipe_launch.prepare import check_options
+
+    if not (args.source.startswith("s3://") and args.out.startswith("s3://")):
+        raise PrepareError("--instance-count prepares an s3:// SOURCE into an s3:// OUT (the instances share "
+                           "the objects under SOURCE); on one machine, leave --instance-count out")
+    if args.upload:
+        raise PrepareError("--upload is for a one-machine prepare: with --instance-count, OUT is already in S3")
+    out = args.out
+    check_options(args.validation_fraction, args.max_side)
+    if args.instance_count < 1:
+        raise RequestError("--instance-count must be >= 1")
+    arguments = instance_arguments(args.shard_mb, args.max_side, args.jpeg_quality, args.max_image_pixels,
+                                   args.workers)
+    name = args.job_name or time.strftime("keras-pipe-prepare-%Y%m%d%H%M%S")
+    if args.local:
+        prepare_locally(args.source, out, instance_count=args.instance_count,
+                        job_dir=args.job_dir or Path("local-jobs") / name,
+                        validation_fraction=args.validation_fraction, seed=args.seed, strict=args.strict,
+                        arguments=arguments, image=args.image)
+        return 0
+    if not (args.role and args.image_uri):
+        raise RequestError("a Processing job needs --role and --image-uri (or --local to run it here)")
+    check_image_and_role(args.image_uri, args.role)
+    check_processing_resources(args.instance_type, args.volume_size, args.max_run)
+    request = processing_job_request(name, args.source if args.source.endswith("/") else args.source + "/", out,
+                                     image_uri=args.image_uri, role=args.role, instance_count=args.instance_count,
+                                     instance_type=args.instance_type, volume_size_gb=args.volume_size,
+                                     max_run_s=args.max_run, arguments=arguments)
+    if args.dry_run:
+        print(json.dumps(request, indent=2))
+        return 0
+    return run_on_sagemaker(args, request, out)
+
+
+def check_processing_resources(instance_type: str, volume_size_gb: int, max_run_s: int) -> None:
+    import botocore.session
+
+    from keras_pipe_launch.job_request import RequestError
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    if instance_type not in model.shape_for("ProcessingInstanceType").enum:
+        raise RequestError(f"--instance-type {instance_type!r} is not a SageMaker Processing instance type "
+                           "(e.g. ml.c5.4xlarge, ml.m5.4xlarge)")
+    if not 1 <= volume_size_gb <= 16384:
+        raise RequestError("--volume-size must be 1 to 16384 GB")
+    if not 1 <= max_run_s <= 777600:
+        raise RequestError("--max-run must be 1 s to 9 days for a Processing job")
+
+
+def run_on_sagemaker(args, request: dict, out: str) -> int:
+    """Plans, creates the job through the installed SDK, follows it to its end, then merges."""
+    import boto3
+
+    from keras_pipe_launch.sdk import process, sdk_major_version
+    from keras_pipe_launch.submit import use_region, watch
+
+    use_region(args)
+    plan, _ = planned(args.source, out, args.validation_fraction, args.seed)
+    write_plan(plan, Reader().s3, out)
+    print(f"keras-pipe prepare: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
+    name = process(request)
+    print(f"keras-pipe prepare: created processing job {name}", file=sys.stderr)
+    describe = boto3.client("sagemaker").describe_processing_job
+    job = watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
+                lambda job: job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
+    if job["ProcessingJobStatus"] != "Completed":
+        reason = job.get("FailureReason") or "no reason given"
+        exit_message = job.get("ExitMessage")
+        print(f"keras-pipe prepare: {name} {job['ProcessingJobStatus'].lower()}: {reason}"
+              + (f"\n  the instances said: {exit_message.strip()}" if exit_message else ""), file=sys.stderr)
+        return 1
+    try:
+        finish(plan, out, args.validation_fraction, args.strict)
+    except PlanError as err:
+        raise PrepareError(str(err)) from None
+    return 0
