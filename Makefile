@@ -33,6 +33,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.pipe_reader $(BENCH_ARGS)
 	$(BIN)/python -m bench.input_pipeline $(BENCH_ARGS)
 	$(BIN)/python -m bench.photo_pipeline $(BENCH_ARGS)
+	$(BIN)/python -m bench.prepare_at_scale $(BENCH_ARGS)
 
 # pipemode against AWS's PipeModeDataset (needs `bash ../shared/anchors/setup.sh` once)
 bench-aws: $(INSTALLED)

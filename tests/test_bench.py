@@ -39,6 +39,14 @@ def test_photo_pipeline_benchmark_runs_every_pipeline_and_the_loop_comparison():
     assert "steps_per_execution=8: ours" in out and "ours / keras =" in out
 
 
+@pytest.mark.slow
+def test_prepare_at_scale_benchmark_runs_and_every_run_makes_the_same_examples():
+    out = quick_run("prepare_at_scale")  # (it asserts the example counts agree)
+    for run in ("one machine", "1 instance", "2 instances"):
+        assert run in out
+    assert "s per 1000 photos" in out
+
+
 def test_the_aws_comparison_says_how_to_set_up_what_it_lacks(tmp_path):
     """bench.vs_aws needs AWS's reader in its own venv (../shared/anchors/setup.sh), never CI's."""
     out = subprocess.run([sys.executable, "-m", "bench.vs_aws", "--runs", "1"], cwd=REPO, capture_output=True,

@@ -293,8 +293,14 @@ def run_on_sagemaker(args, request: dict, out: str) -> int:
     name = process(request)
     print(f"keras-pipe prepare: created processing job {name}", file=sys.stderr)
     describe = boto3.client("sagemaker").describe_processing_job
-    job = watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
-                lambda job: job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
+    try:
+        job = watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
+                    lambda job: job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
+    except KeyboardInterrupt:
+        print(f"\nkeras-pipe prepare: stopped following; the job {name} goes on (stop it with `aws sagemaker "
+              f"stop-processing-job --processing-job-name {name}`). Its reports are not merged: {out} gets no "
+              "classes.json or rejected.txt, and nothing checked that every image was prepared", file=sys.stderr)
+        return 130
     if job["ProcessingJobStatus"] != "Completed":
         reason = job.get("FailureReason") or "no reason given"
         exit_message = job.get("ExitMessage")
