@@ -39,8 +39,8 @@ RUN python3 -m venv /opt/venv \
 # The reader and the job, installed (not run from the source folder): their dependencies are
 # already pinned above, hence --no-deps. The launcher too, for its prepare code: a Processing job
 # (`keras-pipe prepare --instance-count N`) runs `python3 -m keras_pipe_launch.prepare_instance`
-# here; what that imports (Pillow, boto3, tqdm) is in requirements/base.txt, and the SageMaker SDK
-# the rest of the launcher wants is not needed in the image.
+# here; what that imports (Pillow, tqdm) is in requirements/base.txt. An instance reads only its
+# /opt/ml, so neither boto3 nor the SageMaker SDK the rest of the launcher wants is in the image.
 COPY train/ /opt/program/train/
 COPY launch/ /opt/program/launch/
 RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /opt/program/train/pipemode /opt/program/train \

@@ -391,3 +391,34 @@ def audited(audit_file):
 def trained_records(epoch) -> list[str]:
     """The records of the batches this run trained on (prefetched batches beyond are not)."""
     return [d for index, digests in epoch["batches"].items() if index < epoch["trained"] for d in digests]
+
+
+# --- keras-pipe prepare ---------------------------------------------------------------------------
+
+def prepared_features() -> dict:
+    """The features `keras-pipe prepare` writes, for tf.io.parse_single_example."""
+    import tensorflow as tf
+
+    return {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+
+
+@pytest.fixture
+def photos(tmp_path):
+    """A folder of class folders: 200 digits as JPEG, PNG in one class, plus two bad files."""
+    import tensorflow as tf
+
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    images, labels = load_digits()
+    root = tmp_path / "photos"
+    for i, (image, label) in enumerate(zip(images[:200], labels[:200])):
+        folder = root / f"digit{label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        if label == 7:
+            (folder / f"{i}.png").write_bytes(tf.io.encode_png(tf.io.decode_jpeg(digit_jpeg(image))).numpy())
+        else:
+            (folder / f"{i}.jpg").write_bytes(digit_jpeg(image))
+    (root / "digit3" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    (root / "digit5" / "readme.txt").write_text("not an image")
+    return root, labels[:200]

@@ -10,8 +10,9 @@ import tensorflow as tf
 
 from keras_pipe_launch.prepare import PrepareError, prepare
 from keras_pipe_launch.prepare_job import prepare_locally
-from tests.conftest import REPO, dry_run_request, launch_cli, run_logged, sdk2_python, sent
-from tests.test_prepare import FEATURES, photos  # noqa: F401 (a fixture)
+from tests.conftest import REPO, dry_run_request, launch_cli, prepared_features, run_logged, sdk2_python, sent
+
+FEATURES = prepared_features()
 
 
 def upload_folder(client, bucket: str, root: Path, prefix: str) -> None:
@@ -43,7 +44,7 @@ def local_examples_by_part(folder: Path) -> dict[str, collections.Counter]:
         for part in ("train", "validation")}
 
 
-def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(photos, tmp_path, s3_bucket):  # noqa: F811
+def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(photos, tmp_path, s3_bucket):
     root, _ = photos
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
@@ -67,7 +68,7 @@ def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(pho
         (tmp_path / "one" / "classes.json").read_bytes())
 
 
-def test_an_instance_that_fails_fails_the_run_with_its_reason(photos, tmp_path, s3_bucket, capsys):  # noqa: F811
+def test_an_instance_that_fails_fails_the_run_with_its_reason(photos, tmp_path, s3_bucket, capsys):
     root, _ = photos
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
@@ -82,7 +83,7 @@ def test_an_instance_that_fails_fails_the_run_with_its_reason(photos, tmp_path, 
     assert not client.list_objects_v2(Bucket=bucket, Prefix="prepared/train/").get("KeyCount")  # nothing merged
 
 
-def test_the_output_prefix_must_be_new_and_the_source_a_prefix_of_class_folders(photos, tmp_path, s3_bucket):  # noqa: F811
+def test_the_output_prefix_must_be_new_and_the_source_a_prefix_of_class_folders(photos, tmp_path, s3_bucket):
     root, _ = photos
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
@@ -149,3 +150,25 @@ def test_both_sdks_send_exactly_the_dry_run_request(sdk, aws, moto_endpoint):
 def test_prepare_at_scale_options_given_wrongly(args, message):
     out = launch_cli("prepare", *args, "--dry-run" if "--dry-run" not in args else "--seed=0")
     assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_on_sagemaker_the_plan_is_written_the_job_created_followed_and_an_empty_output_refused(
+        photos, tmp_path, aws, moto_endpoint):
+    """The whole SageMaker path against moto, whose processing jobs complete at once without running
+    anything: so the merge finds no instance's report, and says so rather than writing a dataset."""
+    import boto3
+
+    root, _ = photos
+    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    client.create_bucket(Bucket="photos-bucket")
+    upload_folder(client, "photos-bucket", root, "photos/")
+    out = launch_cli("prepare", *AT_SCALE, "--job-name", "prep-on-sagemaker", env=aws)
+    assert out.returncode == 2, out.stderr
+    assert "keras-pipe prepare: submitting with SageMaker SDK v3" in out.stderr
+    assert "keras-pipe prepare: prep-on-sagemaker: Completed" in out.stderr
+    assert "error: no instance's report" in out.stderr
+    (request,) = sent(moto_endpoint, "CreateProcessingJob")
+    assert request["ProcessingJobName"] == "prep-on-sagemaker"
+    stored = [o["Key"] for o in client.list_objects_v2(Bucket="photos-bucket", Prefix="prepared/")["Contents"]]
+    assert stored == ["prepared/plan/plan.json.gz"]  # the plan the instances would read; no dataset

@@ -54,14 +54,16 @@ class PrepareError(ValueError):
 def check_image(reader: image_sources.Reader, location: Location, max_pixels: int = DEFAULT_MAX_PIXELS,
                 max_side: int | None = None, quality: int = photos.DEFAULT_QUALITY) -> tuple[bytes | None, str | None]:
     """(bytes to store, None) for an image the job can use, else (None, why)."""
-    from botocore.exceptions import BotoCoreError, ClientError
+    if isinstance(location, Path):
+        unreadable: tuple = (OSError,)
+    else:  # (botocore only for S3: a Processing instance reads local files, and its image has no boto3)
+        from botocore.exceptions import BotoCoreError, ClientError
 
+        unreadable = (BotoCoreError, ClientError)
     try:
         data = reader.read(location)
-    except OSError as err:
-        return None, f"unreadable: {err.strerror or err}"
-    except (BotoCoreError, ClientError) as err:
-        return None, f"unreadable: {err}"
+    except unreadable as err:
+        return None, f"unreadable: {getattr(err, 'strerror', None) or err}"
     return photos.checked(data, max_pixels, max_side, quality)
 
 
@@ -290,7 +292,6 @@ def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
 
     import boto3
     from boto3.s3.transfer import TransferConfig
-    from botocore.exceptions import ClientError
     from tqdm import tqdm
 
     from keras_pipe_launch.objects import parse_s3_uri
@@ -312,14 +313,9 @@ def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
         key = prefix + path.relative_to(folder).as_posix()
         with open(path, "rb") as f:
             digest = hashlib.file_digest(f, "sha256").hexdigest()
-        try:
-            head = client.head_object(Bucket=bucket, Key=key)
-            if head.get("Metadata", {}).get("sha256") == digest:
-                count(path.stat().st_size)
-                return False
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
-                raise
+        if stored_digest(client, bucket, key) == digest:
+            count(path.stat().st_size)
+            return False
         client.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": digest}},
                            Config=config, Callback=count)
         return True
@@ -331,6 +327,18 @@ def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
     print(f"upload: {uploaded} files uploaded, {unchanged} already there unchanged, to {destination}",
           file=sys.stderr)
     return uploaded, unchanged
+
+
+def stored_digest(client, bucket: str, key: str) -> str | None:
+    """The SHA-256 an earlier upload kept in the object's metadata; None when there is no object."""
+    from botocore.exceptions import ClientError
+
+    try:
+        return client.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get("sha256")
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey", "NotFound"):
+            raise
+        return None
 
 
 def jpeg_quality(text: str) -> int:

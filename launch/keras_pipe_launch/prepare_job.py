@@ -295,7 +295,7 @@ def run_on_sagemaker(args, request: dict, out: str) -> int:
     describe = boto3.client("sagemaker").describe_processing_job
     try:
         job = watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
-                    lambda job: job["ProcessingResources"]["ClusterConfig"]["InstanceCount"])
+                    lambda job: args.instance_count)
     except KeyboardInterrupt:
         print(f"\nkeras-pipe prepare: stopped following; the job {name} goes on (stop it with `aws sagemaker "
               f"stop-processing-job --processing-job-name {name}`). Its reports are not merged: {out} gets no "
