@@ -146,6 +146,7 @@ def test_both_sdks_send_exactly_the_dry_run_request(sdk, aws, moto_endpoint):
     ([*AT_SCALE, "--max-run", "10d"], "--max-run must be 1 s to 9 days"),
     (["s3://b-b-b/photos/", "./out", "--dry-run"], "--dry-run is for a prepare at scale: give --instance-count"),
     ([*AT_SCALE, "--upload", "s3://b-b-b/x/"], "--upload is for a one-machine prepare"),
+    ([*AT_SCALE, "--job-name", "../up"], "--job-name '../up': 1-63 letters, digits and hyphens"),
 ])
 def test_prepare_at_scale_options_given_wrongly(args, message):
     out = launch_cli("prepare", *args, "--dry-run" if "--dry-run" not in args else "--seed=0")

@@ -231,6 +231,7 @@ def run(args) -> int:
 
     from keras_pipe_launch.job_request import RequestError, check_image_and_role
     from keras_pipe_launch.prepare import check_options
+    from keras_pipe_train.contract import JOB_NAME
 
     if not (args.source.startswith("s3://") and args.out.startswith("s3://")):
         raise PrepareError("--instance-count prepares an s3:// SOURCE into an s3:// OUT (the instances share "
@@ -244,6 +245,8 @@ def run(args) -> int:
     arguments = instance_arguments(args.shard_mb, args.max_side, args.jpeg_quality, args.max_image_pixels,
                                    args.workers)
     name = args.job_name or time.strftime("keras-pipe-prepare-%Y%m%d%H%M%S")
+    if not JOB_NAME.match(name):  # (it also names the local instances' folders and containers)
+        raise RequestError(f"--job-name {name!r}: 1-63 letters, digits and hyphens")
     if args.local:
         prepare_locally(args.source, out, instance_count=args.instance_count,
                         job_dir=args.job_dir or Path("local-jobs") / name,
