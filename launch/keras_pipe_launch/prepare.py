@@ -24,6 +24,12 @@ leave it out to keep the original bytes (the job then decodes them at full size 
 
 The same inputs and seed give byte-identical shards, so re-running --upload skips every shard
 already in S3 with the same content (its SHA-256 is kept in the object's metadata).
+
+At scale, an s3:// prefix of class folders into a new s3:// prefix, as a SageMaker Processing job
+of the training image over N instances (or --local: N processes here), the same split and checks:
+
+    keras-pipe prepare s3://bucket/photos/ s3://bucket/prepared/ --instance-count 8 \
+        --role arn:aws:iam::123456789012:role/SageMakerRole --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/IMAGE
 """
 
 from __future__ import annotations

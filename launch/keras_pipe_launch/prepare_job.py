@@ -27,7 +27,9 @@ from keras_pipe_launch.prepare import PrepareError, check_classes, class_names_o
 from keras_pipe_launch.prepare_plan import PLAN_FILE, REPORTS, Plan, PlanError, Report, make_plan, merge
 
 PROCESSING = "/opt/ml/processing"
-ENTRYPOINT = ["python3", "-m", "keras_pipe_launch.prepare_instance"]
+# ContainerEntrypoint replaces the image's ENTRYPOINT (tini) too: tini is given again, so that a
+# stopped job's SIGTERM reaches Python (the kernel gives PID 1 no default SIGTERM action).
+ENTRYPOINT = ["/usr/bin/tini", "--", "python3", "-m", "keras_pipe_launch.prepare_instance"]
 
 
 def output_prefix(out: str) -> tuple[str, str]:
@@ -119,8 +121,10 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, instance_cou
     with supervisor.forwarding_signals():
         for host in hosts:
             if image:  # (no AWS credentials, no network needed: the instance reads and writes its /opt/ml)
+                # the entry point replaced as SageMaker replaces it with ContainerEntrypoint
                 command = [*engine.command, "run", "--rm", "--name", f"{job_dir.name}-{host}", "--hostname", host,
-                           "-v", f"{(job_dir / host).resolve()}:/opt/ml", *engine.run_args, image, *ENTRYPOINT]
+                           "-v", f"{(job_dir / host).resolve()}:/opt/ml", "--entrypoint", ENTRYPOINT[0],
+                           *engine.run_args, image, *ENTRYPOINT[1:]]
                 supervisor.start(host, command + arguments, dict(os.environ))
             else:
                 env = {**host_environment(), "SAGEMAKER_BASE_DIR": str(job_dir / host), "PYTHONUNBUFFERED": "1"}
