@@ -14,11 +14,12 @@ For 100 KB, 1 KB and 100 B records, interleaved, `--runs` times each:
   pipemode batched    PipeModeDataset(..., batch_size=1024)     (the fast path)
   pipemode drop-in    PipeModeDataset(...).batch(1024)          (used exactly as AWS's is)
 Each runs in a bare virtualenv: AWS's in the anchors' TF 2.14 one, pipemode (from train/pipemode)
-in the anchors' TF 2.21 one (tensorflow-cpu, google-crc32c). Prints the median time of each, its
-speed relative to AWS's (>1: faster), the median peak RSS of each whole process (ru_maxrss of the
-child) and that peak less the RSS of importing TensorFlow alone in the same venv (TF 2.21's import
-alone takes ~120 MB more than 2.14's), and the median CPU seconds of the process and its writer
-(TensorFlow's import included: ~2.3 s for 2.14, ~2.6 s for 2.21).
+in the anchors' TF 2.21 one (tensorflow-cpu, google-crc32c). Prints the median time of each and
+its fastest and slowest run (single runs vary by 20 % and more here, AWS's too), its speed
+relative to AWS's median (>1: faster), the median peak RSS of each whole process (ru_maxrss of
+the child) and that peak less the RSS of importing TensorFlow alone in the same venv (TF 2.21's
+import alone takes ~120 MB more than 2.14's), and the median CPU seconds of the process and its
+writer (TensorFlow's import included: ~2.3 s for 2.14, ~2.6 s for 2.21).
 """
 
 from __future__ import annotations
@@ -111,8 +112,8 @@ def compare(sizes: list[str], runs: int, harness: Path) -> int:
     floor["pipemode batched"] = floor["pipemode drop-in"] = import_rss(DATA / "tfv" / "bin" / "python")
     print(f"importing TensorFlow alone: {floor['AWS']:.0f} MB (2.14, AWS's venv), "
           f"{floor['pipemode batched']:.0f} MB (2.21, pipemode's venv)")
-    print(f"{'records':8} {'reader':18} {'median s':>9} {'vs AWS':>7} {'target':>7} {'peak RSS':>9} "
-          f"{'above import':>12} {'CPU s':>6}")
+    print(f"{'records':8} {'reader':18} {'median s':>9} {'range s':>11} {'vs AWS':>7} {'target':>7} "
+          f"{'peak RSS':>9} {'above import':>12} {'CPU s':>6}")
     for size in sizes:
         data = DATA / f"{FILES[size]}.tfrecord"
         subprocess.run(["cat", str(data)], stdout=subprocess.DEVNULL, check=True)  # page cache
@@ -130,7 +131,8 @@ def compare(sizes: list[str], runs: int, harness: Path) -> int:
             median = statistics.median(seconds[reader])
             target = TARGETS.get((size, reader))
             peak = statistics.median(rss[reader])
-            print(f"{size:8} {reader:18} {median:9.2f} {aws / median:6.2f}x "
+            spread = f"{min(seconds[reader]):.2f}-{max(seconds[reader]):.2f}"
+            print(f"{size:8} {reader:18} {median:9.2f} {spread:>11} {aws / median:6.2f}x "
                   f"{f'>={target}x' if target else '':>7} {peak:6.0f} MB {peak - floor[reader]:9.0f} MB "
                   f"{statistics.median(cpu[reader]):6.2f}", flush=True)
     return 0
