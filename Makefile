@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt
 PROJECTS := train/pipemode/pyproject.toml train/pyproject.toml launch/pyproject.toml
 EDITABLE := -e train/pipemode -e train -e launch
+# the reader's optional compiled part: the editable install builds it in place (setup.py)
+COMPILED := train/pipemode/setup.py train/pipemode/pipemode/_framing.c
 INSTALLED := $(VENV)/.installed
 # SageMaker SDK v2 beside v3: `keras-pipe submit` must send the same request through both
 SDK2 := .venv-sdk2
@@ -44,7 +46,7 @@ venv: $(INSTALLED)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(INSTALLED): $(REQUIREMENTS) $(PROJECTS) Makefile | $(BIN)/python
+$(INSTALLED): $(REQUIREMENTS) $(PROJECTS) $(COMPILED) Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
 	# the project's three distributions, editable (their dependencies are pinned above): the
 	# reader (pipemode), the job (keras_pipe_train), the launcher (keras_pipe_launch, `keras-pipe`)
@@ -55,7 +57,7 @@ $(INSTALLED): $(REQUIREMENTS) $(PROJECTS) Makefile | $(BIN)/python
 container-base:
 	.ci/container-base
 
-$(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt $(PROJECTS) Makefile
+$(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt $(PROJECTS) $(COMPILED) Makefile
 	$(PYTHON) -m venv $(SDK2)
 	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/sdk2.txt
 	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(EDITABLE)
@@ -67,4 +69,5 @@ $(TOOLKIT_INSTALLED): requirements/toolkit.txt Makefile
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(SDK2) $(TOOLKIT) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info
+	rm -rf $(VENV) $(SDK2) $(TOOLKIT) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info \
+	  train/pipemode/build train/pipemode/pipemode/_framing.*.so

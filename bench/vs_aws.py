@@ -19,7 +19,9 @@ its fastest and slowest run (single runs vary by 20 % and more here, AWS's too),
 relative to AWS's median (>1: faster), the median peak RSS of each whole process (ru_maxrss of
 the child) and that peak less the RSS of importing TensorFlow alone in the same venv (TF 2.21's
 import alone takes ~120 MB more than 2.14's), and the median CPU seconds of the process and its
-writer (TensorFlow's import included: ~2.3 s for 2.14, ~2.6 s for 2.21).
+writer (TensorFlow's import included: ~2.3 s for 2.14, ~2.6 s for 2.21). pipemode runs with its
+compiled framing where `make venv` built it (the first line says which decoder ran);
+`--pure-python` runs it without.
 """
 
 from __future__ import annotations
@@ -84,6 +86,15 @@ def run(cmd: list[str]) -> tuple[float, float, float]:
     return json.loads(lines[-1])["seconds"], usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
+def decoder_path() -> str:
+    """Which TFRecord decoder the pipemode runs use: the compiled part is built in place by the
+    editable install (`make venv`), and the anchors' TF 2.21 venv imports it from the source folder."""
+    if os.environ.get("PIPEMODE_PURE_PYTHON", "") not in ("", "0"):
+        return "pure Python (PIPEMODE_PURE_PYTHON=1)"
+    built = sorted((REPO / "train" / "pipemode" / "pipemode").glob("_framing.*.so"))
+    return f"compiled ({built[0].name})" if built else "pure Python (pipemode._framing is not built)"
+
+
 def import_rss(python: Path) -> float:
     """Peak RSS in MB of importing TensorFlow (and running one op) in that venv: the floor."""
     script = "import tensorflow as tf; tf.constant(1) + 1"
@@ -96,7 +107,12 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", nargs="+", default=list(FILES), choices=list(FILES))
     parser.add_argument("--as-shipped", action="store_true",
                         help="run the anchors' scripts unchanged (tf.data autotuning on: quantized times)")
+    parser.add_argument("--pure-python", action="store_true",
+                        help="run pipemode without its compiled framing (PIPEMODE_PURE_PYTHON=1)")
     args = parser.parse_args(argv)
+    if args.pure_python:
+        os.environ["PIPEMODE_PURE_PYTHON"] = "1"
+    print(f"pipemode's TFRecord decoder: {decoder_path()}")
     missing = [p for p in [DATA / "pmd" / "bin" / "python", DATA / "tfv" / "bin" / "python", HARNESS / "ours_bench.py",
                            *(DATA / f"{FILES[s]}.tfrecord" for s in args.sizes)] if not p.exists()]
     if missing:

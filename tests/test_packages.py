@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from keras_pipe_launch import container_config
+from pipemode import tfrecord
 from tests.conftest import REPO, run_logged
 
 TOOLKIT_PYTHON = REPO / ".venv-toolkit" / "bin" / "python"
@@ -24,13 +25,14 @@ TOOLKIT_PYTHON = REPO / ".venv-toolkit" / "bin" / "python"
 WHEEL_NAMES = {"train/pipemode": "pipemode", "train": "keras_pipe_train", "launch": "keras_pipe"}
 
 
-def build_wheel(project: str, out: Path) -> Path:
+def build_wheel(project: str, out: Path, **env: str) -> Path:
     """The wheel of one of the project's distributions (its folder), built offline from a copy (a
-    build writes build/ and *.egg-info next to the sources)."""
+    build writes build/ and *.egg-info next to the sources; the reader's compiled part is built
+    afresh, not copied)."""
     source = out / "source"
-    shutil.copytree(REPO / project, source, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__"))
+    shutil.copytree(REPO / project, source, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__", "*.so"))
     run_logged([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                "--wheel-dir", str(out), str(source)], 300).check_returncode()
+                "--wheel-dir", str(out), str(source)], 300, env={**os.environ, **env}).check_returncode()
     (wheel,) = out.glob(f"{WHEEL_NAMES[project]}-*.whl")
     return wheel
 
@@ -50,7 +52,20 @@ def test_the_reader_wheel_holds_the_reader_and_declares_what_it_imports(tmp_path
     packages = {f.split("/")[0] for f in files if not f.split("/")[0].endswith(".dist-info")}
     assert packages == {"pipemode"}
     assert "pipemode/textline.py" in files and "pipemode/dataset.py" in files
+    # its compiled fast path, built with the wheel where a compiler is at hand (as here, when the
+    # editable install built it), and left out without failing where not (setup.py)
+    compiled = [f for f in files if f.startswith("pipemode/_framing.") and f.endswith((".so", ".pyd"))]
+    assert compiled if tfrecord._framing is not None else not compiled
     assert "PipeModeDataset" in info.get_payload()  # its README is the long description
+
+
+def test_a_pure_python_reader_wheel_for_any_machine(tmp_path):
+    """PIPEMODE_PURE_PYTHON=1 at build time: a py3-none-any wheel without the compiled part, the one
+    to ship in a SageMaker source_dir built on another kind of machine than the image's."""
+    wheel = build_wheel("train/pipemode", tmp_path, PIPEMODE_PURE_PYTHON="1")
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    _, files = metadata(wheel)
+    assert not [f for f in files if "_framing" in f]
 
 
 def test_the_job_and_launcher_wheels_declare_their_dependencies_and_data(tmp_path):

@@ -14,6 +14,19 @@ from tests.conftest import random_records, stream_reader
 WHERE = "test stream"
 
 
+@pytest.fixture(autouse=True, params=["compiled", "pure Python"])
+def decoder_path(request, monkeypatch):
+    """Every test here runs on both decoders: with the compiled fast path (pipemode._framing) where
+    it is built, and the pure-Python one (PIPEMODE_PURE_PYTHON=1)."""
+    if request.param == "compiled":
+        if tfrecord._framing is None:
+            pytest.skip("pipemode._framing is not built in this install")
+        monkeypatch.delenv(tfrecord.PURE_PYTHON_ENV, raising=False)
+    else:
+        monkeypatch.setenv(tfrecord.PURE_PYTHON_ENV, "1")
+    return request.param
+
+
 def decode(data: bytes, *, skips: int = 0, chunk_bytes: int = tfrecord.CHUNK_BYTES, **kwargs):
     decoder = tfrecord.TFRecordDecoder(CorruptionPolicy(skips), chunk_bytes=chunk_bytes, **kwargs)
     records = [r for batch in decoder.decode(stream_reader(data), WHERE) for r in batch]
@@ -253,3 +266,9 @@ def test_header_length_reads_a_records_header_and_refuses_a_damaged_one():
     assert tfrecord.header_length(record[: tfrecord.HEADER_BYTES]) == 300
     damaged = bytes([record[0] ^ 1]) + record[1 : tfrecord.HEADER_BYTES]
     assert tfrecord.header_length(damaged) is None
+
+
+def test_any_max_record_bytes_is_accepted_even_beyond_what_a_length_field_holds():
+    records = [b"a" * 10, b"b" * 5000]
+    got, _ = decode(tfrecord.encode(records), max_record_bytes=2**70)
+    assert got == records

@@ -9,6 +9,7 @@ channel with RecordWrapperType None delivers one continuous stream per pass.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 
@@ -18,7 +19,20 @@ from pipemode.corruption import CorruptionPolicy
 from pipemode.crc import crc32c, mask_array, masked_crc32c
 from pipemode.errors import CorruptRecordError, TruncatedRecordError, UnusableRecordError
 
+try:  # built from _framing.c where a C compiler was at hand at install time (setup.py)
+    from pipemode import _framing
+except ImportError:  # pragma: no cover - depends on the install
+    _framing = None
+
 log = logging.getLogger(__name__)
+
+PURE_PYTHON_ENV = "PIPEMODE_PURE_PYTHON"
+
+
+def compiled_framing():
+    """pipemode._framing, the compiled fast path of TFRecordDecoder, or None: not built in this
+    install, or turned off with PIPEMODE_PURE_PYTHON=1."""
+    return None if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0") else _framing
 
 _HEADER = struct.Struct("<QI")  # length, masked crc of the length
 _LENGTH = struct.Struct("<Q")
@@ -91,6 +105,10 @@ class TFRecordDecoder:
     the record that straddles the chunk's end (so no chunk is ever copied to join it with the
     next). Memory is bounded by the chunk size and the largest record, not by the stream.
 
+    With pipemode._framing built (and CRC checks on, no record_check), each chunk is framed and
+    checked in C first; it stops at the first record that does not check out and leaves the rest
+    of the chunk to the Python code below, so errors, offsets and skipping are the same either way.
+
     Record numbers in errors count every record of the pass from 0, corrupt ones included.
     `record_check(record)` may reject well-framed records by returning why (None: accepted);
     those are errors, or skipped, under the same policy as corrupt ones, with their position.
@@ -112,12 +130,24 @@ class TFRecordDecoder:
         self.record_check = record_check
         self.seen = 0  # records framed so far, corrupt ones included
         self._header_crcs: dict[int, int] = {}
+        self._compiled = compiled_framing() if check_crc and record_check is None else None
 
     def decode(self, read: Read, where: str) -> Iterator[list[bytes]]:
         """Yields the records of one stream, a list per chunk. `read(n)` returns n bytes, fewer
         only at the end of the stream; `where` names the stream in error messages."""
         buf, base, pos = read(self.chunk_bytes), 0, 0
+        compiled = self._compiled
+        limit = min(self.max_record_bytes, 2**64 - 1)  # a length field holds no more
         while buf:
+            if compiled is not None:
+                records, pos, clean = compiled.scan(buf, pos, limit, crc32c)
+                if records:
+                    self.seen += len(records)
+                    yield records
+                if clean:
+                    buf, base, pos = self._refill(read, buf, base, pos, where)
+                    continue
+                # a record at pos does not check out: the code below reports or skips it
             records, ends, pos, status = self._scan(buf, pos)
             scanned = len(records)
             if self.check_crc and records:
