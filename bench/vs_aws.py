@@ -35,6 +35,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipemode import tfrecord
+
 REPO = Path(__file__).resolve().parent.parent
 HARNESS = Path(os.environ.get("ANCHORS_HARNESS", REPO.parent / "shared" / "anchors"))
 DATA = Path(os.environ.get("ANCHOR_DIR", Path.home() / ".cache" / "anchors"))
@@ -87,12 +89,14 @@ def run(cmd: list[str]) -> tuple[float, float, float]:
 
 
 def decoder_path() -> str:
-    """Which TFRecord decoder the pipemode runs use: the compiled part is built in place by the
-    editable install (`make venv`), and the anchors' TF 2.21 venv imports it from the source folder."""
-    if os.environ.get("PIPEMODE_PURE_PYTHON", "") not in ("", "0"):
-        return "pure Python (PIPEMODE_PURE_PYTHON=1)"
-    built = sorted((REPO / "train" / "pipemode" / "pipemode").glob("_framing.*.so"))
-    return f"compiled ({built[0].name})" if built else "pure Python (pipemode._framing is not built)"
+    """Which TFRecord decoder the pipemode runs use. They import pipemode from its source folder,
+    where the editable install (`make venv`) built the compiled part: the one this process imports
+    too (pipemode.tfrecord imports without TensorFlow)."""
+    framing = tfrecord.compiled_framing()
+    if framing is not None:
+        return f"compiled ({Path(framing.__file__).name})"
+    built = tfrecord._framing is not None
+    return f"pure Python ({f'{tfrecord.PURE_PYTHON_ENV}=1' if built else 'pipemode._framing is not built'})"
 
 
 def import_rss(python: Path) -> float:
@@ -111,7 +115,7 @@ def main(argv=None) -> int:
                         help="run pipemode without its compiled framing (PIPEMODE_PURE_PYTHON=1)")
     args = parser.parse_args(argv)
     if args.pure_python:
-        os.environ["PIPEMODE_PURE_PYTHON"] = "1"
+        os.environ[tfrecord.PURE_PYTHON_ENV] = "1"
     print(f"pipemode's TFRecord decoder: {decoder_path()}")
     missing = [p for p in [DATA / "pmd" / "bin" / "python", DATA / "tfv" / "bin" / "python", HARNESS / "ours_bench.py",
                            *(DATA / f"{FILES[s]}.tfrecord" for s in args.sizes)] if not p.exists()]

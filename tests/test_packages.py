@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -57,6 +58,15 @@ def test_the_reader_wheel_holds_the_reader_and_declares_what_it_imports(tmp_path
     compiled = [f for f in files if f.startswith("pipemode/_framing.") and f.endswith((".so", ".pyd"))]
     assert compiled if tfrecord._framing is not None else not compiled
     assert "PipeModeDataset" in info.get_payload()  # its README is the long description
+
+
+def test_the_compiled_part_is_built_wherever_a_compiler_and_pythons_headers_are():
+    """optional=True (setup.py) lets an install without a compiler go on without pipemode._framing;
+    this keeps a broken build from going unnoticed where one should have worked."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not (shutil.which("cc") or shutil.which("gcc")) or not headers.exists():
+        pytest.skip("no C compiler or no Python headers here")
+    assert tfrecord._framing is not None, "pipemode._framing was not built: see pip install -e train/pipemode"
 
 
 def test_a_pure_python_reader_wheel_for_any_machine(tmp_path):

@@ -15,5 +15,7 @@ import os
 
 from setuptools import Extension, setup
 
+# The test of pipemode.tfrecord.compiled_framing(), repeated: the package (numpy, google-crc32c)
+# cannot be imported while it is being built.
 pure = os.environ.get("PIPEMODE_PURE_PYTHON", "") not in ("", "0")
 setup(ext_modules=[] if pure else [Extension("pipemode._framing", ["pipemode/_framing.c"], optional=True)])

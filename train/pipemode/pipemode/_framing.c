@@ -135,19 +135,13 @@ static PyObject *scan(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize
         if (length > left || left - length < FOOTER_BYTES) break; /* runs past the chunk */
         const Py_ssize_t end = start + (Py_ssize_t)length;
         const uint32_t stored = load_u32(buf + end);
-        const int here = checked_here(length);
-        int good = here ? masked(small_crc32c(buf + start, (size_t)length)) == stored : 1;
         PyObject *record = PyBytes_FromStringAndSize((const char *)buf + start, (Py_ssize_t)length);
         if (record == NULL) goto error;
-        if (!here) {
-            good = check_with(crc, record, stored);
-            if (good < 0) {
-                Py_DECREF(record);
-                goto error;
-            }
-        }
-        if (!good) {
+        const int good = checked_here(length) ? masked(small_crc32c(buf + start, (size_t)length)) == stored
+                                              : check_with(crc, record, stored);
+        if (good != 1) {
             Py_DECREF(record);
+            if (good < 0) goto error;
             clean = 0;
             break;
         }
