@@ -29,5 +29,10 @@ def leave(code: int) -> None:
     sys.exit(code)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `keras-pipe` command (the console script of launch/pyproject.toml)."""
     leave(main())
+
+
+if __name__ == "__main__":
+    run()

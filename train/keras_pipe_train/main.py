@@ -45,7 +45,27 @@ def request_stop(stop: threading.Event) -> None:
             "SIGTERM received: stopping after the current step and saving a checkpoint")
 
 
-def main() -> int:
+USAGE = """usage: train  (also installed as keras-pipe-train)
+
+What SageMaker runs in the training image (`docker run IMAGE train`). It takes no arguments: the
+job reads its settings from SageMaker's container contract under /opt/ml, or $SAGEMAKER_BASE_DIR
+when set:
+  input/config/hyperparameters.json   the hyperparameters (every value a string)
+  input/config/inputdataconfig.json   the channels and their input modes
+  input/config/resourceconfig.json    this host and the job's hosts
+  input/data/<channel>/ or <channel>_<N>   the data: File/FastFile folders, Pipe-mode FIFOs
+It writes model/ (the exported model), output/data/metrics.json, checkpoints/, and on failure
+output/failure with exit code 2 (configuration), 3 (data), 4 (cluster) or 1 (a bug); 143 when
+stopped by SIGTERM. To run a job on this machine, use `keras-pipe local` (it lays out /opt/ml);
+the hyperparameters are listed in train/keras_pipe_train/config.py and docs/job.md.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg in ("-h", "--help") for arg in argv):
+        print(USAGE, end="")
+        return 0
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -59,6 +79,11 @@ def main() -> int:
     stop = threading.Event()
     stop_on_sigterm(stop)
     try:
+        if argv:  # (SageMaker passes none; AlgorithmSpecification.ContainerArguments would)
+            from keras_pipe_train.errors import UserError
+
+            raise UserError(f"train takes no arguments, got {' '.join(argv)!r}: the job reads its settings "
+                            "from /opt/ml/input/config (train --help says more)")
         from keras_pipe_train.config import JobConfig
 
         config = JobConfig.from_hyperparameters(contract.read_hyperparameters(layout.hyperparameters))
