@@ -64,16 +64,17 @@ def per_example(files: list[str], crop: bool):
     features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                 "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
 
-    def random_crop(image):
-        window = preprocess._crop_window(tf.shape(image))
+    def random_crop(image, seed):
+        window = preprocess._crop_window(tf.shape(image), seed)
         return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
 
     ds = tf.data.TFRecordDataset(files).shuffle(256, seed=0)
     ds = ds.map(lambda r: tf.io.parse_single_example(r, features))
-    ds = ds.map(lambda e: (tf.io.decode_jpeg(e["image/encoded"], channels=3), e["image/class/label"]))
-    ds = ds.map(lambda im, y: (tf.image.resize(random_crop(im) if crop else im, [SIZE, SIZE]), y))
-    ds = ds.map(lambda im, y: (tf.image.random_flip_left_right(im), y))
-    ds = ds.map(lambda im, y: (preprocess.random_color(im), y))
+    ds = ds.enumerate().map(lambda i, e: (tf.io.decode_jpeg(e["image/encoded"], channels=3), e["image/class/label"],
+                                          tf.stack([tf.constant(0, tf.int64), i])))  # a seed per image
+    ds = ds.map(lambda im, y, s: (tf.image.resize(random_crop(im, s) if crop else im, [SIZE, SIZE]), y, s))
+    ds = ds.map(lambda im, y, s: (tf.image.stateless_random_flip_left_right(im, s), y, s))
+    ds = ds.map(lambda im, y, s: (preprocess.random_color(im, s), y))
     return ds.batch(BATCH).prefetch(2)
 
 

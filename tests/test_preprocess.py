@@ -40,10 +40,13 @@ def test_png_decodes_to_the_exact_pixels_and_eval_resizes_them():
 @pytest.mark.parametrize("kind", ENCODED)
 @pytest.mark.parametrize("augment", [(), ("crop",), ("crop", "flip", "color")])
 def test_train_path_shapes_and_range_eagerly_and_in_a_dataset(kind, augment):
-    fn = lambda x: preprocess.for_train(x, 24, augment)  # noqa: E731
+    fn = lambda x: preprocess.for_train(x, 24, augment, SEED)  # noqa: E731
     for image in (fn(tf.constant(ENCODED[kind])).numpy(), in_dataset(fn, ENCODED[kind])):
         assert image.shape == (24, 24, 3) and image.dtype == np.float32
         assert 0 <= image.min() and image.max() <= 255
+
+
+SEED = tf.constant([5, 11], tf.int64)
 
 
 def test_fused_jpeg_crop_equals_decoding_then_cropping():
@@ -97,23 +100,47 @@ def test_scaled_jpeg_decode_gives_the_picture_of_a_whole_decode():
 
 def test_random_crops_stay_inside_the_image_and_keep_a_quarter_of_it():
     shape = tf.constant([37, 53, 3])
-    for _ in range(50):
-        y, x, h, w = preprocess._crop_window(shape).numpy()
+    for i in range(50):
+        y, x, h, w = preprocess._crop_window(shape, tf.constant([7, i], tf.int64)).numpy()
         assert 0 <= y and 0 <= x and y + h <= 37 and x + w <= 53
         assert h * w >= 0.2 * 37 * 53  # 25 % of the area, with the sampler's rounding
 
 
 def test_flip_only_mirrors_or_keeps_the_image():
-    base = preprocess.for_train(tf.constant(ENCODED["png"]), 32, ())
+    base = preprocess.for_train(tf.constant(ENCODED["png"]), 32, (), SEED)
     seen = set()
-    for _ in range(20):
-        out = preprocess.for_train(tf.constant(ENCODED["png"]), 32, ("flip",)).numpy()
+    for i in range(20):
+        out = preprocess.for_train(tf.constant(ENCODED["png"]), 32, ("flip",), tf.constant([3, i], tf.int64)).numpy()
         if np.array_equal(out, base):
             seen.add("same")
         else:
             np.testing.assert_array_equal(out, base.numpy()[:, ::-1])
             seen.add("mirrored")
     assert seen == {"same", "mirrored"}
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "png"])
+def test_augmentation_is_decided_by_the_seed_alone(kind):
+    """What exact resume needs: an image's crop, flip and colour come from its seed, not from a
+    generator's state (the same seed, the same image, whatever ran before), and differ by seed."""
+    augment = ("crop", "flip", "color")
+    image = tf.constant(ENCODED[kind])
+    first = preprocess.for_train(image, 24, augment, SEED).numpy()
+    for _ in range(3):
+        preprocess.for_train(image, 24, augment, tf.constant([9, 9], tf.int64))  # other draws in between
+    np.testing.assert_array_equal(preprocess.for_train(image, 24, augment, SEED).numpy(), first)
+    np.testing.assert_array_equal(in_dataset(lambda x: preprocess.for_train(x, 24, augment, SEED), ENCODED[kind]),
+                                  first)
+    others = [preprocess.for_train(image, 24, augment, tf.constant([1, i], tf.int64)).numpy() for i in range(4)]
+    assert not any(np.array_equal(other, first) for other in others)
+
+
+def test_a_seeded_batch_gives_each_image_its_own_seed():
+    batch = tf.constant([ENCODED["jpeg"]] * 4)
+    fn = lambda x, seed: preprocess.for_train(x, 16, ("crop", "flip", "color"), seed)  # noqa: E731
+    out = preprocess.seeded_batch_of(fn, batch, 16, SEED).numpy()
+    assert len({image.tobytes() for image in out}) == 4  # the same image, four different draws
+    np.testing.assert_array_equal(preprocess.seeded_batch_of(fn, batch, 16, SEED).numpy(), out)
 
 
 def test_batch_of_applies_per_image():

@@ -125,7 +125,7 @@ def main() -> int:
         "--validation", str(OUT / "data/digits-5-9/validation"), "--pretrained", str(backbone),
         "--input-mode", "Pipe", "--shuffle-seed", "1",
         "--hp", "weights=pretrained", "--hp", "class_names=5,6,7,8,9", "--hp", "epochs=3",
-        "--hp", "fine_tune_epochs=12", "--hp", "fine_tune_layers=100", "--hp", "fine_tune_learning_rate=1e-3",
+        "--hp", "fine_tune_epochs=12", "--hp", "fine_tune_layers=100", "--hp", "fine_tune_learning_rate=5e-4",
         "--hp", "augment=false")
     model = OUT / "transfer" / "algo-1" / "model"
 

@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 KEEP = 3
 
 
+def random_states(model) -> tf.Module:
+    """The states of the model's random generators (Dropout's): a checkpoint keeps them, so a job
+    resumed mid-epoch draws the same dropout masks as one never stopped. tf.train.Checkpoint does not
+    find them through the model (Keras 3 keeps its SeedGenerators outside TensorFlow's tracking)."""
+    holder = tf.Module()
+    holder.states = [getattr(v, "value", v) for v in model.variables if "seed_generator_state" in v.path]
+    return holder
+
+
 class CheckpointError(UserError):
     """The checkpoint folder cannot be used: not writable, full, or holding another job's work."""
 
@@ -115,7 +124,8 @@ class Checkpoints:
         outside the checkpoint folder (SageMaker would upload it)."""
         temporary = self.own / f".writing-{uuid.uuid4().hex}" if self.is_chief else Path(tempfile.mkdtemp())
         try:
-            tf.train.Checkpoint(model=model, optimizer=optimizer).write(str(temporary / "state"))
+            tf.train.Checkpoint(model=model, optimizer=optimizer, rng=random_states(model)).write(
+                str(temporary / "state"))
             if not self.is_chief:
                 return None
             (temporary / "progress.json").write_text(to_json({
@@ -192,11 +202,27 @@ class Checkpoints:
     def restore(self, path: Path, model, optimizer=None) -> bool:
         """Loads the checkpoint's state (the model only when `optimizer` is None). False, with a
         warning, when it cannot be read: the caller then tries an older one."""
-        objects = {"model": model} if optimizer is None else {"model": model, "optimizer": optimizer}
+        objects = {"model": model} if optimizer is None else {"model": model, "optimizer": optimizer,
+                                                              "rng": random_states(model)}
         try:
             status = tf.train.Checkpoint(**objects).read(str(path / "state"))
             status.expect_partial() if optimizer is None else status.assert_existing_objects_matched()
+        except AssertionError:  # written before checkpoints held the random states: all but those
+            log.warning("checkpoint %s holds no random states (an older version wrote it): dropout's random "
+                        "draws start again from the seed", path.name)
+            return self.restore(path, model, None) if optimizer is None else self._restore_without_rng(
+                path, model, optimizer)
         except Exception as err:  # truncated or damaged: IndexError, DataLossError, ...
+            log.warning("checkpoint %s is unreadable (%s: %s); using the previous one",
+                        path.name, type(err).__name__, str(err)[:200])
+            return False
+        return True
+
+    def _restore_without_rng(self, path: Path, model, optimizer) -> bool:
+        try:
+            tf.train.Checkpoint(model=model, optimizer=optimizer).read(
+                str(path / "state")).assert_existing_objects_matched()
+        except Exception as err:
             log.warning("checkpoint %s is unreadable (%s: %s); using the previous one",
                         path.name, type(err).__name__, str(err)[:200])
             return False

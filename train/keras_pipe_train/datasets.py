@@ -129,7 +129,12 @@ class EpochInput:
             dataset = self.audit.tap(dataset, self.epoch, first)
         size, augment = config.image_size, config.augment
         if self.training:
-            return decoded(dataset, config, lambda x: preprocess.for_train(x, size, augment))
+            # each batch's augmentation seed: the epoch's, this worker's pipeline, the batch's index in
+            # the pass (counted from the first, also when resuming after skipped ones)
+            start = tf.constant([seed, context.input_pipeline_id], tf.int64)
+            dataset = dataset.enumerate(start=first).map(
+                lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
+            return decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s), seeded=True)
         return decoded(dataset, config, lambda x: preprocess.for_eval(x, size))
 
     def nothing_read(self, epoch: int) -> DataError:
@@ -160,12 +165,18 @@ def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,
     return EpochInput(channel, layout, config, training=False, interrupt=interrupt)
 
 
-def decoded(batches: tf.data.Dataset, config: JobConfig, transform) -> tf.data.Dataset:
-    """Batches of serialized examples -> (images, labels): parse, then `transform` each image."""
-    size = config.image_size
-    dataset = batches.map(parser(config), num_parallel_calls=AUTOTUNE)
-    dataset = dataset.map(lambda images, labels: (preprocess.batch_of(transform, images, size), labels),
-                          num_parallel_calls=AUTOTUNE)
+def decoded(batches: tf.data.Dataset, config: JobConfig, transform, seeded: bool = False) -> tf.data.Dataset:
+    """Batches of serialized examples -> (images, labels): parse, then `transform` each image; with
+    `seeded`, the batches come with their seeds, and transform(image, seed) gets each image's own."""
+    size, parse = config.image_size, parser(config)
+    if not seeded:
+        dataset = batches.map(parse, num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(lambda images, labels: (preprocess.batch_of(transform, images, size), labels),
+                              num_parallel_calls=AUTOTUNE)
+        return dataset.prefetch(AUTOTUNE)
+    dataset = batches.map(lambda batch, seed: (*parse(batch), seed), num_parallel_calls=AUTOTUNE)
+    dataset = dataset.map(lambda images, labels, seed: (preprocess.seeded_batch_of(transform, images, size, seed),
+                                                        labels), num_parallel_calls=AUTOTUNE)
     return dataset.prefetch(AUTOTUNE)
 
 
