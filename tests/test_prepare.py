@@ -44,13 +44,87 @@ def test_prepare_folder_into_shards_the_job_can_read(photos, tmp_path, capsys):
     assert len(shards) > 3 and all(p.stat().st_size < 0.02e6 + 3000 for p in shards)  # ~ the target size
 
 
+def digests(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in folder.rglob("*") if p.is_file()}
+
+
 def test_same_inputs_give_identical_shards(photos, tmp_path):
     root, _ = photos
     prepare(root, tmp_path / "a", seed=5)
     prepare(root, tmp_path / "b", seed=5)
-    digest = lambda folder: {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
-                             for p in folder.rglob("*") if p.is_file()}
-    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
+
+
+ENCODE = ("import hashlib; from keras_pipe_train.example import encode_example; "
+          "print(hashlib.sha256(encode_example(b'an image', 3)).hexdigest())")
+
+
+@pytest.mark.slow
+def test_an_example_is_the_same_bytes_in_every_process():
+    """protobuf writes an Example's feature map in an order of its own in each process (seen here:
+    either order, at random, from one process to the next) unless asked for a deterministic one;
+    within one process it cannot be seen. Six processes: each order has a 1/64 chance of hiding it."""
+    from tensorflow.core.example import example_pb2
+
+    from keras_pipe_train.example import encode_example
+
+    reference = encode_example(b"an image", 3)
+    sorted_keys = example_pb2.Example.FromString(reference).SerializeToString(deterministic=True)
+    assert reference == sorted_keys
+    runs = {subprocess.run([sys.executable, "-c", ENCODE], capture_output=True, text=True, timeout=120,
+                           check=True).stdout.strip() for _ in range(6)}
+    assert runs == {hashlib.sha256(reference).hexdigest()}
+
+
+@pytest.mark.slow
+def test_separate_processes_with_any_number_of_workers_write_the_same_bytes(photos, tmp_path):
+    """What upload's skip-unchanged relies on: the whole command, run again, in another process."""
+    root, _ = photos
+    for run, workers in enumerate((1, 3, 1)):
+        out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", str(root), str(tmp_path / f"{run}"),
+                              "--max-side", "16", "--shard-mb", "0.01", "--workers", str(workers)], cwd=REPO,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONHASHSEED": str(run)})  # (set hashes differ too)
+        assert out.returncode == 0, out.stderr[-2000:]
+    first = digests(tmp_path / "0")
+    assert len([name for name in first if name.endswith(".tfrecord")]) > 3
+    assert digests(tmp_path / "1") == first and digests(tmp_path / "2") == first
+
+
+def test_rerunning_into_a_used_folder_refuses_unless_overwrite_replaces_the_dataset(photos, tmp_path, capsys):
+    root, _ = photos
+    out = tmp_path / "out"
+    prepare(root, out, shard_mb=0.02, seed=1)
+    before = digests(out)
+    with pytest.raises(PrepareError, match="is not empty: give a new output folder, or --overwrite to replace"):
+        prepare(root, out, seed=1)
+    (out / "train" / "part-00099.tfrecord").write_bytes(b"left from an older run")
+    prepare(root, out, shard_mb=0.02, seed=1, overwrite=True)
+    assert digests(out) == before  # the same bytes, and nothing of the old dataset left
+    prepare(root, out, shard_mb=1, seed=2, overwrite=True)  # other options: the new dataset only
+    assert sorted(p.name for p in (out / "train").iterdir()) == ["part-00000.tfrecord"]
+    assert (out / "rejected.txt").exists() and (out / "classes.json").exists()
+    # a folder holding anything else is never emptied
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(PrepareError, match="also holds 'notes.txt'"):
+        prepare(root, out, seed=1, overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "train" / "part-00000.tfrecord").exists()
+
+
+def test_a_failed_overwrite_leaves_the_earlier_dataset_as_it_was(photos, tmp_path):
+    root, _ = photos
+    out = tmp_path / "out"
+    prepare(root, out, seed=1)
+    before = digests(out)
+    with pytest.raises(PrepareError, match="could not be used"):
+        prepare(root, out, seed=1, strict=True, overwrite=True)  # (the photos hold two bad files)
+    after = digests(out)
+    failed_run = after.pop(".rejected-by-failed-run.txt")  # why it failed, beside the dataset it left alone
+    assert after == before and not (out / ".incomplete").exists()
+    assert len((out / ".rejected-by-failed-run.txt").read_text().splitlines()) == 2 and failed_run
+    prepare(root, out, seed=1, overwrite=True)  # a later run replaces both
+    assert digests(out) == before
 
 
 def test_csv_of_path_and_label(tmp_path):

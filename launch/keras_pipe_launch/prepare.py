@@ -22,13 +22,15 @@ leave it out to keep the original bytes (the job then decodes them at full size 
     OUT/validation/part-00000.tfrecord    -> the validation channel
     OUT/classes.json                      -> class names in label order: --hp class_names=...
 
-The same inputs and seed give byte-identical shards, so re-running --upload skips every shard
-already in S3 with the same content (its SHA-256 is kept in the object's metadata).
+The same inputs, options and seed give byte-identical shards, in any process and with any number of
+workers, so re-running --upload skips every shard already in S3 with the same content (its SHA-256
+is kept in the object's metadata). An OUT already used is refused; --overwrite replaces the dataset
+prepared there.
 
 At scale, an s3:// prefix of class folders into a new s3:// prefix, as a SageMaker Processing job
 of the training image over N instances (or --local: N processes here), the same split and checks:
 
-    keras-pipe prepare s3://bucket/photos/ s3://bucket/prepared/ --instance-count 8 \
+    keras-pipe prepare s3://bucket/photos/ s3://bucket/prepared/ --instance-count 8 \\
         --role arn:aws:iam::123456789012:role/SageMakerRole --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/IMAGE
 """
 
@@ -159,10 +161,13 @@ def read_listing(source: str, reader: image_sources.Reader) -> Listing:
         raise PrepareError(str(err)) from None
 
 
-def report_rejected(out: Path, rejected: list[tuple[Location, str]], files: int, strict: bool) -> None:
+def report_rejected(out: Path, rejected: list[tuple[Location, str]], files: int, strict: bool,
+                    work: Path | None = None) -> None:
+    """Lists the rejected images in rejected.txt (written in `work`, moved to `out` with the rest)."""
     if not rejected:
         return
-    (out / "rejected.txt").write_text("".join(f"{shown(where)}\t{why}\n" for where, why in rejected))
+    (work or out).mkdir(parents=True, exist_ok=True)
+    (work or out).joinpath("rejected.txt").write_text("".join(f"{shown(where)}\t{why}\n" for where, why in rejected))
     print(f"prepare: REJECTED {len(rejected)} of {files} files (listed in {out / 'rejected.txt'}):", file=sys.stderr)
     for where, why in rejected[:10]:
         print(f"  {shown(where)}: {why}", file=sys.stderr)
@@ -251,34 +256,87 @@ def check_options(validation_fraction: float, max_side: int | None) -> None:
         raise PrepareError("--max-side must be a positive number of pixels")
 
 
+# what prepare writes in OUT (and all that --overwrite replaces)
+DATASET_ENTRIES = ("train", "validation", "classes.json", "rejected.txt")
+WORK_FOLDER = ".incomplete"
+# the rejected images of a run that failed beside an earlier dataset (which it leaves as it was)
+FAILED_RUN_REJECTED = ".rejected-by-failed-run.txt"
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """OUT must be new or empty, or, with --overwrite, hold nothing but a dataset prepare wrote."""
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"{out} is a file: give an output folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise PrepareError(f"{out} is not empty: give a new output folder, or --overwrite to replace the dataset "
+                           "prepared there (the same sources, options and seed give the same bytes)")
+    others = sorted(p.name for p in out.iterdir() if p.name not in (*DATASET_ENTRIES, WORK_FOLDER, FAILED_RUN_REJECTED))
+    if others:
+        raise PrepareError(f"--overwrite replaces only what keras-pipe prepare writes, and {out} also holds "
+                           f"{', '.join(map(repr, others[:5]))}{' ...' if len(others) > 5 else ''}: give another "
+                           "output folder")
+
+
+def replace_dataset(work: Path, out: Path) -> None:
+    """The dataset made in `work` takes the place of what `out` held (nothing, or an earlier one)."""
+    for name in (*DATASET_ENTRIES, FAILED_RUN_REJECTED):
+        old = out / name
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        elif old.exists() or old.is_symlink():
+            old.unlink()
+        if (work / name).exists():
+            (work / name).rename(old)
+
+
+def keep_rejected_list(work: Path, out: Path) -> None:
+    """A failed run leaves no dataset, but the list of the images it rejected (often the reason it
+    failed): in OUT/rejected.txt, or beside an earlier dataset, which stays as it was, in a file of its own."""
+    if not (work / "rejected.txt").exists():
+        return
+    if not any((out / name).exists() for name in DATASET_ENTRIES):
+        (work / "rejected.txt").rename(out / "rejected.txt")
+        return
+    (work / "rejected.txt").rename(out / FAILED_RUN_REJECTED)
+    print(f"prepare: the dataset prepared earlier in {out} is left as it was; this run's rejected images are "
+          f"listed in {out / FAILED_RUN_REJECTED}", file=sys.stderr)
+
+
 def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
             seed: int = 0, workers: int | None = None, strict: bool = False,
             max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
-            quality: int = photos.DEFAULT_QUALITY) -> dict:
-    if out.exists() and any(out.iterdir()):
-        raise PrepareError(f"{out} is not empty: give a new output folder")
+            quality: int = photos.DEFAULT_QUALITY, overwrite: bool = False) -> dict:
+    check_out(out, overwrite)
     check_options(validation_fraction, max_side)
     reader = image_sources.Reader()
     listing = read_listing(str(source), reader)
     train, validation = split(listing.items, validation_fraction, seed)
     queue = ([(where, label, "train") for where, label in train]
              + [(where, label, "validation") for where, label in validation])
-    # Shards are written to a hidden folder, moved into place once everything is checked: an
-    # error at the end (a class left with no image) leaves no half-made dataset behind.
-    work = out / ".incomplete"
+    # The dataset is made in a hidden folder and moved into place once everything is checked: an
+    # error at the end (a class left with no image) leaves no half-made dataset behind, and with
+    # --overwrite, the earlier one as it was.
+    work = out / WORK_FOLDER
+    shutil.rmtree(work, ignore_errors=True)  # (left by a run that was killed)
     try:
         written = write_examples(queue, reader, work, ImageOptions(max_pixels, max_side, quality),
                                  int(shard_mb * 1e6), workers or default_workers(str(source)))
         rejected = list(listing.rejected) + written.rejected
-        report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict)
+        report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict, work)
         check_classes(listing.classes, written.counts["train"], written.counts["validation"], validation_fraction)
         for part, paths in written.shards.items():
-            if paths:
-                (work / part).rename(out / part)
+            if not paths:
+                shutil.rmtree(work / part, ignore_errors=True)
+        (work / "classes.json").write_text(json.dumps(listing.classes) + "\n")
+        replace_dataset(work, out)
+    except BaseException:
+        keep_rejected_list(work, out)
+        raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     shards = {part: [out / part / p.name for p in paths] for part, paths in written.shards.items() if paths}
-    (out / "classes.json").write_text(json.dumps(listing.classes) + "\n")
     return summarize(listing.classes, written, len(rejected), shards, str(out))
 
 
@@ -357,7 +415,8 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("prepare", help="images -> sharded TFRecords, optionally uploaded to S3",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="a folder of class folders, a CSV of path,label, or either in S3 (s3://...)")
-    parser.add_argument("out", help="the output folder (new or empty); with --instance-count, a new s3:// prefix")
+    parser.add_argument("out", help="the output folder (new or empty, or see --overwrite); with --instance-count, "
+                                    "a new s3:// prefix")
     parser.add_argument("--validation-fraction", type=float, default=0.1)
     parser.add_argument("--shard-mb", type=float, default=100, help="target shard size")
     parser.add_argument("--seed", type=int, default=0, help="for the shuffle and the split")
@@ -373,6 +432,8 @@ def add_parser(subparsers) -> None:
                         help="larger images (width x height, from their header) are rejected before decoding, as "
                              f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
     parser.add_argument("--upload", metavar="S3_PREFIX", default=None, help="then upload OUT to s3://bucket/prefix/")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the dataset an earlier run prepared in OUT (nothing else is ever deleted)")
     from keras_pipe_launch import prepare_job
 
     prepare_job.add_arguments(parser)
@@ -390,6 +451,9 @@ def run(args: argparse.Namespace) -> int:
         if args.instance_count is not None:
             from keras_pipe_launch import prepare_job
 
+            if args.overwrite:
+                raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
+
             return prepare_job.run(args)
         for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
             if getattr(args, option):
@@ -400,7 +464,7 @@ def run(args: argparse.Namespace) -> int:
             parse_s3_uri(args.upload)  # before the work, not after
         prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
                 seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
-                max_side=args.max_side, quality=args.jpeg_quality)
+                max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite)
         if args.upload:
             upload(Path(args.out), args.upload)
     except (PrepareError, SourceError, RequestError) as err:

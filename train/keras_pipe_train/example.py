@@ -23,7 +23,7 @@ def encode_example(image: bytes, label: int, *, image_feature: str = IMAGE_FEATU
     return tf.train.Example(features=tf.train.Features(feature={
         image_feature: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
         label_feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-    })).SerializeToString()
+    })).SerializeToString(deterministic=True)  # map order fixed: the same bytes in every process
 
 
 def record_check(image_feature: str, label_feature: str, num_classes: int,
