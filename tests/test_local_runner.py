@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,21 +293,26 @@ def test_bad_arguments_fail_before_anything_starts(digit_folders):
         assert not (digit_folders / "job").exists()
 
 
-@pytest.mark.slow
-def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
-    runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "train", "--hp", "epochs=200",
-                               *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+def interrupted_local_run(*args, when: str, cwd) -> tuple[int, str]:
+    """`keras-pipe local ARGS`, Ctrl-C'd (SIGINT) once it printed a line holding `when`: (exit code, output)."""
+    runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", *args], cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     for line in runner.stdout:
         seen.append(line)
-        if "metrics: epoch=1" in line:
+        if when in line:
             runner.send_signal(signal.SIGINT)
             break
     rest, _ = runner.communicate(timeout=180)
-    output = "".join(seen) + rest
+    return runner.returncode, "".join(seen) + rest
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
+    code, output = interrupted_local_run("--train", "train", "--hp", "epochs=200", *QUICK, "--job-dir", "job",
+                                         when="metrics: epoch=1", cwd=digit_folders)
     assert "launch | stopping: SIGTERM sent to the job" in output
-    assert runner.returncode == 143, output[-2000:]  # the job ended by SIGTERM (128 + 15)
+    assert code == 143, output[-2000:]  # the job ended by SIGTERM (128 + 15)
 
 
 @pytest.mark.slow
@@ -422,3 +428,87 @@ def test_local_sources_follow_links_to_files_and_refuse_what_cannot_be_an_object
         with pytest.raises(SourceError, match=message):
             list_objects(str(source))
         os.unlink(source / name)
+
+
+# --- a job stopped and resumed ----------------------------------------------------------------------
+
+# every random part of training on: augmentation and dropout (QUICK's weights=none: BatchNorm trains too)
+RESUMABLE = ["--train", "train", "--validation", "validation", *QUICK, "--hp", "epochs=2",
+             "--hp", "augment=crop,flip,color"]
+
+
+def final_weights(job_dir):
+    import keras
+
+    return keras.saving.load_model(job_dir / "algo-1" / "model" / "model.keras", compile=False).get_weights()
+
+
+@pytest.mark.slow
+def test_a_job_stopped_mid_epoch_and_rerun_with_the_same_name_ends_as_if_never_stopped(digit_folders):
+    """docs/local.md: Ctrl-C, then the same command again. The rerun resumes from the checkpoint of
+    the stop, to the record, and ends with the very weights an uninterrupted run ends with."""
+    import numpy as np
+
+    whole = launch_local(*RESUMABLE, "--name", "whole", cwd=digit_folders)
+    assert whole.returncode == 0, whole.stdout[-3000:]
+
+    code, output = interrupted_local_run(*RESUMABLE, "--name", "cut", when="progress: epoch=2 step=10 ",
+                                         cwd=digit_folders)
+    assert code == 143, output[-3000:]
+    assert "launch | algo-1 stopped (exit code 143): its checkpoint is saved" in output
+    assert ("launch | the job stopped with its checkpoints kept; continue it from the newest with: "
+            "keras-pipe local --resume cut") in output
+    stopped = re.search(r"stopped by request after step (\d+) of epoch 2", output)
+    assert stopped and 10 <= int(stopped.group(1)) < 19, output[-3000:]  # 600 records, 32 a step: 19 a pass
+
+    again = launch_local(*RESUMABLE, "--name", "cut", cwd=digit_folders)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "resuming job cut from its newest checkpoint in local-jobs/cut/checkpoints" in again.stdout
+    assert f"epoch 2 of 2, after {stopped.group(1)} steps" in again.stdout, again.stdout[-3000:]
+    assert "metrics: epoch=1 " not in again.stdout
+    for resumed, uninterrupted in zip(final_weights(digit_folders / "local-jobs/cut"),
+                                      final_weights(digit_folders / "local-jobs/whole"), strict=True):
+        np.testing.assert_array_equal(resumed, uninterrupted)
+
+
+@pytest.mark.slow
+def test_resume_by_name_reruns_the_jobs_own_arguments_with_new_hyperparameters(digit_folders):
+    first = launch_local(*RESUMABLE[:-4], "--hp", "epochs=1", "--name", "longer", cwd=digit_folders)
+    assert first.returncode == 0, first.stdout[-3000:]
+    more = launch_local("--resume", "longer", "--hp", "epochs=2", cwd=digit_folders)
+    assert more.returncode == 0, more.stdout[-3000:]
+    assert "epoch 2 of 2, after 0 steps" in more.stdout and "metrics: epoch=2 " in more.stdout
+    assert "launch | channel validation (Pipe): 2 objects" in more.stdout  # its channels, from its folder
+
+
+def test_a_used_job_folder_is_resumed_or_started_over_only_when_it_can_be(digit_folders):
+    """Refusals, before anything runs: no checkpoint to resume from; a folder that is not a local job's;
+    --resume of a job that does not exist, or with arguments of its own."""
+    used = digit_folders / "local-jobs" / "failed"
+    used.mkdir(parents=True)
+    (used / "local-job.json").write_text('{"name": "failed", "arguments": {}}')
+    (used / "algo-1").mkdir()
+    out = launch_local(*RESUMABLE, "--name", "failed", cwd=digit_folders, timeout=120)
+    assert out.returncode == 2 and "left no checkpoint" in out.stderr and "--fresh starts the job over" in out.stderr
+    assert (used / "algo-1").exists()
+    foreign = digit_folders / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    out = launch_local(*RESUMABLE, "--job-dir", "mine", "--fresh", cwd=digit_folders, timeout=120)
+    assert out.returncode == 2 and "no keras-pipe local job's" in out.stderr
+    assert (foreign / "notes.txt").read_text() == "mine"
+    out = launch_local("--resume", "nobody", cwd=digit_folders, timeout=120)
+    assert out.returncode == 2 and "--resume nobody: no job of that name in local-jobs/nobody" in out.stderr
+    out = launch_local("--resume", "failed", "--train", "elsewhere", cwd=digit_folders, timeout=120)
+    assert out.returncode == 2 and "takes the job's own arguments from its folder" in out.stderr
+    assert "(--train given)" in out.stderr
+
+
+@pytest.mark.slow
+def test_fresh_starts_a_used_job_over(digit_folders):
+    args = [*RESUMABLE[:-4], "--hp", "epochs=1", "--name", "again"]
+    assert launch_local(*args, cwd=digit_folders).returncode == 0
+    out = launch_local(*args, "--fresh", cwd=digit_folders)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "starting job again over in local-jobs/again (--fresh)" in out.stdout
+    assert "resuming from checkpoint" not in out.stdout and "metrics: epoch=1 " in out.stdout

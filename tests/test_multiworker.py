@@ -109,7 +109,7 @@ def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(d
     output = "".join(seen) + rest
     assert runner.returncode == 143, output[-4000:]
     for host in ("algo-1", "algo-2"):
-        assert f"launch | {host} failed with exit code 143" in output
+        assert f"launch | {host} stopped (exit code 143): its checkpoint is saved" in output
         assert not (digit_folders / "first" / host / "output" / "failure").exists()
     stopped = re.search(r"algo-1 \| .*stopped by request after (step \d+ of epoch \d+|epoch \d+)", output)
     assert stopped, output[-4000:]

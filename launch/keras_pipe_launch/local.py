@@ -85,13 +85,13 @@ class LocalRun:
     def __init__(self, job_dir: Path, channels: list[ChannelSpec], hyperparameters: dict[str, str], *,
                  instance_count: int = 1, image: str | None = None, engine: Engine | None = None,
                  name: str | None = None, checkpoint_dir: Path | None = None,
-                 environment: dict[str, str] | None = None, out=None):
+                 environment: dict[str, str] | None = None, out=None, reuse: bool = False):
         if instance_count < 1:
             raise UsageError("--instance-count must be >= 1")
         job_dir = Path(job_dir).resolve()
         self.hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
         self.folders = JobFolders(job_dir, self.hosts, Path(checkpoint_dir or job_dir / "checkpoints").resolve(),
-                                  in_container=image is not None)
+                                  in_container=image is not None, reuse=reuse)
         self.channels = channels
         self.hyperparameters = hyperparameters
         self.environment = dict(environment or {})  # the job's Environment, as SageMaker sets it
@@ -104,6 +104,7 @@ class LocalRun:
         self.feed_errors: list[str] = []
         self._lock = threading.Lock()
         self._objects: dict[str, list[StoredObject]] = {}
+        self._laid_out = False
         self._ports = {host: _free_port() for host in self.hosts} if instance_count > 1 else {}
 
     def host_dir(self, host: str) -> Path:
@@ -112,9 +113,11 @@ class LocalRun:
     def prepare(self) -> None:
         """Lists every channel's objects once, then lays out each host's /opt/ml."""
         self._objects = self.folders.lay_out(self.channels, self.hyperparameters, self.say)
+        self._laid_out = True
 
     def run(self) -> int:
-        self.prepare()
+        if not self._laid_out:
+            self.prepare()
         feeders = self._start_feeders()
         try:
             with self.supervisor.forwarding_signals():
@@ -189,7 +192,10 @@ class LocalRun:
         result = 0
         for host, code in codes.items():
             failure = self.host_dir(host) / "output" / "failure"
-            if code:
+            if code == STOPPED_EXIT_CODE:
+                self.say(f"{host} stopped (exit code {code}): its checkpoint is saved")
+                result = result or code
+            elif code:
                 self.say(f"{host} failed with exit code {code}")
                 if failure.exists():
                     self.say(f"{host} failure file {failure}:\n{failure.read_text().strip()}")
@@ -216,6 +222,11 @@ def _free_port() -> int:
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("local", help="run a training job here, Pipe mode included",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     channel_args.add_arguments(parser)
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
@@ -224,36 +235,157 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--instance-count", type=int, default=1, help="hosts algo-1..N, each with its own /opt/ml")
     parser.add_argument("--job-dir", type=Path, default=None,
                         help="where the hosts' /opt/ml folders go (default: ./local-jobs/<name>)")
-    parser.add_argument("--name", default=None, help="the job name (TRAINING_JOB_NAME)")
+    parser.add_argument("--name", default=None,
+                        help="the job name (TRAINING_JOB_NAME); a job folder of that name already used: the job "
+                             "resumes from its newest checkpoint")
+    parser.add_argument("--resume", default=None, metavar="NAME",
+                        help="rerun the job NAME with the arguments it was started with (and any --hp or --env "
+                             "given now), from its newest checkpoint")
+    parser.add_argument("--fresh", action="store_true",
+                        help="start the job over in its used job folder: its hosts' folders and checkpoints are "
+                             "deleted first")
     parser.add_argument("--checkpoint-dir", type=Path, default=None,
-                        help="every host's /opt/ml/checkpoints (default: <job-dir>/checkpoints); reuse it "
-                             "in a later run to resume, as a restarted spot job does")
+                        help="every host's /opt/ml/checkpoints (default: <job-dir>/checkpoints); share it with "
+                             "another job folder to resume from its checkpoints, as a restarted spot job does")
     parser.add_argument("--image", default=None, help="run in this container image instead of a local process")
     parser.add_argument("--engine", default=None,
                         help='the engine command, e.g. docker or "podman --runtime runc" '
                              "(default: $LAUNCH_ENGINE or docker)")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from keras_pipe_train.contract import JOB_NAME
     from keras_pipe_train.errors import UserError
 
-    name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
     try:
+        if args.resume:
+            args = resumed(args)
+        name = args.name or time.strftime("local-%Y%m%d-%H%M%S")
         if not JOB_NAME.match(name):  # it names folders and containers: SageMaker's rule keeps it a plain name
             raise UsageError(f"--name {name!r}: 1-63 letters, digits and hyphens, as SageMaker names jobs")
         channels = channel_args.from_arguments(args)
         values = hyperparameters.parse(args.hp)
         if not args.no_validate:
             hyperparameters.check(values)
-        runner = LocalRun(args.job_dir or Path("local-jobs") / name, channels, values,
-                          instance_count=args.instance_count, image=args.image,
+        job_dir = args.job_dir or Path("local-jobs") / name
+        folder = LocalJobFolder(job_dir, name, args.checkpoint_dir)
+        resuming = folder.claim(fresh=args.fresh)
+        runner = LocalRun(job_dir, channels, values, instance_count=args.instance_count, image=args.image,
                           engine=Engine.from_environment(args.engine), name=name,
-                          checkpoint_dir=args.checkpoint_dir, environment=key_values(args.env, "--env"))
-        return runner.run()
+                          checkpoint_dir=args.checkpoint_dir, environment=key_values(args.env, "--env"),
+                          reuse=True)  # (claimed: new, or an earlier run's folder to go on in)
+        if resuming and args.fresh:
+            runner.say(f"starting job {name} over in {job_dir} (--fresh)")
+        elif resuming:
+            runner.say(f"resuming job {name} from its newest checkpoint in {folder.checkpoint_dir}")
+        runner.prepare()  # (raises before anything is written when a source cannot be staged)
+        folder.record(args)
+        code = runner.run()
     except (UsageError, SourceError, UserError) as err:
         print(f"keras-pipe local: error: {err}", file=sys.stderr)
         return 2
+    if code and folder.has_checkpoints():
+        how = "stopped" if code == STOPPED_EXIT_CODE else "ended"
+        runner.say(f"the job {how} with its checkpoints kept; continue it from the newest with: "
+                   f"{shlex.join(folder.resume_command(args.job_dir))}")
+    return code
+
+
+STOPPED_EXIT_CODE = 143  # the job's exit after SIGTERM, its checkpoint saved (keras_pipe_train.main)
+JOB_FILE = "local-job.json"  # in the job folder: the job's name and the arguments it was started with
+
+
+class LocalJobFolder:
+    """A job folder of `keras-pipe local` (local-jobs/NAME): new, or the folder of an earlier run of
+    the same job, which is resumed from its newest checkpoint, never started over unless asked
+    (--fresh). A folder that is not one of ours is never used, nor deleted."""
+
+    def __init__(self, job_dir: Path, name: str, checkpoint_dir: Path | None):
+        self.job_dir, self.name = job_dir, name
+        self.checkpoint_dir = checkpoint_dir or job_dir / "checkpoints"
+
+    def claim(self, fresh: bool) -> bool:
+        """Whether the job resumes in its used folder; raises UsageError when it cannot go on there."""
+        if self.job_dir.exists() and not self.job_dir.is_dir():
+            raise UsageError(f"--job-dir {self.job_dir} is a file")
+        if not self.job_dir.exists() or not any(self.job_dir.iterdir()):
+            return False
+        if not (self.job_dir / JOB_FILE).is_file():
+            raise UsageError(f"job directory {self.job_dir} is not empty, and no keras-pipe local job's: give a new "
+                             "--job-dir (or --name)")
+        if fresh:
+            self._start_over()
+            return True
+        if not self.has_checkpoints():
+            raise UsageError(f"job directory {self.job_dir} holds an earlier run of {self.name} that left no "
+                             f"checkpoint in {self.checkpoint_dir} to resume from: --fresh starts the job over "
+                             "there, or give a new --name")
+        return True
+
+    def has_checkpoints(self) -> bool:
+        return self.checkpoint_dir.is_dir() and any(self.checkpoint_dir.glob("*/ckpt-*/progress.json"))
+
+    def _start_over(self) -> None:
+        import shutil
+
+        own = self.checkpoint_dir.resolve() == (self.job_dir / "checkpoints").resolve()
+        if not own and self.has_checkpoints():
+            raise UsageError(f"--fresh with --checkpoint-dir {self.checkpoint_dir}: the job would resume from the "
+                             "checkpoints there; give a new --checkpoint-dir")
+        for entry in self.job_dir.iterdir():
+            if entry.name.startswith("algo-") or (own and entry.name == "checkpoints"):
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+
+    def record(self, args: argparse.Namespace) -> None:
+        """Keeps the job's arguments for --resume; values of secret-looking --env names are left out."""
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        kept = {key: value for key, value in vars(args).items() if key not in ("run", "resume", "fresh")}
+        kept["job_dir"] = str(args.job_dir) if args.job_dir else None
+        kept["checkpoint_dir"] = str(args.checkpoint_dir) if args.checkpoint_dir else None
+        kept["env"] = [f"{k}={secrets.REDACTED if secrets.looks_secret(k) else v}"
+                       for k, v in key_values(args.env, "--env").items()]
+        kept["name"] = self.name
+        (self.job_dir / JOB_FILE).write_text(json.dumps({"name": self.name, "arguments": kept}, indent=2) + "\n")
+
+    def resume_command(self, job_dir_given: Path | None) -> list[str]:
+        return ["keras-pipe", "local", "--resume", self.name] + (["--job-dir", str(job_dir_given)] if job_dir_given
+                                                                  else [])
+
+
+def resumed(args: argparse.Namespace) -> argparse.Namespace:
+    """The arguments the job `--resume NAME` was last run with, with the --hp and --env given now
+    in place of the earlier values of the same names."""
+    given = {key: value for key, value in vars(args).items()
+             if key not in ("resume", "job_dir", "hp", "env", "run") and value != DEFAULTS.get(key)}
+    if given:
+        options = ", ".join(f"--{key.replace('_', '-')}" for key in given)
+        raise UsageError(f"--resume {args.resume} takes the job's own arguments from its folder; besides --hp, --env "
+                         f"and --job-dir, give none ({options} given)")
+    job_dir = args.job_dir or Path("local-jobs") / args.resume
+    stored = job_dir / JOB_FILE
+    if not stored.is_file():
+        raise UsageError(f"--resume {args.resume}: no job of that name in {job_dir} (no {JOB_FILE}); give its "
+                         "--job-dir if it has another")
+    kept = json.loads(stored.read_text())["arguments"]
+    previous = argparse.Namespace(**{**DEFAULTS, **kept, "run": args.run, "resume": None, "fresh": False})
+    previous.job_dir = Path(kept["job_dir"]) if kept.get("job_dir") else args.job_dir
+    previous.checkpoint_dir = Path(kept["checkpoint_dir"]) if kept.get("checkpoint_dir") else None
+    previous.hp = [f"{k}={v}" for k, v in {**key_values(kept["hp"], "--hp"), **key_values(args.hp, "--hp")}.items()]
+    env = {**key_values(kept["env"], "--env"), **key_values(args.env, "--env")}
+    hidden = [k for k, v in env.items() if v == secrets.REDACTED]
+    if hidden:
+        raise UsageError(f"--resume {args.resume}: the values of {', '.join(hidden)} were not kept (they look secret): "
+                         f"give them again, e.g. --env {hidden[0]}=...")
+    previous.env = [f"{k}={v}" for k, v in env.items()]
+    return previous
+
+
+def _defaults() -> dict:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return vars(parser.parse_args([]))
+
+
+DEFAULTS = _defaults()

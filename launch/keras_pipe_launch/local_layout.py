@@ -5,6 +5,7 @@ Pipe channels get nothing here: their FIFOs are made and fed while the job runs 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
@@ -22,9 +23,11 @@ class JobFolders:
     job does. A local process reaches it through a symbolic link; a container has it mounted there
     (a link would point outside the container)."""
 
-    def __init__(self, job_dir: Path, hosts: list[str], checkpoint_dir: Path, *, in_container: bool):
+    def __init__(self, job_dir: Path, hosts: list[str], checkpoint_dir: Path, *, in_container: bool,
+                 reuse: bool = False):
         self.job_dir, self.hosts, self.checkpoint_dir = job_dir, hosts, checkpoint_dir
         self.in_container = in_container
+        self.reuse = reuse  # the folder of an earlier run of this job (local.LocalJobFolder claimed it)
 
     def host_dir(self, host: str) -> Path:
         return self.job_dir / host
@@ -33,7 +36,7 @@ class JobFolders:
                 say: Callable[[str], None]) -> dict[str, list[StoredObject]]:
         """Lists every channel's objects once, checks that File/FastFile objects can all be staged,
         and only then writes each host's /opt/ml. Returns the listings (the Pipe feeders stream them)."""
-        if self.job_dir.exists() and any(self.job_dir.iterdir()):
+        if not self.reuse and self.job_dir.exists() and any(self.job_dir.iterdir()):
             raise UsageError(f"job directory {self.job_dir} is not empty: give a new --job-dir")
         ignore_case = case_insensitive(self.job_dir)
         objects, staging = {}, {}
@@ -44,6 +47,9 @@ class JobFolders:
             say(f"channel {spec.name} ({spec.input_mode}): {len(objects[spec.name])} objects from {spec.source}")
         config_files = {"hyperparameters": hyperparameters,
                         "channels": {spec.name: spec.input_data_config() for spec in channels}}
+        if self.reuse:  # the earlier run's hosts' folders go (not its checkpoints): each host starts anew
+            for old in self.job_dir.glob("algo-*"):
+                shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
         for index, host in enumerate(self.hosts):
             base = self._make_folders(host)
             container_config.write(base / "input/config", **config_files,
