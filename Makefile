@@ -37,7 +37,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.photo_pipeline $(BENCH_ARGS)
 	$(BIN)/python -m bench.prepare_at_scale $(BENCH_ARGS)
 
-# pipemode against AWS's PipeModeDataset (needs `bash ../shared/anchors/setup.sh` once)
+# pipemode against AWS's PipeModeDataset (needs `bash bench/aws/setup.sh` once: docs/speed.md)
 bench-aws: $(INSTALLED)
 	$(BIN)/python -m bench.vs_aws $(BENCH_ARGS)
 

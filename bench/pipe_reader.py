@@ -4,7 +4,7 @@
     python -m bench.pipe_reader --quick       # tiny sizes: a correctness check, not a benchmark
 
 For 100 KB, 1 KB and 100 B records, the same TFRecord bytes are read by:
-  dd            `dd if=FIFO of=/dev/null bs=1M`, the raw FIFO (../shared/PERFORMANCE.md's anchor)
+  dd            `dd if=FIFO of=/dev/null bs=1M`, the raw FIFO (what no reader can beat)
   python-raw    Python reading the FIFO in 4 MiB chunks, 1 MiB pipe buffer (a Python reader's ceiling)
   file          tf.data.TFRecordDataset on the file from disk (page cache), batch(1024)
   pipe-batched  PipeModeDataset(batch_size=1024), CRC checks on

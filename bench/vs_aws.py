@@ -1,20 +1,17 @@
 """pipemode against AWS's PipeModeDataset (the C++ op, TF 2.14), side by side in one run.
 
-    bash ../shared/anchors/setup.sh      # once: AWS's reader in its own venv, 2.2 GB of TFRecords
-    python -m bench.vs_aws [--runs 5]    # from the repository root, with .venv
+    bash bench/aws/setup.sh              # once: AWS's reader in its own venv, 2.2 GB of TFRecords
+    python -m bench.vs_aws [--runs 5]    # from the repository root, with .venv (or: make bench-aws)
 
-Runs ../shared/anchors' own harness scripts (a FIFO fed by `cat`, batches of 1024 consumed inside
-tf.data, CRC checks on for pipemode) with one line added to both: tf.data's autotuning off. With it
-on, every time those scripts print is a moment when tf.data's autotune thread wakes up: it sleeps
-10 ms, then twice as long each time (10, 20, 40 ... ms), and the reduce over the finished stream
-only returns then, so every reader's times come out as 1.27, 2.55 or 5.11 s whatever its speed
-(the "quantized" times of ../shared/PERFORMANCE.md). `--as-shipped` runs them unchanged.
-For 100 KB, 1 KB and 100 B records, interleaved, `--runs` times each:
+Each run is bench/aws/read_fifo.py: one pass over a TFRecord file streamed through a FIFO by `cat`,
+batches of 1024 consumed inside tf.data, CRC checks on for pipemode, tf.data's autotuning off
+(`--autotune` leaves it on; read_fifo.py says why it is off). For 100 KB, 1 KB and 100 B records,
+interleaved, `--runs` times each:
   AWS                 sagemaker_tensorflow.PipeModeDataset(...).batch(1024)
   pipemode batched    PipeModeDataset(..., batch_size=1024)     (the fast path)
   pipemode drop-in    PipeModeDataset(...).batch(1024)          (used exactly as AWS's is)
-Each runs in a bare virtualenv: AWS's in the anchors' TF 2.14 one, pipemode (from train/pipemode)
-in the anchors' TF 2.21 one (tensorflow-cpu, google-crc32c). Prints the median time of each and
+Each runs in a bare virtualenv that setup.sh makes: AWS's in a TF 2.14 one, pipemode (from
+train/pipemode) in a TF 2.21 one (tensorflow-cpu, google-crc32c). Prints the median time of each and
 its fastest and slowest run (single runs vary by 20 % and more here, AWS's too), its speed
 relative to AWS's median (>1: faster), the median peak RSS of each whole process (ru_maxrss of
 the child) and that peak less the RSS of importing TensorFlow alone in the same venv (TF 2.21's
@@ -32,13 +29,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from pipemode import tfrecord
 
 REPO = Path(__file__).resolve().parent.parent
-HARNESS = Path(os.environ.get("ANCHORS_HARNESS", REPO.parent / "shared" / "anchors"))
+HARNESS = REPO / "bench" / "aws"
 DATA = Path(os.environ.get("ANCHOR_DIR", Path.home() / ".cache" / "anchors"))
 FILES = {"100 KB": "big_100k", "1 KB": "small_1k", "100 B": "tiny_100"}
 READERS = ("AWS", "pipemode batched", "pipemode drop-in")
@@ -48,36 +44,25 @@ TARGETS = {  # issue 14: speed relative to AWS's op
 }
 
 
-AUTOTUNE_OFF = "_o = tf.data.Options(); _o.autotune.enabled = False; ds = ds.with_options(_o)\n"
-CONSUME = "# consumed inside tf.data"
-
-
-def harness_copy(folder: Path) -> Path:
-    """The anchors' two scripts, each with tf.data's autotuning turned off just before timing."""
-    for name in ("pmd_bench.py", "ours_bench.py"):
-        text = (HARNESS / name).read_text()
-        if CONSUME not in text:
-            sys.exit(f"{HARNESS / name} has changed: no {CONSUME!r} line to add the option before")
-        (folder / name).write_text(text.replace(CONSUME, AUTOTUNE_OFF + CONSUME, 1))
-    return folder
-
-
-def command(reader: str, data: Path, harness: Path) -> list[str]:
+def command(reader: str, data: Path, autotune: bool) -> list[str]:
+    # pipemode from its source folder, in the bare TF 2.21 venv (tensorflow-cpu and google-crc32c):
+    # the environment a user's script has. (This project's .venv would do too, but there
+    # TensorFlow's import also loads pandas, scipy and matplotlib, installed for the launcher's
+    # tools: 170 MB more RSS that no reader causes.)
+    script = str(HARNESS / "read_fifo.py")
     if reader == "AWS":
-        return [str(DATA / "pmd" / "bin" / "python"), str(harness / "pmd_bench.py"), str(data)]
-    # pipemode from its source folder, in the anchors' bare TF 2.21 venv (tensorflow-cpu and
-    # google-crc32c): the environment a user's script has. (This project's .venv would do too,
-    # but there TensorFlow's import also loads pandas, scipy and matplotlib, installed for the
-    # launcher's tools: 170 MB more RSS that no reader causes.)
-    mode = "batched" if reader.endswith("batched") else "drop-in"
-    return [str(DATA / "tfv" / "bin" / "python"), str(harness / "ours_bench.py"),
-            str(REPO / "train" / "pipemode"), str(data), mode]
+        cmd = [str(DATA / "pmd" / "bin" / "python"), script, "aws", str(data)]
+    else:
+        mode = "batched" if reader.endswith("batched") else "drop-in"
+        cmd = [str(DATA / "tfv" / "bin" / "python"), script, "pipemode", str(data), mode,
+               str(REPO / "train" / "pipemode")]
+    return cmd + (["--autotune"] if autotune else [])
 
 
 def run(cmd: list[str]) -> tuple[float, float, float]:
     """(seconds the harness measured, peak RSS of the process in MB, CPU seconds of the process
     and its writer, TensorFlow's import included)."""
-    env = {**os.environ, "READER": "pipemode:PipeModeDataset", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out, err = proc.stdout.read(), proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -109,25 +94,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5, help="runs of each reader per size (median)")
     parser.add_argument("--sizes", nargs="+", default=list(FILES), choices=list(FILES))
-    parser.add_argument("--as-shipped", action="store_true",
-                        help="run the anchors' scripts unchanged (tf.data autotuning on: quantized times)")
+    parser.add_argument("--autotune", action="store_true",
+                        help="leave tf.data's autotuning on (quantized times: see bench/aws/read_fifo.py)")
     parser.add_argument("--pure-python", action="store_true",
                         help="run pipemode without its compiled framing (PIPEMODE_PURE_PYTHON=1)")
     args = parser.parse_args(argv)
     if args.pure_python:
         os.environ[tfrecord.PURE_PYTHON_ENV] = "1"
     print(f"pipemode's TFRecord decoder: {decoder_path()}")
-    missing = [p for p in [DATA / "pmd" / "bin" / "python", DATA / "tfv" / "bin" / "python", HARNESS / "ours_bench.py",
+    missing = [p for p in [DATA / "pmd" / "bin" / "python", DATA / "tfv" / "bin" / "python",
                            *(DATA / f"{FILES[s]}.tfrecord" for s in args.sizes)] if not p.exists()]
     if missing:
-        print(f"missing {', '.join(map(str, missing))}: run `bash {HARNESS}/setup.sh` once", file=sys.stderr)
+        print(f"missing {', '.join(map(str, missing))}: run `bash bench/aws/setup.sh` once", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as folder:
-        harness = HARNESS if args.as_shipped else harness_copy(Path(folder))
-        return compare(args.sizes, args.runs, harness)
+    return compare(args.sizes, args.runs, args.autotune)
 
 
-def compare(sizes: list[str], runs: int, harness: Path) -> int:
+def compare(sizes: list[str], runs: int, autotune: bool) -> int:
     floor = {"AWS": import_rss(DATA / "pmd" / "bin" / "python")}
     floor["pipemode batched"] = floor["pipemode drop-in"] = import_rss(DATA / "tfv" / "bin" / "python")
     print(f"importing TensorFlow alone: {floor['AWS']:.0f} MB (2.14, AWS's venv), "
@@ -142,7 +125,7 @@ def compare(sizes: list[str], runs: int, harness: Path) -> int:
         cpu = {r: [] for r in READERS}
         for _ in range(runs):  # interleaved: the machine's drift hits every reader alike
             for reader in READERS:
-                s, m, c = run(command(reader, data, harness))
+                s, m, c = run(command(reader, data, autotune))
                 seconds[reader].append(s)
                 rss[reader].append(m)
                 cpu[reader].append(c)

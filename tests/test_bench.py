@@ -1,5 +1,6 @@
 """The benchmarks' smallest sizes, run as correctness checks (their timings mean nothing here)."""
 
+import json
 import subprocess
 import sys
 
@@ -48,24 +49,25 @@ def test_prepare_at_scale_benchmark_runs_and_every_run_makes_the_same_examples()
 
 
 def test_the_aws_comparison_says_how_to_set_up_what_it_lacks(tmp_path):
-    """bench.vs_aws needs AWS's reader in its own venv (../shared/anchors/setup.sh), never CI's."""
+    """bench.vs_aws needs AWS's reader in its own venv (bench/aws/setup.sh), never CI's."""
     out = subprocess.run([sys.executable, "-m", "bench.vs_aws", "--runs", "1"], cwd=REPO, capture_output=True,
                          text=True, timeout=120, env={"PATH": "/usr/bin:/bin", "ANCHOR_DIR": str(tmp_path)})
     assert out.returncode == 2
-    assert f"missing {tmp_path}/pmd/bin/python" in out.stderr and "setup.sh` once" in out.stderr
+    assert f"missing {tmp_path}/pmd/bin/python" in out.stderr and "run `bash bench/aws/setup.sh` once" in out.stderr
 
 
-def test_the_aws_comparison_turns_autotuning_off_in_both_harness_scripts_and_changes_nothing_else(tmp_path):
-    """tf.data's autotune thread decides when the harness's reduce returns (1.27, 2.55, 5.11 s):
-    both scripts get the same one line that turns it off, just before timing starts."""
-    from bench import vs_aws
-
-    if not (vs_aws.HARNESS / "ours_bench.py").exists():
-        pytest.skip(f"no anchors harness in {vs_aws.HARNESS}")
-    vs_aws.harness_copy(tmp_path)
-    for name in ("pmd_bench.py", "ours_bench.py"):
-        original = (vs_aws.HARNESS / name).read_text().splitlines()
-        copy = (tmp_path / name).read_text().splitlines()
-        added = copy.index(vs_aws.AUTOTUNE_OFF.strip())
-        assert copy[:added] + copy[added + 1:] == original
-        assert copy[added + 1].startswith(vs_aws.CONSUME) and "t = time.perf_counter()" in copy[added + 2]
+@pytest.mark.parametrize("mode", ["batched", "drop-in"])
+@pytest.mark.parametrize("autotune", [False, True], ids=["autotune-off", "autotune-on"])
+def test_the_aws_comparison_times_pipemode_over_a_fifo_fed_by_cat(tmp_path, mode, autotune):
+    """bench/aws/read_fifo.py, pipemode's side of the comparison (AWS's side needs its TF 2.14 venv),
+    on records made by bench/aws/make_records.py: every record read, whole."""
+    data = tmp_path / "records.tfrecord"
+    subprocess.run([sys.executable, str(REPO / "bench/aws/make_records.py"), str(data), "3000", "100"], check=True,
+                   capture_output=True, timeout=60)
+    assert data.stat().st_size == 3000 * (100 + 16)
+    out = subprocess.run([sys.executable, str(REPO / "bench/aws/read_fifo.py"), "pipemode", str(data), mode,
+                          str(REPO / "train/pipemode"), *(["--autotune"] if autotune else [])],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (result["records"], result["bytes"]) == (3000, 3000 * 100) and result["seconds"] > 0

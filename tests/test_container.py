@@ -1,4 +1,4 @@
-"""The training image itself: built with the local base (../shared/CONTAINERS.md), then run through
+"""The training image itself: built with the local base (docs/image.md), then run through
 `keras-pipe local --image` with FIFOs created and fed on the host and read inside the container.
 
 Where no container engine works, these tests are skipped with the reason, never passed."""

@@ -3,7 +3,7 @@
 them. The local runner lays out each host's /opt/ml with them; tests and benchmarks that make a job
 folder of their own use them too, so every job folder here has the same files in the same form.
 
-Reference: CONTRACT.md (../shared) and
+Reference: docs/contract.md and
 https://docs.aws.amazon.com/sagemaker/latest/dg/your-algorithms-training-algo-running-container.html
 """
 

@@ -4,7 +4,7 @@
    costs ~0.28 us (unpacking its header, slicing it out) and checking its CRC ~0.25 us more (a call
    per record), which made the reader's thread the slowest step of a pipeline fed 1 KB records.
    Here a chunk is framed and checked, and its records made into bytes objects, in one call: 1 KB
-   records through ../shared/anchors' harness (a FIFO fed by cat, batch_size=1024), median of 5,
+   records through bench/aws/read_fifo.py (a FIFO fed by cat, batch_size=1024), median of 5,
    1.15 s per GB against 1.91 s for the pure-Python decoder.
 
    It only ever accepts: it stops at the first record whose header or data does not check out and
