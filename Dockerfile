@@ -13,6 +13,19 @@
 #   BAKE_WEIGHTS  comma-separated backbones whose ImageNet weights to download into the image, so
 #                 that weights=imagenet works in jobs without internet access
 ARG BASE_IMAGE=nvidia/cuda:12.8.0-base-ubuntu24.04
+
+# The reader's compiled part (pipemode._framing: TFRecord framing and CRCs in C) is built here, in a
+# stage of its own: the image keeps the wheel, not the compiler and Python's headers.
+FROM ${BASE_IMAGE} AS reader-wheel
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      python3 python3-venv python3-dev gcc libc6-dev ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY train/pipemode/ /src/pipemode/
+RUN python3 -m venv /build \
+ && /build/bin/pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /wheels /src/pipemode \
+ && ls /wheels/pipemode-*-cp3*-linux_*.whl  # (a py3-none-any wheel here would mean the C part did not build)
+
 FROM ${BASE_IMAGE}
 
 # tini runs as PID 1: the kernel does not deliver a default-action SIGTERM to PID 1, so without it
@@ -36,16 +49,17 @@ COPY requirements/ /opt/program/requirements/
 RUN python3 -m venv /opt/venv \
  && pip install --no-cache-dir --disable-pip-version-check -r /opt/program/${REQUIREMENTS}
 
-# The reader and the job, installed (not run from the source folder): their dependencies are
-# already pinned above, hence --no-deps. The launcher too, for its prepare code: a Processing job
-# (`keras-pipe prepare --instance-count N`) runs `python3 -m keras_pipe_launch.prepare_instance`
+# The reader (its wheel, built above with its compiled part) and the job, installed (not run from
+# the source folder): their dependencies are already pinned above, hence --no-deps. The launcher too, for its prepare code: a Processing job
+# (`keras-pipe prepare --instance-count N`) runs `python3 -m keras_pipe_launch.prepare.instance`
 # here; what that imports (Pillow, tqdm) is in requirements/base.txt. An instance reads only its
 # /opt/ml, so neither boto3 nor the SageMaker SDK the rest of the launcher wants is in the image.
+COPY --from=reader-wheel /wheels/ /tmp/wheels/
 COPY train/ /opt/program/train/
 COPY launch/ /opt/program/launch/
-RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /opt/program/train/pipemode /opt/program/train \
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps /tmp/wheels/pipemode-*.whl /opt/program/train \
       /opt/program/launch \
- && rm -rf /opt/program/train /opt/program/launch
+ && rm -rf /opt/program/train /opt/program/launch /tmp/wheels
 COPY container/ /opt/program/container/
 WORKDIR /opt/program
 
@@ -53,7 +67,7 @@ ARG BAKE_WEIGHTS=""
 RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
 
 RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
- && python3 -c "import keras_pipe_train.main, pipemode, google_crc32c, keras_pipe_launch.prepare_instance" \
+ && python3 -c "import keras_pipe_train.main, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance" \
  && test -x /opt/program/container/train
 
 ENTRYPOINT ["/usr/bin/tini", "--"]

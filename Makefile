@@ -19,7 +19,7 @@ SDK2_INSTALLED := $(SDK2)/.installed
 TOOLKIT := .venv-toolkit
 TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 
-.PHONY: demo test lint bench bench-aws venv container-base clean
+.PHONY: demo test test-quick lint bench bench-aws venv container-base clean
 
 demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
@@ -27,6 +27,12 @@ demo: $(INSTALLED)
 test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the quick tier, while working: every test but those of the image and the SDKs' local mode (marked
+# `container`); one folder alone: `make test-quick PYTEST_ARGS=tests/reader`
+test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not container" $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .

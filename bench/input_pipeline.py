@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_pipe_launch import container_config
+from keras_pipe_launch.common import container_config
 
 SIZE = 224
 BATCH = 64
@@ -63,7 +63,7 @@ def make_records(count: int, folder: Path, shards: int = 4) -> list[str]:
 
 
 class Job:
-    """A throwaway /opt/ml with one channel, Pipe (fed by keras_pipe_launch.pipe_feeder) or File."""
+    """A throwaway /opt/ml with one channel, Pipe (fed by keras_pipe_launch.local.feeder) or File."""
 
     made = 0
 
@@ -75,7 +75,7 @@ class Job:
         os.environ["SAGEMAKER_BASE_DIR"] = str(self.base)
         self.feeder = None
         if mode == "Pipe":
-            self.feeder = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch.pipe_feeder", "--dir",
+            self.feeder = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch.local.feeder", "--dir",
                                             str(self.base / "input" / "data"), "--channel", "train", *files],
                                            stderr=subprocess.DEVNULL)
         else:

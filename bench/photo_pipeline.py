@@ -49,7 +49,7 @@ def make_photos(folder: Path, height: int, width: int, count: int) -> None:
 
 
 def prepared(photos: Path, out: Path, max_side: int | None) -> list[str]:
-    from keras_pipe_launch.prepare import prepare
+    from keras_pipe_launch.prepare.dataset import prepare
 
     summary = prepare(photos, out, validation_fraction=0, shard_mb=64, max_side=max_side)
     return summary["shards"]["train"]

@@ -52,8 +52,8 @@ def main() -> None:
                       AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1")
     import boto3
 
-    from keras_pipe_launch.prepare import prepare
-    from keras_pipe_launch.prepare_job import instance_arguments, prepare_locally
+    from keras_pipe_launch.prepare.dataset import prepare
+    from keras_pipe_launch.prepare.processing import instance_arguments, prepare_locally
 
     client = boto3.client("s3")
     client.create_bucket(Bucket="bench-photos")

@@ -1,0 +1,37 @@
+"""The `keras-pipe` command (also `python -m keras_pipe_launch`): local, submit, tune, prepare.
+
+One module per command: its options (add_parser) and run(args), which turns what the user gave into
+calls of the launcher's programs below (local, prepare, sagemaker) and returns the exit code."""
+
+import argparse
+import os
+import sys
+
+from keras_pipe_launch.cli import local, prepare, submit, tune
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="keras-pipe",
+                                     description="Run, submit and prepare Keras training jobs for SageMaker.")
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+    local.add_parser(commands)
+    submit.add_parser(commands)
+    tune.add_parser(commands)
+    prepare.add_parser(commands)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+def leave(code: int) -> None:
+    """Exits with `code` even when standard output is gone (a closed terminal or pipe): Python
+    would otherwise fail flushing it at exit and replace the code with 120."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(code)
+
+
+def run() -> None:
+    """The `keras-pipe` command (the console script of launch/pyproject.toml)."""
+    leave(main())

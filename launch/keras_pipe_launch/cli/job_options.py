@@ -1,0 +1,87 @@
+"""The training job's options, which `keras-pipe submit` and `keras-pipe tune` share (a tuning job's
+training jobs are the one submit would start), and how both end: --dry-run prints the request,
+otherwise the installed SDK sends it and --wait follows the job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
+from keras_pipe_launch.common import hyperparameters, secrets
+from keras_pipe_launch.common.usage import key_values
+from keras_pipe_launch.sagemaker.request import JobSpec, RequestError
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """The training job's options: `keras-pipe submit` and `keras-pipe tune` (whose training jobs they are)."""
+    parser.add_argument("--image-uri", required=True, help="the training image in ECR")
+    parser.add_argument("--role", required=True, help="the SageMaker execution role ARN")
+    add_channel_arguments(parser)
+    parser.add_argument("--output-path", required=True, help="s3:// prefix for model.tar.gz and output.tar.gz")
+    parser.add_argument("--instance-type", default="ml.g5.xlarge")
+    parser.add_argument("--instance-count", type=int, default=1)
+    parser.add_argument("--allow-cpu", action="store_true", help="accept an instance type without GPU")
+    parser.add_argument("--volume-size", type=int, default=30, metavar="GB")
+    parser.add_argument("--max-run", type=duration, default=24 * 3600, metavar="DURATION", help="e.g. 86400, 6h, 2d")
+    parser.add_argument("--spot", action="store_true", help="managed spot training (needs --checkpoint-s3-uri)")
+    parser.add_argument("--max-wait", type=duration, default=None, metavar="DURATION",
+                        help="spot: longest time to wait for capacity and run (default: --max-run)")
+    parser.add_argument("--checkpoint-s3-uri", default=None, help="synced with /opt/ml/checkpoints")
+    parser.add_argument("--tensorboard-s3-uri", default=None, help="synced with /opt/ml/output/tensorboard")
+    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
+    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--network-isolation", action="store_true", help="no network access for the job")
+    naming = "BASE-YYYYmmddHHMMSS" if what == "job" else "BASE-yymmdd-HHMMSS (at most 32 characters in all)"
+    parser.add_argument("--base-job-name", default="keras-pipe", help=f"the {what} is named {naming}")
+    parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="do not check hyperparameters against this project's job (for other images)")
+
+
+def spec_from(args: argparse.Namespace) -> JobSpec:
+    return JobSpec(
+        image_uri=args.image_uri, role=args.role, channels=tuple(channels_from(args)),
+        output_path=args.output_path, instance_type=args.instance_type, instance_count=args.instance_count,
+        input_mode=args.input_mode, volume_size_gb=args.volume_size, max_run_s=args.max_run, spot=args.spot,
+        max_wait_s=args.max_wait, checkpoint_s3_uri=args.checkpoint_s3_uri,
+        tensorboard_s3_uri=args.tensorboard_s3_uri, hyperparameters=tuple(hyperparameters.parse(args.hp).items()),
+        environment=tuple(key_values(args.env, "--env").items()), tags=tuple(key_values(args.tag, "--tag").items()),
+        network_isolation=args.network_isolation, base_job_name=args.base_job_name, allow_cpu=args.allow_cpu,
+    )
+
+
+def use_region(args: argparse.Namespace) -> None:
+    """--region, else the environment's; none is an error unless nothing is sent (--dry-run)."""
+    if args.region:
+        os.environ["AWS_DEFAULT_REGION"] = args.region
+    if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
+        raise RequestError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
+
+
+def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings: list[str], request: dict,
+                    environment: dict | None, create, follow) -> int:
+    """The end of `keras-pipe submit` and `keras-pipe tune`: prints the warnings, then --dry-run prints
+    `request` (with the values of secret-looking `environment` names redacted); otherwise `create()`
+    sends it through the installed SDK and returns the name, and --wait follows it with `follow`."""
+    for warning in warnings:
+        print(f"launch {command}: warning: {warning}", file=sys.stderr)
+    if args.dry_run:
+        if environment:
+            environment.update(secrets.redacted(environment))
+        print(json.dumps(request, indent=2))
+        return 0
+    from keras_pipe_launch.sagemaker.sdk import sdk_major_version
+
+    try:
+        print(f"launch {command}: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
+        name = create()
+        print(f"launch {command}: created {what} {name}", file=sys.stderr)
+    except RequestError as err:
+        print(f"launch {command}: error: {err}", file=sys.stderr)
+        return 2
+    print(name)
+    return follow(name) if args.wait else 0

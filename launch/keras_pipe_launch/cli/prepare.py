@@ -1,0 +1,195 @@
+"""`keras-pipe prepare`: images -> sharded TFRecords the training job reads, optionally uploaded.
+
+    keras-pipe prepare ./photos ./prepared --upload s3://bucket/datasets/photos/
+    keras-pipe prepare labels.csv ./prepared          # CSV rows: path,label (paths relative to it)
+    keras-pipe prepare s3://bucket/photos/ ./prepared --max-side 512
+
+SOURCE is a folder with one subfolder per class, a CSV of path,label (paths relative to it, or
+s3:// URIs), or either of them in S3 (an s3:// prefix of class folders, an s3:// .csv): images
+are read from S3 one by one as workers need them, never copied to disk first. The images are
+shuffled (seeded) and split per class into train and validation as listed, then each is checked
+by decoding it; unreadable or corrupt ones are listed in OUT/rejected.txt and counted, never
+silently dropped (--strict makes any of them an error). The rest become tf.train.Examples under
+the feature names the job reads by default (image/encoded, image/class/label), written as they
+are ready into shards of about --shard-mb; memory stays bounded whatever the dataset's size.
+
+--max-side PIXELS stores images whose longer side is larger shrunk to it, as JPEG (--jpeg-quality),
+which makes every epoch's decoding much cheaper (8x for 2000x1500 photos, 23x for 12 MP ones): use it
+when the photos are much larger than the model's image_size (2-3x image_size keeps room for crops);
+leave it out to keep the original bytes (the job then decodes them at full size every epoch).
+
+    OUT/train/part-00000.tfrecord ...     -> the train channel (s3://.../train/)
+    OUT/validation/part-00000.tfrecord    -> the validation channel
+    OUT/classes.json                      -> class names in label order: --hp class_names=...
+
+The same inputs, options and seed give byte-identical shards, in any process and with any number of
+workers, so re-running --upload skips every shard already in S3 with the same content (its SHA-256
+is kept in the object's metadata). An OUT already used is refused; --overwrite replaces the dataset
+prepared there.
+
+At scale, an s3:// prefix of class folders into a new s3:// prefix, as a SageMaker Processing job
+of the training image over N instances (or --local: N processes here), the same split and checks:
+
+    keras-pipe prepare s3://bucket/photos/ s3://bucket/prepared/ --instance-count 8 \\
+        --role arn:aws:iam::123456789012:role/SageMakerRole --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/IMAGE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from keras_pipe_launch.cli.arguments import duration
+from keras_pipe_launch.cli.job_options import use_region
+from keras_pipe_launch.prepare import images, processing
+from keras_pipe_launch.prepare.dataset import PrepareError, check_options, prepare
+from keras_pipe_launch.prepare.images import jpeg_quality
+from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("prepare", help="images -> sharded TFRecords, optionally uploaded to S3",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", help="a folder of class folders, a CSV of path,label, or either in S3 (s3://...)")
+    parser.add_argument("out", help="the output folder (new or empty, or see --overwrite); with --instance-count, "
+                                    "a new s3:// prefix")
+    parser.add_argument("--validation-fraction", type=float, default=0.1)
+    parser.add_argument("--shard-mb", type=float, default=100, help="target shard size")
+    parser.add_argument("--seed", type=int, default=0, help="for the shuffle and the split")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="images checked in parallel (default: the CPUs; 4x that for an S3 source)")
+    parser.add_argument("--max-side", type=int, default=None, metavar="PIXELS",
+                        help="store images whose longer side is larger shrunk to it (aspect kept), as JPEG; "
+                             "default: the original bytes")
+    parser.add_argument("--jpeg-quality", type=jpeg_quality, default=images.DEFAULT_QUALITY, metavar="1-100",
+                        help=f"of the images --max-side shrinks (default {images.DEFAULT_QUALITY})")
+    parser.add_argument("--strict", action="store_true", help="fail if any image is unusable")
+    parser.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
+                        help="larger images (width x height, from their header) are rejected before decoding, as "
+                             f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
+    parser.add_argument("--upload", metavar="S3_PREFIX", default=None, help="then upload OUT to s3://bucket/prefix/")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the dataset an earlier run prepared in OUT (nothing else is ever deleted)")
+    add_at_scale_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from keras_pipe_launch.common.objects import SourceError
+    from keras_pipe_launch.sagemaker.request import RequestError
+
+    try:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if args.instance_count is not None:
+            if args.overwrite:
+                raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
+
+            return run_at_scale(args)
+        for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
+            if getattr(args, option):
+                raise PrepareError(f"--{option.replace('_', '-')} is for a prepare at scale: give --instance-count")
+        if args.upload:
+            from keras_pipe_launch.common.objects import parse_s3_uri
+
+            parse_s3_uri(args.upload)  # before the work, not after
+        prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
+                seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
+                max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite)
+        if args.upload:
+            from keras_pipe_launch.prepare.upload import upload
+
+            upload(Path(args.out), args.upload)
+    except (PrepareError, SourceError, RequestError) as err:
+        print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
+        return 2
+    except (BotoCoreError, ClientError) as err:
+        print(f"keras-pipe prepare: {'upload' if args.upload else 'a call to AWS'} failed: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# --- at scale: a SageMaker Processing job (prepare.processing) -------------------------------------
+
+def add_at_scale_arguments(parser) -> None:
+    group = parser.add_argument_group(
+        "at scale: a SageMaker Processing job (SOURCE an s3:// prefix of class folders, OUT a new s3:// prefix)")
+    group.add_argument("--instance-count", type=int, default=None, metavar="N",
+                       help="prepare on N instances, each its ShardedByS3Key share of the source objects")
+    group.add_argument("--instance-type", default="ml.c5.4xlarge")
+    group.add_argument("--role", help="the job's IAM role ARN (reads SOURCE, writes OUT)")
+    group.add_argument("--image-uri", help="this project's image (it holds the prepare code)")
+    group.add_argument("--volume-size", type=int, default=100, metavar="GB",
+                       help="per instance: holds its share of the source (default 100)")
+    group.add_argument("--max-run", type=duration, default=24 * 3600, metavar="DURATION", help="e.g. 6h, 2d")
+    group.add_argument("--job-name", default=None, help="default: keras-pipe-prepare-YYYYmmddHHMMSS")
+    group.add_argument("--region", default=None)
+    group.add_argument("--dry-run", action="store_true",
+                       help="print the CreateProcessingJob request; list, write and create nothing")
+    group.add_argument("--local", action="store_true",
+                       help="run the N instances here as processes (their /opt/ml under --job-dir), not on SageMaker")
+    group.add_argument("--job-dir", type=Path, default=None,
+                       help="with --local: where the instances' /opt/ml go (default ./local-jobs/<job name>)")
+    group.add_argument("--image", default=None,
+                       help="with --local: run each instance in this image (the engine: $LAUNCH_ENGINE or docker)")
+
+
+def run_at_scale(args) -> int:
+    """`keras-pipe prepare ... --instance-count N`; raises PrepareError (and the launcher's
+    RequestError, SourceError) for what the user must change."""
+    import time
+
+    from keras_pipe_launch.sagemaker.request import RequestError
+    from keras_pipe_train.contract import JOB_NAME
+
+    check_at_scale(args)
+    arguments = processing.instance_arguments(args.shard_mb, args.max_side, args.jpeg_quality,
+                                              args.max_image_pixels, args.workers)
+    name = args.job_name or time.strftime("keras-pipe-prepare-%Y%m%d%H%M%S")
+    if not JOB_NAME.match(name):  # (it also names the local instances' folders and containers)
+        raise RequestError(f"--job-name {name!r}: 1-63 letters, digits and hyphens")
+    if args.local:
+        processing.prepare_locally(args.source, args.out, instance_count=args.instance_count,
+                                   job_dir=args.job_dir or Path("local-jobs") / name,
+                                   validation_fraction=args.validation_fraction, seed=args.seed, strict=args.strict,
+                                   arguments=arguments, image=args.image)
+        return 0
+    request = processing_request(args, name, arguments)
+    if args.dry_run:
+        print(json.dumps(request, indent=2))
+        return 0
+    use_region(args)
+    return processing.run_on_sagemaker(request, args.source, args.out, validation_fraction=args.validation_fraction,
+                                       seed=args.seed, strict=args.strict)
+
+
+def check_at_scale(args) -> None:
+    from keras_pipe_launch.sagemaker.request import RequestError
+
+    if not (args.source.startswith("s3://") and args.out.startswith("s3://")):
+        raise PrepareError("--instance-count prepares an s3:// SOURCE into an s3:// OUT (the instances share "
+                           "the objects under SOURCE); on one machine, leave --instance-count out")
+    if args.upload:
+        raise PrepareError("--upload is for a one-machine prepare: with --instance-count, OUT is already in S3")
+    check_options(args.validation_fraction, args.max_side)
+    if args.instance_count < 1:
+        raise RequestError("--instance-count must be >= 1")
+
+
+def processing_request(args, name: str, arguments: list[str]) -> dict:
+    """The CreateProcessingJob request, once its image, role and resources are checked."""
+    from keras_pipe_launch.sagemaker.request import RequestError, check_image_and_role
+
+    if not (args.role and args.image_uri):
+        raise RequestError("a Processing job needs --role and --image-uri (or --local to run it here)")
+    check_image_and_role(args.image_uri, args.role)
+    processing.check_processing_resources(args.instance_type, args.volume_size, args.max_run)
+    source = args.source if args.source.endswith("/") else args.source + "/"
+    return processing.processing_job_request(name, source, args.out, image_uri=args.image_uri, role=args.role,
+                                             instance_count=args.instance_count, instance_type=args.instance_type,
+                                             volume_size_gb=args.volume_size, max_run_s=args.max_run,
+                                             arguments=arguments)

@@ -1,0 +1,1 @@
+"""What several of the launcher's programs share; imports nothing of them (nor of the command line)."""

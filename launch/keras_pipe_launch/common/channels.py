@@ -1,0 +1,80 @@
+"""A training job's channels: where each one's objects come from (a local folder or file, or an
+s3://bucket/prefix), and SageMaker's options for it (input mode, record wrapper, compression,
+distribution, shuffle seed), checked as SageMaker checks them. The command line describes them
+with options (cli.arguments); `keras-pipe local` lays them out, `submit` and `tune` request them.
+
+The `pretrained` channel holds one weights file that every host needs: the job-wide options do not
+apply to it, it is in File mode, FullyReplicated, neither compressed nor wrapped (unless overridden).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from keras_pipe_launch.common import container_config
+from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_train.contract import INPUT_MODES, RECORD_WRAPPERS
+
+COMPRESSIONS = ("None", "Gzip")
+DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # SageMaker's ChannelName pattern
+
+
+class ChannelError(UsageError):
+    """A channel described wrongly: the message says which and how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelSpec:
+    name: str
+    source: str
+    input_mode: str = "Pipe"
+    record_wrapper: str = "None"
+    compression: str = "None"
+    distribution: str = "FullyReplicated"
+    shuffle_seed: int | None = None
+    content_type: str | None = None
+
+    def __post_init__(self):
+        # SageMaker's pattern lets '.' and '..' through: as folders under input/data they would be
+        # input/data itself and input/, where the job's configuration lives
+        if not _NAME.match(self.name) or self.name in (".", ".."):
+            raise ChannelError(f"channel name {self.name!r}: use 1-64 letters, digits, '.', '_' or '-' "
+                               "(and not '.' or '..')")
+        for field, value, allowed in (("input-mode", self.input_mode, INPUT_MODES),
+                                      ("record-wrapper", self.record_wrapper, RECORD_WRAPPERS),
+                                      ("compression", self.compression, COMPRESSIONS),
+                                      ("distribution", self.distribution, DISTRIBUTIONS)):
+            if value not in allowed:
+                raise ChannelError(f"channel {self.name}: --{field} {value!r} is not one of {', '.join(allowed)}")
+        if self.input_mode != "Pipe" and self.compression != "None":
+            raise ChannelError(f"channel {self.name}: --compression Gzip works in Pipe mode only "
+                               "(SageMaker decompresses while streaming)")
+        if self.input_mode != "Pipe" and self.record_wrapper != "None":
+            raise ChannelError(f"channel {self.name}: --record-wrapper RecordIO works in Pipe mode only")
+        if self.shuffle_seed is not None and self.shuffle_seed < 0:
+            raise ChannelError(f"channel {self.name}: --shuffle-seed must be >= 0")
+
+    @property
+    def is_s3(self) -> bool:
+        return self.source.startswith("s3://")
+
+    def input_data_config(self) -> dict:
+        """This channel's entry in inputdataconfig.json, as SageMaker writes it in the container."""
+        return container_config.channel_entry(self.input_mode, distribution=self.distribution,
+                                              record_wrapper=self.record_wrapper, compression=self.compression,
+                                              content_type=self.content_type)
+
+
+PRETRAINED_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",
+                       "record_wrapper": "None", "shuffle_seed": None}
+
+
+def check_names_apart(specs: list[ChannelSpec]) -> None:
+    """A Pipe channel's FIFOs are input/data/<name>_0, _1, ...: no other channel may be called so."""
+    for pipe in (s for s in specs if s.input_mode == "Pipe"):
+        for other in specs:
+            if re.fullmatch(rf"{re.escape(pipe.name)}_\d+", other.name):
+                raise ChannelError(f"channel {other.name} has the name of a FIFO of Pipe channel {pipe.name} "
+                                   f"(input/data/{pipe.name}_0, _1, ...): rename one of them")

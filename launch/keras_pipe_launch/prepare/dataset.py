@@ -1,0 +1,323 @@
+"""A dataset of TFRecord shards from images, on this machine: `keras-pipe prepare SOURCE OUT` (the
+command line: cli.prepare; the same work at scale: prepare.processing and prepare.instance).
+
+The images are listed (prepare.sources), shuffled (seeded) and split per class into train and
+validation as listed, then each is checked by decoding it (prepare.images); unreadable or corrupt
+ones are listed in OUT/rejected.txt and counted, never silently dropped (strict: an error). The
+rest become tf.train.Examples under the feature names the job reads by default (image/encoded,
+image/class/label), written as they are ready into shards of about shard_mb; memory stays bounded
+whatever the dataset's size. The same inputs, options and seed give byte-identical shards.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import json
+import os
+import random
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from keras_pipe_launch.prepare import images, sources
+from keras_pipe_launch.prepare.sources import Listing, ListingError, Location, shown
+from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
+
+
+class PrepareError(ValueError):
+    pass
+
+
+def check_image(reader: sources.Reader, location: Location, max_pixels: int = DEFAULT_MAX_PIXELS,
+                max_side: int | None = None, quality: int = images.DEFAULT_QUALITY) -> tuple[bytes | None, str | None]:
+    """(bytes to store, None) for an image the job can use, else (None, why)."""
+    if isinstance(location, Path):
+        unreadable: tuple = (OSError,)
+    else:  # (botocore only for S3: a Processing instance reads local files, and its image has no boto3)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        unreadable = (BotoCoreError, ClientError)
+    try:
+        data = reader.read(location)
+    except unreadable as err:
+        return None, f"unreadable: {getattr(err, 'strerror', None) or err}"
+    return images.checked(data, max_pixels, max_side, quality)
+
+
+def in_order(function: Callable, items: Iterable, workers: int) -> Iterator:
+    """function(item) for each item, run by `workers` threads, yielded in the items' order with at
+    most 2 x workers results waiting: Executor.map would submit every item at once and hold all
+    their results (Python 3.14 adds a buffersize for that; 3.11 has none)."""
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        pending: collections.deque = collections.deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(function, item))
+                if len(pending) >= 2 * workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def split(items: list[tuple[Location, int]], validation_fraction: float, seed: int):
+    """Shuffled, then split per class so every class has its share in validation; a class always
+    keeps at least one image for training, however small it is. Decided on the listing, before any
+    image is read: an image found unusable leaves a gap in its part, and never moves another one
+    between train and validation (fixing a broken file and preparing again keeps the split)."""
+    rng = random.Random(seed)
+    by_class: dict[int, list] = collections.defaultdict(list)
+    for item in items:
+        by_class[item[1]].append(item)
+    train, validation = [], []
+    for label in sorted(by_class):
+        of_class = by_class[label]
+        rng.shuffle(of_class)
+        cut = min(round(len(of_class) * validation_fraction), len(of_class) - 1)
+        validation += of_class[:cut]
+        train += of_class[cut:]
+    rng.shuffle(train)
+    rng.shuffle(validation)
+    return train, validation
+
+
+def class_names_option(classes: list[str]) -> str:
+    """The --hp that gives the job these class names: comma-separated where that is unambiguous,
+    else a JSON list (a name with a comma would be split in two), quoted for a shell."""
+    import shlex
+
+    plain = all(re.fullmatch(r"[^,\s\"'\[\]]+( [^,\s\"'\[\]]+)*", name) for name in classes)
+    value = ",".join(classes) if plain else json.dumps(classes, ensure_ascii=False)
+    return f"--hp {shlex.quote(f'class_names={value}')}"
+
+
+class ShardWriter:
+    """Examples appended to part-00000.tfrecord, part-00001... (`prefix` then the number) in
+    `folder`, a new shard once one holds shard_bytes: nothing is kept in memory but the file being
+    written."""
+
+    def __init__(self, folder: Path, shard_bytes: int, prefix: str = "part-"):
+        self.folder, self.shard_bytes, self.prefix = folder, shard_bytes, prefix
+        self.paths: list[Path] = []
+        self.count, self._file, self._size = 0, None, 0
+
+    def add(self, example: bytes) -> None:
+        from pipemode import tfrecord
+
+        if self._file is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.paths.append(self.folder / f"{self.prefix}{len(self.paths):05d}.tfrecord")
+            self._file, self._size = open(self.paths[-1], "wb"), 0
+        record = tfrecord.encode_record(example)
+        self._file.write(record)
+        self._size += len(record)
+        self.count += 1
+        if self._size >= self.shard_bytes:
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def read_listing(source: str, reader: sources.Reader) -> Listing:
+    try:
+        return sources.list_source(source, reader)
+    except ListingError as err:
+        raise PrepareError(str(err)) from None
+
+
+def report_rejected(out: Path, rejected: list[tuple[Location, str]], files: int, strict: bool,
+                    work: Path | None = None) -> None:
+    """Lists the rejected images in rejected.txt (written in `work`, moved to `out` with the rest)."""
+    if not rejected:
+        return
+    (work or out).mkdir(parents=True, exist_ok=True)
+    (work or out).joinpath("rejected.txt").write_text("".join(f"{shown(where)}\t{why}\n" for where, why in rejected))
+    print(f"prepare: REJECTED {len(rejected)} of {files} files (listed in {out / 'rejected.txt'}):", file=sys.stderr)
+    for where, why in rejected[:10]:
+        print(f"  {shown(where)}: {why}", file=sys.stderr)
+    if len(rejected) > 10:
+        print(f"  ... and {len(rejected) - 10} more", file=sys.stderr)
+    if strict:
+        raise PrepareError(f"{len(rejected)} images could not be used (--strict)")
+
+
+def check_classes(classes: list[str], trained: collections.Counter, validated: collections.Counter,
+                  validation_fraction: float) -> None:
+    """A class with no usable training image is an error (the model would have an output it never
+    learned); one with none in validation, a warning."""
+    empty = [name for label, name in enumerate(classes) if not trained[label]]
+    if empty:
+        raise PrepareError(f"class{'es' if len(empty) > 1 else ''} {', '.join(empty)}: no usable training image, "
+                           "so the model would have an output it never learned; add images or remove the class")
+    small = [name for label, name in enumerate(classes) if not validated[label]]
+    if validation_fraction and small:
+        print(f"prepare: warning: class{'es' if len(small) > 1 else ''} {', '.join(small)} "
+              f"{'have' if len(small) > 1 else 'has'} too few images for a validation share: none in validation, "
+              "so validation accuracy says nothing about them", file=sys.stderr)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How each image is checked and stored (the same on one machine and on every instance)."""
+
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_side: int | None = None
+    quality: int = images.DEFAULT_QUALITY
+
+    def check(self, reader: sources.Reader, location: Location) -> tuple[bytes | None, str | None]:
+        return check_image(reader, location, self.max_pixels, self.max_side, self.quality)
+
+
+@dataclasses.dataclass
+class Written:
+    """What write_examples made: each part's shards, examples per label, and the images rejected."""
+
+    shards: dict[str, list[Path]]
+    counts: dict[str, collections.Counter]
+    rejected: list[tuple[Location, str]]
+
+    def count(self, part: str) -> int:
+        return sum(self.counts[part].values())
+
+
+def write_examples(queue: list[tuple[Location, int, str]], reader: sources.Reader, folder: Path,
+                   options: ImageOptions, shard_bytes: int, workers: int, shard_prefix: str = "part-") -> Written:
+    """Checks each (image, label, part) of `queue` (`workers` at a time) and appends the usable
+    ones, in the queue's order, to the shards of folder/part/."""
+    from tqdm import tqdm
+
+    from keras_pipe_train.example import encode_example
+
+    writers = {part: ShardWriter(folder / part, shard_bytes, shard_prefix) for part in ("train", "validation")}
+    written = Written({}, {part: collections.Counter() for part in writers}, [])
+    results = in_order(lambda job: options.check(reader, job[0]), queue, workers)
+    try:
+        with tqdm(total=len(queue), desc="prepare", unit="image", disable=None) as bar:
+            for (where, label, part), (data, why) in zip(queue, results):
+                if data is None:
+                    written.rejected.append((where, why))
+                else:
+                    writers[part].add(encode_example(data, label))
+                    written.counts[part][label] += 1
+                bar.update()
+                bar.set_postfix(rejected=len(written.rejected), refresh=False)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    written.shards = {part: writer.paths for part, writer in writers.items()}
+    return written
+
+
+def default_workers(source: str) -> int:
+    # S3 reads wait on the network, local ones on the decoder (TensorFlow's ops release the GIL)
+    return (os.cpu_count() or 1) * (4 if source.startswith("s3://") else 1)
+
+
+def check_options(validation_fraction: float, max_side: int | None) -> None:
+    if not 0 <= validation_fraction < 1:
+        raise PrepareError("--validation-fraction must be in [0, 1)")
+    if max_side is not None and max_side < 1:
+        raise PrepareError("--max-side must be a positive number of pixels")
+
+
+# what prepare writes in OUT (and all that --overwrite replaces)
+DATASET_ENTRIES = ("train", "validation", "classes.json", "rejected.txt")
+WORK_FOLDER = ".incomplete"
+# the rejected images of a run that failed beside an earlier dataset (which it leaves as it was)
+FAILED_RUN_REJECTED = ".rejected-by-failed-run.txt"
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """OUT must be new or empty, or, with --overwrite, hold nothing but a dataset prepare wrote."""
+    if out.exists() and not out.is_dir():
+        raise PrepareError(f"{out} is a file: give an output folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise PrepareError(f"{out} is not empty: give a new output folder, or --overwrite to replace the dataset "
+                           "prepared there (the same sources, options and seed give the same bytes)")
+    others = sorted(p.name for p in out.iterdir() if p.name not in (*DATASET_ENTRIES, WORK_FOLDER, FAILED_RUN_REJECTED))
+    if others:
+        raise PrepareError(f"--overwrite replaces only what keras-pipe prepare writes, and {out} also holds "
+                           f"{', '.join(map(repr, others[:5]))}{' ...' if len(others) > 5 else ''}: give another "
+                           "output folder")
+
+
+def replace_dataset(work: Path, out: Path) -> None:
+    """The dataset made in `work` takes the place of what `out` held (nothing, or an earlier one)."""
+    for name in (*DATASET_ENTRIES, FAILED_RUN_REJECTED):
+        old = out / name
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        elif old.exists() or old.is_symlink():
+            old.unlink()
+        if (work / name).exists():
+            (work / name).rename(old)
+
+
+def keep_rejected_list(work: Path, out: Path) -> None:
+    """A failed run leaves no dataset, but the list of the images it rejected (often the reason it
+    failed): in OUT/rejected.txt, or beside an earlier dataset, which stays as it was, in a file of its own."""
+    if not (work / "rejected.txt").exists():
+        return
+    if not any((out / name).exists() for name in DATASET_ENTRIES):
+        (work / "rejected.txt").rename(out / "rejected.txt")
+        return
+    (work / "rejected.txt").rename(out / FAILED_RUN_REJECTED)
+    print(f"prepare: the dataset prepared earlier in {out} is left as it was; this run's rejected images are "
+          f"listed in {out / FAILED_RUN_REJECTED}", file=sys.stderr)
+
+
+def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
+            seed: int = 0, workers: int | None = None, strict: bool = False,
+            max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
+            quality: int = images.DEFAULT_QUALITY, overwrite: bool = False) -> dict:
+    check_out(out, overwrite)
+    check_options(validation_fraction, max_side)
+    reader = sources.Reader()
+    listing = read_listing(str(source), reader)
+    train, validation = split(listing.items, validation_fraction, seed)
+    queue = ([(where, label, "train") for where, label in train]
+             + [(where, label, "validation") for where, label in validation])
+    # The dataset is made in a hidden folder and moved into place once everything is checked: an
+    # error at the end (a class left with no image) leaves no half-made dataset behind, and with
+    # --overwrite, the earlier one as it was.
+    work = out / WORK_FOLDER
+    shutil.rmtree(work, ignore_errors=True)  # (left by a run that was killed)
+    try:
+        written = write_examples(queue, reader, work, ImageOptions(max_pixels, max_side, quality),
+                                 int(shard_mb * 1e6), workers or default_workers(str(source)))
+        rejected = list(listing.rejected) + written.rejected
+        report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict, work)
+        check_classes(listing.classes, written.counts["train"], written.counts["validation"], validation_fraction)
+        for part, paths in written.shards.items():
+            if not paths:
+                shutil.rmtree(work / part, ignore_errors=True)
+        (work / "classes.json").write_text(json.dumps(listing.classes) + "\n")
+        replace_dataset(work, out)
+    except BaseException:
+        keep_rejected_list(work, out)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    shards = {part: [out / part / p.name for p in paths] for part, paths in written.shards.items() if paths}
+    return summarize(listing.classes, written, len(rejected), shards, str(out))
+
+
+def summarize(classes: list[str], written: Written, rejected: int, shards: dict[str, list], where: str) -> dict:
+    """Prints what was prepared and how to train on it; returns the same as a dict."""
+    train, validation = written.count("train"), written.count("validation")
+    print(f"prepare: {train} train and {validation} validation examples of {len(classes)} classes in "
+          f"{sum(map(len, shards.values()))} shards under {where}; train with {class_names_option(classes)}",
+          file=sys.stderr)
+    return {"classes": classes, "train": train, "validation": validation, "rejected": rejected,
+            "shards": {name: [str(p) for p in paths] for name, paths in shards.items()}}

@@ -1,0 +1,192 @@
+"""Where `keras-pipe prepare` finds labelled images: a local folder of class folders, a CSV of
+path,label rows, or the same two in S3 (an s3:// prefix of class folders, an s3:// CSV). A CSV's
+paths may be local paths (relative to the CSV) or s3:// URIs.
+
+Listing gives names only (a few hundred bytes per image, whatever the images weigh); `read`
+fetches one image's bytes when a worker needs them, so nothing is copied to local disk first.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+from pathlib import Path, PurePosixPath
+
+from keras_pipe_launch.common.objects import S3Store, SourceError, parse_s3_uri
+from keras_pipe_train.contract import is_hidden
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
+
+Location = Path | str  # a local path, or an "s3://bucket/key" URI
+
+
+class ListingError(ValueError):
+    """The source cannot be listed as labelled images (not a per-image problem: those are rejected)."""
+
+
+def shown(location: Location) -> str:
+    """A path or key as text that can be printed and written anywhere: file names are bytes, and one
+    that is not UTF-8 (or holds a tab or a newline) would break rejected.txt or the terminal."""
+    text = os.fsencode(location).decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def suffix(location: Location) -> str:
+    return PurePosixPath(str(location)).suffix.lower()
+
+
+@dataclasses.dataclass
+class Listing:
+    classes: list[str]
+    items: list[tuple[Location, int]]  # (image, label), to be read
+    rejected: list[tuple[Location, str]]  # (file, why), never read
+
+    @classmethod
+    def of(cls, classes: list[str], labelled: list[tuple[Location, int]], refused: list[tuple[Location, str]]):
+        """Files that are not images by their name are rejected here, before anyone reads them."""
+        items = [(where, label) for where, label in labelled if suffix(where) in IMAGE_SUFFIXES]
+        rejected = refused + [(where, f"not an image file (suffix {shown(suffix(where)) or 'none'})")
+                              for where, _ in labelled if suffix(where) not in IMAGE_SUFFIXES]
+        return cls(classes, items, rejected)
+
+
+def list_source(source: str, reader: Reader) -> Listing:
+    if source.startswith("s3://"):
+        return list_s3_csv(source, reader) if source.lower().endswith(".csv") else list_s3_prefix(source, reader)
+    path = Path(source)
+    if not path.exists():
+        raise ListingError(f"{shown(path)} does not exist")
+    if path.is_dir():
+        return list_folder(path)
+    if path.suffix.lower() == ".csv" and path.is_file():
+        with open(path, "rb") as f:
+            return list_csv(f, str(path), lambda text: Path(os.path.normpath(path.parent / text)))
+    raise ListingError(f"{shown(path)} is neither a folder of class folders, a .csv file, nor an s3:// URI")
+
+
+def _check_class_names(names: list[str], where: str) -> None:
+    for name in names:
+        if shown(name) != name:
+            raise ListingError(f"class folder {where}{shown(name)}: its name must be printable UTF-8 text (the class "
+                               "names become the model's outputs); rename it")
+    if len(names) < 2:
+        raise ListingError(f"{where} must hold one subfolder per class (at least two); found {len(names)}")
+
+
+def list_folder(source: Path) -> Listing:
+    """A folder of class folders. Symbolic links are followed only where they stay inside the
+    source folder: a link out of it is listed as rejected, never read (a dataset is often shared by
+    people who did not make it). Hidden files and folders are skipped, as are files at the top."""
+    root = source.resolve()
+    folders = sorted(p for p in source.iterdir() if p.is_dir() and not is_hidden([p.name]))
+    _check_class_names([f.name for f in folders], f"{shown(source)}/")
+    for folder in folders:
+        if not folder.resolve().is_relative_to(root):
+            raise ListingError(f"class folder {shown(folder)} is a symbolic link to {shown(folder.resolve())}, "
+                               f"outside {shown(source)}: copy the images in, or give their folder as the source")
+    items, refused = [], []
+    for label, folder in enumerate(folders):
+        for parent, subfolders, files in os.walk(folder, onerror=_unlistable):
+            subfolders[:] = sorted(d for d in subfolders if not is_hidden([d]))
+            for name in subfolders:
+                if os.path.islink(os.path.join(parent, name)):
+                    refused.append((Path(parent) / name, "a symbolic link to a folder (not followed)"))
+            for name in sorted(f for f in files if not is_hidden([f])):
+                path = Path(parent) / name
+                if path.is_symlink() and not path.resolve().is_relative_to(root):
+                    refused.append((path, f"a symbolic link to {shown(path.resolve())}, outside the source folder"))
+                else:
+                    items.append((path, label))
+    return Listing.of([f.name for f in folders], items, refused)
+
+
+def _unlistable(err: OSError) -> None:
+    # (os.walk skips a folder it cannot list, and its images with it, unless told otherwise)
+    raise ListingError(f"cannot list {shown(err.filename)}: {err.strerror}")
+
+
+def list_s3_prefix(source: str, reader: Reader) -> Listing:
+    """An s3:// prefix of class folders, listed as the local folder is: the first part of each key
+    after the prefix is its class; hidden parts and keys at the top are skipped."""
+    store = S3Store(source if source.endswith("/") else source + "/", client=reader.s3)
+    by_class: dict[str, list[str]] = {}
+    for obj in store.list():  # (keys relative to the prefix; folder markers left out)
+        parts = obj.key.split("/")
+        if len(parts) >= 2 and not is_hidden(parts):
+            by_class.setdefault(parts[0], []).append(obj.location)
+    classes = sorted(by_class)
+    _check_class_names(classes, store.uri)
+    return Listing.of(classes, [(uri, label) for label, name in enumerate(classes) for uri in by_class[name]], [])
+
+
+def list_s3_csv(source: str, reader: Reader) -> Listing:
+    """A CSV in S3; its relative paths are keys next to it (S3 keys are not paths: no normalising)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    bucket, key = parse_s3_uri(source)
+    folder = key.rpartition("/")[0]
+    try:
+        data = reader.read(source)
+    except (BotoCoreError, ClientError) as err:
+        raise SourceError(f"cannot read {source}: {err}") from None
+    return list_csv(io.BytesIO(data), source,
+                    lambda text: f"s3://{bucket}/{folder + '/' if folder else ''}{text}")
+
+
+def list_csv(data, name: str, relative_to) -> Listing:
+    """path,label rows; s3:// paths are used as they are, others go through `relative_to`. A path
+    listed twice is an error (twice the weight, and maybe in both train and validation), so is an
+    empty path or label. Labels are sorted (numerically when they are all numbers)."""
+    rows: dict[Location, tuple[int, str]] = {}
+    try:
+        # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, not part of the first cell
+        for number, row in enumerate(csv.reader(io.TextIOWrapper(data, encoding="utf-8-sig", newline="")), 1):
+            if not row or row[0].startswith("#"):
+                continue
+            if len(row) != 2:
+                raise ListingError(f"{name}:{number}: expected path,label; got {row}")
+            if number == 1 and [cell.strip().lower() for cell in row] == ["path", "label"]:
+                continue  # a header
+            text, label = row[0].strip(), row[1].strip()
+            if not text or not label:
+                raise ListingError(f"{name}:{number}: empty {'path' if not text else 'label'} in {row}")
+            where = text if text.startswith("s3://") else relative_to(text)
+            if where in rows:
+                first, other = rows[where]
+                again = f"again with label {label!r} (line {first}: {other!r})" if other != label else "again"
+                raise ListingError(f"{name}:{number}: {shown(where)} is listed {again}; list each image once")
+            rows[where] = (number, label)
+    except UnicodeDecodeError as err:
+        raise ListingError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
+    names = sorted({label for _, label in rows.values()}, key=lambda n: (len(n), n) if n.isdigit() else (0, n))
+    if len(names) < 2:
+        raise ListingError(f"{name} lists {len(names)} label(s); a classifier needs at least two")
+    index = {label: i for i, label in enumerate(names)}
+    return Listing.of(names, [(where, index[label]) for where, (_, label) in rows.items()], [])
+
+
+class Reader:
+    """Reads images (and CSVs) from local paths and S3, one S3 client for all threads (boto3's
+    clients are thread-safe), with a connection for each."""
+
+    def __init__(self):
+        self._s3 = None
+
+    @property
+    def s3(self):
+        if self._s3 is None:
+            import boto3
+            from botocore.config import Config
+
+            self._s3 = boto3.client("s3", config=Config(max_pool_connections=64, retries={"mode": "standard"}))
+        return self._s3
+
+    def read(self, location: Location) -> bytes:
+        """The bytes; OSError (local) or botocore's errors (S3) when unreadable."""
+        if isinstance(location, Path):
+            return location.read_bytes()
+        # (not parse_s3_uri: that checks a prefix given by the user; a listed key may hold anything)
+        bucket, _, key = location[len("s3://"):].partition("/")
+        return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()

@@ -1,0 +1,121 @@
+"""Following a SageMaker job until it ends: its status changes and every host's CloudWatch log
+lines (training and processing jobs), or a tuning job's counts and best training job."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "15"))
+TUNING_POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "30"))
+
+
+def follow_training_job(name: str) -> int:
+    """Prints the training job's status changes and CloudWatch log lines until it ends; 0 if it completed."""
+    import boto3
+
+    describe = boto3.client("sagemaker").describe_training_job
+    job = watch("keras-pipe submit", name, lambda: describe(TrainingJobName=name), "TrainingJob",
+                lambda job: job.get("ResourceConfig", {}).get("InstanceCount", 1))
+    status = job["TrainingJobStatus"]
+    if status == "Completed":
+        model = job.get("ModelArtifacts", {}).get("S3ModelArtifacts", "?")
+        print(f"keras-pipe submit: model: {model}", file=sys.stderr)
+        return 0
+    print(f"keras-pipe submit: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
+    return 1
+
+
+def watch(who: str, name: str, describe, kind: str, instance_count) -> dict:
+    """Prints a `kind` job's (TrainingJob, ProcessingJob) status changes and log lines until it
+    ends; returns its last description. `describe()` describes it, `instance_count(description)`
+    says how many hosts write logs (their lines are then prefixed with the host)."""
+    import boto3
+
+    logs = JobLogs(boto3.client("logs"), name, f"/aws/sagemaker/{kind}s")
+    status = None
+    while True:
+        job = describe()
+        if job[f"{kind}Status"] != status:
+            status = job[f"{kind}Status"]
+            print(f"{who}: {name}: {status} ({job.get('SecondaryStatus', '')})".replace(" ()", ""), file=sys.stderr)
+        several_hosts = instance_count(job) > 1
+        for host, message in logs.new_lines():
+            print(f"[{host}] {message}" if several_hosts else message)
+        if status in ("Completed", "Failed", "Stopped"):
+            return job
+        time.sleep(POLL_S)
+
+
+class JobLogs:
+    """A job's CloudWatch log lines, every host's, in time order, each line once.
+
+    Why not the SDKs' own followers: v3's TrainingJob.wait(logs=True) prints each line through a
+    logger at INFO (unseen unless the application configures logging) as "stream:\nline" inside a
+    rich live panel, and shows nothing until every host has a log stream; v2's logs_for_job exists
+    only in v2. What they do well, reading every page, boto3's paginator does here (one page is at
+    most 10,000 lines or 1 MB: a busy job writes more between two polls)."""
+
+    def __init__(self, client, job_name: str, group: str = "/aws/sagemaker/TrainingJobs"):
+        self.client, self.job_name, self.group = client, job_name, group
+        self.since = 0  # ms: the newest timestamp printed
+        self.printed_at_since: set[str] = set()  # event ids printed with that timestamp
+
+    def new_lines(self) -> list[tuple[str, str]]:
+        """(host, line) of each event not printed yet."""
+        from botocore.exceptions import ClientError
+
+        pages = self.client.get_paginator("filter_log_events").paginate(
+            logGroupName=self.group, logStreamNamePrefix=f"{self.job_name}/", startTime=self.since)
+        try:
+            events = [e for page in pages for e in page["events"] if e["eventId"] not in self.printed_at_since]
+        except ClientError as err:  # tried again at the next poll: following must outlive a throttled call
+            if err.response["Error"]["Code"] != "ResourceNotFoundException":  # (no group before the first log)
+                print(f"keras-pipe: warning: reading the job's logs: {err}", file=sys.stderr)
+            return []
+        events.sort(key=lambda e: (e["timestamp"], e["logStreamName"]))
+        if events:
+            newest = events[-1]["timestamp"]
+            if newest != self.since:
+                self.since, self.printed_at_since = newest, set()
+            self.printed_at_since |= {e["eventId"] for e in events if e["timestamp"] == newest}
+        # streams are named JOB/algo-N-EPOCH
+        return [(e["logStreamName"].split("/", 1)[-1].rsplit("-", 1)[0], e["message"].rstrip()) for e in events]
+
+
+def follow_tuning_job(name: str) -> int:
+    """Prints the tuning job's progress (its training jobs by status) until it ends, then the best
+    training job; 0 if the tuning job completed."""
+    import boto3
+
+    sagemaker = boto3.client("sagemaker")
+    shown = None
+    while True:
+        job = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+        status = job["HyperParameterTuningJobStatus"]
+        counters = job.get("TrainingJobStatusCounters", {})
+        best = job.get("BestTrainingJob", {})
+        line = (f"{status}: training jobs " + ", ".join(f"{k.lower()} {v}" for k, v in counters.items() if v)
+                + (f"; best so far {best['TrainingJobName']} "
+                   f"{_metric(best)}" if best else ""))
+        if line != shown:
+            print(f"keras-pipe tune: {name}: {line}", file=sys.stderr)
+            shown = line
+        if status in ("Completed", "Failed", "Stopped"):
+            break
+        time.sleep(TUNING_POLL_S)
+    if best:
+        print(f"keras-pipe tune: best training job {best['TrainingJobName']}: {_metric(best)}; hyperparameters "
+              f"{json.dumps(best.get('TunedHyperParameters', {}))}", file=sys.stderr)
+        print(best["TrainingJobName"])
+    if status == "Completed":
+        return 0
+    print(f"keras-pipe tune: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
+    return 1
+
+
+def _metric(best: dict) -> str:
+    final = best.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+    return f"{final.get('MetricName', '?')}={final.get('Value', '?')}"

@@ -1,0 +1,178 @@
+"""A hyperparameter tuning job over this image's training job: its ranges, checked against the job's
+own schema, and its CreateHyperParameterTuningJob request, checked against botocore's model of the
+API. Every training job of it is the one `keras-pipe submit` would start, with the ranged
+hyperparameters chosen by SageMaker."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from keras_pipe_launch.common import hyperparameters
+from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_launch.sagemaker.request import JobSpec, RequestError, create_training_job_request, validate
+
+STRATEGIES = ("Bayesian", "Random", "Grid")  # (Hyperband needs the job to report resources per epoch)
+SCALES = {"auto": "Auto", "linear": "Linear", "log": "Logarithmic", "reverse-log": "ReverseLogarithmic"}
+MAX_RANGES = 30  # SageMaker's limit on tuned hyperparameters (and on the values of one categorical)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    name: str
+    kind: str  # Integer, Continuous or Categorical: the key of its list in ParameterRanges
+    values: tuple[str, ...]  # (MIN, MAX) or the categorical values, as SageMaker gets them
+    scale: str = "Auto"
+
+    def request(self) -> dict:
+        if self.kind == "Categorical":
+            return {"Name": self.name, "Values": list(self.values)}
+        return {"Name": self.name, "MinValue": self.values[0], "MaxValue": self.values[1], "ScalingType": self.scale}
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningSpec:
+    job: JobSpec  # the training jobs; job.hyperparameters are the static ones
+    ranges: tuple[Range, ...]
+    objective: str = "validation:accuracy"
+    objective_type: str = "Maximize"
+    max_jobs: int = 10
+    max_parallel_jobs: int = 2
+    strategy: str = "Bayesian"
+    early_stopping: str = "Off"
+
+    def name(self) -> str:
+        # a tuning job's name has at most 32 characters; its training jobs are named after it
+        return f"{self.job.base_job_name}-{time.strftime('%y%m%d-%H%M%S')}"
+
+
+def parse_range(text: str) -> Range:
+    """NAME=MIN:MAX[:SCALE] (Integer or Continuous, as the job's schema types NAME) or NAME=A,B,..."""
+    from keras_pipe_train.config import HYPERPARAMETERS
+
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not name or not value:
+        raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX[:SCALE] or NAME=A,B,...")
+    if ":" not in value:
+        values = tuple(v.strip() for v in value.split(","))
+        if len(values) > MAX_RANGES or "" in values:
+            raise UsageError(f"--range {text!r}: 1 to {MAX_RANGES} non-empty values, separated by commas")
+        return Range(name, "Categorical", values)
+    parts = [p.strip() for p in value.split(":")]
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in SCALES):
+        raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX or NAME=MIN:MAX:SCALE, "
+                         f"SCALE one of {', '.join(SCALES)}")
+    if name in HYPERPARAMETERS:
+        kind = HYPERPARAMETERS[name].tuning_range
+        if kind == "Categorical":
+            raise UsageError(f"--range {text!r}: {name} is not a number; list the values to try: {name}=A,B,...")
+    else:  # (another image's, with --no-validate; else refused in validate_tuning)
+        kind = "Integer" if all(p.lstrip("-").isdigit() for p in parts[:2]) else "Continuous"
+    return Range(name, kind, (parts[0], parts[1]), SCALES[parts[2] if len(parts) == 3 else "auto"])
+
+
+def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> list[str]:
+    """Raises RequestError (or keras_pipe_train.errors.UserError) for what would make the tuning job
+    fail; returns warnings."""
+    warnings = validate(spec.job)
+    static = dict(spec.job.hyperparameters)
+    names = [r.name for r in spec.ranges]
+    if not spec.ranges:
+        raise RequestError("give at least one --range: the hyperparameters to tune")
+    if spec.job.tensorboard_s3_uri:
+        raise RequestError("--tensorboard-s3-uri: tuning jobs have no TensorBoard output (SageMaker's API has no "
+                           "place for it); each training job's metrics are in its own description and logs")
+    if len(names) > MAX_RANGES:
+        raise RequestError(f"{len(names)} ranges: SageMaker tunes at most {MAX_RANGES} hyperparameters")
+    repeated = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(static)))
+    if repeated:
+        raise RequestError(f"{', '.join(repeated)}: give each hyperparameter once, as --range or as --hp")
+    if not 1 <= spec.max_parallel_jobs <= spec.max_jobs:
+        raise RequestError(f"--max-parallel-jobs ({spec.max_parallel_jobs}) must be 1 to --max-jobs ({spec.max_jobs})")
+    if spec.strategy == "Grid" and any(r.kind != "Categorical" for r in spec.ranges):
+        raise RequestError("--strategy Grid tries every combination: give each --range as a list of values (A,B,...)")
+    if spec.objective.startswith("validation:") and "validation" not in [c.name for c in spec.job.channels]:
+        raise RequestError(f"--objective {spec.objective} is measured on the validation channel: give --validation "
+                           "(or tune on a train: metric, which rewards overfitting)")
+    if spec.job.spot and spec.job.checkpoint_s3_uri:
+        warnings.append("each training job starts with a copy of the whole --checkpoint-s3-uri prefix, its own "
+                        "checkpoints and those of the jobs before it (each in its own subfolder)")
+    if check_hyperparameters:
+        _check_against_schema(spec, static)
+    return warnings
+
+
+def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
+    """Every bound and categorical value is one the job accepts, alone and with the static ones."""
+    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.errors import UserError
+
+    for r in spec.ranges:
+        if r.name not in HYPERPARAMETERS:
+            tunable = [h.name for h in HYPERPARAMETERS.values() if h.tuning_range != "Categorical"]
+            raise RequestError(f"--range {r.name}: not a hyperparameter of the job; numbers to tune: "
+                               f"{', '.join(tunable)} (any other as a list of values)")
+        parse = HYPERPARAMETERS[r.name].parse
+        try:
+            parsed = [parse(r.name, v) for v in r.values]
+        except UserError as err:
+            raise RequestError(f"--range {r.name}: {err}") from None
+        if r.kind != "Categorical":
+            low, high = parsed
+            if low >= high:
+                raise RequestError(f"--range {r.name}: MIN ({r.values[0]}) must be below MAX ({r.values[1]})")
+            if r.scale in ("Logarithmic", "ReverseLogarithmic") and low <= 0:
+                raise RequestError(f"--range {r.name}: a logarithmic scale needs MIN > 0")
+            if r.scale == "ReverseLogarithmic" and (r.kind != "Continuous" or high >= 1):
+                raise RequestError(f"--range {r.name}: reverse-log is for numbers in [0, 1), not {r.kind.lower()}s")
+    # the trials' corners: all lows, all highs (and each categorical's first and last)
+    for end in (0, -1):
+        hyperparameters.check({**static, **{r.name: r.values[end] for r in spec.ranges}})
+
+
+def create_tuning_job_request(spec: TuningSpec, name: str | None = None) -> dict:
+    """The CreateHyperParameterTuningJob request for `spec`, field for field as the SDKs send it."""
+    training = create_training_job_request(spec.job, "unused")
+    definition = {
+        "StaticHyperParameters": training["HyperParameters"],
+        "AlgorithmSpecification": training["AlgorithmSpecification"],
+        "RoleArn": training["RoleArn"],
+        "InputDataConfig": training["InputDataConfig"],
+        "OutputDataConfig": training["OutputDataConfig"],
+        "ResourceConfig": training["ResourceConfig"],
+        "StoppingCondition": training["StoppingCondition"],
+    }
+    for optional in ("EnableManagedSpotTraining", "CheckpointConfig", "EnableNetworkIsolation", "Environment"):
+        if optional in training:
+            definition[optional] = training[optional]
+    ranges = {f"{kind}ParameterRanges": [r.request() for r in spec.ranges if r.kind == kind]
+              for kind in ("Integer", "Continuous", "Categorical")}
+    request = {
+        "HyperParameterTuningJobName": name or spec.name(),
+        "HyperParameterTuningJobConfig": {
+            "Strategy": spec.strategy,
+            "HyperParameterTuningJobObjective": {"Type": spec.objective_type, "MetricName": spec.objective},
+            "ResourceLimits": {"MaxNumberOfTrainingJobs": spec.max_jobs,
+                               "MaxParallelTrainingJobs": spec.max_parallel_jobs},
+            "ParameterRanges": ranges,
+            "TrainingJobEarlyStoppingType": spec.early_stopping,
+        },
+        "TrainingJobDefinition": definition,
+    }
+    if "Tags" in training:
+        request["Tags"] = training["Tags"]
+    return request
+
+
+def check_request(request: dict) -> None:
+    """Validates `request` against botocore's model of CreateHyperParameterTuningJob (types, required
+    fields, lengths, enums), as boto3 would before sending it."""
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    report = ParamValidator().validate(request, model.operation_model("CreateHyperParameterTuningJob").input_shape)
+    if report.has_errors():
+        raise RequestError(f"the request does not fit SageMaker's API: {report.generate_report()}")

@@ -1,0 +1,92 @@
+"""The training image itself: built with the local base (docs/image.md), then run through
+`keras-pipe local --image` with FIFOs created and fed on the host and read inside the container.
+
+Where no container engine works, these tests are skipped with the reason, never passed."""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import QUICK
+from tests.image.conftest import ENGINE, RUN_ARGS, TAG
+
+# the first test also builds the image (pip installs TensorFlow into it): minutes on CI
+pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+def in_container(*args, cwd):
+    env = {**os.environ, "LAUNCH_ENGINE": ENGINE, "LAUNCH_ENGINE_ARGS": RUN_ARGS}
+    return [sys.executable, "-m", "keras_pipe_launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
+
+
+def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):
+    command, options = in_container("--train", "train", "--validation", "validation", "--hp", "epochs=2",
+                                    *QUICK, "--job-dir", "job", cwd=digit_folders)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, **options)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "launch | fed algo-1/train pass 1: 600 records" in out.stdout
+    assert "algo-1 | metrics: epoch=2" in out.stdout
+    model = digit_folders / "job" / "algo-1" / "model"  # written inside, through the bind mount
+    for name in ("1/saved_model.pb", "model.keras", "classes.json"):
+        assert (model / name).is_file(), name
+
+
+def test_a_failing_job_in_the_image_writes_its_failure_file(image, digit_folders):
+    command, options = in_container("--train", "train", "--hp", "epochs=-3", *QUICK, "--no-validate",
+                                    "--job-dir", "job", cwd=digit_folders)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, **options)
+    assert out.returncode == 2, out.stdout[-3000:]
+    failure = (digit_folders / "job" / "algo-1" / "output" / "failure").read_text()
+    assert failure.startswith("Configuration error: hyperparameter epochs must be >= 0, got -3")
+
+
+def test_sigterm_stops_the_job_in_the_image_well_within_sagemakers_120_s(image, digit_folders):
+    command, options = in_container("--train", "train", "--hp", "epochs=500", *QUICK, "--job-dir", "job",
+                                    cwd=digit_folders)
+    runner = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **options)
+    for line in runner.stdout:
+        if "metrics: epoch=1" in line:
+            break
+    sent = time.monotonic()
+    runner.send_signal(signal.SIGTERM)  # what StopTrainingJob or a spot interruption does
+    output, _ = runner.communicate(timeout=180)
+    assert time.monotonic() - sent < 60, "the job did not stop on SIGTERM (PID 1 without tini?)"
+    assert "launch | stopping: SIGTERM sent to the job" in output
+    assert runner.returncode == 143, output[-2000:]
+
+
+def test_prepare_at_scale_runs_each_instance_in_the_image(image, tmp_path, s3_bucket):
+    """The Processing job's entry point, as SageMaker runs it: the image, its /opt/ml given."""
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    client, bucket = s3_bucket
+    images, labels = load_digits()
+    for i, (pixels, label) in enumerate(zip(images[:60], labels[:60])):
+        client.put_object(Bucket=bucket, Key=f"photos/digit{label}/{i}.jpg", Body=digit_jpeg(pixels))
+    env = {**os.environ, "LAUNCH_ENGINE": ENGINE, "LAUNCH_ENGINE_ARGS": RUN_ARGS}
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
+                          f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--image", TAG,
+                          "--job-dir", str(tmp_path / "jobs"), "--validation-fraction", "0"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "prepare: 60 train and 0 validation examples of 10 classes" in out.stderr
+    for host in ("algo-1", "algo-2"):
+        assert f"{host} | prepare {host}: 30 images given, 30 prepared" in out.stdout
+
+
+def test_the_images_reader_runs_its_compiled_part(image):
+    """The image builds the reader's wheel in a stage with a compiler (Dockerfile) and keeps none:
+    its reader frames TFRecords in C, and the same code runs without it where asked."""
+    probe = ("from pipemode import tfrecord; import shutil; framing = tfrecord.compiled_framing(); "
+             "print(framing.__name__ if framing else None, shutil.which('gcc'))")
+    out = subprocess.run([*shlex.split(ENGINE), "run", "--rm", *shlex.split(RUN_ARGS), TAG, "python3", "-c", probe],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["pipemode._framing", "None"]  # compiled, and no compiler left in the image
+    pure = subprocess.run([*shlex.split(ENGINE), "run", "--rm", *shlex.split(RUN_ARGS), "-e", "PIPEMODE_PURE_PYTHON=1",
+                           TAG, "python3", "-c", probe], capture_output=True, text=True, timeout=300)
+    assert pure.stdout.split()[0] == "None", pure.stdout + pure.stderr[-2000:]

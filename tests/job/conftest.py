@@ -1,0 +1,58 @@
+"""The job's tests (keras_pipe_train): its fake /opt/ml's hyperparameters and File channels, the
+job run as SageMaker runs it, and the audit that shows which records each step trained on."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO, FakeJob, run_logged
+
+
+def write_hyperparameters(job: FakeJob, **values) -> None:
+    """As SageMaker writes them: every value a string."""
+    job.write_config(hyperparameters={k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()})
+
+
+def start_train(job: FakeJob, **env: str) -> subprocess.Popen:
+    """container/train on `job`'s fake /opt/ml, in a subprocess whose output (stdout and stderr)
+    reads line by line as it comes; `env`: more environment variables."""
+    return subprocess.Popen([sys.executable, str(REPO / "container" / "train")], cwd=job.base,
+                            env={**os.environ, "SAGEMAKER_BASE_DIR": str(job.base), "PYTHONUNBUFFERED": "1", **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def file_channel(fake_job: FakeJob, name: str, records: list[bytes], shards: int = 2) -> None:
+    from pipemode import tfrecord
+
+    fake_job.add_channel(name, mode="File")
+    (fake_job.data_dir / name).mkdir()
+    for i in range(shards):
+        (fake_job.data_dir / name / f"part-{i:05d}.tfrecord").write_bytes(tfrecord.encode(records[i::shards]))
+
+
+def run_train(fake_job: FakeJob, timeout: int = 280) -> subprocess.CompletedProcess:
+    """Runs `train` on the fake job. The time limit stays under pytest's (300 s) so that a job that
+    hangs fails with its own output shown rather than a bare pytest timeout."""
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base)}
+    return run_logged([sys.executable, str(REPO / "container" / "train")], timeout, env=env, cwd=fake_job.base)
+
+
+def audited(audit_file):
+    """{run pid: {epoch: {"batches": {index: digests}, "trained": steps}}}"""
+    runs = collections.defaultdict(lambda: collections.defaultdict(lambda: {"batches": {}, "trained": 0}))
+    for entry in map(json.loads, audit_file.read_text().splitlines()):
+        epoch = runs[entry["pid"]][entry["epoch"]]
+        if "trained_steps" in entry:
+            epoch["trained"] = max(epoch["trained"], entry["trained_steps"])
+        else:
+            epoch["batches"][entry["batch"]] = entry["records"]
+    return runs
+
+
+def trained_records(epoch) -> list[str]:
+    """The records of the batches this run trained on (prefetched batches beyond are not)."""
+    return [d for index, digests in epoch["batches"].items() if index < epoch["trained"] for d in digests]

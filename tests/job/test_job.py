@@ -1,0 +1,80 @@
+"""The training job in-process: transfer learning really happens, phase by phase."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_pipe_train import contract
+from keras_pipe_train import job as training_job
+from keras_pipe_train.config import JobConfig
+from keras_pipe_train.model import build_backbone
+from pipemode import tfrecord
+from tests.job.conftest import write_hyperparameters
+
+
+def run_job(fake_job, **hyperparameters):
+    write_hyperparameters(fake_job, **hyperparameters)
+    layout = contract.paths()
+    config = JobConfig.from_hyperparameters(contract.read_hyperparameters(layout.hyperparameters))
+    return training_job.run(config, layout, contract.read_input_data_config(layout.input_config),
+                            contract.read_resource_config(layout.resource_config))
+
+
+@pytest.fixture
+def small_digits_job(job, digit_records):
+    examples, _ = digit_records
+    job.add_channel("train", mode="File")
+    (job.data_dir / "train").mkdir()
+    (job.data_dir / "train" / "part-0.tfrecord").write_bytes(tfrecord.encode(examples[:256]))
+    return job
+
+
+@pytest.fixture
+def random_backbone_file(tmp_path):
+    keras.utils.set_random_seed(3)
+    backbone = build_backbone("mobilenet_v3_small", 32, None)
+    path = tmp_path / "start.weights.h5"
+    backbone.save_weights(path)
+    return path, backbone
+
+
+def exported_backbone(fake_job):
+    backbone = build_backbone("mobilenet_v3_small", 32, None)
+    backbone.load_weights(fake_job.base / "model" / "backbone.weights.h5")
+    return backbone
+
+
+def changed(before, after):
+    return any(not np.array_equal(a.numpy(), b.numpy()) for a, b in zip(before.weights, after.weights))
+
+
+COMMON = dict(num_classes=10, image_size=32, batch_size=32, augment="crop", shuffle_buffer=64)
+
+
+@pytest.mark.slow
+def test_phase_one_trains_the_head_and_leaves_the_backbone_as_loaded(small_digits_job, random_backbone_file):
+    path, start = random_backbone_file
+    run_job(small_digits_job, **COMMON, epochs=1, fine_tune_epochs=0, weights=str(path))
+    after = exported_backbone(small_digits_job)
+    for layer_before, layer_after in zip(start.layers, after.layers):
+        assert not changed(layer_before, layer_after), f"{layer_before.name} changed in phase 1"
+    head = keras.saving.load_model(small_digits_job.base / "model" / "model.keras").get_layer("classifier")
+    # every class's bias moved off its zero start (each gets a gradient at every step)
+    assert np.count_nonzero(head.get_weights()[1]) == COMMON["num_classes"]
+
+
+@pytest.mark.slow
+def test_phase_two_trains_exactly_the_top_layers_but_not_batchnorm(small_digits_job, random_backbone_file):
+    path, start = random_backbone_file
+    top = 15
+    run_job(small_digits_job, **COMMON, epochs=1, fine_tune_epochs=1, fine_tune_layers=top,
+            fine_tune_learning_rate=0.01, weights=str(path))
+    after = exported_backbone(small_digits_job)
+    first_top = len(start.layers) - top
+    trained = []
+    for index, (layer_before, layer_after) in enumerate(zip(start.layers, after.layers)):
+        should_train = (index >= first_top and layer_before.weights
+                        and not isinstance(layer_before, keras.layers.BatchNormalization))
+        assert changed(layer_before, layer_after) == bool(should_train), layer_before.name
+        trained += [layer_before.name] if should_train else []
+    assert trained, "phase 2 trained no layer"

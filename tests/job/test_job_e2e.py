@@ -1,0 +1,131 @@
+"""The training container's `train` end to end, on real images (the UCI digits as JPEGs), in Pipe
+mode (FIFOs fed by a writer process) and in File mode, down to serving the exported model.
+
+Accuracy threshold: 10 balanced classes make chance 10 %, and a model that learned nothing stays
+within a few points of it (a random frozen backbone stayed at 8-11 % here). Held-out accuracy of
+at least 50 % on 397 images is far outside chance (binomial sd ~1.5 points) yet leaves margin
+below what these short CPU runs reach (59-76 % observed).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pipemode import tfrecord
+from tests.conftest import FakeJob, png_bomb
+from tests.job.conftest import file_channel, run_train, write_hyperparameters
+
+TRAIN = 1400  # digits 0..1399 train, 1400.. (397 images) are held out
+MIN_ACCURACY = 0.5
+
+
+@pytest.fixture(scope="session")
+def pretrained_backbone(tmp_path_factory, digit_records):
+    """A backbone trained from scratch on digits 0-4 by the job itself (weights=none)."""
+    examples, labels = digit_records
+    low = [e for e, y in zip(examples, labels) if y < 5]
+    fake_job = FakeJob(tmp_path_factory.mktemp("pretrain") / "opt_ml")
+    file_channel(fake_job, "train", low[:750])
+    file_channel(fake_job, "validation", low[750:], shards=1)
+    write_hyperparameters(fake_job, num_classes=5, image_size=32, epochs=8, weights="none",
+                          augment="crop", batch_size=32)
+    out = run_train(fake_job)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    final = json.loads((fake_job.base / "output/data/metrics.json").read_text())["final"]
+    assert final["val_accuracy"] > 0.8, final  # 5 classes: chance is 20 %
+    return fake_job.base / "model" / "backbone.weights.h5"
+
+
+def serve(model_dir, validation_file, tmp_path) -> float:
+    """Accuracy of the exported SavedModel on the held-out JPEGs, in a process that cannot import
+    this project: only TensorFlow."""
+    script = r"""
+import json, sys, tensorflow as tf
+assert not {"keras_pipe_train", "pipemode"} & set(sys.modules)
+model = tf.saved_model.load(sys.argv[1])
+serve = model.signatures["serving_default"]
+features = {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+right = total = 0
+for batch in tf.data.TFRecordDataset(sys.argv[2]).batch(64):
+    parsed = tf.io.parse_example(batch, features)
+    out = serve(image_bytes=parsed["image/encoded"])
+    assert out["probabilities"].shape[1] == 10 and out["classes"].dtype == tf.string
+    right += int(tf.reduce_sum(tf.cast(tf.cast(out["class_ids"], tf.int64) == parsed["image/class/label"], tf.int32)))
+    total += int(batch.shape[0])
+refused = []
+for name in sys.argv[3:]:  # files the signature must refuse, from their header, before decoding
+    try:
+        serve(image_bytes=tf.constant([open(name, "rb").read()]))
+    except tf.errors.InvalidArgumentError as err:
+        refused.append(err.message)
+print(json.dumps({"accuracy": right / total, "total": total, "refused": refused}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    (tmp_path / "bomb.png").write_bytes(png_bomb())  # 1 MB that decodes to 768 MB
+    (tmp_path / "page.jpg").write_bytes(b"<!DOCTYPE html><html>Not Found</html>")
+    out = subprocess.run([sys.executable, "-c", script, str(model_dir), str(validation_file),
+                          str(tmp_path / "bomb.png"), str(tmp_path / "page.jpg")], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["total"] == 397
+    bomb, page = result["refused"]
+    assert "the image has more than max_image_pixels (100000000) pixels" in bomb, bomb[-500:]
+    assert "the image is not a JPEG, PNG, GIF, BMP or WebP image" in page, page[-500:]
+    return result["accuracy"]
+
+
+def check_outputs(fake_job: FakeJob, out: subprocess.CompletedProcess, epochs: int) -> dict:
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = [line for line in out.stdout.splitlines() if line.startswith("metrics: ")]
+    assert len(lines) == epochs and all("val_accuracy=" in line for line in lines)
+    model = fake_job.base / "model"
+    for name in ("1/saved_model.pb", "model.keras", "backbone.weights.h5", "classes.json"):
+        assert (model / name).is_file(), name
+    assert json.loads((model / "classes.json").read_text()) == [str(d) for d in range(10)]
+    assert list((fake_job.base / "output/tensorboard").rglob("events.out.tfevents.*"))
+    assert not (fake_job.base / "output/failure").exists()
+    report = json.loads((fake_job.base / "output/data/metrics.json").read_text())
+    assert [row["epoch"] for row in report["epochs"]] == list(range(1, epochs + 1))
+    return report["final"]
+
+
+HYPERPARAMETERS = dict(num_classes=10, image_size=32, epochs=2, fine_tune_epochs=1, fine_tune_layers=40,
+                       fine_tune_learning_rate=1e-4, batch_size=32, augment="crop", weights="pretrained")
+
+
+@pytest.mark.slow
+def test_pipe_mode_job_learns_and_its_export_serves_jpegs(job, digit_records, pretrained_backbone, tmp_path):
+    examples, _ = digit_records
+    train_file = job.write("train.tfrecord", tfrecord.encode(examples[:TRAIN]))
+    val_file = job.write("validation.tfrecord", tfrecord.encode(examples[TRAIN:]))
+    job.add_channel("train")
+    job.add_channel("validation")
+    job.feed("train", [train_file])
+    job.feed("validation", [val_file])
+    job.add_channel("pretrained", mode="File")
+    (job.data_dir / "pretrained").mkdir()
+    shutil.copy(pretrained_backbone, job.data_dir / "pretrained")
+    write_hyperparameters(job, **HYPERPARAMETERS)
+
+    out = run_train(job)
+    final = check_outputs(job, out, epochs=3)
+    assert final["val_accuracy"] >= MIN_ACCURACY, final
+    served = serve(job.base / "model" / "1", val_file, tmp_path)
+    # serving decodes and resizes exactly as validation did: the same accuracy
+    assert abs(served - final["val_accuracy"]) <= 0.01, (served, final)
+    assert "reading channel 'train' pass 2" in out.stdout  # one FIFO per epoch
+
+
+@pytest.mark.slow
+def test_file_mode_job_learns(job, digit_records, pretrained_backbone):
+    examples, _ = digit_records
+    file_channel(job, "train", examples[:TRAIN], shards=3)
+    file_channel(job, "validation", examples[TRAIN:], shards=1)
+    write_hyperparameters(job, **{**HYPERPARAMETERS, "weights": str(pretrained_backbone)})
+    final = check_outputs(job, run_train(job), epochs=3)
+    assert final["val_accuracy"] >= MIN_ACCURACY, final

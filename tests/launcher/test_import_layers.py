@@ -1,0 +1,124 @@
+"""The code's shape, read from its imports (every import: at the top, inside functions, for type
+checking): no import circle anywhere in train/ and launch/; the three distributions depend one way
+(the reader on nothing of ours, the job on the reader, the launcher on both); and the launcher's
+programs sit in their subpackages, the command line on top, shared pieces below, imports pointing
+down only (keras_pipe_launch/__init__.py draws it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+PACKAGES = {"pipemode": REPO / "train/pipemode/pipemode", "keras_pipe_train": REPO / "train/keras_pipe_train",
+            "keras_pipe_launch": REPO / "launch/keras_pipe_launch"}
+# which distributions each may import
+DEPENDS_ON = {"pipemode": set(), "keras_pipe_train": {"pipemode"}, "keras_pipe_launch": {"pipemode", "keras_pipe_train"}}
+# the launcher's layers: a subpackage imports only from lower ones (and within itself)
+LAYERS = {"common": 0, "sample_data": 0, "local": 1, "sagemaker": 1, "prepare": 2, "demo": 2, "cli": 3}
+
+
+def module_name(path: Path) -> str:
+    package = next(name for name, root in PACKAGES.items() if path.is_relative_to(root))
+    parts = [package, *path.relative_to(PACKAGES[package]).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for root in PACKAGES.values() for p in sorted(root.rglob("*.py"))}
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The project's modules `path` imports (`from pkg import module` is that module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [submodule(node.module, alias.name, known) for alias in node.names]
+        else:
+            continue
+        found |= {name for name in names if name.split(".")[0] in PACKAGES}
+    return found
+
+
+def submodule(package: str, name: str, known: dict[str, Path]) -> str:
+    """What `from package import name` imports: the module package.name, or the package itself.
+    A compiled submodule (pipemode._framing, from a .c file) imports nothing of ours."""
+    if f"{package}.{name}" in known:
+        return f"{package}.{name}"
+    folder = known.get(package)
+    if folder is not None and folder.name == "__init__.py" and any(folder.parent.glob(f"{name}.*")):
+        return f"{package}.{name}"
+    return package
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(path, known) - {name} for name, path in known.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(edges.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_anywhere():
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_distributions_depend_one_way():
+    wrong = [(module, target) for module, targets in graph().items() for target in targets
+             if target.split(".")[0] != module.split(".")[0]
+             and target.split(".")[0] not in DEPENDS_ON[module.split(".")[0]]]
+    assert wrong == []
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_launcher_module_sits_in_its_programs_subpackage_or_the_shared_layer():
+    loose = [m for m in graph() if m.startswith("keras_pipe_launch") and layer(m) not in LAYERS
+             and m not in ("keras_pipe_launch", "keras_pipe_launch.__main__")]
+    assert loose == []
+
+
+def test_the_launchers_imports_point_down_only():
+    upward = [(module, target) for module, targets in graph().items() if module.startswith("keras_pipe_launch.")
+              and layer(module) in LAYERS for target in targets
+              if target.startswith("keras_pipe_launch.") and layer(target) != layer(module)
+              and LAYERS.get(layer(target), 99) >= LAYERS[layer(module)]]
+    assert upward == []

@@ -1,0 +1,121 @@
+"""`keras-pipe tune`: the CreateHyperParameterTuningJob request SageMaker's SDK v3 and v2 really send
+(recorded by moto's server on 127.0.0.1), equal to --dry-run's and valid for botocore's model of the
+API; ranges checked against the job's own schema; following a tuning job to its best training job."""
+
+import difflib
+import functools
+import json
+import re
+
+import pytest
+
+from tests.conftest import sdk2_python
+from tests.launcher.conftest import dry_run_request, launch_cli, sent_through_sdk
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+JOB = ["--image-uri", IMAGE, "--role", ROLE, "--train", "s3://data/train/", "--validation", "s3://data/validation/",
+       "--output-path", "s3://data/tuning/", "--hp", "num_classes=10"]
+RANGES = ["--range", "learning_rate=1e-4:1e-2:log", "--range", "batch_size=32,64,128", "--range", "dropout=0:0.5",
+          "--range", "fine_tune_epochs=1:4", "--range", "backbone=mobilenet_v3_small,efficientnet_v2_b0"]
+FULL = [*JOB, *RANGES, "--instance-type", "ml.g5.2xlarge", "--instance-count", "2", "--distribution", "ShardedByS3Key",
+        "--spot", "--max-run", "2h", "--checkpoint-s3-uri", "s3://data/checkpoints/", "--env", "LOG_LEVEL=debug",
+        "--tag", "team=vision", "--network-isolation", "--hp", "weights=pretrained",
+        "--pretrained", "s3://data/weights/backbone.weights.h5", "--objective", "validation:loss",
+        "--max-jobs", "6", "--max-parallel-jobs", "3", "--strategy", "Random", "--early-stopping", "Auto",
+        "--base-job-name", "digits"]
+
+
+tune = functools.partial(launch_cli, "tune")
+dry_run = functools.partial(dry_run_request, "tune")
+
+
+def same_request(a: dict, b: dict) -> None:
+    """Equal, but for the seconds in the names (each run names its tuning job at its own time)."""
+    for request in (a, b):
+        assert re.fullmatch(r"[a-z0-9-]+-\d{6}-\d{6}", request["HyperParameterTuningJobName"])
+        assert len(request["HyperParameterTuningJobName"]) <= 32
+    strip = lambda r: {**r, "HyperParameterTuningJobName": r["HyperParameterTuningJobName"][:-13]}  # noqa: E731
+    a, b = (json.dumps(strip(r), indent=1, sort_keys=True).splitlines() for r in (a, b))
+    assert a == b, "\n".join(difflib.unified_diff(a, b, "sent", "dry run", lineterm=""))
+
+
+def test_dry_run_request_types_each_range_from_the_jobs_schema():
+    request = dry_run(*JOB, *RANGES)
+    config = request["HyperParameterTuningJobConfig"]
+    assert config["ParameterRanges"] == {
+        "IntegerParameterRanges": [{"Name": "fine_tune_epochs", "MinValue": "1", "MaxValue": "4", "ScalingType": "Auto"}],
+        "ContinuousParameterRanges": [
+            {"Name": "learning_rate", "MinValue": "1e-4", "MaxValue": "1e-2", "ScalingType": "Logarithmic"},
+            {"Name": "dropout", "MinValue": "0", "MaxValue": "0.5", "ScalingType": "Auto"}],
+        "CategoricalParameterRanges": [{"Name": "batch_size", "Values": ["32", "64", "128"]},
+                                       {"Name": "backbone", "Values": ["mobilenet_v3_small", "efficientnet_v2_b0"]}],
+    }
+    assert config["HyperParameterTuningJobObjective"] == {"Type": "Maximize", "MetricName": "validation:accuracy"}
+    assert config["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 10, "MaxParallelTrainingJobs": 2}
+    definition = request["TrainingJobDefinition"]
+    assert definition["StaticHyperParameters"] == {"num_classes": "10"}
+    assert [d["Name"] for d in definition["AlgorithmSpecification"]["MetricDefinitions"]] == [
+        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy"]
+    assert [c["InputMode"] for c in definition["InputDataConfig"]] == ["Pipe", "Pipe"]
+
+
+def test_trials_share_the_checkpoint_prefix_each_resuming_only_its_own():
+    request = dry_run(*FULL)
+    definition = request["TrainingJobDefinition"]
+    assert definition["StaticHyperParameters"]["other_checkpoints"] == "ignore"
+    assert definition["CheckpointConfig"] == {"S3Uri": "s3://data/checkpoints/", "LocalPath": "/opt/ml/checkpoints"}
+    assert request["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]["Type"] == "Minimize"
+
+
+@pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
+def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
+    request, out = sent_through_sdk("tune", "CreateHyperParameterTuningJob", args, aws, moto_endpoint)
+    same_request(request, dry_run(*args))
+    assert out.stdout.strip() == request["HyperParameterTuningJobName"]
+
+
+@pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
+def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
+    request, _ = sent_through_sdk("tune", "CreateHyperParameterTuningJob", args, aws, moto_endpoint, python=sdk2_python())
+    same_request(request, dry_run(*args))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--range", "learning_rate=0:0.1:log"], "learning_rate must be > 0"),
+    (["--range", "learning_rate=0.1:0.01"], "MIN (0.1) must be below MAX (0.01)"),
+    (["--range", "batch_size=1.5:8"], "batch_size must be an integer, got '1.5'"),
+    (["--range", "batch_size=0:8"], "batch_size must be >= 1"),
+    (["--range", "backbone=resnet50,vgg16"], "backbone must be one of"),
+    (["--range", "backbone=a:b"], "backbone is not a number; list the values to try"),
+    (["--range", "learning_rate=1e-3:1e-1:cubic"], "SCALE one of auto, linear, log, reverse-log"),
+    (["--range", "dropout=0.1:0.5:reverse-log", "--range", "epochs=1:3:reverse-log"], "reverse-log is for numbers"),
+    (["--range", "epoch=1:3"], "--range epoch: not a hyperparameter of the job; numbers to tune: epochs,"),
+    (["--range", "epochs=1:3", "--hp", "epochs=2"], "epochs: give each hyperparameter once"),
+    (["--range", "epochs=1:3", "--range", "epochs=4:5"], "epochs: give each hyperparameter once"),
+    (["--range", "epochs=0:3", "--hp", "fine_tune_epochs=0"], "nothing to train"),
+    (["--range", "epochs=1:3", "--max-parallel-jobs", "11"], "--max-parallel-jobs (11) must be 1 to --max-jobs (10)"),
+    (["--range", "epochs=1:3", "--strategy", "Grid"], "Grid tries every combination"),
+    (["--range", "epochs=1:3", "--tensorboard-s3-uri", "s3://data/tb/"], "tuning jobs have no TensorBoard output"),
+    ([], "give at least one --range"),
+])
+def test_bad_ranges_are_refused_before_any_call(args, message):
+    out = tune(*JOB, *args, "--dry-run")
+    assert out.returncode == 2, out.stdout
+    assert message in out.stderr, out.stderr
+
+
+def test_a_validation_objective_needs_a_validation_channel():
+    no_validation = [a for a in JOB if a not in ("--validation", "s3://data/validation/")]
+    out = tune(*no_validation, "--range", "epochs=1:3", "--dry-run")
+    assert out.returncode == 2
+    assert "--objective validation:accuracy is measured on the validation channel" in out.stderr
+
+
+def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_endpoint):
+    out = tune(*JOB, "--range", "epochs=1:3", "--wait", env=aws)
+    # moto completes tuning jobs at once and knows no training jobs: the best job is absent, the
+    # status line and exit code are what follow() makes of the description
+    assert out.returncode == 0, out.stderr[-3000:]
+    name = out.stdout.strip().splitlines()[0]
+    assert re.search(rf"keras-pipe tune: {name}: Completed", out.stderr), out.stderr
