@@ -19,7 +19,7 @@ SDK2_INSTALLED := $(SDK2)/.installed
 TOOLKIT := .venv-toolkit
 TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 
-.PHONY: demo test test-quick lint bench bench-aws venv container-base clean
+.PHONY: demo test test-quick fuzz lint bench bench-aws venv container-base clean
 
 demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
@@ -34,6 +34,10 @@ test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -m "not container" $(PYTEST_ARGS)
 
+# the reader's property tests at length (20,000 streams per property instead of 250; minutes)
+fuzz: $(INSTALLED)
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/reader/test_tfrecord_properties.py $(PYTEST_ARGS)
+
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 
@@ -42,6 +46,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.input_pipeline $(BENCH_ARGS)
 	$(BIN)/python -m bench.photo_pipeline $(BENCH_ARGS)
 	$(BIN)/python -m bench.prepare_at_scale $(BENCH_ARGS)
+	$(BIN)/python -m bench.resync $(BENCH_ARGS)
 
 # pipemode against AWS's PipeModeDataset (needs `bash bench/aws/setup.sh` once: docs/speed.md)
 bench-aws: $(INSTALLED)

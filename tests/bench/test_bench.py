@@ -48,6 +48,11 @@ def test_prepare_at_scale_benchmark_runs_and_every_run_makes_the_same_examples()
     assert "s per 1000 photos" in out
 
 
+def test_the_resync_benchmark_runs_both_ways():
+    out = quick_run("resync")
+    assert "random bytes" in out and "decoding 500 damaged headers" in out and "pure Python" in out
+
+
 def test_the_aws_comparison_says_how_to_set_up_what_it_lacks(tmp_path):
     """bench.vs_aws needs AWS's reader in its own venv (bench/aws/setup.sh), never CI's."""
     out = subprocess.run([sys.executable, "-m", "bench.vs_aws", "--runs", "1"], cwd=REPO, capture_output=True,

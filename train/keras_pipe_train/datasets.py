@@ -53,6 +53,7 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     Pipe pass ends at once, even while waiting for its FIFO or data."""
     options = {
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
+        "max_record_bytes": example.max_record_bytes(config.max_image_pixels),
         "record_check": example.record_check(config.image_feature, config.label_feature, config.num_classes,
                                              config.max_image_pixels),
     }

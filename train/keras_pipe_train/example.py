@@ -12,6 +12,7 @@ from tensorflow.core.example import example_pb2
 
 from keras_pipe_train import images
 from keras_pipe_train.config import HYPERPARAMETERS
+from pipemode.tfrecord import MAX_RECORD_BYTES
 
 IMAGE_FEATURE = HYPERPARAMETERS["image_feature"].default
 LABEL_FEATURE = HYPERPARAMETERS["label_feature"].default
@@ -24,6 +25,15 @@ def encode_example(image: bytes, label: int, *, image_feature: str = IMAGE_FEATU
         image_feature: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
         label_feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
     })).SerializeToString(deterministic=True)  # map order fixed: the same bytes in every process
+
+
+def max_record_bytes(max_pixels: int) -> int:
+    """The longest record the job can use: an Example holding an image of at most max_pixels
+    pixels, which no format the job reads stores in more than 8 bytes a pixel (16-bit RGBA PNG;
+    JPEGs, and photos generally, take far less), plus room for the Example's other features. A
+    damaged length beyond it is corruption at once, where the reader's default (2 GiB, a protobuf's
+    limit) would have it read and hold up to 2 GiB first."""
+    return min(MAX_RECORD_BYTES, 8 * max_pixels + (1 << 20))
 
 
 def record_check(image_feature: str, label_feature: str, num_classes: int,

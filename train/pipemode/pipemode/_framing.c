@@ -156,6 +156,41 @@ error:
     return NULL;
 }
 
+PyDoc_STRVAR(find_header_doc,
+"find_header(buf, start, max_record_bytes) -> int\n\n"
+"The first offset from start on where a whole, valid TFRecord header starts in buf (a length of at\n"
+"most max_record_bytes followed by its masked CRC-32C), or -1: pipemode.tfrecord.find_header, a\n"
+"byte at a time in C (with SSE4.2, ~1 ns an offset), without the GIL.");
+
+static PyObject *find_header(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "find_header(buf: bytes, start: int, max_record_bytes: int)");
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)PyBytes_AS_STRING(args[0]);
+    const Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    const Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred()) return NULL;
+    const unsigned long long max_length = PyLong_AsUnsignedLongLong(args[2]);
+    if (max_length == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    if (start < 0) {
+        PyErr_SetString(PyExc_ValueError, "start must be >= 0");
+        return NULL;
+    }
+    Py_ssize_t found = -1;
+    Py_BEGIN_ALLOW_THREADS /* (buf is a bytes object the caller holds: it cannot change) */
+    for (Py_ssize_t pos = start; size - pos >= HEADER_BYTES; pos++) {
+        uint64_t length;
+        memcpy(&length, buf + pos, 8);
+        if (length <= max_length && masked(small_crc32c(buf + pos, 8)) == load_u32(buf + pos + 8)) {
+            found = pos;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSsize_t(found);
+}
+
 PyDoc_STRVAR(crc32c_doc, "crc32c(data) -> int: the CRC-32C of a bytes-like object, as computed for records up to 2 KB.");
 
 static PyObject *crc32c_py(PyObject *Py_UNUSED(self), PyObject *data) {
@@ -180,6 +215,7 @@ static PyObject *use_hardware_crc(PyObject *Py_UNUSED(self), PyObject *enabled) 
 static PyMethodDef methods[] = {
     {"use_hardware_crc", use_hardware_crc, METH_O, use_hardware_crc_doc},
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
+    {"find_header", (PyCFunction)(void (*)(void))find_header, METH_FASTCALL, find_header_doc},
     {"crc32c", crc32c_py, METH_O, crc32c_doc},
     {NULL, NULL, 0, NULL},
 };

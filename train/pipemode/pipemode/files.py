@@ -13,8 +13,9 @@ import os
 import time
 from collections.abc import Iterator
 
+from pipemode import options
 from pipemode.corruption import CorruptionPolicy
-from pipemode.errors import PipeConfigError, UnreadableError
+from pipemode.errors import UnreadableError
 from pipemode.reader import PassStats
 from pipemode.tfrecord import MAX_RECORD_BYTES, RecordCheck, TFRecordDecoder
 
@@ -41,11 +42,9 @@ class FileReader:
         record_check: RecordCheck | None = None,
         cycle_length: int = CYCLE_LENGTH,
     ):
-        if max_corrupted_records_to_skip < 0:
-            raise PipeConfigError(f"max_corrupted_records_to_skip must be >= 0, got {max_corrupted_records_to_skip}")
         self.files, self.channel = list(files), channel
-        self.max_skips = max_corrupted_records_to_skip
-        self.check_crc, self.max_record_bytes = check_crc, max_record_bytes
+        self.max_skips = options.max_corrupted_records_to_skip(max_corrupted_records_to_skip)
+        self.check_crc, self.max_record_bytes = check_crc, options.max_record_bytes(max_record_bytes)
         self.record_check, self.cycle_length = record_check, cycle_length
         self.history: list[PassStats] = []
 
@@ -93,4 +92,5 @@ class FileReader:
 
         decoder = TFRecordDecoder(policy, check_crc=self.check_crc, max_record_bytes=self.max_record_bytes,
                                   record_check=self.record_check)
-        reading.append((stream, decoder.decode(read, f"file {name}")))
+        # (its size known: a damaged length that reaches past the file's end is corrupt at once)
+        reading.append((stream, decoder.decode(read, f"file {name}", os.fstat(stream.fileno()).st_size)))

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from pipemode import channels
+from pipemode import channels, options
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import Interrupted, PipeConfigError
 from pipemode.fifo import open_fifo
@@ -78,10 +78,8 @@ class PipeReader:
             raise PipeConfigError(
                 f"record_format {record_format!r} is not supported; use one of {', '.join(RECORD_FORMATS)}"
             )
-        if max_corrupted_records_to_skip < 0:
-            raise PipeConfigError(
-                f"max_corrupted_records_to_skip must be >= 0, got {max_corrupted_records_to_skip}"
-            )
+        max_corrupted_records_to_skip = options.max_corrupted_records_to_skip(max_corrupted_records_to_skip)
+        max_record_bytes = options.max_record_bytes(max_record_bytes)
         if not wait_timeout > 0:
             raise PipeConfigError(f"wait_timeout must be > 0 seconds, got {wait_timeout}")
         self.channel = channel
@@ -150,7 +148,7 @@ class PipeReader:
             yield from inner.decode(read, where)
             return
         for stream in RecordIODecoder(policy).streams(read, where):
-            yield from inner.decode(stream.read, stream.where)
+            yield from inner.decode(stream.read, stream.where, stream.size)
 
 
 def _pipe_channel(channel: str, config_dir) -> channels.ChannelConfig:

@@ -115,6 +115,9 @@ class RecordStream:
         self._outer_where, self._decoder, self._inp = where, decoder, inp
         self._left, self._pad, self._more = length, _padding(length), flag == FIRST
         self._pending = b""
+        # the payload's length when its record is whole (one part); a multi-part one's total is
+        # known only at its end
+        self.size: int | None = None if self._more else length
 
     def read(self, n: int) -> bytes:
         """Up to n bytes of the payload; fewer only at its end."""

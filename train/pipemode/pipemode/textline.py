@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from pipemode import options
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import CorruptRecordError, UnusableRecordError
 
@@ -20,11 +21,12 @@ _READ_BYTES = 1 << 20  # see tfrecord.CHUNK_BYTES for why not more
 class TextLineDecoder:
     def __init__(self, policy: CorruptionPolicy, max_record_bytes: int, record_check=None):
         self.policy = policy
-        self.max_record_bytes = max_record_bytes
+        self.max_record_bytes = options.max_record_bytes(max_record_bytes)
         self.record_check = record_check
 
-    def decode(self, read: Read, where: str) -> Iterator[list[bytes]]:
-        """The lines of the stream `read` returns, in lists (one per chunk read)."""
+    def decode(self, read: Read, where: str, size: int | None = None) -> Iterator[list[bytes]]:
+        """The lines of the stream `read` returns, in lists (one per chunk read). (`size`, the
+        stream's length when known, changes nothing here: a line ends at its newline.)"""
         parts: list[bytes] = []  # the start of a line whose end has not been read yet, in pieces
         size = 0  # their length (a list, so that a long line is not copied once per chunk)
         offset = 0  # the stream offset where that line starts

@@ -8,6 +8,7 @@ channel with RecordWrapperType None delivers one continuous stream per pass.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
@@ -15,9 +16,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
+from pipemode import options
 from pipemode.corruption import CorruptionPolicy
 from pipemode.crc import crc32c, mask_array, masked_crc32c
-from pipemode.errors import CorruptRecordError, TruncatedRecordError, UnusableRecordError
+from pipemode.errors import CorruptRecordError, PipeDataError, TruncatedRecordError, UnusableRecordError
 
 try:  # built from _framing.c where a C compiler was at hand at install time (setup.py)
     from pipemode import _framing
@@ -57,26 +59,16 @@ CHUNK_BYTES = 1 << 20
 _HEADER_CACHE_LIMIT = 1 << 16
 
 _NEED_MORE, _BAD_LENGTH_CRC, _BAD_LENGTH = "need more", "bad length crc", "bad length"
+_PAST_THE_END = "past the end"
 
 Read = Callable[[int], bytes]
 RecordCheck = Callable[[bytes], "str | None"]  # why a record is unusable, or None
 
 
-# A read of n bytes allocates n bytes up front (CPython's buffered and FIFO reads do), so a
-# damaged but CRC-valid length of 2 GiB would reserve 2 GiB before finding the stream short.
-# Longer records are read in pieces of this size: memory follows the bytes really there.
-_WHOLE_READ_BYTES = 64 << 20
-
-
-def _read_in_pieces(read: Read, count: int) -> bytes:
-    pieces = []
-    while count > 0:
-        piece = read(min(count, _WHOLE_READ_BYTES))
-        if not piece:
-            break
-        pieces.append(piece)
-        count -= len(piece)
-    return b"".join(pieces)
+# A record that straddles a chunk's end is completed with reads of this size into a growing buffer:
+# memory follows the bytes really there, so a damaged but CRC-valid length of 2 GiB costs what
+# arrives before the stream ends (and one chunk), not 2 GiB, nor that data twice.
+_PIECE_BYTES = CHUNK_BYTES
 
 
 def header_length(header: bytes) -> int | None:
@@ -107,11 +99,15 @@ class TFRecordDecoder:
 
     With pipemode._framing built (and CRC checks on, no record_check), each chunk is framed and
     checked in C first; it stops at the first record that does not check out and leaves the rest
-    of the chunk to the Python code below, so errors, offsets and skipping are the same either way.
+    of the chunk to the Python code below. Either way, and whatever the chunk size, a stream gives
+    the same records in the same order, then the same error: the records before a bad one are
+    yielded before its error is raised (tests/reader/test_tfrecord_properties.py).
 
     Record numbers in errors count every record of the pass from 0, corrupt ones included.
     `record_check(record)` may reject well-framed records by returning why (None: accepted);
     those are errors, or skipped, under the same policy as corrupt ones, with their position.
+    After a damaged header the decoder resynchronises on the next valid one, in time linear in
+    the bytes skipped (find_header).
     """
 
     def __init__(
@@ -124,42 +120,43 @@ class TFRecordDecoder:
         record_check: RecordCheck | None = None,
     ):
         self.policy = policy
-        self.check_crc = check_crc
-        self.max_record_bytes = max_record_bytes
-        self.chunk_bytes = chunk_bytes
+        self.check_crc = bool(check_crc)
+        self.max_record_bytes = options.max_record_bytes(max_record_bytes)
+        self.chunk_bytes = options.chunk_bytes(chunk_bytes)
         self.record_check = record_check
         self.seen = 0  # records framed so far, corrupt ones included
         self._header_crcs: dict[int, int] = {}
-        self._compiled = compiled_framing() if check_crc and record_check is None else None
+        self._compiled = compiled_framing() if self.check_crc and record_check is None else None
+        self._size: int | None = None
 
-    def decode(self, read: Read, where: str) -> Iterator[list[bytes]]:
+    def decode(self, read: Read, where: str, size: int | None = None) -> Iterator[list[bytes]]:
         """Yields the records of one stream, a list per chunk. `read(n)` returns n bytes, fewer
-        only at the end of the stream; `where` names the stream in error messages."""
+        only at the end of the stream; `where` names the stream in error messages; `size` is the
+        stream's length when it is known (a file, a RecordIO record): a length that reaches past
+        it is then corrupt at once, rather than read to the end."""
+        self._size = size
         buf, base, pos = read(self.chunk_bytes), 0, 0
-        compiled = self._compiled
-        limit = min(self.max_record_bytes, 2**64 - 1)  # a length field holds no more
         while buf:
-            if compiled is not None:
-                records, pos, clean = compiled.scan(buf, pos, limit, crc32c)
+            status = None
+            if self._compiled is not None:
+                records, pos, clean = self._compiled.scan(buf, pos, min(self.max_record_bytes, 2**64 - 1), crc32c)
                 if records:
                     self.seen += len(records)
                     yield records
                 if clean:
-                    buf, base, pos = self._refill(read, buf, base, pos, where)
-                    continue
-                # a record at pos does not check out: the code below reports or skips it
-            records, ends, pos, status = self._scan(buf, pos)
-            scanned = len(records)
-            if self.check_crc and records:
-                records = self._verify(records, ends, buf, base, where)
-            elif self.record_check and records:
-                records = self._checked(records, (), ends, base, where)
-            self.seen += scanned
-            if records:
-                yield records
+                    status = _NEED_MORE
+                # else a record at pos does not check out: the code below reports or skips it
+            if status is None:
+                records, ends, pos, status = self._scan(buf, pos)
+                kept, error = self._accepted(records, ends, buf, base, where)
+                self.seen += len(records)
+                if kept:
+                    yield kept
+                if error is not None:
+                    raise error
             if status is _NEED_MORE:
-                buf, base, pos = self._refill(read, buf, base, pos, where)
-            else:
+                buf, base, pos, status = self._refill(read, buf, base, pos, where)
+            if status is not _NEED_MORE and status is not None:
                 buf, base, pos = self._skip_bad_header(read, buf, base, pos, status, where)
 
     def _scan(self, buf: bytes, pos: int):
@@ -196,61 +193,85 @@ class TFRecordDecoder:
         self._header_crcs[length] = length_crc
         return None
 
-    def _verify(self, records, ends, buf, base, where) -> list[bytes]:
-        """Checks the data CRCs of one scan in a single vectorised comparison (then the records
-        against record_check, if any). The CRCs are computed by map() in C, not in the scan's
-        loop: 1 KB records, ~0.1 us less each."""
-        crcs = np.fromiter(map(crc32c, records), np.uint32, len(records))
-        ends_arr = np.asarray(ends, dtype=np.int64)
-        stored = np.frombuffer(buf, np.uint8)[ends_arr[:, None] + np.arange(4)].view("<u4").ravel()
-        bad = np.flatnonzero(mask_array(crcs) != stored).tolist()
-        if self.record_check:
-            return self._checked(records, bad, ends, base, where)
-        for i in bad:
-            self._reject(CorruptRecordError, records, ends, i, base, where,
-                         f"data CRC mismatch in a record of {len(records[i])} bytes")
-        if bad:
-            drop = set(bad)
-            records = [r for i, r in enumerate(records) if i not in drop]
-        return records
-
-    def _checked(self, records, bad_crc, ends, base, where) -> list[bytes]:
-        """The records that pass record_check, in stream order with those of a bad CRC."""
-        bad_crc, kept = set(bad_crc), []
+    def _accepted(self, records, ends, buf, base, where) -> tuple[list[bytes], PipeDataError | None]:
+        """The records of one scan that pass their data CRC and record_check, in stream order, up
+        to the first that is not skipped; and that one's error, to raise once the others are out."""
+        bad: set[int] = set()
+        if self.check_crc and 0 < len(records) <= _FEW_RECORDS:
+            bad = {i for i, (record, end) in enumerate(zip(records, ends))
+                   if masked_crc32c(record) != _U32.unpack_from(buf, end)[0]}
+        elif self.check_crc and records:
+            # the CRCs computed by map() in C, not in the scan's loop (1 KB records: ~0.1 us less
+            # each), compared in one vectorised pass
+            crcs = np.fromiter(map(crc32c, records), np.uint32, len(records))
+            ends_arr = np.asarray(ends, dtype=np.int64)
+            stored = np.frombuffer(buf, np.uint8)[ends_arr[:, None] + np.arange(4)].view("<u4").ravel()
+            bad = set(np.flatnonzero(mask_array(crcs) != stored).tolist())
+        if not bad and not self.record_check:
+            return records, None
+        kept = []
         for i, record in enumerate(records):
-            if i in bad_crc:
-                self._reject(CorruptRecordError, records, ends, i, base, where,
-                             f"data CRC mismatch in a record of {len(record)} bytes")
-            elif problem := self.record_check(record):
-                self._reject(UnusableRecordError, records, ends, i, base, where, problem)
+            if i in bad:
+                error = self._reject(CorruptRecordError, records, ends, i, base, where,
+                                     f"data CRC mismatch in a record of {len(record)} bytes")
+            elif self.record_check and (problem := self.record_check(record)):
+                error = self._reject(UnusableRecordError, records, ends, i, base, where, problem)
             else:
                 kept.append(record)
-        return kept
+                continue
+            if error is not None:
+                return kept, error
+        return kept, None
 
-    def _reject(self, error_type, records, ends, i, base, where, detail) -> None:
+    def _reject(self, error_type, records, ends, i, base, where, detail) -> PipeDataError | None:
+        """Skips the record (None), or returns its error when the policy allows no more skips."""
         start = base + ends[i] - len(records[i]) - HEADER_BYTES
-        self.policy.skip_or_raise(error_type(where, self.seen + i, start, detail))
+        try:
+            self.policy.skip_or_raise(error_type(where, self.seen + i, start, detail))
+        except PipeDataError as error:
+            return error
+        return None
 
     def _refill(self, read: Read, buf: bytes, base: int, pos: int, where: str):
-        """The next bytes to scan: a fresh chunk, or exactly the record straddling the chunk end."""
+        """The next bytes to scan: a fresh chunk, or exactly the record straddling the chunk end;
+        or, at its header, the reason that record cannot be (a bad header, a length past the end)."""
         tail = buf[pos:]
         base += pos
         if not tail:
-            return read(self.chunk_bytes), base, 0
+            return read(self.chunk_bytes), base, 0, None
         if len(tail) < HEADER_BYTES:
             tail += read(HEADER_BYTES - len(tail))
             if len(tail) < HEADER_BYTES:
-                return self._truncated(where, base, len(tail), None)
+                return (*self._truncated(where, base, len(tail), None), None)
         length, length_crc = _HEADER.unpack_from(tail)
-        if self._header_crcs.get(length) != length_crc and self._check_header(
-            tail, 0, length, length_crc
-        ):
-            return tail, base, 0  # the scan reports the bad header
-        missing = OVERHEAD_BYTES + length - len(tail)
-        rest = read(missing) if missing <= _WHOLE_READ_BYTES else _read_in_pieces(read, missing)
-        if len(rest) < missing:
-            return self._truncated(where, base, len(tail) + len(rest), length)
-        return tail + rest, base, 0
+        status = None
+        if self._header_crcs.get(length) != length_crc:
+            status = self._check_header(tail, 0, length, length_crc)
+        if status is None and self._size is not None and base + OVERHEAD_BYTES + length > self._size:
+            status = _PAST_THE_END
+        if status is not None:
+            return tail, base, 0, status  # reported, or skipped, with its position
+        record = self._complete(read, tail, OVERHEAD_BYTES + length)
+        if len(record) < OVERHEAD_BYTES + length:
+            return (*self._truncated(where, base, len(record), length), None)
+        return record, base, 0, None
+
+    @staticmethod
+    def _complete(read: Read, tail: bytes, total: int) -> bytes:
+        """The record that starts with `tail`, `total` bytes long (fewer: the stream ended first).
+        A long one grows in a buffer a piece at a time and becomes bytes once whole: a stream
+        that ends early has cost only the bytes that came (a forged 2 GB length followed by
+        150 MB: about 170 MB), and a whole record is copied once more, not joined from pieces."""
+        missing = total - len(tail)
+        if missing <= _PIECE_BYTES:
+            return tail + read(missing)
+        buffer = bytearray(tail)
+        while len(buffer) < total:
+            piece = read(min(total - len(buffer), _PIECE_BYTES))
+            if not piece:
+                return buffer  # (short: the caller reports it truncated and drops it)
+            buffer += piece
+        return bytes(buffer)
 
     def _truncated(self, where: str, offset: int, got: int, length: int | None):
         expected = f"{OVERHEAD_BYTES + length}-byte record" if length is not None else "record header"
@@ -264,94 +285,119 @@ class TFRecordDecoder:
 
     def _skip_bad_header(self, read: Read, buf: bytes, base: int, pos: int, status: str, where):
         length = _LENGTH.unpack_from(buf, pos)[0]
-        detail = (
-            "length CRC mismatch (the length field or its CRC is damaged)"
-            if status is _BAD_LENGTH_CRC
-            else f"impossible record length {length} (max_record_bytes={self.max_record_bytes})"
-        )
+        if status is _BAD_LENGTH_CRC:
+            detail = "length CRC mismatch (the length field or its CRC is damaged)"
+        elif status is _BAD_LENGTH:
+            detail = f"impossible record length {length} (max_record_bytes={self.max_record_bytes})"
+        else:
+            detail = (f"record length {length} reaches past the end of the stream "
+                      f"({self._size - base - pos} bytes are left from its header on)")
         self.policy.skip_or_raise(CorruptRecordError(where, self.seen, base + pos, detail))
         self.seen += 1
-        return self._resync(read, buf[pos + 1 :], base + pos + 1, where)
+        return self._resync(read, buf, base, pos + 1, where)
 
-    def _resync(self, read: Read, window: bytes, base: int, where: str):
-        """After a damaged header, finds the next offset where a valid header starts.
+    def _resync(self, read: Read, buf: bytes, base: int, start: int, where: str):
+        """After a damaged header, finds the next offset where a valid header starts, searching
+        buf from `start` on (no copy of the rest of the chunk), then what follows.
 
         A header is accepted when its length CRC matches (always checked here, even with
         check_crc=False) and its length is possible: a false match has odds of about 2**-32 per
-        offset. Runs at hundreds of MB/s (find_header), so a large stray object in a channel
-        costs seconds, not minutes, of every pass.
+        offset (one whose record then reaches past a known end is one more corrupt record). Every
+        byte is looked at a bounded number of times (find_header's growing blocks), so a stream of
+        damaged headers a few bytes apart costs time in proportion to its length, not its square.
         """
-        start = base
+        skipped_from = base + start - 1
         while True:
-            offset = find_header(window, self.max_record_bytes)
+            offset = find_header(buf, self.max_record_bytes, start)
             if offset >= 0:
-                log.warning(
-                    "%s: skipped %d bytes after a damaged header; records resume at byte offset %d",
-                    where,
-                    base + offset - start + 1,
-                    base + offset,
-                )
-                return window, base, offset
-            keep = window[-(HEADER_BYTES - 1) :] if len(window) >= HEADER_BYTES else window
+                if self.policy.logs_each:
+                    log.warning("%s: skipped %d bytes after a damaged header; records resume at byte offset %d",
+                                where, base + offset - skipped_from, base + offset)
+                return buf, base, offset
+            kept = max(start, len(buf) - (HEADER_BYTES - 1))  # a header may start in the last 11 bytes
             more = read(self.chunk_bytes)
             if not more:
-                log.warning(
-                    "%s: no valid record header in the last %d bytes of the stream; skipped them",
-                    where,
-                    base + len(window) - start + 1,
-                )
-                return b"", base + len(window), 0
-            base += len(window) - len(keep)
-            window = keep + more
+                log.warning("%s: no valid record header in the last %d bytes of the stream; skipped them",
+                            where, base + len(buf) - skipped_from)
+                return b"", base + len(buf), 0
+            buf, base, start = buf[kept:] + more, base + kept, 0
 
 
-# Candidates are checked in blocks: bounded memory (12 bytes each) even when every offset is one
-# (a run of zero bytes), and an early match ends the search.
-_RESYNC_BLOCK = 1 << 16
-_ZERO_LENGTH_CRC = _U32.pack(masked_crc32c(bytes(8)))
+# Candidates are checked in blocks that grow from 256 offsets to 64 Ki: bounded memory (~30 bytes
+# per offset in flight), and a search that ends near its start costs little.
+_PROBED_ONE_BY_ONE = 64
+_FIRST_BLOCK, _LAST_BLOCK = 1 << 8, 1 << 16
+_FEW_RECORDS = 8  # fewer records' CRCs are compared one by one: numpy's fixed cost would dominate
 
 
-def find_header(window: bytes, max_record_bytes: int = MAX_RECORD_BYTES) -> int:
-    """The first offset in `window` where a whole, valid TFRecord header starts (a length of at
-    most max_record_bytes followed by its masked CRC), or -1.
+@functools.cache
+def _length_crc_tables() -> tuple[int, list[np.ndarray]]:
+    """CRC-32C is linear: the CRC of an 8-byte length field is the CRC of eight zero bytes, XOR a
+    contribution of each of its four 16-bit pieces, which depends only on the piece and where it
+    sits. (crc32c of eight zeros, [the four pieces' 65,536-entry tables]), made from 2,048 CRCs
+    the first time a stream needs resynchronising."""
+    zero = crc32c(bytes(8))
+    single = np.empty((8, 256), np.uint32)
+    for where in range(8):
+        for value in range(256):
+            single[where, value] = crc32c(bytes(where) + bytes([value]) + bytes(7 - where)) ^ zero
+    pieces = np.arange(1 << 16, dtype=np.uint32)
+    low, high = pieces & np.uint32(0xFF), pieces >> np.uint32(8)
+    return zero, [single[2 * p][low] ^ single[2 * p + 1][high] for p in range(4)]
 
-    Vectorised with numpy: a length <= max_record_bytes has zeros in its high bytes, which rules
-    out almost every offset of random bytes at once; the CRCs of the remaining candidates are
-    computed once per distinct length (a run of zeros has one). A byte-by-byte search in Python
-    ran at ~1-7 MB/s.
+
+def _headers_at(window: bytes, first: int, count: int, max_record_bytes: int) -> np.ndarray:
+    """Which of the offsets first, first + 4, ... (`count` of them) hold a valid header: a
+    possible length, then its masked CRC; as indices into that list. The window is read through
+    views of it as 16- and 32-bit numbers at first's alignment: nothing is copied but what the
+    table lookups make."""
+    zero, tables = _length_crc_tables()
+    words = np.frombuffer(window, "<u4", count=(len(window) - first % 4) // 4, offset=first % 4)
+    halves = np.frombuffer(window, "<u2", count=(len(window) - first % 2) // 2, offset=first % 2)
+    w, h = first // 4, first // 2
+    low, high, stored = words[w : w + count], words[w + 1 : w + 1 + count], words[w + 2 : w + 2 + count]
+    limit = min(max_record_bytes, 2**64 - 1)
+    top, bottom = np.uint32(limit >> 32), np.uint32(limit & 0xFFFFFFFF)
+    possible = (high < top) | ((high == top) & (low <= bottom))
+    pieces = [halves[h + p : h + p + 2 * count : 2] for p in range(4)]
+    few = np.count_nonzero(possible) * 8 < count  # (random bytes, a sane limit: almost none)
+    if few:
+        candidates = np.flatnonzero(possible)
+        pieces, stored = [piece[candidates] for piece in pieces], stored[candidates]
+    crc = tables[0][pieces[0]] ^ tables[1][pieces[1]] ^ tables[2][pieces[2]] ^ tables[3][pieces[3]]
+    valid = mask_array(crc ^ np.uint32(zero)) == stored
+    return candidates[valid] if few else np.flatnonzero(valid & possible)
+
+
+def find_header(window: bytes, max_record_bytes: int = MAX_RECORD_BYTES, start: int = 0) -> int:
+    """The first offset from `start` on where a whole, valid TFRecord header starts in `window` (a
+    length of at most max_record_bytes followed by its masked CRC), or -1.
+
+    With the reader's compiled part, in C; without it, the first offsets are tried one by one in
+    Python, then the rest vectorised with numpy, in
+    blocks that double from a few hundred offsets: a match near `start` costs about as much as
+    the bytes before it, so resynchronising every few bytes through a long damaged stretch stays
+    linear. The CRCs of a block's length fields are computed at once from tables (_headers_at),
+    whatever the lengths: random bytes, runs of zeros, arrays of small integers, any
+    max_record_bytes (bench.resync has the speeds).
     """
-    count = len(window) - HEADER_BYTES + 1
-    if count <= 0:
-        return -1
-    data = np.frombuffer(window, np.uint8)
-    # In place, into three arrays: once TensorFlow has patched glibc's malloc (see CHUNK_BYTES),
-    # every fresh 1 MB temporary is an mmap that page-faults, which cost 4/5 of the speed.
-    plausible, scratch = np.ones(count, bool), np.empty(count, bool)
-    high = min(8, (max_record_bytes.bit_length() + 7) // 8)  # length bytes that must be zero
-    for k in range(high, 8):
-        plausible &= np.equal(data[k : k + count], 0, out=scratch)
-    if not plausible.any():  # (random bytes: almost always)
-        return -1
-    # A run of zero bytes makes every offset a candidate of length 0: those can only match where
-    # the masked CRC of a zero length follows, which is checked for all of them at once.
-    zero_length = plausible.copy()
-    for k in range(high):
-        zero_length &= np.equal(data[k : k + count], 0, out=scratch)
-    crc_follows = np.ones(count, bool)
-    for k, byte in enumerate(_ZERO_LENGTH_CRC):
-        crc_follows &= np.equal(data[8 + k : 8 + k + count], byte, out=scratch)
-    zero_length &= np.logical_not(crc_follows, out=scratch)  # zero lengths that cannot match
-    plausible &= np.logical_not(zero_length, out=scratch)
-    candidates = np.flatnonzero(plausible)
-    headers = np.lib.stride_tricks.sliding_window_view(data, HEADER_BYTES)
-    for first in range(0, len(candidates), _RESYNC_BLOCK):
-        block = candidates[first : first + _RESYNC_BLOCK]
-        rows = headers[block]  # a (len(block), 12) copy
-        lengths = np.ascontiguousarray(rows[:, :8]).view("<u8").ravel()
-        stored = np.ascontiguousarray(rows[:, 8:]).view("<u4").ravel()
-        distinct, which = np.unique(lengths, return_inverse=True)
-        expected = np.array([masked_crc32c(_LENGTH.pack(int(n))) for n in distinct], np.uint32)
-        found = np.flatnonzero((expected[which.ravel()] == stored) & (lengths <= max_record_bytes))
-        if found.size:
-            return int(block[found[0]])
+    compiled = compiled_framing()
+    if compiled is not None:  # (the same search in C: ~1 GB/s whatever the bytes)
+        return compiled.find_header(window, start, min(max_record_bytes, 2**64 - 1))
+    count = len(window) - HEADER_BYTES + 1  # offsets where a whole header fits
+    # numpy's fixed cost (~30 us a block) would be most of the work when damaged headers come
+    # every few bytes
+    for offset in range(start, min(count, start + _PROBED_ONE_BY_ONE)):
+        length, length_crc = _HEADER.unpack_from(window, offset)
+        if length <= max_record_bytes and masked_crc32c(window[offset : offset + 8]) == length_crc:
+            return offset
+    start += _PROBED_ONE_BY_ONE
+    block = _FIRST_BLOCK
+    while start < count:
+        stop = min(count, start + block)
+        found = [first + 4 * int(hits[0]) for first in range(start, min(start + 4, stop))
+                 if (hits := _headers_at(window, first, (stop - first + 3) // 4, max_record_bytes)).size]
+        if found:
+            return min(found)
+        start, block = stop, min(block * 2, _LAST_BLOCK)
     return -1
