@@ -1,4 +1,4 @@
-"""The code blocks of the project's Markdown documents, as tests/test_docs.py runs them.
+"""The code blocks of the project's Markdown documents, as tests/docs/test_docs.py runs them.
 
 A fenced ```bash block is a list of commands (lines joined at a trailing backslash); a command that
 cannot run in the tests says so where users read it, in a comment on its last line or on a comment

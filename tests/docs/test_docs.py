@@ -359,9 +359,10 @@ OUTCOMES = {
                   "launch | algo-1 completed; model in", "keras-pipe submit: model: s3://", jobs_in_pipe_mode(1)],
     "docs/sagemaker.md": [jobs_in_pipe_mode(2)],
     "docs/local.md": ["resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
-                      "launch | fed algo-1/train pass 0: 236 records", "launch | fed algo-2/train pass 0: 124 records"],
+                      "launch | fed algo-1/train pass 0: 119 records", "launch | fed algo-2/train pass 0: 62 records"],
     "docs/prepare.md": ["upload: 0 files uploaded, 3 already there unchanged", "prepare: 360 train and 40 "
-                        "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/"],
+                        "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
+                        "s3://my-bucket/datasets/local-scale-digits/ is complete already (run "],
     "docs/image.md": ["launch | algo-1 completed", sdk_local_mode_made_a_model],
     "docs/tuning.md": ['"HyperParameterTuningJobName"'],
     "train/pipemode/README.md": ["bad data: corrupt record #299", "600 records", jobs_in_pipe_mode(2)],

@@ -1,7 +1,7 @@
 """Runs the training image through a SageMaker SDK's own local mode, as its users do; used by
-tests/test_sdk_local.py under the SDK's virtualenv (v2 in .venv-sdk2, v3 in .venv).
+tests/image/test_sdk_local.py under the SDK's virtualenv (v2 in .venv-sdk2, v3 in .venv).
 
-    python tests/sdk_local_run.py '{"sdk": "v2", "image": ..., "hosts": 1, "channels": {...},
+    python tests/image/sdk_local_run.py '{"sdk": "v2", "image": ..., "hosts": 1, "channels": {...},
                                     "hyperparameters": {...}, "output": DIR}'
 
 Hyperparameters are given as Python values and the SDK encodes them its own way. Prints one JSON

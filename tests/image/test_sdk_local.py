@@ -47,7 +47,7 @@ def run_with_sdk(python, sdk: str, env: dict, folder, hosts: int = 1, **hyperpar
            "channels": {"train": str(folder / "train"), "validation": str(folder / "validation")},
            "hyperparameters": {**HYPERPARAMETERS, **hyperparameters}}
     (folder / "out").mkdir()
-    out = subprocess.run([str(python), str(REPO / "tests" / "sdk_local_run.py"), json.dumps(job)], cwd=folder,
+    out = subprocess.run([str(python), str(REPO / "tests" / "image" / "sdk_local_run.py"), json.dumps(job)], cwd=folder,
                          env=env, capture_output=True, text=True, timeout=1200)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]

@@ -247,23 +247,33 @@ def test_a_local_process_job_gets_none_of_the_hosts_aws_credentials(tmp_path, mo
     assert env["TF_CPP_MIN_LOG_LEVEL"] == "1"  # the rest of the environment is inherited
 
 
-def test_the_printed_container_command_redacts_secret_values(tmp_path, monkeypatch):
+def test_secret_values_never_reach_the_engines_command_line_nor_what_is_printed(tmp_path, monkeypatch):
+    """--env values go to the engine as `-e NAME`, the value in its environment: a command line is
+    readable by any local user through `ps`. What LAUNCH_ENGINE_ARGS holds is printed redacted."""
     make_objects(tmp_path / "src", count=1)
-    monkeypatch.setenv("LAUNCH_ENGINE_ARGS", "-e HF_TOKEN=abc --env=DB_PASSWORD=pw -eGITHUB_TOKEN=gh -e LEVEL=3")
+    monkeypatch.setenv("LAUNCH_ENGINE_ARGS", "-e HF_TOKEN=abc --env=DB_PASSWORD=pw -eGITHUB_TOKEN=gh -e LEVEL=3 "
+                                             "-e DATABASE_URL=postgres://u:pw2@db:5432/x")
     printed = tmp_path / "printed.txt"
+    # the stand-in engine prints its arguments, then the values its environment holds for them
+    engine = tmp_path / "engine.sh"
+    engine.write_text('#!/bin/sh\necho "$@"\necho "env: $AWS_SECRET_ACCESS_KEY $STAGE $TRAINING_JOB_NAME"\n')
+    engine.chmod(0o755)
     with open(printed, "w") as out:
         run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(tmp_path / "src"), input_mode="File")], {},
-                       image="some-image", engine=Engine.from_environment("echo"), out=out,
-                       environment={"AWS_SECRET_ACCESS_KEY": "s3cr3t", "STAGE": "dev"})
-        assert run.run() == 0  # `echo run ...` stands in for the engine
+                       image="some-image", engine=Engine.from_environment(str(engine)), out=out, name="secrets",
+                       environment={"AWS_SECRET_ACCESS_KEY": "s3cr3t", "STAGE": "dev", "GH_PAT": "ghp_0123"})
+        assert run.run() == 0
     text = printed.read_text()
-    starting = next(line for line in text.splitlines() if line.startswith("launch | starting algo-1: echo run"))
-    for secret in ("abc", "pw", "gh", "s3cr3t"):
-        assert secret not in starting, starting
+    starting = next(line for line in text.splitlines() if line.startswith("launch | starting algo-1: "))
+    ran = next(line for line in text.splitlines() if line.startswith("algo-1 | run --rm"))
+    for secret in ("abc", "pw", "gh", "s3cr3t", "ghp_0123", "pw2"):
+        assert f"={secret}" not in starting and f":{secret}@" not in starting, starting
     for shown in ("-e HF_TOKEN=REDACTED", "--env=DB_PASSWORD=REDACTED", "-eGITHUB_TOKEN=REDACTED",
-                  "-e LEVEL=3", "-e AWS_SECRET_ACCESS_KEY=REDACTED", "-e STAGE=dev"):
+                  "-e LEVEL=3", "-e DATABASE_URL=postgres://u:REDACTED@db:5432/x",
+                  "-e AWS_SECRET_ACCESS_KEY -e", "-e STAGE -e", "-e GH_PAT -e"):
         assert shown in starting, starting
-    assert "algo-1 | run --rm" in text and "AWS_SECRET_ACCESS_KEY=s3cr3t" in text  # what ran was not redacted
+    assert "s3cr3t" not in ran and "ghp_0123" not in ran, ran  # not on the engine's command line either
+    assert "algo-1 | env: s3cr3t dev secrets" in text  # the engine got every value, from its environment
 
 
 # --- whole runs through `keras-pipe local` --------------------------------------------
@@ -418,13 +428,15 @@ def test_staged_files_are_copies_so_the_job_cannot_change_the_originals(tmp_path
         assert (tmp_path / "src" / name).read_bytes() == data
 
 
-def test_local_sources_follow_links_to_files_and_refuse_what_cannot_be_an_object(tmp_path):
+def test_local_sources_follow_links_to_files_inside_and_refuse_what_cannot_be_an_object(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
-    (outside / "real.bin").write_bytes(b"linked content")
+    (outside / "real.bin").write_bytes(b"outside content")
     source = tmp_path / "src"
     make_objects(source, count=1)
-    (source / "linked.bin").symlink_to(outside / "real.bin")
+    (source / "kept").mkdir()
+    (source / "kept" / "real.bin").write_bytes(b"linked content")
+    (source / "linked.bin").symlink_to(source / "kept" / "real.bin")
     run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(source), input_mode="File")], {},
                    out=open(os.devnull, "w"))
     run.prepare()
@@ -434,6 +446,8 @@ def test_local_sources_follow_links_to_files_and_refuse_what_cannot_be_an_object
     for name, make, message in (
             ("dangling.bin", lambda p: p.symlink_to(tmp_path / "nowhere"), "is a dangling symbolic link"),
             ("folder-link", lambda p: p.symlink_to(outside), "is a symbolic link to a folder"),
+            ("out.bin", lambda p: p.symlink_to(outside / "real.bin"), "is a symbolic link to .*/elsewhere/real.bin, "
+                                                                      "outside .*/src: copy the file in"),
             ("fifo.bin", os.mkfifo, "is not a regular file")):
         make(source / name)
         with pytest.raises(SourceError, match=message):
@@ -484,13 +498,14 @@ def test_a_job_stopped_mid_epoch_and_rerun_with_the_same_name_ends_as_if_never_s
 
 @pytest.mark.slow
 def test_resume_by_name_reruns_the_jobs_own_arguments_and_fresh_starts_it_over(digit_folders):
-    first = launch_local(*RESUMABLE[:-4], "--hp", "epochs=1", "--name", "longer", cwd=digit_folders)
+    args = ["--train", "train", *QUICK, "--hp", "epochs=1", "--name", "longer"]
+    first = launch_local(*args, cwd=digit_folders)
     assert first.returncode == 0, first.stdout[-3000:]
     more = launch_local("--resume", "longer", "--hp", "epochs=2", cwd=digit_folders)
     assert more.returncode == 0, more.stdout[-3000:]
     assert "epoch 2 of 2, after 0 steps" in more.stdout and "metrics: epoch=2 " in more.stdout
-    assert "launch | channel validation (Pipe): 2 objects" in more.stdout  # its channels, from its folder
-    again = launch_local(*RESUMABLE[:-4], "--hp", "epochs=1", "--name", "longer", "--fresh", cwd=digit_folders)
+    assert "launch | channel train (Pipe): 2 objects" in more.stdout  # its channels, from its folder
+    again = launch_local(*args, "--fresh", cwd=digit_folders)
     assert again.returncode == 0, again.stdout[-3000:]
     assert "starting job longer over in local-jobs/longer (--fresh)" in again.stdout
     assert "resuming from checkpoint" not in again.stdout and "metrics: epoch=1 " in again.stdout
@@ -517,3 +532,24 @@ def test_a_used_job_folder_is_resumed_or_started_over_only_when_it_can_be(digit_
     out = launch_local("--resume", "failed", "--train", "elsewhere", cwd=digit_folders, timeout=120)
     assert out.returncode == 2 and "takes the job's own arguments from its folder" in out.stderr
     assert "(--train given)" in out.stderr
+
+
+def test_secret_values_are_not_kept_for_resume_and_must_be_given_again(tmp_path):
+    import argparse
+    import json
+
+    from keras_pipe_launch.cli.local import DEFAULTS
+    from keras_pipe_launch.local.job_folder import JOB_FILE, LocalJobFolder
+
+    args = argparse.Namespace(**{**DEFAULTS, "train": "train", "env": ["HF_TOKEN=hf_abc", "STAGE=dev",
+                                                                       "DB=postgres://u:pw@db/x"],
+                                 "hp": ["num_classes=2", "api_key=k1"], "job_dir": tmp_path / "job"})
+    LocalJobFolder(tmp_path / "job", "kept", None).record(args)
+    kept = (tmp_path / "job" / JOB_FILE).read_text()
+    assert "hf_abc" not in kept and ":pw@" not in kept and "k1" not in kept
+    assert json.loads(kept)["arguments"]["env"] == ["HF_TOKEN=REDACTED", "STAGE=dev", "DB=postgres://u:REDACTED@db/x"]
+    out = launch_local("--resume", "kept", "--job-dir", str(tmp_path / "job"), "--env", "HF_TOKEN=hf_abc",
+                       cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert ("the values of --hp api_key, --env DB were not kept (they look secret): give them again, e.g. "
+            "--hp api_key=...") in out.stderr

@@ -3,6 +3,7 @@ share, together make the dataset one machine makes (here: 3 local processes over
 
 import collections
 import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -57,12 +58,17 @@ def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(pho
     assert (many["train"], many["validation"], many["rejected"]) == (one["train"], one["validation"], 2)
     # the same examples, each once, in the same part (the split is the plan's, made as one machine makes it)
     assert examples_by_part(client, bucket, "prepared/", tmp_path) == local_examples_by_part(tmp_path / "one")
-    # every instance had a share, and named its shards after itself
+    # every instance had a share, and named its shards after the run and itself
+    run = json.loads(client.get_object(Bucket=bucket, Key="prepared/prepare-run.json")["Body"].read())
+    assert run["state"] == "complete" and run["instance_count"] == 3
     shards = [url for urls in many["shards"].values() for url in urls]
-    assert {url.rsplit("/", 1)[1][len("part-"):][:len("algo-1")] for url in shards} == {"algo-1", "algo-2", "algo-3"}
+    assert {re.fullmatch(rf"part-{run['run']}-(algo-\d)-\d{{5}}\.tfrecord", url.rsplit("/", 1)[1])[1]
+            for url in shards} == {"algo-1", "algo-2", "algo-3"}
     assert len(shards) == len(set(shards))
     stored = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="prepared/")["Contents"]}
-    assert {"prepared/classes.json", "prepared/rejected.txt", "prepared/plan/plan.json.gz"} <= stored
+    assert {"prepared/classes.json", "prepared/rejected.txt", "prepared/plan/plan.json.gz",
+            "prepared/prepare-run.json", *(f"prepared/reports/{run['run']}-algo-{i}.json.gz" for i in (1, 2, 3))} == {
+        key for key in stored if "/train/" not in key and "/validation/" not in key}
     rejected = client.get_object(Bucket=bucket, Key="prepared/rejected.txt")["Body"].read().decode()
     assert sorted(line.split("\t")[0] for line in rejected.splitlines()) == [
         f"s3://{bucket}/photos/digit3/broken.jpg", f"s3://{bucket}/photos/digit5/readme.txt"]
@@ -74,18 +80,25 @@ def test_an_instance_that_fails_fails_the_run_with_its_reason(photos, tmp_path, 
     root, _ = photos
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
-    with pytest.raises(PrepareError, match="an instance failed"):
+    with pytest.raises(PrepareError, match="an instance failed .* marked incomplete"):
         prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=2,
                         job_dir=tmp_path / "jobs", arguments=["--max-image-pixels", "not-a-number"])
     out = capsys.readouterr().out
     # The first to fail gets the others stopped (SIGTERM, exit 143), as SageMaker does: whichever it
     # was, its reason is shown, from where SageMaker takes the ExitMessage
     failed = re.findall(r"(algo-\d) failed with exit code 1: ArgumentError: argument --max-image-pixels: "
-                        r"invalid int value: 'not-a-number'", out)
+                        r"'not-a-number': give a whole number of at least 1", out)
     assert failed, out
     for host in failed:
         assert (tmp_path / "jobs" / host / "output" / "message").read_text().startswith("ArgumentError: ")
     assert not client.list_objects_v2(Bucket=bucket, Prefix="prepared/train/").get("KeyCount")  # nothing merged
+    state = json.loads(client.get_object(Bucket=bucket, Key="prepared/prepare-run.json")["Body"].read())
+    assert state["state"] == "incomplete" and "an instance failed" in state["reason"]
+    # --finish removes what the run left, and OUT can be used again
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 1 and "no report from algo-1, algo-2" in out.stderr, out.stderr
+    assert "which can be used again" in out.stderr
+    assert not client.list_objects_v2(Bucket=bucket, Prefix="prepared/").get("KeyCount")
 
 
 def test_the_output_prefix_must_be_new_and_the_source_a_prefix_of_class_folders(photos, tmp_path, s3_bucket):
@@ -97,6 +110,13 @@ def test_the_output_prefix_must_be_new_and_the_source_a_prefix_of_class_folders(
         prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/used/", instance_count=2, job_dir=tmp_path / "a")
     with pytest.raises(PrepareError, match="prepare a CSV on one machine"):
         prepare_locally(f"s3://{bucket}/labels.csv", f"s3://{bucket}/new/", instance_count=2, job_dir=tmp_path / "b")
+    # the output inside the source (its plan and shards would be source objects) or around it
+    for out in (f"s3://{bucket}/photos/prepared/", f"s3://{bucket}/"):
+        with pytest.raises(PrepareError, match="the output prefix must be outside the source prefix"):
+            prepare_locally(f"s3://{bucket}/photos/", out, instance_count=2, job_dir=tmp_path / "c")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PrepareError, match="--job-dir .* is a file"):
+        prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/new/", instance_count=2, job_dir=tmp_path / "file")
 
 
 AT_SCALE = ["s3://photos-bucket/photos/", "s3://photos-bucket/prepared/", "--instance-count", "3",
@@ -153,6 +173,14 @@ def test_both_sdks_send_exactly_the_dry_run_request(sdk, aws, moto_endpoint):
     (["s3://b-b-b/photos/", "./out", "--dry-run"], "--dry-run is for a prepare at scale: give --instance-count"),
     ([*AT_SCALE, "--upload", "s3://b-b-b/x/"], "--upload is for a one-machine prepare"),
     ([*AT_SCALE, "--job-name", "../up"], "--job-name '../up': 1-63 letters, digits and hyphens"),
+    # checked where the command starts, not inside the instances once the plan is written
+    ([*AT_SCALE, "--workers", "-3"], "argument --workers: '-3': give a whole number of at least 1"),
+    ([*AT_SCALE, "--max-image-pixels", "-5"], "argument --max-image-pixels: '-5': give a whole number"),
+    ([*AT_SCALE, "--shard-mb", "nan"], "argument --shard-mb: 'nan': give a size in MB, more than 0"),
+    ([*AT_SCALE, "--shard-mb", "-1"], "argument --shard-mb: '-1': give a size in MB"),
+    ([*AT_SCALE[:3], "1000", *AT_SCALE[4:]], "--instance-count must be 1 to 100"),
+    (["s3://b-b-b/photos/", "s3://b-b-b/out/", "--finish", "s3://b-b-b/out/"], "--finish OUT takes no SOURCE"),
+    (["s3://b-b-b/photos/"], "give SOURCE and OUT (or --finish OUT)"),
 ])
 def test_prepare_at_scale_options_given_wrongly(args, message):
     out = launch_cli("prepare", *args, "--dry-run" if "--dry-run" not in args else "--seed=0")
@@ -174,8 +202,17 @@ def test_on_sagemaker_the_plan_is_written_the_job_created_followed_and_an_empty_
     assert out.returncode == 2, out.stderr
     assert "keras-pipe prepare: submitting with SageMaker SDK v3" in out.stderr
     assert "keras-pipe prepare: prep-on-sagemaker: Completed" in out.stderr
-    assert "error: no instance's report" in out.stderr
+    assert "error: no report from algo-1, algo-2, algo-3" in out.stderr
+    assert "s3://photos-bucket/prepared/ is marked incomplete" in out.stderr
     (request,) = sent(moto_endpoint, "CreateProcessingJob")
     assert request["ProcessingJobName"] == "prep-on-sagemaker"
     stored = [o["Key"] for o in client.list_objects_v2(Bucket="photos-bucket", Prefix="prepared/")["Contents"]]
-    assert stored == ["prepared/plan/plan.json.gz"]  # the plan the instances would read; no dataset
+    assert stored == ["prepared/plan/plan.json.gz", "prepared/prepare-run.json"]  # the plan, no dataset
+    state = json.loads(client.get_object(Bucket="photos-bucket", Key="prepared/prepare-run.json")["Body"].read())
+    assert (state["state"], state["job"], state["where"]) == ("incomplete", "prep-on-sagemaker", "sagemaker")
+    # a new run on that OUT says how to free it; --finish asks SageMaker how the job ended, then removes the run
+    out = launch_cli("prepare", *AT_SCALE, "--job-name", "prep-again", env=aws)
+    assert out.returncode == 2 and "--finish s3://photos-bucket/prepared/" in out.stderr, out.stderr
+    out = launch_cli("prepare", "--finish", "s3://photos-bucket/prepared/", env=aws)
+    assert out.returncode == 1 and "removed what it left in s3://photos-bucket/prepared/" in out.stderr, out.stderr
+    assert not client.list_objects_v2(Bucket="photos-bucket", Prefix="prepared/").get("KeyCount")

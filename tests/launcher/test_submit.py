@@ -135,14 +135,20 @@ def test_cpu_instance_with_allow_cpu_and_warnings(tmp_path):
     assert "--network-isolation with weights=imagenet" in out.stderr
 
 
-def test_dry_run_redacts_secret_looking_environment_values_and_warns_they_are_stored_in_plain_text():
+def test_dry_run_redacts_secret_looking_values_and_warns_they_are_stored_in_plain_text():
     out = launch(*BASIC, "--env", "DB_PASSWORD=hunter2", "--env", "WANDB_API_KEY=k-123", "--env", "LOG_LEVEL=debug",
-                 "--dry-run")
+                 "--env", "DATABASE_URL=postgres://u:pw9@db:5432/x", "--env", "GH_PAT=abc987",
+                 "--env", "CI_NOTE=ghp_0123456789", "--hp", "sneaky_token=tok456", "--no-validate", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["Environment"] == {"DB_PASSWORD": "REDACTED", "WANDB_API_KEY": "REDACTED",
-                                                     "LOG_LEVEL": "debug"}
-    assert "hunter2" not in out.stdout + out.stderr and "k-123" not in out.stdout + out.stderr
-    assert "--env DB_PASSWORD, WANDB_API_KEY: SageMaker keeps a job's environment in plain text" in out.stderr
+    request = json.loads(out.stdout)
+    assert request["Environment"] == {"DB_PASSWORD": "REDACTED", "WANDB_API_KEY": "REDACTED", "LOG_LEVEL": "debug",
+                                      "DATABASE_URL": "postgres://u:REDACTED@db:5432/x", "GH_PAT": "REDACTED",
+                                      "CI_NOTE": "REDACTED"}
+    assert request["HyperParameters"]["sneaky_token"] == "REDACTED"
+    for secret in ("hunter2", "k-123", "pw9", "abc987", "ghp_0123456789", "tok456"):
+        assert secret not in out.stdout + out.stderr, secret
+    assert ("--env DB_PASSWORD, --env WANDB_API_KEY, --env DATABASE_URL, --env GH_PAT, --env CI_NOTE, "
+            "--hp sneaky_token: SageMaker keeps a job's environment and hyperparameters in plain text") in out.stderr
 
 
 def test_a_key_given_twice_is_an_error():
@@ -207,3 +213,12 @@ def test_wait_prints_the_failure_reason_of_a_failed_job(aws, monkeypatch, capsys
         monkeypatch.setenv(key, aws[key])
     assert follow(name) == 1
     assert f"{name} failed: Data error: CorruptRecordError: corrupt record #7" in capsys.readouterr().err
+
+
+def test_an_aws_call_that_fails_is_said_in_a_line_not_a_traceback():
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1",
+           "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    out = launch(*BASIC, "--region", "us-east-1", env=env)
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines()[-1] == ('keras-pipe submit: a call to AWS failed: Could not connect to the endpoint '
+                                           'URL: "http://127.0.0.1:9/"'), out.stderr

@@ -98,6 +98,11 @@ def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
     (["--range", "epochs=1:3", "--strategy", "Grid"], "Grid tries every combination"),
     (["--range", "epochs=1:3", "--tensorboard-s3-uri", "s3://data/tb/"], "tuning jobs have no TensorBoard output"),
     ([], "give at least one --range"),
+    # past what botocore's validator checks (minimums only), from its model's maximums and patterns
+    (["--range", "epochs=1:3", "--base-job-name", "a-base-job-name-of-31-characters"[:31]],
+     "HyperParameterTuningJobName has 45 characters (a-base-job-name-of-31-characte"),
+    (["--range", "epochs=1:3", "--tag", "k" * 129 + "=v"], "Tags[0].Key has 129 characters (kkk"),
+    (["--range", "epochs=1:3", "--tag", "k" * 129 + "=v"], "); SageMaker allows at most 128"),
 ])
 def test_bad_ranges_are_refused_before_any_call(args, message):
     out = tune(*JOB, *args, "--dry-run")

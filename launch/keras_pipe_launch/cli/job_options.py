@@ -11,6 +11,7 @@ import sys
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
 from keras_pipe_launch.common import hyperparameters, secrets
+from keras_pipe_launch.common.processes import stopped_by_any_signal
 from keras_pipe_launch.common.usage import key_values
 from keras_pipe_launch.sagemaker.request import JobSpec, RequestError
 
@@ -63,25 +64,44 @@ def use_region(args: argparse.Namespace) -> None:
 
 
 def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings: list[str], request: dict,
-                    environment: dict | None, create, follow) -> int:
+                    create, follow) -> int:
     """The end of `keras-pipe submit` and `keras-pipe tune`: prints the warnings, then --dry-run prints
-    `request` (with the values of secret-looking `environment` names redacted); otherwise `create()`
+    `request` (with the secret-looking values of its environment and hyperparameters redacted); otherwise `create()`
     sends it through the installed SDK and returns the name, and --wait follows it with `follow`."""
     for warning in warnings:
-        print(f"launch {command}: warning: {warning}", file=sys.stderr)
+        print(f"keras-pipe {command}: warning: {warning}", file=sys.stderr)
     if args.dry_run:
-        if environment:
-            environment.update(secrets.redacted(environment))
-        print(json.dumps(request, indent=2))
+        print(json.dumps(secrets.redacted_request(request), indent=2))
         return 0
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from keras_pipe_launch.sagemaker.sdk import sdk_major_version
 
     try:
-        print(f"launch {command}: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
+        print(f"keras-pipe {command}: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
         name = create()
-        print(f"launch {command}: created {what} {name}", file=sys.stderr)
+        print(f"keras-pipe {command}: created {what} {name}", file=sys.stderr)
     except RequestError as err:
-        print(f"launch {command}: error: {err}", file=sys.stderr)
+        print(f"keras-pipe {command}: error: {err}", file=sys.stderr)
         return 2
+    except (BotoCoreError, ClientError) as err:  # (no network, no permission, a throttled API ...)
+        print(f"keras-pipe {command}: a call to AWS failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\nkeras-pipe {command}: interrupted before the {what} was created, or while it was", file=sys.stderr)
+        return 130
     print(name)
-    return follow(name) if args.wait else 0
+    if not args.wait:
+        return 0
+    stop = {"training job": "stop-training-job --training-job-name",
+            "tuning job": "stop-hyper-parameter-tuning-job --hyper-parameter-tuning-job-name"}[what]
+    try:
+        with stopped_by_any_signal():
+            return follow(name)
+    except KeyboardInterrupt:
+        print(f"\nkeras-pipe {command}: stopped following; the {what} {name} goes on (stop it with `aws sagemaker "
+              f"{stop} {name}`)", file=sys.stderr)
+        return 130
+    except (BotoCoreError, ClientError) as err:
+        print(f"keras-pipe {command}: following {name} failed (the {what} goes on): {err}", file=sys.stderr)
+        return 1

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from
 from keras_pipe_launch.common import hyperparameters, secrets
-from keras_pipe_launch.common.engine import Engine
+from keras_pipe_launch.common.engine import Engine, EngineError
 from keras_pipe_launch.common.objects import SourceError
 from keras_pipe_launch.common.usage import UsageError, key_values
 from keras_pipe_launch.local import run as local_run
@@ -74,11 +74,16 @@ def run(args: argparse.Namespace) -> int:
         values = hyperparameters.parse(args.hp)
         if not args.no_validate:
             hyperparameters.check(values)
+        engine = Engine.from_environment(args.engine)
+        if args.image:
+            engine.require()
         job_dir = args.job_dir or Path("local-jobs") / name
+        if args.checkpoint_dir and args.checkpoint_dir.exists() and not args.checkpoint_dir.is_dir():
+            raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} is a file: give a folder")
         folder = LocalJobFolder(job_dir, name, args.checkpoint_dir)
         resuming = folder.claim(fresh=args.fresh)
         runner = LocalRun(job_dir, channels, values, instance_count=args.instance_count, image=args.image,
-                          engine=Engine.from_environment(args.engine), name=name,
+                          engine=engine, name=name,
                           checkpoint_dir=args.checkpoint_dir, environment=key_values(args.env, "--env"),
                           reuse=True)  # (claimed: new, or an earlier run's folder to go on in)
         if resuming and args.fresh:
@@ -88,9 +93,12 @@ def run(args: argparse.Namespace) -> int:
         runner.prepare()  # (raises before anything is written when a source cannot be staged)
         folder.record(args)
         code = runner.run()
-    except (UsageError, SourceError, UserError) as err:
+    except (UsageError, SourceError, UserError, EngineError) as err:
         print(f"keras-pipe local: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (while listing or staging: once the job runs, its supervisor handles it)
+        print("\nkeras-pipe local: interrupted before the job started", file=sys.stderr)
+        return 130
     if code and folder.has_checkpoints():
         how = "stopped" if code == STOPPED_EXIT_CODE else "ended"
         runner.say(f"the job {how} with its checkpoints kept; continue it from the newest with: "
@@ -116,12 +124,14 @@ def resumed(args: argparse.Namespace) -> argparse.Namespace:
     previous = argparse.Namespace(**{**DEFAULTS, **kept, "run": args.run, "resume": None, "fresh": False})
     previous.job_dir = Path(kept["job_dir"]) if kept.get("job_dir") else args.job_dir
     previous.checkpoint_dir = Path(kept["checkpoint_dir"]) if kept.get("checkpoint_dir") else None
-    previous.hp = [f"{k}={v}" for k, v in {**key_values(kept["hp"], "--hp"), **key_values(args.hp, "--hp")}.items()]
+    hp = {**key_values(kept["hp"], "--hp"), **key_values(args.hp, "--hp")}
     env = {**key_values(kept["env"], "--env"), **key_values(args.env, "--env")}
-    hidden = [k for k, v in env.items() if v == secrets.REDACTED]
+    hidden = [f"--hp {k}" for k, v in hp.items() if secrets.REDACTED in v]
+    hidden += [f"--env {k}" for k, v in env.items() if secrets.REDACTED in v]
     if hidden:
         raise UsageError(f"--resume {args.resume}: the values of {', '.join(hidden)} were not kept (they look secret): "
-                         f"give them again, e.g. --env {hidden[0]}=...")
+                         f"give them again, e.g. {hidden[0]}=...")
+    previous.hp = [f"{k}={v}" for k, v in hp.items()]
     previous.env = [f"{k}={v}" for k, v in env.items()]
     return previous
 

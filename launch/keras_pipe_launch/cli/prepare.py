@@ -32,6 +32,12 @@ of the training image over N instances (or --local: N processes here), the same 
 
     keras-pipe prepare s3://bucket/photos/ s3://bucket/prepared/ --instance-count 8 \\
         --role arn:aws:iam::123456789012:role/SageMakerRole --image-uri ACCOUNT.dkr.ecr.REGION.amazonaws.com/IMAGE
+
+OUT is claimed first (two runs cannot share it), the instances' reports are checked against the
+plan before they are merged, and a run that fails or is stopped leaves OUT marked incomplete:
+`keras-pipe prepare --finish OUT` merges it once its job has ended, or removes what it left.
+Exit codes: 0 done, 1 the job failed (or --finish removed a run), 2 an option or input to change,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -46,28 +52,29 @@ from keras_pipe_launch.cli.arguments import duration
 from keras_pipe_launch.cli.job_options import use_region
 from keras_pipe_launch.prepare import images, processing
 from keras_pipe_launch.prepare.dataset import PrepareError, check_options, prepare
-from keras_pipe_launch.prepare.images import jpeg_quality
+from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
 
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("prepare", help="images -> sharded TFRecords, optionally uploaded to S3",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", help="a folder of class folders, a CSV of path,label, or either in S3 (s3://...)")
-    parser.add_argument("out", help="the output folder (new or empty, or see --overwrite); with --instance-count, "
-                                    "a new s3:// prefix")
+    parser.add_argument("source", nargs="?",
+                        help="a folder of class folders, a CSV of path,label, or either in S3 (s3://...)")
+    parser.add_argument("out", nargs="?", help="the output folder (new or empty, or see --overwrite); with "
+                                               "--instance-count, a new s3:// prefix")
     parser.add_argument("--validation-fraction", type=float, default=0.1)
-    parser.add_argument("--shard-mb", type=float, default=100, help="target shard size")
+    parser.add_argument("--shard-mb", type=megabytes, default=100, help="target shard size")
     parser.add_argument("--seed", type=int, default=0, help="for the shuffle and the split")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=whole_number, default=None,
                         help="images checked in parallel (default: the CPUs; 4x that for an S3 source)")
-    parser.add_argument("--max-side", type=int, default=None, metavar="PIXELS",
+    parser.add_argument("--max-side", type=whole_number, default=None, metavar="PIXELS",
                         help="store images whose longer side is larger shrunk to it (aspect kept), as JPEG; "
                              "default: the original bytes")
     parser.add_argument("--jpeg-quality", type=jpeg_quality, default=images.DEFAULT_QUALITY, metavar="1-100",
                         help=f"of the images --max-side shrinks (default {images.DEFAULT_QUALITY})")
     parser.add_argument("--strict", action="store_true", help="fail if any image is unusable")
-    parser.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
+    parser.add_argument("--max-image-pixels", type=whole_number, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
                         help="larger images (width x height, from their header) are rejected before decoding, as "
                              f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
     parser.add_argument("--upload", metavar="S3_PREFIX", default=None, help="then upload OUT to s3://bucket/prefix/")
@@ -80,11 +87,20 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from keras_pipe_launch.common.engine import EngineError
     from keras_pipe_launch.common.objects import SourceError
+    from keras_pipe_launch.prepare.run_state import RunStateError
     from keras_pipe_launch.sagemaker.request import RequestError
 
     try:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if args.finish:
+            if args.source or args.out:
+                raise PrepareError("--finish OUT takes no SOURCE or other OUT")
+            use_region(args)
+            return processing.finish_later(args.finish)
+        if not (args.source and args.out):
+            raise PrepareError("give SOURCE and OUT (or --finish OUT)")
         if args.instance_count is not None:
             if args.overwrite:
                 raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
@@ -104,7 +120,13 @@ def run(args: argparse.Namespace) -> int:
             from keras_pipe_launch.prepare.upload import upload
 
             upload(Path(args.out), args.upload)
-    except (PrepareError, SourceError, RequestError) as err:
+    except processing.Interrupted as err:
+        print(f"keras-pipe prepare: {err}", file=sys.stderr)
+        return processing.INTERRUPTED
+    except KeyboardInterrupt:
+        print("\nkeras-pipe prepare: interrupted", file=sys.stderr)
+        return processing.INTERRUPTED
+    except (PrepareError, SourceError, RequestError, EngineError, RunStateError) as err:
         print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
         return 2
     except (BotoCoreError, ClientError) as err:
@@ -118,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
 def add_at_scale_arguments(parser) -> None:
     group = parser.add_argument_group(
         "at scale: a SageMaker Processing job (SOURCE an s3:// prefix of class folders, OUT a new s3:// prefix)")
-    group.add_argument("--instance-count", type=int, default=None, metavar="N",
+    group.add_argument("--instance-count", type=whole_number, default=None, metavar="N",
                        help="prepare on N instances, each its ShardedByS3Key share of the source objects")
     group.add_argument("--instance-type", default="ml.c5.4xlarge")
     group.add_argument("--role", help="the job's IAM role ARN (reads SOURCE, writes OUT)")
@@ -136,6 +158,9 @@ def add_at_scale_arguments(parser) -> None:
                        help="with --local: where the instances' /opt/ml go (default ./local-jobs/<job name>)")
     group.add_argument("--image", default=None,
                        help="with --local: run each instance in this image (the engine: $LAUNCH_ENGINE or docker)")
+    group.add_argument("--finish", metavar="OUT", default=None,
+                       help="merge a run into OUT whose job ended after this command stopped following it, or remove "
+                            "what a failed or interrupted run left there (it says which)")
 
 
 def run_at_scale(args) -> int:
@@ -176,20 +201,24 @@ def check_at_scale(args) -> None:
     if args.upload:
         raise PrepareError("--upload is for a one-machine prepare: with --instance-count, OUT is already in S3")
     check_options(args.validation_fraction, args.max_side)
-    if args.instance_count < 1:
-        raise RequestError("--instance-count must be >= 1")
+    if args.instance_count > processing.PROCESSING_LIMITS["instance_count"]:
+        raise RequestError(f"--instance-count must be 1 to {processing.PROCESSING_LIMITS['instance_count']} (a "
+                           "Processing job's limit)")
 
 
 def processing_request(args, name: str, arguments: list[str]) -> dict:
     """The CreateProcessingJob request, once its image, role and resources are checked."""
+    from keras_pipe_launch.sagemaker import api_limits
     from keras_pipe_launch.sagemaker.request import RequestError, check_image_and_role
 
     if not (args.role and args.image_uri):
         raise RequestError("a Processing job needs --role and --image-uri (or --local to run it here)")
     check_image_and_role(args.image_uri, args.role)
-    processing.check_processing_resources(args.instance_type, args.volume_size, args.max_run)
+    processing.check_processing_resources(args.instance_type, args.instance_count, args.volume_size, args.max_run)
     source = args.source if args.source.endswith("/") else args.source + "/"
-    return processing.processing_job_request(name, source, args.out, image_uri=args.image_uri, role=args.role,
+    request = processing.processing_job_request(name, source, args.out, image_uri=args.image_uri, role=args.role,
                                              instance_count=args.instance_count, instance_type=args.instance_type,
                                              volume_size_gb=args.volume_size, max_run_s=args.max_run,
                                              arguments=arguments)
+    api_limits.check(request, "CreateProcessingJob")
+    return request

@@ -81,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
     except (UsageError, RequestError, UserError) as err:
         print(f"keras-pipe tune: error: {err}", file=sys.stderr)
         return 2
-    return dry_run_or_send("tune", "tuning job", args, warnings, request,
-                           request["TrainingJobDefinition"].get("Environment"), lambda: _tune_with_sdk(spec, name),
+    return dry_run_or_send("tune", "tuning job", args, warnings, request, lambda: _tune_with_sdk(spec, name),
                            follow_tuning_job)
 
 

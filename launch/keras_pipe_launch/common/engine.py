@@ -7,6 +7,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
+
+
+class EngineError(ValueError):
+    """The container engine cannot be run: the message says which command and how to name another."""
+
 
 # On SageMaker a job gets its execution role's credentials, never its launcher's, and in a
 # container here it gets none: a local process would inherit this shell's. These are taken out,
@@ -42,3 +48,11 @@ class Engine:
     def from_environment(cls, command: str | None = None) -> Engine:
         return cls(tuple(shlex.split(command or os.environ.get("LAUNCH_ENGINE") or "docker")),
                    tuple(shlex.split(os.environ.get("LAUNCH_ENGINE_ARGS", ""))))
+
+    def require(self) -> Engine:
+        """This engine, once its command is found (before any folder is made for the job)."""
+        if not self.command or shutil.which(self.command[0]) is None:
+            shown = shlex.join(self.command) or "''"
+            raise EngineError(f"no container engine {shown!r} on this machine's PATH: install it, or name another "
+                              "with LAUNCH_ENGINE (e.g. LAUNCH_ENGINE=podman)")
+        return self

@@ -61,8 +61,10 @@ class LocalStore:
 
     def list(self) -> list[StoredObject]:
         """Every file under the root, as the objects of an S3 prefix: hidden ones left out,
-        symbolic links to files followed (their content is the object's). What cannot stand for
-        an object is an error rather than left out: a dangling link, a link to a folder, a FIFO."""
+        symbolic links to files inside the root followed (their content is the object's). What
+        cannot stand for an object is an error rather than left out: a dangling link, a link to a
+        folder or out of the root (as prepare refuses it: a channel's folder names what it holds),
+        a FIFO."""
         if self.root.is_file():
             return [StoredObject(self.root.name, self.root.stat().st_size, str(self.root), self)]
         if not self.root.is_dir():
@@ -91,6 +93,9 @@ class LocalStore:
             raise SourceError(f"cannot read {path}: {err.strerror}") from err
         if not stat.S_ISREG(info.st_mode):
             raise SourceError(f"{path} is not a regular file (a FIFO, socket or device cannot be a channel's object)")
+        if path.is_symlink() and not path.resolve().is_relative_to(self.root.resolve()):
+            raise SourceError(f"{path} is a symbolic link to {path.resolve()}, outside {self.root}: copy the file in, "
+                              "or give its folder as the source")
         return StoredObject(path.relative_to(self.root).as_posix(), info.st_size, str(path), self)
 
     @staticmethod

@@ -43,6 +43,7 @@ class Supervisor:
     def __init__(self, console: Console):
         self.console = console
         self.stopping = False
+        self.interrupted = False  # stopped by the user (Ctrl-C, SIGTERM, a closed terminal), not by a failure
         self._jobs: dict[str, subprocess.Popen] = {}
         self._kill_timer: threading.Timer | None = None
 
@@ -88,6 +89,7 @@ class Supervisor:
                 self._kill_timer.cancel()
 
     def _on_signal(self, signum, frame) -> None:
+        self.interrupted = True
         if self.stopping:
             self.console.say("second interrupt: killing the job")
             self.signal_all(signal.SIGKILL)
@@ -95,6 +97,7 @@ class Supervisor:
         self.stop(f"stopping: SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s; interrupt again to kill now)")
 
     def _on_hangup(self, signum, frame) -> None:
+        self.interrupted = True
         if not self.stopping:
             self.stop(f"the terminal closed (SIGHUP): SIGTERM sent to the job (SIGKILL in {STOP_GRACE_S} s)")
 
@@ -112,6 +115,22 @@ class Supervisor:
             if job.poll() is None:
                 with contextlib.suppress(ProcessLookupError):  # (it ended meanwhile)
                     job.send_signal(signum)
+
+
+@contextlib.contextmanager
+def stopped_by_any_signal() -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP (a closed terminal) interrupt as Ctrl-C does: the
+    KeyboardInterrupt handler that says what goes on and what to do next runs for all three,
+    instead of the process ending silently."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def shell_code(returncode: int) -> int:

@@ -1,8 +1,11 @@
 """Keeping secret values out of what the launcher prints.
 
-Environment variables are how a job gets tokens and passwords, and `launch` prints what it runs
-(`submit --dry-run`, `local`'s command lines). Values of names that look secret are replaced by
-a marker there; what is sent or run is unchanged. SageMaker itself keeps a job's Environment
+Environment variables (and, less wisely, hyperparameters) are how a job gets tokens and passwords,
+and `launch` prints what it runs (`submit --dry-run`, `local`'s command lines). Values that look
+secret, by their name (GITHUB_TOKEN, sneaky_token, GH_PAT) or by their shape (a URL with a password,
+a token with a known prefix), are replaced by a marker there; what is sent or run is unchanged.
+(A container engine is given `-e NAME` with the value in its environment, never on its command
+line, which any local user can read through `ps`.) SageMaker itself keeps a job's Environment
 (and HyperParameters) in plain text: DescribeTrainingJob shows them to anyone who may describe
 the job, which is why `submit` warns when one looks secret.
 """
@@ -15,17 +18,44 @@ REDACTED = "REDACTED"  # shell-safe: shlex leaves it unquoted in printed command
 # AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, DB_PASSWORD, WANDB_API_KEY, HF_TOKEN, MY_PRIVATE_KEY, ...
 _SECRET_NAME = re.compile(
     r"SECRET|TOKEN|PASS(WORD|WD|PHRASE)?($|_)|PWD$|CREDENTIAL|PRIVATE|(^|_)AUTH|COOKIE|SESSION|"
-    r"SIGNATURE|(^|_)(API_?|ACCESS_?)?KEY($|_)|DSN$|CONNECTION_STRING",
+    r"SIGNATURE|(^|_)(API_?|ACCESS_?)?KEY($|_)|DSN$|CONNECTION_STRING|(^|_)PAT($|_)",
     re.IGNORECASE,
 )
+# tokens whose prefix says what they are: GitHub, GitLab, Slack, OpenAI and Stripe, Hugging Face,
+# AWS access key ids, Google API keys, JSON Web Tokens, PEM private keys
+_SECRET_VALUE = re.compile(
+    r"^\s*(gh[pousr]_|github_pat_|glpat-|xox[abpors]-|sk-|sk_live_|rk_live_|hf_|AKIA[0-9A-Z]{12}|ASIA[0-9A-Z]{12}|"
+    r"AIza[\w-]{20}|eyJ[\w-]+\.eyJ|-----BEGIN [A-Z ]*PRIVATE KEY)"
+)
+# scheme://user:PASSWORD@host (postgres://, mysql://, https://, redis:// ...): the password alone
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+(?=@)", re.IGNORECASE)
 
 
-def looks_secret(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+def looks_secret(name: str, value: str = "") -> bool:
+    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.match(value) or _URL_PASSWORD.search(value))
+
+
+def shown_value(name: str, value: str) -> str:
+    """The value as it may be printed: a URL's password replaced by the marker, a secret-looking
+    name's or a token's value replaced whole."""
+    if _SECRET_NAME.search(name) or _SECRET_VALUE.match(value):
+        return REDACTED
+    return _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED, value)
 
 
 def redacted(values: dict[str, str]) -> dict[str, str]:
-    return {name: REDACTED if looks_secret(name) else value for name, value in values.items()}
+    return {name: shown_value(name, str(value)) for name, value in values.items()}
+
+
+def redacted_request(request: dict) -> dict:
+    """A SageMaker request as --dry-run prints it: the values of its Environment, HyperParameters
+    and StaticHyperParameters maps redacted, wherever they sit in it."""
+    if isinstance(request, list):
+        return [redacted_request(item) for item in request]
+    if not isinstance(request, dict):
+        return request
+    return {key: redacted(value) if key in ("Environment", "HyperParameters", "StaticHyperParameters")
+            and isinstance(value, dict) else redacted_request(value) for key, value in request.items()}
 
 
 def redacted_command(command: list[str]) -> list[str]:
@@ -46,5 +76,5 @@ def redacted_command(command: list[str]) -> list[str]:
 
 
 def _redact_assignment(text: str) -> str:
-    name, sep, _ = text.partition("=")
-    return f"{name}={REDACTED}" if sep and looks_secret(name) else text
+    name, sep, value = text.partition("=")
+    return f"{name}={shown_value(name, value)}" if sep else text

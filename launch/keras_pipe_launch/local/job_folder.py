@@ -60,8 +60,8 @@ class LocalJobFolder:
         kept = {key: value for key, value in vars(args).items() if key not in ("run", "resume", "fresh")}
         kept["job_dir"] = str(args.job_dir) if args.job_dir else None
         kept["checkpoint_dir"] = str(args.checkpoint_dir) if args.checkpoint_dir else None
-        kept["env"] = [f"{k}={secrets.REDACTED if secrets.looks_secret(k) else v}"
-                       for k, v in key_values(args.env, "--env").items()]
+        kept["env"] = [f"{k}={v}" for k, v in secrets.redacted(key_values(args.env, "--env")).items()]
+        kept["hp"] = [f"{k}={v}" for k, v in secrets.redacted(key_values(args.hp, "--hp")).items()]
         kept["name"] = self.name
         (self.job_dir / JOB_FILE).write_text(json.dumps({"name": self.name, "arguments": kept}, indent=2) + "\n")
 

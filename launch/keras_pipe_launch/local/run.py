@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from keras_pipe_launch.common import secrets
+from keras_pipe_launch.common import secrets, untrusted
 from keras_pipe_launch.common.channels import ChannelSpec
 from keras_pipe_launch.common.engine import Engine, host_environment
 from keras_pipe_launch.common.objects import StoredObject
@@ -108,9 +108,9 @@ class LocalRun:
                    "--hostname", host]
         if len(self.hosts) > 1:  # the hosts reach each other's ports on this machine
             command += ["--network", "host"]
-        for key, value in env.items():
-            command += ["-e", f"{key}={value}"]
-        return [*command, *self.engine.run_args, self.image, "train"], dict(os.environ)
+        for key in env:  # (the values reach the engine through its environment: not in `ps`)
+            command += ["-e", key]
+        return [*command, *self.engine.run_args, self.image, "train"], {**os.environ, **env}
 
     # --- Pipe channels ---------------------------------------------------------------------------
 
@@ -159,8 +159,9 @@ class LocalRun:
                 result = result or code
             elif code:
                 self.say(f"{host} failed with exit code {code}")
-                if failure.exists():
-                    self.say(f"{host} failure file {failure}:\n{failure.read_text().strip()}")
+                reason = untrusted.read_text(failure)  # (the job's code may have left anything there)
+                if reason is not None:
+                    self.say(f"{host} failure file {failure}:\n{reason.strip()}")
                 result = result or code
             else:
                 model = self.host_dir(host) / "model"

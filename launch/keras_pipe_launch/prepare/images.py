@@ -13,6 +13,7 @@ originals too: EXIF orientation is not applied (a re-encoded JPEG carries no EXI
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 DEFAULT_QUALITY = 90  # libjpeg's scale; 90 keeps JPEG artefacts well below what augmentation changes
@@ -64,6 +65,25 @@ def shrunk(encoded, max_side: int, quality: int) -> bytes:
     image = tf.image.resize(image, size, method="bilinear", antialias=True)
     image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
     return tf.io.encode_jpeg(image, quality=quality, optimize_size=True).numpy()
+
+
+def whole_number(text: str) -> int:
+    """An option that counts something (pixels, workers): refused where the command starts, not
+    inside an instance after the plan is written."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return int(text)
+
+
+def megabytes(text: str) -> float:
+    """--shard-mb: a finite size of more than zero (nan or -1 once wrote one shard per image)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a size in MB, more than 0 (e.g. 100 or 0.5)")
+    return value
 
 
 def jpeg_quality(text: str) -> int:

@@ -6,9 +6,11 @@ SageMaker gives the instance (under /opt/ml, or $SAGEMAKER_BASE_DIR):
     processing/input/source/...         its ShardedByS3Key share of the source objects, at their keys
     processing/input/plan/plan.json.gz  the plan all instances share (classes, label and part per key)
 and uploads processing/output/ to the output prefix when the job ends. Shards are named after the
-host (part-algo-2-00000.tfrecord), so instances never write the same name; each instance writes
-reports/algo-N.json.gz, which the launcher merges. A failure is written to output/message, which
-SageMaker shows as the job's ExitMessage, and the instance exits 1 (failing the job).
+run and the host (part-RUN-algo-2-00000.tfrecord), so instances never write the same name; each
+instance writes reports/RUN-algo-N.json.gz, which the launcher merges. An instance keeps only
+its share of the plan in memory (a plan of 10 million images would take ~4 GB whole). A failure is
+written to output/message, which SageMaker shows as the job's ExitMessage, and the instance exits 1
+(failing the job).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from pathlib import Path
 
 from keras_pipe_launch.prepare import images, sources
 from keras_pipe_launch.prepare.dataset import ImageOptions, default_workers, write_examples
-from keras_pipe_launch.prepare.images import jpeg_quality
-from keras_pipe_launch.prepare.plan import PLAN_FILE, REPORTS, Plan, Report
+from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
+from keras_pipe_launch.prepare.plan import PLAN_FILE, REPORTS, Plan, Report, shard_prefix
 from keras_pipe_train.contract import is_hidden
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
@@ -43,11 +45,11 @@ class _Parser(argparse.ArgumentParser):
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The options the launcher passes (the Processing job's ContainerArguments)."""
     parser = _Parser(prog="prepare_instance")
-    parser.add_argument("--shard-mb", type=float, default=100)
-    parser.add_argument("--max-side", type=int, default=None)
+    parser.add_argument("--shard-mb", type=megabytes, default=100)
+    parser.add_argument("--max-side", type=whole_number, default=None)
     parser.add_argument("--jpeg-quality", type=jpeg_quality, default=images.DEFAULT_QUALITY)
-    parser.add_argument("--max-image-pixels", type=int, default=DEFAULT_MAX_PIXELS)
-    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--max-image-pixels", type=whole_number, default=DEFAULT_MAX_PIXELS)
+    parser.add_argument("--workers", type=whole_number, default=None)
     return parser.parse_args(argv)
 
 
@@ -70,19 +72,23 @@ def given_files(folder: Path) -> list[tuple[str, Path]]:
 
 def prepare_share(base: Path, args: argparse.Namespace) -> Report:
     host = current_host(base)
-    plan = Plan.read(base / "processing" / "input" / "plan" / PLAN_FILE)
-    order = {key: index for index, key in enumerate(plan.items)}  # the plan's shuffled order
     given = given_files(base / "processing" / "input" / "source")
+    given_keys = {key for key, _ in given}
+    plan = Plan.read(base / "processing" / "input" / "plan" / PLAN_FILE, keep=given_keys.__contains__)
+    if host not in plan.hosts:
+        raise RuntimeError(f"this instance is {host}, which is not a host of the plan ({', '.join(plan.hosts)})")
+    order = {key: index for index, key in enumerate(plan.items)}  # the plan's shuffled order
     planned = sorted((order[key], key, path) for key, path in given if key in order)
     queue = [(path, *plan.items[key]) for _, key, path in planned]
     keys = {path: key for _, key, path in planned}
     refused = {key for key, _ in plan.rejected}
     output = base / "processing" / "output"
-    written = write_examples(queue, sources.Reader(), output,
-                             ImageOptions(args.max_image_pixels, args.max_side, args.jpeg_quality),
-                             int(args.shard_mb * 1e6), args.workers or default_workers("."), f"part-{host}-")
+    options = ImageOptions(args.max_image_pixels, args.max_side, args.jpeg_quality)
+    written = write_examples(queue, sources.Reader(), output, options, int(args.shard_mb * 1e6),
+                             args.workers or default_workers("."), shard_prefix(plan.run, host))
     rejected = {path for path, _ in written.rejected}
     report = Report(
+        run=plan.run,
         host=host,
         prepared={part: [keys[path] for path, _, p in queue if p == part and path not in rejected]
                   for part in ("train", "validation")},

@@ -2,28 +2,46 @@
 Processing job over N instances of this project's image, or (--local) as N processes here, each
 with the /opt/ml a Processing instance gets.
 
-1. Here, once: the source is listed and split (prepare.plan), the plan written to OUT/plan/.
+1. Here, once: OUT claimed (prepare.run_state), the source listed and split (prepare.plan), the
+   plan written to OUT/plan/.
 2. Each instance: its ShardedByS3Key share of the source objects, checked and written to shards
-   named after it (prepare.instance); SageMaker uploads its output to OUT when the job ends.
-3. Here, at the end: the instances' reports merged and checked against the plan (every image
-   handled once), then OUT/classes.json and OUT/rejected.txt written, as the one-machine prepare
-   writes them.
+   named after the run and itself (prepare.instance); SageMaker uploads its output to OUT when
+   the job ends.
+3. Here, at the end: the instances' reports checked against the plan and merged (every image
+   handled once, nothing else in OUT), then OUT/classes.json and OUT/rejected.txt written, as the
+   one-machine prepare writes them, and the run marked complete. A run that fails or is stopped
+   is marked incomplete; `--finish OUT` merges it later or removes what it left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-from keras_pipe_launch.common import container_config
+from keras_pipe_launch.common import container_config, untrusted
 from keras_pipe_launch.common.engine import Engine, host_environment
-from keras_pipe_launch.common.objects import S3Store, SourceError, list_objects, parse_s3_uri, stage, staging_plan
-from keras_pipe_launch.common.processes import Console, Supervisor
+from keras_pipe_launch.common.objects import list_objects, stage, staging_plan
+from keras_pipe_launch.common.processes import Console, Supervisor, stopped_by_any_signal
+from keras_pipe_launch.prepare import run_state
 from keras_pipe_launch.prepare.dataset import PrepareError, check_classes, class_names_option
-from keras_pipe_launch.prepare.plan import PLAN_FILE, REPORTS, Plan, PlanError, Report, make_plan, merge
+from keras_pipe_launch.prepare.plan import (
+    PARTS,
+    PLAN_FILE,
+    REPORTS,
+    Plan,
+    PlanError,
+    Report,
+    make_plan,
+    max_report_bytes,
+    merge,
+    new_run_id,
+)
+from keras_pipe_launch.prepare.run_state import COMPLETE, INCOMPLETE, RUNNING, RunState, output_prefix
 from keras_pipe_launch.prepare.sources import Reader, shown
 from keras_pipe_launch.sagemaker.request import RequestError
 
@@ -33,16 +51,22 @@ PROCESSING = "/opt/ml/processing"
 ENTRYPOINT = ["/usr/bin/tini", "--", "python3", "-m", "keras_pipe_launch.prepare.instance"]
 
 
-def output_prefix(out: str) -> tuple[str, str]:
-    """(bucket, prefix ending in "/") of the s3:// output, which must hold nothing yet."""
-    bucket, prefix = parse_s3_uri(out)
-    return bucket, (prefix if not prefix or prefix.endswith("/") else prefix + "/")
-
-
 def check_output_is_new(client, out: str) -> None:
     bucket, prefix = output_prefix(out)
     if client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount"):
-        raise PrepareError(f"{out} already holds objects: give a new output prefix (shards of two runs would mix)")
+        raise PrepareError(f"{out} already holds objects: give a new output prefix (shards of two runs would mix)"
+                           + (f"; if an earlier run there did not end, `keras-pipe prepare --finish {out}` merges or "
+                              "removes what it left" if run_state.read(client, out) else ""))
+
+
+def check_apart(source: str, out: str) -> None:
+    """OUT under SOURCE would make the plan, the shards and the reports source objects of the next
+    listing (and of the job's own ShardedByS3Key input); SOURCE under OUT, part of the dataset."""
+    source_bucket, source_prefix = output_prefix(source)
+    out_bucket, out_prefix = output_prefix(out)
+    if source_bucket == out_bucket and (out_prefix.startswith(source_prefix) or source_prefix.startswith(out_prefix)):
+        raise PrepareError(f"{out} and {source} overlap: the output prefix must be outside the source prefix "
+                           "(and the other way round)")
 
 
 def instance_arguments(shard_mb: float, max_side: int | None, quality: int, max_pixels: int,
@@ -88,38 +112,76 @@ def write_plan(plan: Plan, client, out: str) -> None:
         client.upload_file(str(Path(folder) / PLAN_FILE), bucket, f"{prefix}plan/{PLAN_FILE}")
 
 
-def planned(source: str, out: str, validation_fraction: float, seed: int) -> tuple[Plan, list]:
-    """The plan, and the source's objects (checked to be files an instance can be given, before
-    anything is written), after checking OUT is new."""
+def source_prefix(source: str) -> str:
+    if not source.startswith("s3://") or source.lower().endswith(".csv"):
+        raise PrepareError(f"{shown(source)}: a Processing job prepares an s3:// prefix of class folders (its "
+                           "instances share the objects under it); prepare a CSV on one machine")
+    return source if source.endswith("/") else source + "/"
+
+
+def start_run(source: str, out: str, *, instance_count: int, where: str, validation_fraction: float, seed: int,
+              strict: bool) -> tuple[RunState, Plan, list]:
+    """Claims OUT (it must be new, and no other run may claim it meanwhile), lists and splits the
+    source, and writes the plan; returns the run's state, the plan and the source's objects
+    (checked to be files an instance can be given). A failure after the claim leaves OUT's state
+    incomplete, with its reason."""
+    source = source_prefix(source)
+    out = "s3://{}/{}".format(*output_prefix(out))
+    check_apart(source, out)
     reader = Reader()
     check_output_is_new(reader.s3, out)
-    plan = make_plan(source, reader, validation_fraction, seed)
-    objects = staging_plan(list_objects(plan.source))
-    return plan, objects
+    state = RunState(new_run_id(), source, out, instance_count, where, validation_fraction, strict)
+    state.claim(reader.s3)
+    with incomplete_on_failure(state, reader.s3):
+        plan = make_plan(source, reader, validation_fraction, seed, run=state.run, instance_count=instance_count)
+        objects = staging_plan(list_objects(plan.source))
+        write_plan(plan, reader.s3, out)
+    return state, plan, objects
+
+
+class Interrupted(PrepareError):
+    """The run was stopped by the user; OUT is marked incomplete."""
+
+
+@contextlib.contextmanager
+def incomplete_on_failure(state: RunState, client) -> Iterator[None]:
+    """Whatever stops the run inside (an error, Ctrl-C) is written into OUT's state first."""
+    try:
+        yield
+    except BaseException as err:
+        stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
+        reason = "interrupted" if stopped else f"{type(err).__name__}: {err}"
+        with contextlib.suppress(Exception):  # (the original error matters more than this one)
+            state.save(client, INCOMPLETE, reason)
+        raise
 
 
 # --- here, as N processes -------------------------------------------------------------------------
 
-def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, instance_count: int, arguments: list[str],
-                out_stream=None, image: str | None = None) -> int:
+INTERRUPTED = 130  # the exit code of a run stopped by Ctrl-C, SIGTERM or a closed terminal
+
+
+def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: list[str], out_stream=None,
+                image: str | None = None) -> int:
     """Each instance as a process of its own (or, with `image`, a container of it running the
     Processing job's entry point), with its /opt/ml under job_dir/algo-N and its share
     (ShardedByS3Key: the i-th of every N objects in key order, as the local training runner
-    shares them); then each one's output uploaded under OUT, as SageMaker does at the end."""
-    hosts = [f"algo-{i}" for i in range(1, instance_count + 1)]
+    shares them); then each one's output uploaded under OUT, as SageMaker does at the end.
+    Returns 0, 1 when an instance failed, or INTERRUPTED."""
+    hosts, count = plan.hosts, len(plan.hosts)
     console = Console(out_stream or sys.stdout)
     supervisor = Supervisor(console)
+    engine = Engine.from_environment() if image else None  # (found: prepare_locally required it)
     for index, host in enumerate(hosts):
         base = job_dir / host
         container_config.write(base / "config", resources=container_config.resource_config(host, hosts))
-        stage(objects[index::instance_count], base / "processing/input/source")
+        stage(objects[index::count], base / "processing/input/source")
         (base / "processing/input/plan").mkdir(parents=True)
         plan.write(base / "processing/input/plan" / PLAN_FILE)
-        console.say(f"{host}: {len(objects[index::instance_count])} source objects")
-    engine = Engine.from_environment()
+        console.say(f"{host}: {len(objects[index::count])} source objects")
     with supervisor.forwarding_signals():
         for host in hosts:
-            if image:  # (no AWS credentials, no network needed: the instance reads and writes its /opt/ml)
+            if engine:  # (no AWS credentials, no network needed: the instance reads and writes its /opt/ml)
                 # the entry point replaced as SageMaker replaces it with ContainerEntrypoint
                 command = [*engine.command, "run", "--rm", "--name", f"{job_dir.name}-{host}", "--hostname", host,
                            "-v", f"{(job_dir / host).resolve()}:/opt/ml", "--entrypoint", ENTRYPOINT[0],
@@ -129,51 +191,66 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, instance_cou
                 env = {**host_environment(), "SAGEMAKER_BASE_DIR": str(job_dir / host), "PYTHONUNBUFFERED": "1"}
                 supervisor.start(host, [sys.executable, "-m", "keras_pipe_launch.prepare.instance", *arguments], env)
         codes = supervisor.wait()
+    if supervisor.interrupted:
+        console.say("interrupted: the instances were stopped; nothing was uploaded")
+        return INTERRUPTED
     failed = {host: code for host, code in codes.items() if code}
     for host, code in failed.items():
-        message = job_dir / host / "output" / "message"
-        reason = message.read_text().strip() if message.exists() else "no message"
-        console.say(f"{host} failed with exit code {code}: {reason}")
+        reason = untrusted.read_text(job_dir / host / "output" / "message", 4096)
+        console.say(f"{host} failed with exit code {code}: {(reason or 'no message').strip()}")
     if failed:
         return 1
+    # what the instances left is checked whole before anything is uploaded (S3UploadMode EndOfJob)
+    try:
+        outputs = {host: untrusted.regular_files(job_dir / host / "processing/output") for host in hosts}
+    except untrusted.UntrustedFileError as err:
+        raise PrepareError(f"an instance left something that is not uploaded: {err}; nothing was uploaded") from None
     client = Reader().s3
     bucket, prefix = output_prefix(out)
-    for host in hosts:  # S3UploadMode EndOfJob
-        output = job_dir / host / "processing/output"
-        for path in sorted(p for p in output.rglob("*") if p.is_file()):
-            client.upload_file(str(path), bucket, prefix + path.relative_to(output).as_posix())
+    for host, paths in outputs.items():
+        for path in paths:
+            relative = path.relative_to(job_dir / host / "processing/output").as_posix()
+            client.upload_file(str(path), bucket, prefix + relative)
     return 0
 
 
 # --- at the end ----------------------------------------------------------------------------------
 
-def finish(plan: Plan, out: str, validation_fraction: float, strict: bool) -> dict:
-    """Merges the instances' reports (under OUT/reports/), writes OUT/classes.json and
-    OUT/rejected.txt, and says what was prepared."""
+def finish(plan: Plan, state: RunState) -> dict:
+    """Merges the instances' reports (under OUT/reports/) after checking each of them and what OUT
+    holds against the plan, writes OUT/classes.json and OUT/rejected.txt, marks the run complete
+    and says what was prepared. A PlanError says what does not add up."""
     client = Reader().s3
-    bucket, prefix = output_prefix(out)
-    store = S3Store(f"s3://{bucket}/{prefix}{REPORTS}/", client=client)
-    try:
-        objects = store.list()
-    except SourceError as err:
-        raise PlanError(f"no instance's report: {err} (the instances write one each when they succeed)") from None
-    reports = [Report.read(store.open(obj).read()) for obj in objects]
-    merged = merge(plan, reports)
+    bucket, prefix = output_prefix(state.out)
+    stored: dict[str, dict[str, int]] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            folder, _, name = item["Key"][len(prefix):].partition("/")
+            stored.setdefault(folder, {})[name] = item["Size"]
+    limit = max_report_bytes(plan)
+    reports = {}
+    for name, size in stored.get(REPORTS, {}).items():
+        if size > limit:
+            raise PlanError(f"report {shown(name)} is {size} bytes, more than any report of this plan: refused")
+        data = client.get_object(Bucket=bucket, Key=f"{prefix}{REPORTS}/{name}")["Body"].read(limit + 1)
+        reports[name] = Report.read(data, shown(name), limit)
+    merged = merge(plan, reports, {part: set(stored.get(part, {})) for part in PARTS})
     total = len(plan.items) + len(plan.rejected)
     if merged.rejected:
-        text = "".join(f"{shown(where)}\t{why}\n" for where, why in merged.rejected)
+        text = "".join(f"{shown(where)}\t{shown(why)}\n" for where, why in merged.rejected)
         client.put_object(Bucket=bucket, Key=f"{prefix}rejected.txt", Body=text.encode())
         print(f"prepare: REJECTED {len(merged.rejected)} of {total} files (listed in s3://{bucket}/{prefix}"
               "rejected.txt)", file=sys.stderr)
         for where, why in merged.rejected[:10]:
-            print(f"  {shown(where)}: {why}", file=sys.stderr)
+            print(f"  {shown(where)}: {shown(why)}", file=sys.stderr)
     if merged.unplanned:
-        print(f"prepare: warning: {len(merged.unplanned)} objects appeared under {plan.source} after it was listed "
-              f"and were left out (e.g. {shown(merged.unplanned[0])})", file=sys.stderr)
-    if strict and merged.rejected:
+        print(f"prepare: warning: {len(merged.unplanned)} objects appeared under {shown(plan.source)} after it was "
+              f"listed and were left out (e.g. {shown(merged.unplanned[0])})", file=sys.stderr)
+    if state.strict and merged.rejected:
         raise PrepareError(f"{len(merged.rejected)} images could not be used (--strict)")
-    check_classes(plan.classes, merged.counts["train"], merged.counts["validation"], validation_fraction)
+    check_classes(plan.classes, merged.counts["train"], merged.counts["validation"], state.validation_fraction)
     client.put_object(Bucket=bucket, Key=f"{prefix}classes.json", Body=(json.dumps(plan.classes) + "\n").encode())
+    state.save(client, COMPLETE)
     counts = {part: sum(counter.values()) for part, counter in merged.counts.items()}
     print(f"prepare: {counts['train']} train and {counts['validation']} validation examples of {len(plan.classes)} "
           f"classes in {sum(map(len, merged.shards.values()))} shards under s3://{bucket}/{prefix}; train with "
@@ -183,66 +260,166 @@ def finish(plan: Plan, out: str, validation_fraction: float, strict: bool) -> di
                        for part, names in merged.shards.items() if names}}
 
 
+def merged_or_incomplete(plan: Plan, state: RunState) -> dict:
+    """finish(), with a failure to merge written into OUT's state and said as a PrepareError."""
+    try:
+        with incomplete_on_failure(state, Reader().s3):
+            return finish(plan, state)
+    except PlanError as err:
+        raise PrepareError(f"{err}. {state.out} is marked incomplete; `keras-pipe prepare --finish {state.out}` "
+                           "removes what the run left") from None
+
+
 def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path, validation_fraction: float = 0.1,
                     seed: int = 0, strict: bool = False, arguments: list[str] = (), out_stream=None,
                     image: str | None = None) -> dict:
     """The whole distributed prepare, its instances run here (what the tests run)."""
+    if job_dir.exists() and not job_dir.is_dir():
+        raise PrepareError(f"--job-dir {job_dir} is a file: give a new folder")
     if job_dir.exists() and any(job_dir.iterdir()):
         raise PrepareError(f"{job_dir} is not empty: give a new --job-dir")
-    plan, objects = planned(source, out, validation_fraction, seed)
-    write_plan(plan, Reader().s3, out)
-    if run_locally(plan, objects, out, job_dir, instance_count, list(arguments), out_stream, image):
-        raise PrepareError("an instance failed (its reason above); nothing was merged")
-    try:
-        return finish(plan, out, validation_fraction, strict)
-    except PlanError as err:
-        raise PrepareError(str(err)) from None
+    if image:
+        Engine.from_environment().require()
+    state, plan, objects = start_run(source, out, instance_count=instance_count, where="local",
+                                     validation_fraction=validation_fraction, seed=seed, strict=strict)
+    client = Reader().s3
+    with incomplete_on_failure(state, client):
+        code = run_locally(plan, objects, state.out, job_dir, list(arguments), out_stream, image)
+        if code == INTERRUPTED:
+            raise Interrupted(f"interrupted: nothing was merged, and {state.out} is marked incomplete; "
+                              f"`keras-pipe prepare --finish {state.out}` removes what the run left")
+        if code:
+            raise PrepareError(f"an instance failed (its reason above); nothing was merged, and {state.out} is "
+                               f"marked incomplete: `keras-pipe prepare --finish {state.out}` removes what the run "
+                               "left")
+    return merged_or_incomplete(plan, state)
 
 
-def check_processing_resources(instance_type: str, volume_size_gb: int, max_run_s: int) -> None:
+PROCESSING_LIMITS = {"instance_count": 100, "volume_size_gb": 16384, "max_run_s": 777600}
+
+
+def check_processing_resources(instance_type: str, instance_count: int, volume_size_gb: int, max_run_s: int) -> None:
+    """SageMaker's limits for a Processing job (its API reference: InstanceCount 1-100,
+    VolumeSizeInGB 1-16384, MaxRuntimeInSeconds 1-777600; botocore's model has the instance types)."""
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("sagemaker")
     if instance_type not in model.shape_for("ProcessingInstanceType").enum:
         raise RequestError(f"--instance-type {instance_type!r} is not a SageMaker Processing instance type "
                            "(e.g. ml.c5.4xlarge, ml.m5.4xlarge)")
-    if not 1 <= volume_size_gb <= 16384:
+    if not 1 <= instance_count <= PROCESSING_LIMITS["instance_count"]:
+        raise RequestError(f"--instance-count must be 1 to {PROCESSING_LIMITS['instance_count']} for a Processing "
+                           "job")
+    if not 1 <= volume_size_gb <= PROCESSING_LIMITS["volume_size_gb"]:
         raise RequestError("--volume-size must be 1 to 16384 GB")
-    if not 1 <= max_run_s <= 777600:
+    if not 1 <= max_run_s <= PROCESSING_LIMITS["max_run_s"]:
         raise RequestError("--max-run must be 1 s to 9 days for a Processing job")
 
 
 def run_on_sagemaker(request: dict, source: str, out: str, *, validation_fraction: float, seed: int,
                      strict: bool) -> int:
     """Plans, creates the job through the installed SDK, follows it to its end, then merges."""
-    import boto3
-
-    from keras_pipe_launch.sagemaker.follow import watch
     from keras_pipe_launch.sagemaker.sdk import process, sdk_major_version
 
     instance_count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
-    plan, _ = planned(source, out, validation_fraction, seed)
-    write_plan(plan, Reader().s3, out)
-    print(f"keras-pipe prepare: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
-    name = process(request)
-    print(f"keras-pipe prepare: created processing job {name}", file=sys.stderr)
+    state, plan, _ = start_run(source, out, instance_count=instance_count, where="sagemaker",
+                               validation_fraction=validation_fraction, seed=seed, strict=strict)
+    client = Reader().s3
+    with incomplete_on_failure(state, client):
+        print(f"keras-pipe prepare: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
+        name = process(request)
+        state.job = name
+        state.save(client, RUNNING)
+    print(f"keras-pipe prepare: created processing job {name} (run {state.run})", file=sys.stderr)
+    job = follow(name, instance_count, state)
+    if job is None:
+        return INTERRUPTED
+    return merge_ended_job(job, plan, state)
+
+
+def follow(name: str, instance_count: int, state: RunState) -> dict | None:
+    """The job's last description once it ended, or None if the command was stopped first (Ctrl-C,
+    SIGTERM, a closed terminal): the job goes on, and --finish merges it later."""
+    import boto3
+
+    from keras_pipe_launch.sagemaker.follow import watch
+
     describe = boto3.client("sagemaker").describe_processing_job
     try:
-        job = watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
-                    lambda job: instance_count)
+        with stopped_by_any_signal():
+            return watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
+                         lambda job: instance_count)
     except KeyboardInterrupt:
         print(f"\nkeras-pipe prepare: stopped following; the job {name} goes on (stop it with `aws sagemaker "
-              f"stop-processing-job --processing-job-name {name}`). Its reports are not merged: {out} gets no "
-              "classes.json or rejected.txt, and nothing checked that every image was prepared", file=sys.stderr)
-        return 130
+              f"stop-processing-job --processing-job-name {name}`). Its reports are not merged yet: once it has "
+              f"ended, `keras-pipe prepare --finish {state.out}` merges them (or removes what a failed job left)",
+              file=sys.stderr)
+        return None
+
+
+def merge_ended_job(job: dict, plan: Plan, state: RunState) -> int:
+    name = job["ProcessingJobName"]
     if job["ProcessingJobStatus"] != "Completed":
         reason = job.get("FailureReason") or "no reason given"
         exit_message = job.get("ExitMessage")
-        print(f"keras-pipe prepare: {name} {job['ProcessingJobStatus'].lower()}: {reason}"
-              + (f"\n  the instances said: {exit_message.strip()}" if exit_message else ""), file=sys.stderr)
+        state.save(Reader().s3, INCOMPLETE, f"job {name} {job['ProcessingJobStatus'].lower()}: {reason}")
+        print(f"keras-pipe prepare: {name} {job['ProcessingJobStatus'].lower()}: {shown(reason)}"
+              + (f"\n  the instances said: {shown(exit_message.strip())}" if exit_message else "")
+              + f"\n{state.out} is marked incomplete; `keras-pipe prepare --finish {state.out}` removes what the job "
+              "left", file=sys.stderr)
         return 1
-    try:
-        finish(plan, out, validation_fraction, strict)
-    except PlanError as err:
-        raise PrepareError(str(err)) from None
+    merged_or_incomplete(plan, state)
     return 0
+
+
+# --- later: `keras-pipe prepare --finish OUT` ---------------------------------------------------------
+
+def finish_later(out: str) -> int:
+    """Merges a run whose job ended after the command stopped following it; a run that cannot be
+    merged (its job failed, an instance's report is missing or wrong) is removed from OUT instead,
+    so that OUT can be used again. Refuses while the run's job is still running."""
+    client = Reader().s3
+    bucket, prefix = output_prefix(out)
+    out = f"s3://{bucket}/{prefix}"
+    state = run_state.read(client, out)
+    if state is None:
+        raise PrepareError(f"{out} holds no prepare run ({run_state.RUN_FILE}): nothing to finish")
+    if state.state == COMPLETE:
+        print(f"keras-pipe prepare: {out} is complete already (run {state.run})", file=sys.stderr)
+        return 0
+    status = None  # the job's, on SageMaker
+    if state.where == "sagemaker" and state.job:
+        import boto3
+
+        job = boto3.client("sagemaker").describe_processing_job(ProcessingJobName=state.job)
+        status = job["ProcessingJobStatus"]
+        if status in ("InProgress", "Stopping"):
+            raise PrepareError(f"the run's job {state.job} is still {status}: --finish once it has ended (or stop it)")
+    elif state.state == RUNNING:
+        print(f"keras-pipe prepare: run {state.run} did not end by itself (killed?); finishing it", file=sys.stderr)
+    if status in (None, "Completed"):
+        try:
+            finish(read_plan(client, out), state)
+            return 0
+        except (PlanError, PrepareError) as err:  # (PrepareError: --strict, or a class without examples)
+            reason = str(err)
+    else:
+        reason = f"job {state.job} {status.lower()}: {job.get('FailureReason', 'no reason given')}"
+    left = run_state.clean_up(client, state)
+    print(f"keras-pipe prepare: run {state.run} cannot be merged ({shown(reason or 'no reason recorded')}): removed "
+          f"what it left in {out}" + (f"; {len(left)} other objects are still there (e.g. {left[0]}): remove them to "
+                                      "use it again" if left else ", which can be used again"), file=sys.stderr)
+    return 1
+
+
+def read_plan(client, out: str) -> Plan:
+    from botocore.exceptions import ClientError
+
+    bucket, prefix = output_prefix(out)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / PLAN_FILE
+        try:
+            client.download_file(bucket, f"{prefix}plan/{PLAN_FILE}", str(path))
+        except ClientError as err:  # (a missing plan: the run failed while listing)
+            raise PlanError(f"its plan cannot be read ({err})") from None
+        return Plan.read(path)

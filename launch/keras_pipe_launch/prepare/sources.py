@@ -15,6 +15,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from keras_pipe_launch.common.objects import S3Store, SourceError, parse_s3_uri
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_train.contract import is_hidden
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
@@ -24,13 +25,6 @@ Location = Path | str  # a local path, or an "s3://bucket/key" URI
 
 class ListingError(ValueError):
     """The source cannot be listed as labelled images (not a per-image problem: those are rejected)."""
-
-
-def shown(location: Location) -> str:
-    """A path or key as text that can be printed and written anywhere: file names are bytes, and one
-    that is not UTF-8 (or holds a tab or a newline) would break rejected.txt or the terminal."""
-    text = os.fsencode(location).decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def suffix(location: Location) -> str:

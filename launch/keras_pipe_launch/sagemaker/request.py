@@ -147,10 +147,11 @@ def warnings(spec: JobSpec) -> list[str]:
                 found.append(f"channel {channel.name}: with {spec.instance_count} instances and FullyReplicated, "
                              "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key "
                              "streams each host only its share")
-    secret = [name for name, _ in spec.environment if looks_secret(name)]
+    secret = [f"--env {name}" for name, value in spec.environment if looks_secret(name, value)]
+    secret += [f"--hp {name}" for name, value in spec.hyperparameters if looks_secret(name, str(value))]
     if secret:
-        found.append(f"--env {', '.join(secret)}: SageMaker keeps a job's environment in plain text, and "
-                     "DescribeTrainingJob shows it to anyone allowed to describe the job; keep secrets in AWS "
+        found.append(f"{', '.join(secret)}: SageMaker keeps a job's environment and hyperparameters in plain text, "
+                     "and DescribeTrainingJob shows them to anyone allowed to describe the job; keep secrets in AWS "
                      "Secrets Manager and let the job's role read them")
     if spec.network_isolation and dict(spec.hyperparameters).get("weights", "imagenet") == "imagenet":
         found.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "

@@ -168,11 +168,7 @@ def create_tuning_job_request(spec: TuningSpec, name: str | None = None) -> dict
 
 def check_request(request: dict) -> None:
     """Validates `request` against botocore's model of CreateHyperParameterTuningJob (types, required
-    fields, lengths, enums), as boto3 would before sending it."""
-    import botocore.session
-    from botocore.validate import ParamValidator
+    fields, lengths, patterns, enums, maximums), as SageMaker would when it is sent."""
+    from keras_pipe_launch.sagemaker import api_limits
 
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    report = ParamValidator().validate(request, model.operation_model("CreateHyperParameterTuningJob").input_shape)
-    if report.has_errors():
-        raise RequestError(f"the request does not fit SageMaker's API: {report.generate_report()}")
+    api_limits.check(request, "CreateHyperParameterTuningJob")

@@ -1,0 +1,53 @@
+"""A container engine whose "image" is hostile: `LAUNCH_ENGINE="python hostile_engine.py"` runs
+`ENGINE run ... -v DIR:/opt/ml ... IMAGE -- python3 -m MODULE ARGS` as the real engine would (the
+module as a process, with DIR as its /opt/ml), then does what the image's name says to what the
+instance leaves behind, as code in a container could:
+
+    link-file:TARGET      a symbolic link processing/output/train/stolen -> TARGET
+    link-folder:TARGET    processing/output itself replaced by a link to the folder TARGET
+    zero-message          output/message linked to /dev/zero, and exit 1
+    fifo-message          output/message a FIFO nobody writes, and exit 1
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    assert argv[0] == "run", argv
+    mount = argv[argv.index("-v") + 1]
+    base = Path(mount.rsplit(":", 1)[0])
+    separator = argv.index("--")  # (tini's): the image's name is just before it
+    image, command = argv[separator - 1], argv[separator + 1:]
+    assert command[:2] == ["python3", "-m"], command
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(base)}
+    instance = subprocess.Popen([sys.executable, *command[1:]], env=env)
+    # a stop reaches the instance, as `docker run` passes signals on to the container
+    signal.signal(signal.SIGTERM, lambda signum, frame: instance.send_signal(signum))
+    code = instance.wait()
+    act, _, target = image.partition(":")
+    output = base / "processing" / "output"
+    if act == "link-file":
+        (output / "train").mkdir(parents=True, exist_ok=True)
+        (output / "train" / "stolen").symlink_to(target)
+    elif act == "link-folder":
+        output.rename(output.with_name("output-real"))
+        output.symlink_to(target, target_is_directory=True)
+    elif act == "zero-message":
+        (base / "output").mkdir(parents=True, exist_ok=True)
+        (base / "output" / "message").unlink(missing_ok=True)
+        (base / "output" / "message").symlink_to("/dev/zero")
+        return 1
+    elif act == "fifo-message":
+        (base / "output").mkdir(parents=True, exist_ok=True)
+        (base / "output" / "message").unlink(missing_ok=True)
+        os.mkfifo(base / "output" / "message")
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

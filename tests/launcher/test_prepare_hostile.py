@@ -1,0 +1,326 @@
+"""A prepare at scale under hostile and unlucky conditions: two runs on one OUT, reports that do
+not add up or were tampered with, what a container leaves behind, interruptions, and --finish."""
+
+import collections
+import dataclasses
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from keras_pipe_launch.common import untrusted
+from keras_pipe_launch.prepare import run_state
+from keras_pipe_launch.prepare.dataset import PrepareError
+from keras_pipe_launch.prepare.plan import Plan, PlanError, Report, max_report_bytes, merge, report_name
+from keras_pipe_launch.prepare.processing import prepare_locally, start_run
+from keras_pipe_launch.prepare.run_state import RunState
+from tests.conftest import REPO
+from tests.launcher.conftest import launch_cli
+from tests.launcher.test_prepare_at_scale import upload_folder
+
+HERE = Path(__file__).parent
+
+
+def state_of(client, bucket: str, prefix: str = "prepared/") -> dict:
+    return json.loads(client.get_object(Bucket=bucket, Key=f"{prefix}prepare-run.json")["Body"].read())
+
+
+def keys_under(client, bucket: str, prefix: str) -> list[str]:
+    return [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])]
+
+
+# --- one OUT, two runs ----------------------------------------------------------------------------
+
+def test_two_runs_started_together_on_one_out_one_wins_and_the_other_refuses_before_listing(
+        photos, s3_bucket, monkeypatch):
+    root, _ = photos
+    client, bucket = s3_bucket
+    upload_folder(client, bucket, root, "photos/")
+    listings = collections.Counter()
+    from keras_pipe_launch.prepare import plan as plan_module
+
+    real_make_plan = plan_module.make_plan
+
+    def counted(*args, **kwargs):  # (counts the runs that got as far as listing SOURCE)
+        listings[threading.current_thread().name] += 1
+        return real_make_plan(*args, **kwargs)
+
+    monkeypatch.setattr("keras_pipe_launch.prepare.processing.make_plan", counted)
+    start, outcomes = threading.Barrier(2), {}
+
+    def run(name):
+        start.wait()
+        try:
+            outcomes[name] = start_run(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=2,
+                                       where="local", validation_fraction=0.2, seed=0, strict=False)
+        except (PrepareError, run_state.RunStateError) as err:
+            outcomes[name] = err
+
+    threads = [threading.Thread(target=run, args=(name,), name=name) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    won = [name for name, outcome in outcomes.items() if isinstance(outcome, tuple)]
+    assert len(won) == 1, outcomes
+    (lost,) = set(outcomes) - set(won)
+    assert "already holds objects" in str(outcomes[lost]) or "claimed by another prepare run" in str(outcomes[lost])
+    assert listings == {won[0]: 1}  # the loser never listed SOURCE
+    state, plan, _ = outcomes[won[0]]
+    assert state_of(client, bucket)["run"] == plan.run == state.run
+
+    # the window the first check cannot close: both found OUT new, then both claim it; S3's
+    # conditional write lets one through
+    new = [RunState(f"run{i}", f"s3://{bucket}/photos/", f"s3://{bucket}/other/", 2, "local", 0.1, False)
+           for i in (1, 2)]
+    new[0].claim(client)
+    with pytest.raises(run_state.RunStateError, match=r"s3://.*/other/ was claimed by another prepare run .*run1"):
+        new[1].claim(client)
+
+
+# --- reports that do not add up ------------------------------------------------------------------
+
+PLAN = Plan("r1", ["algo-1", "algo-2"], "s3://b/photos/", ["cat", "dog"],
+            {"cat/1.jpg": (0, "train"), "cat/2.jpg": (0, "validation"), "dog/3.jpg": (1, "train"),
+             "dog/4.jpg": (1, "train")}, [("notes.txt", "not an image")])
+
+
+def honest() -> dict[str, Report]:
+    return {report_name("r1", "algo-1"): Report("r1", "algo-1", {"train": ["cat/1.jpg"], "validation": ["cat/2.jpg"]},
+                                                {"train": {0: 1}, "validation": {0: 1}}, [], [],
+                                                {"train": ["part-r1-algo-1-00000.tfrecord"],
+                                                 "validation": ["part-r1-algo-1-00000.tfrecord"]}),
+            report_name("r1", "algo-2"): Report("r1", "algo-2", {"train": ["dog/3.jpg"], "validation": []},
+                                                {"train": {1: 1}}, [("dog/4.jpg", "cannot decode")], ["dog/5.jpg"],
+                                                {"train": ["part-r1-algo-2-00000.tfrecord"]})}
+
+
+STORED = {"train": {"part-r1-algo-1-00000.tfrecord", "part-r1-algo-2-00000.tfrecord"},
+          "validation": {"part-r1-algo-1-00000.tfrecord"}}
+A1, A2 = report_name("r1", "algo-1"), report_name("r1", "algo-2")
+
+
+def tampered(change) -> tuple[dict, dict]:
+    reports, stored = honest(), {part: set(names) for part, names in STORED.items()}
+    change(reports, stored)
+    return reports, stored
+
+
+def setting(report: str, **fields):
+    return lambda reports, stored: reports.__setitem__(report, dataclasses.replace(reports[report], **fields))
+
+
+TAMPERED = {
+    "invented counts": (setting(A1, counts={"train": {0: 5}, "validation": {0: 1}}),
+                        r"algo-1's train counts per label \{0: 5\} are not those of the images it lists \(\{0: 1\}\)"),
+    "a label beyond the classes": (setting(A2, counts={"train": {7: 1}}), "algo-2's train counts per label"),
+    "a validation key reported as train": (
+        setting(A1, prepared={"train": ["cat/1.jpg", "cat/2.jpg"], "validation": []},
+                counts={"train": {0: 2}}), "algo-1 reports s3://b/photos/cat/2.jpg in train; the plan has it in "
+                                           "validation"),
+    "a host beyond the job's": (lambda r, s: r.__setitem__(report_name("r1", "algo-99"),
+                                                           dataclasses.replace(r[A2], host="algo-99")),
+                                r"reports/r1-algo-99.json.gz is not the report of a host of this run"),
+    "a report of another run": (lambda r, s: r.__setitem__(report_name("r0", "algo-1"), r[A1]),
+                                "reports/r0-algo-1.json.gz is not the report of a host of this run"),
+    "a report under another host's name": (setting(A2, host="algo-1"), "says it is algo-1's of run r1"),
+    "a host's report missing": (lambda r, s: r.pop(A2), "no report from algo-2"),
+    "a key not in the plan": (setting(A2, prepared={"train": ["dog/3.jpg", "dog/9.jpg"]}),
+                              "algo-2 reports s3://b/photos/dog/9.jpg, which is not an image of the plan"),
+    "a key handled twice": (setting(A2, prepared={"train": ["dog/3.jpg", "cat/1.jpg"]}, counts={"train": {0: 1, 1: 1}}),
+                            "s3://b/photos/cat/1.jpg was handled by both algo-1 and algo-2"),
+    "a shard name with ../": (setting(A2, shards={"train": ["../../evil.tfrecord"]}),
+                              r"algo-2 reports a shard ../../evil.tfrecord: not a name its shards have"),
+    "another host's shard": (setting(A2, shards={"train": ["part-r1-algo-1-00000.tfrecord"]}),
+                             "not a name its shards have"),
+    "a shard that is not there": (lambda r, s: s["train"].discard("part-r1-algo-2-00000.tfrecord"),
+                                  "algo-2 reports train/part-r1-algo-2-00000.tfrecord, which is not in the output"),
+    "a stray object in train/": (lambda r, s: s["train"].add("part-00000.tfrecord"),
+                                 r"train/ holds 1 objects no report lists \(e.g. part-00000.tfrecord\)"),
+    "a planned image left out": (setting(A2, rejected=[]), "1 of the 4 planned images were handled by no instance "
+                                                           r"\(s3://b/photos/dog/4.jpg\)"),
+    "a planned image called unplanned": (setting(A2, unplanned=["dog/3.jpg"]), "as not in the plan; it is"),
+}
+
+
+def test_honest_reports_merge():
+    merged = merge(PLAN, *tampered(lambda r, s: None))
+    assert merged.counts == {"train": {0: 1, 1: 1}, "validation": {0: 1}}
+    assert merged.unplanned == ["s3://b/photos/dog/5.jpg"]
+    assert sorted(merged.rejected) == [("s3://b/photos/dog/4.jpg", "cannot decode"),
+                                       ("s3://b/photos/notes.txt", "not an image")]
+
+
+@pytest.mark.parametrize("case", TAMPERED)
+def test_reports_that_do_not_add_up_are_refused_naming_what(case):
+    change, message = TAMPERED[case]
+    with pytest.raises(PlanError, match=message):
+        merge(PLAN, *tampered(change))
+
+
+def report_bytes(document) -> bytes:
+    return gzip.compress(json.dumps(document).encode())
+
+
+def test_a_report_is_read_with_limits_and_its_shape_checked():
+    good = dataclasses.asdict(honest()[A1])
+    assert Report.read(report_bytes(good), "a", 1 << 20) == honest()[A1]
+    limit = max_report_bytes(PLAN)
+    bomb = gzip.compress(b"[" + b" " * (64 << 20) + b"]")  # 64 KB that expands to 64 MB
+    cases = {
+        "expands to more than": bomb,
+        "is truncated": report_bytes(good)[:-12],
+        "is not a gzip file": b"{}",
+        "is not valid JSON": gzip.compress(b'{"run": "r1",'),
+        r"unknown: \['cpu_seconds'\]": report_bytes({**good, "cpu_seconds": 3}),
+        r"missing: \['shards'\]": report_bytes({k: v for k, v in good.items() if k != "shards"}),
+        "counts.train must be a map of class label to a count": report_bytes({**good, "counts": {"train": {"x": 1}}}),
+        "prepared must be a map of 'train' and 'validation'": report_bytes({**good, "prepared": {"test": []}}),
+        "rejected must be a list of": report_bytes({**good, "rejected": [["k"]]}),
+        "run must be a string": report_bytes({**good, "run": 1}),
+    }
+    for message, data in cases.items():
+        with pytest.raises(PlanError, match=f"report a.*{message}"):
+            Report.read(data, "a", limit)
+
+
+def test_an_instance_keeps_only_its_share_of_the_plan(tmp_path):
+    PLAN.write(tmp_path / "plan.json.gz")
+    assert Plan.read(tmp_path / "plan.json.gz") == PLAN
+    share = Plan.read(tmp_path / "plan.json.gz", keep={"dog/3.jpg", "notes.txt"}.__contains__)
+    assert (share.items, share.rejected, share.run, share.hosts) == (
+        {"dog/3.jpg": (1, "train")}, [("notes.txt", "not an image")], "r1", ["algo-1", "algo-2"])
+
+
+# --- what an instance leaves behind --------------------------------------------------------------
+
+def test_untrusted_files_are_never_followed_nor_read_whole(tmp_path):
+    (tmp_path / "big").write_bytes(b"x" * 100_000)
+    assert untrusted.read_text(tmp_path / "big", 10) == "x" * 10 + "\n[... cut at 10 bytes]"
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    assert untrusted.read_text(tmp_path / "zero") == "[zero is a symbolic link: not read]"
+    os.mkfifo(tmp_path / "fifo")
+    assert untrusted.read_text(tmp_path / "fifo") == "[fifo is not a regular file: not read]"  # (without blocking)
+    assert untrusted.read_text(tmp_path / "absent") is None
+    (tmp_path / "escape").write_bytes(b"bad \x1b[2J\x07 name\nline 2")
+    assert untrusted.read_text(tmp_path / "escape") == "bad \\x1b[2J\\x07 name\nline 2"
+
+
+@pytest.mark.parametrize("act, said", [
+    ("link-file:{secret}", r"processing/output/train/stolen is a symbolic link \(to .*/\.ssh/id_rsa\): refused"),
+    ("link-folder:{home}", "processing/output is not a folder"),
+    ("zero-message", "failed with exit code 1: [message is a symbolic link: not read]"),
+    ("fifo-message", "failed with exit code 1: [message is not a regular file: not read]"),
+])
+def test_what_a_container_leaves_is_never_uploaded_through_a_link_nor_read_whole(
+        act, said, photos, tmp_path, s3_bucket, monkeypatch, capsys):
+    root, _ = photos
+    client, bucket = s3_bucket
+    upload_folder(client, bucket, root, "photos/")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("PRIVATE KEY")
+    secret = home / ".ssh" / "id_rsa"
+    monkeypatch.setenv("LAUNCH_ENGINE", f"{sys.executable} {HERE / 'hostile_engine.py'}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    with pytest.raises(PrepareError) as raised:
+        prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=2,
+                        job_dir=tmp_path / "jobs", image=act.format(secret=secret, home=home))
+    shown = f"{raised.value}\n{capsys.readouterr().out}"
+    assert said in shown or re.search(said, shown), shown
+    assert not keys_under(client, bucket, "prepared/train/") and not keys_under(client, bucket, "prepared/validation/")
+    uploaded = b"".join(client.get_object(Bucket=bucket, Key=k)["Body"].read()
+                        for k in keys_under(client, bucket, "prepared/"))
+    assert b"PRIVATE KEY" not in uploaded
+    assert state_of(client, bucket)["state"] == "incomplete"
+
+
+def test_a_missing_container_engine_is_said_before_anything_is_written(photos, tmp_path, s3_bucket):
+    client, bucket = s3_bucket
+    env = {**os.environ, "LAUNCH_ENGINE": "no-such-engine-here"}
+    out = launch_cli("prepare", f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", "--instance-count", "2",
+                     "--local", "--image", "any", "--job-dir", str(tmp_path / "jobs"), env=env)
+    assert out.returncode == 2 and "no container engine 'no-such-engine-here'" in out.stderr, out.stderr
+    assert not keys_under(client, bucket, "prepared/")
+    root, _ = photos
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "local", "--train", str(root), "--image", "any",
+                          "--hp", "num_classes=10", "--engine", "no-such-engine-here", "--job-dir", str(tmp_path / "job")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "no container engine 'no-such-engine-here'" in out.stderr, out.stderr
+    assert not (tmp_path / "job").exists()
+
+
+# --- interruptions, and --finish -----------------------------------------------------------------
+
+def test_ctrl_c_during_local_instances_is_an_interruption_and_finish_then_frees_out(photos, tmp_path, s3_bucket):
+    root, _ = photos
+    client, bucket = s3_bucket
+    upload_folder(client, bucket, root, "photos/")
+    command = [sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
+               f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--job-dir", str(tmp_path / "jobs")]
+    job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines = []
+    for line in job.stdout:  # the instances are started once both shares are staged
+        lines.append(line)
+        if line.startswith("launch | algo-2:"):
+            break
+    time.sleep(1)
+    job.send_signal(signal.SIGINT)
+    rest, _ = job.communicate(timeout=120)
+    shown = "".join(lines) + rest
+    assert job.returncode == 130, shown
+    assert "interrupted: nothing was merged" in shown and "failed with exit code" not in shown, shown
+    state = state_of(client, bucket)
+    assert (state["state"], state["reason"]) == ("incomplete", "interrupted"), state
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 1 and "which can be used again" in out.stderr, out.stderr
+    assert not keys_under(client, bucket, "prepared/")
+
+
+def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with(photos, tmp_path, s3_bucket):
+    root, _ = photos
+    client, bucket = s3_bucket
+    upload_folder(client, bucket, root, "photos/")
+    client.put_object(Bucket=bucket, Key="photos/digit1/\x1b[2Jcleared.txt", Body=b"a terminal's escape in a key")
+    result = prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=2,
+                             job_dir=tmp_path / "jobs", validation_fraction=0.2)
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 0 and "is complete already" in out.stderr, out.stderr
+    # as if the command had stopped following before the merge: --finish merges
+    state = RunState(**state_of(client, bucket))
+    state.save(client, run_state.RUNNING)
+    client.delete_object(Bucket=bucket, Key="prepared/classes.json")
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 0, out.stderr
+    assert f"prepare: {result['train']} train and {result['validation']} validation examples" in out.stderr
+    assert "\x1b" not in out.stderr and "\\x1b[2Jcleared.txt" in out.stderr  # (rejected: not an image)
+    assert state_of(client, bucket)["state"] == "complete" and keys_under(client, bucket, "prepared/classes.json")
+    # a stray shard in train/ (the channel would read it): not merged, and the run removed
+    state.save(client, run_state.RUNNING)
+    client.put_object(Bucket=bucket, Key="prepared/train/part-00000.tfrecord", Body=b"stray")
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 1, out.stderr
+    assert "train/ holds 1 objects no report lists (e.g. part-00000.tfrecord)" in out.stderr
+    assert keys_under(client, bucket, "prepared/") == ["prepared/train/part-00000.tfrecord"]
+    assert "1 other objects are still there" in out.stderr
+
+
+def test_sigterm_or_a_closed_terminal_stop_the_follower_as_ctrl_c_does():
+    script = ("import sys, time\nfrom keras_pipe_launch.common.processes import stopped_by_any_signal\n"
+              "try:\n    with stopped_by_any_signal():\n        print('following', flush=True); time.sleep(60)\n"
+              "except KeyboardInterrupt as stop:\n    print('stopped by', stop); sys.exit(130)\n")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        job = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert job.stdout.readline() == "following\n"
+        job.send_signal(sig)
+        out, _ = job.communicate(timeout=30)
+        assert (job.returncode, out) == (130, f"stopped by {sig.name}\n")
