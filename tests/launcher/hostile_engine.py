@@ -5,6 +5,7 @@ instance leaves behind, as code in a container could:
 
     link-file:TARGET      a symbolic link processing/output/train/stolen -> TARGET
     link-folder:TARGET    processing/output itself replaced by a link to the folder TARGET
+    extra-file:PATH       a file processing/output/PATH (its plan, another host's report ...)
     zero-message          output/message linked to /dev/zero, and exit 1
     fifo-message          output/message a FIFO nobody writes, and exit 1
 """
@@ -36,6 +37,9 @@ def main(argv: list[str]) -> int:
     elif act == "link-folder":
         output.rename(output.with_name("output-real"))
         output.symlink_to(target, target_is_directory=True)
+    elif act == "extra-file":
+        (output / target).parent.mkdir(parents=True, exist_ok=True)
+        (output / target).write_bytes(b"planted by the container")
     elif act == "zero-message":
         (base / "output").mkdir(parents=True, exist_ok=True)
         (base / "output" / "message").unlink(missing_ok=True)

@@ -248,20 +248,23 @@ def test_a_local_process_job_gets_none_of_the_hosts_aws_credentials(tmp_path, mo
 
 
 def test_secret_values_never_reach_the_engines_command_line_nor_what_is_printed(tmp_path, monkeypatch):
-    """--env values go to the engine as `-e NAME`, the value in its environment: a command line is
-    readable by any local user through `ps`. What LAUNCH_ENGINE_ARGS holds is printed redacted."""
+    """--env values go to the engine in a 0600 --env-file: a command line is readable by any local
+    user through `ps`, and the engine's own environment is not the job's. What LAUNCH_ENGINE_ARGS
+    holds is printed redacted."""
     make_objects(tmp_path / "src", count=1)
     monkeypatch.setenv("LAUNCH_ENGINE_ARGS", "-e HF_TOKEN=abc --env=DB_PASSWORD=pw -eGITHUB_TOKEN=gh -e LEVEL=3 "
                                              "-e DATABASE_URL=postgres://u:pw2@db:5432/x")
     printed = tmp_path / "printed.txt"
-    # the stand-in engine prints its arguments, then the values its environment holds for them
+    # the stand-in engine prints its arguments, then the env file's mode and content
     engine = tmp_path / "engine.sh"
-    engine.write_text('#!/bin/sh\necho "$@"\necho "env: $AWS_SECRET_ACCESS_KEY $STAGE $TRAINING_JOB_NAME"\n')
+    engine.write_text('#!/bin/sh\necho "$@"\nwhile [ "$1" != --env-file ]; do shift; done\n'
+                      'stat -c "mode %a" "$2"\nsed "s/^/env: /" "$2"\n')
     engine.chmod(0o755)
     with open(printed, "w") as out:
         run = LocalRun(tmp_path / "job", [ChannelSpec("train", str(tmp_path / "src"), input_mode="File")], {},
                        image="some-image", engine=Engine.from_environment(str(engine)), out=out, name="secrets",
-                       environment={"AWS_SECRET_ACCESS_KEY": "s3cr3t", "STAGE": "dev", "GH_PAT": "ghp_0123"})
+                       environment={"AWS_SECRET_ACCESS_KEY": "s3cr3t", "STAGE": "dev", "GH_PAT": "ghp_0123",
+                                    "PATH": "/only/in/the/container"})
         assert run.run() == 0
     text = printed.read_text()
     starting = next(line for line in text.splitlines() if line.startswith("launch | starting algo-1: "))
@@ -269,11 +272,15 @@ def test_secret_values_never_reach_the_engines_command_line_nor_what_is_printed(
     for secret in ("abc", "pw", "gh", "s3cr3t", "ghp_0123", "pw2"):
         assert f"={secret}" not in starting and f":{secret}@" not in starting, starting
     for shown in ("-e HF_TOKEN=REDACTED", "--env=DB_PASSWORD=REDACTED", "-eGITHUB_TOKEN=REDACTED",
-                  "-e LEVEL=3", "-e DATABASE_URL=postgres://u:REDACTED@db:5432/x",
-                  "-e AWS_SECRET_ACCESS_KEY -e", "-e STAGE -e", "-e GH_PAT -e"):
+                  "-e LEVEL=3", "-e DATABASE_URL=postgres://u:REDACTED@db:5432/x", "--env-file"):
         assert shown in starting, starting
     assert "s3cr3t" not in ran and "ghp_0123" not in ran, ran  # not on the engine's command line either
-    assert "algo-1 | env: s3cr3t dev secrets" in text  # the engine got every value, from its environment
+    # the engine got every value, in a file only this user could read (and the engine ran, whatever PATH
+    # the job gets); the file is gone once the job has ended
+    for line in ("algo-1 | mode 600", "algo-1 | env: AWS_SECRET_ACCESS_KEY=s3cr3t", "algo-1 | env: GH_PAT=ghp_0123",
+                 "algo-1 | env: PATH=/only/in/the/container", "algo-1 | env: TRAINING_JOB_NAME=secrets"):
+        assert line in text, text
+    assert not list((tmp_path / "job").glob(".*.env"))
 
 
 # --- whole runs through `keras-pipe local` --------------------------------------------

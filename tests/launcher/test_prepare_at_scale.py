@@ -137,9 +137,9 @@ def test_dry_run_prints_the_create_processing_job_request():
                 "S3Uri": "s3://photos-bucket/prepared/plan/", "LocalPath": "/opt/ml/processing/input/plan",
                 "S3DataType": "S3Prefix", "S3InputMode": "File", "S3DataDistributionType": "FullyReplicated",
                 "S3CompressionType": "None"}}],
-        "ProcessingOutputConfig": {"Outputs": [{"OutputName": "prepared", "AppManaged": False, "S3Output": {
-            "S3Uri": "s3://photos-bucket/prepared/", "LocalPath": "/opt/ml/processing/output",
-            "S3UploadMode": "EndOfJob"}}]},
+        "ProcessingOutputConfig": {"Outputs": [{"OutputName": folder, "AppManaged": False, "S3Output": {
+            "S3Uri": f"s3://photos-bucket/prepared/{folder}/", "LocalPath": f"/opt/ml/processing/output/{folder}",
+            "S3UploadMode": "EndOfJob"}} for folder in ("train", "validation", "reports")]},
         "ProcessingResources": {"ClusterConfig": {"InstanceCount": 3, "InstanceType": "ml.c5.4xlarge",
                                                   "VolumeSizeInGB": 200}},
         "StoppingCondition": {"MaxRuntimeInSeconds": 6 * 3600},
@@ -199,7 +199,7 @@ def test_on_sagemaker_the_plan_is_written_the_job_created_followed_and_an_empty_
     client.create_bucket(Bucket="photos-bucket")
     upload_folder(client, "photos-bucket", root, "photos/")
     out = launch_cli("prepare", *AT_SCALE, "--job-name", "prep-on-sagemaker", env=aws)
-    assert out.returncode == 2, out.stderr
+    assert out.returncode == 1, out.stderr
     assert "keras-pipe prepare: submitting with SageMaker SDK v3" in out.stderr
     assert "keras-pipe prepare: prep-on-sagemaker: Completed" in out.stderr
     assert "error: no report from algo-1, algo-2, algo-3" in out.stderr

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -79,10 +80,10 @@ def test_two_runs_started_together_on_one_out_one_wins_and_the_other_refuses_bef
 
     # the window the first check cannot close: both found OUT new, then both claim it; S3's
     # conditional write lets one through
-    new = [RunState(f"run{i}", f"s3://{bucket}/photos/", f"s3://{bucket}/other/", 2, "local", 0.1, False)
+    new = [RunState(f"0000000{i}", f"s3://{bucket}/photos/", f"s3://{bucket}/other/", 2, "local", 0.1, False)
            for i in (1, 2)]
     new[0].claim(client)
-    with pytest.raises(run_state.RunStateError, match=r"s3://.*/other/ was claimed by another prepare run .*run1"):
+    with pytest.raises(run_state.RunStateError, match=r"s3://.*/other/ was claimed by another prepare run .*00000001"):
         new[1].claim(client)
 
 
@@ -219,6 +220,10 @@ def test_untrusted_files_are_never_followed_nor_read_whole(tmp_path):
     ("link-folder:{home}", "processing/output is not a folder"),
     ("zero-message", "failed with exit code 1: [message is a symbolic link: not read]"),
     ("fifo-message", "failed with exit code 1: [message is not a regular file: not read]"),
+    # a regular file, but where it would land in OUT: its plan, another run's or host's shards
+    ("extra-file:plan/plan.json.gz", "left processing/output/plan/plan.json.gz, which is not one of its own shards "
+                                     "or its report: nothing was uploaded"),
+    ("extra-file:train/part-00000.tfrecord", "left processing/output/train/part-00000.tfrecord, which is not"),
 ])
 def test_what_a_container_leaves_is_never_uploaded_through_a_link_nor_read_whole(
         act, said, photos, tmp_path, s3_bucket, monkeypatch, capsys):
@@ -312,6 +317,46 @@ def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with
     assert "train/ holds 1 objects no report lists (e.g. part-00000.tfrecord)" in out.stderr
     assert keys_under(client, bucket, "prepared/") == ["prepared/train/part-00000.tfrecord"]
     assert "1 other objects are still there" in out.stderr
+
+
+def test_finish_works_only_on_the_output_its_state_names_and_never_under_a_live_run(s3_bucket):
+    client, bucket = s3_bucket
+    state = RunState("0123abcd", f"s3://{bucket}/photos/", f"s3://{bucket}/original/", 2, "local", 0.1, False)
+    state.claim(client)
+    # a state copied (or edited) to another prefix must not make --finish merge into or delete from the first
+    body = client.get_object(Bucket=bucket, Key="original/prepare-run.json")["Body"].read()
+    client.put_object(Bucket=bucket, Key="copied/prepare-run.json", Body=body)
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/copied/")
+    assert out.returncode == 2 and "cannot be this output's run state: it names another output" in out.stderr, out.stderr
+    # the command that started the run still runs here: --finish waits for it
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        state.launcher = {"host": socket.gethostname(), "pid": sleeper.pid}
+        state.save(client, run_state.RUNNING, ended=False)
+        out = launch_cli("prepare", "--finish", f"s3://{bucket}/original/")
+        assert out.returncode == 2 and f"still runs (pid {sleeper.pid})" in out.stderr, out.stderr
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # ... or ran on another machine, which this one cannot see
+    state.launcher = {"host": "another-machine", "pid": 12345}
+    state.save(client, run_state.RUNNING, ended=False)
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/original/")
+    assert out.returncode == 2 and "was started on another-machine" in out.stderr, out.stderr
+    assert keys_under(client, bucket, "original/") == ["original/prepare-run.json"]  # nothing removed
+    # once that command is gone, the run (which never wrote a plan) is removed
+    state.save(client, run_state.RUNNING)
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/original/")
+    assert out.returncode == 1 and "its plan cannot be read" in out.stderr, out.stderr
+    assert not keys_under(client, bucket, "original/")
+
+
+def test_a_run_that_fails_while_planning_leaves_out_as_it_was(s3_bucket, tmp_path):
+    client, bucket = s3_bucket
+    client.put_object(Bucket=bucket, Key="flat/not-in-a-class-folder.jpg", Body=b"x")
+    with pytest.raises(PrepareError):
+        prepare_locally(f"s3://{bucket}/flat/", f"s3://{bucket}/prepared/", instance_count=2, job_dir=tmp_path / "j")
+    assert not keys_under(client, bucket, "prepared/")  # neither claimed nor planned: free for the next try
 
 
 def test_sigterm_or_a_closed_terminal_stop_the_follower_as_ctrl_c_does():

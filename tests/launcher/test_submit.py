@@ -222,3 +222,11 @@ def test_an_aws_call_that_fails_is_said_in_a_line_not_a_traceback():
     assert out.returncode == 1, out.stderr
     assert out.stderr.splitlines()[-1] == ('keras-pipe submit: a call to AWS failed: Could not connect to the endpoint '
                                            'URL: "http://127.0.0.1:9/"'), out.stderr
+
+
+def test_a_value_past_the_apis_limits_is_refused_without_printing_it():
+    secret = "s3cr3t-" + "x" * 1100
+    out = launch(*BASIC, "--env", f"SERVICE_ACCOUNT={secret}", "--dry-run")
+    assert out.returncode == 2, out.stderr
+    assert "Environment[SERVICE_ACCOUNT] has 1107 characters; SageMaker allows at most 512" in out.stderr
+    assert "s3cr3t" not in out.stdout + out.stderr

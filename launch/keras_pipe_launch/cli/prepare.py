@@ -36,8 +36,8 @@ of the training image over N instances (or --local: N processes here), the same 
 OUT is claimed first (two runs cannot share it), the instances' reports are checked against the
 plan before they are merged, and a run that fails or is stopped leaves OUT marked incomplete:
 `keras-pipe prepare --finish OUT` merges it once its job has ended, or removes what it left.
-Exit codes: 0 done, 1 the job failed (or --finish removed a run), 2 an option or input to change,
-130 interrupted.
+Exit codes: 0 done, 1 the job or an instance failed or the reports did not add up (or --finish
+removed a run), 2 an option or input to change, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -126,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\nkeras-pipe prepare: interrupted", file=sys.stderr)
         return processing.INTERRUPTED
+    except processing.RunFailed as err:
+        print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
+        return 1
     except (PrepareError, SourceError, RequestError, EngineError, RunStateError) as err:
         print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
         return 2

@@ -4,8 +4,8 @@ Environment variables (and, less wisely, hyperparameters) are how a job gets tok
 and `launch` prints what it runs (`submit --dry-run`, `local`'s command lines). Values that look
 secret, by their name (GITHUB_TOKEN, sneaky_token, GH_PAT) or by their shape (a URL with a password,
 a token with a known prefix), are replaced by a marker there; what is sent or run is unchanged.
-(A container engine is given `-e NAME` with the value in its environment, never on its command
-line, which any local user can read through `ps`.) SageMaker itself keeps a job's Environment
+(A container engine is given the values in a 0600 --env-file, never on its command line, which any
+local user can read through `ps`: local.run.LocalRun.) SageMaker itself keeps a job's Environment
 (and HyperParameters) in plain text: DescribeTrainingJob shows them to anyone who may describe
 the job, which is why `submit` warns when one looks secret.
 """

@@ -29,7 +29,14 @@ def read_text(path: Path, max_bytes: int = MESSAGE_BYTES) -> str | None:
     """The start of a regular file's text (None if there is none), without following a link in its
     last component, nor blocking on a FIFO; anything else is said instead of its content."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(mode):  # (a device node is not even opened: opening one can act on the device)
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        return f"[{shown(path.name)} is {kind}: not read]"
+    try:  # (and checked again once open: it may have been swapped meanwhile)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         return None
     except OSError as err:  # (ELOOP: a symbolic link)
@@ -46,11 +53,18 @@ def read_text(path: Path, max_bytes: int = MESSAGE_BYTES) -> str | None:
 def regular_files(folder: Path) -> list[Path]:
     """Every file under `folder`, which must be a real folder; a symbolic link, a FIFO, a device or
     socket anywhere in it is an UntrustedFileError (none of it is followed or opened)."""
-    info = os.lstat(folder)
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        raise UntrustedFileError(f"{shown(folder)} is missing") from None
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
         raise UntrustedFileError(f"{shown(folder)} is not a folder (a symbolic link or another kind of file): refused")
+
+    def unreadable(err: OSError):
+        raise UntrustedFileError(f"cannot list {shown(err.filename)}: {err.strerror}")
+
     found = []
-    for parent, folders, files in os.walk(folder, followlinks=False):
+    for parent, folders, files in os.walk(folder, followlinks=False, onerror=unreadable):
         for name in folders + files:
             path = Path(parent) / name
             mode = os.lstat(path).st_mode

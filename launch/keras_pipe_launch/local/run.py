@@ -67,6 +67,7 @@ class LocalRun:
         self._lock = threading.Lock()
         self._objects: dict[str, list[StoredObject]] = {}
         self._laid_out = False
+        self._env_files: list[Path] = []
         self._ports = {host: _free_port() for host in self.hosts} if instance_count > 1 else {}
 
     def host_dir(self, host: str) -> Path:
@@ -92,6 +93,8 @@ class LocalRun:
             self.stop_feeding.set()
             for thread in feeders:
                 thread.join(timeout=10)
+            for path in self._env_files:  # (read by the engine when each container started)
+                path.unlink(missing_ok=True)
         return self._finish(codes)
 
     def command(self, host: str) -> tuple[list[str], dict[str, str]]:
@@ -108,9 +111,24 @@ class LocalRun:
                    "--hostname", host]
         if len(self.hosts) > 1:  # the hosts reach each other's ports on this machine
             command += ["--network", "host"]
-        for key in env:  # (the values reach the engine through its environment: not in `ps`)
-            command += ["-e", key]
-        return [*command, *self.engine.run_args, self.image, "train"], {**os.environ, **env}
+        # The values go in a file only this user can read, given as --env-file: a command line is
+        # readable by anyone on the machine (`ps`), and the engine's own environment is the
+        # engine's (a job's PATH or DOCKER_HOST there would change which engine runs, and how).
+        command += ["--env-file", str(self._env_file(host, env))]
+        return [*command, *self.engine.run_args, self.image, "train"], dict(os.environ)
+
+    def _env_file(self, host: str, env: dict[str, str]) -> Path:
+        path = self.folders.job_dir / f".{host}.env"  # (beside the host's /opt/ml, not inside the container)
+        bad = [key for key, value in env.items() if "\n" in value or "\r" in value or "=" in key]
+        if bad:
+            raise UsageError(f"--env {', '.join(bad)}: a container's environment file holds one NAME=VALUE a line: "
+                             "no line breaks in a value, no '=' in a name")
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(f"{key}={value}\n" for key, value in env.items()))
+        self._env_files.append(path)
+        return path
 
     # --- Pipe channels ---------------------------------------------------------------------------
 

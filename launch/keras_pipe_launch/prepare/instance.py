@@ -5,7 +5,8 @@ SageMaker gives the instance (under /opt/ml, or $SAGEMAKER_BASE_DIR):
     config/resourceconfig.json          this host's name (algo-N) and all hosts
     processing/input/source/...         its ShardedByS3Key share of the source objects, at their keys
     processing/input/plan/plan.json.gz  the plan all instances share (classes, label and part per key)
-and uploads processing/output/ to the output prefix when the job ends. Shards are named after the
+and uploads processing/output/{train,validation,reports}/ to those folders of the output prefix when
+the job ends. Shards are named after the
 run and the host (part-RUN-algo-2-00000.tfrecord), so instances never write the same name; each
 instance writes reports/RUN-algo-N.json.gz, which the launcher merges. An instance keeps only
 its share of the plan in memory (a plan of 10 million images would take ~4 GB whole). A failure is
@@ -24,7 +25,7 @@ from pathlib import Path
 from keras_pipe_launch.prepare import images, sources
 from keras_pipe_launch.prepare.dataset import ImageOptions, default_workers, write_examples
 from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
-from keras_pipe_launch.prepare.plan import PLAN_FILE, REPORTS, Plan, Report, shard_prefix
+from keras_pipe_launch.prepare.plan import PARTS, PLAN_FILE, REPORTS, Plan, Report, shard_prefix
 from keras_pipe_train.contract import is_hidden
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
@@ -83,6 +84,8 @@ def prepare_share(base: Path, args: argparse.Namespace) -> Report:
     keys = {path: key for _, key, path in planned}
     refused = {key for key, _ in plan.rejected}
     output = base / "processing" / "output"
+    for folder in (*PARTS, REPORTS):  # (the job's outputs: SageMaker makes them; here too, if it did not)
+        (output / folder).mkdir(parents=True, exist_ok=True)
     options = ImageOptions(args.max_image_pixels, args.max_side, args.jpeg_quality)
     written = write_examples(queue, sources.Reader(), output, options, int(args.shard_mb * 1e6),
                              args.workers or default_workers("."), shard_prefix(plan.run, host))

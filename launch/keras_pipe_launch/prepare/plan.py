@@ -102,11 +102,14 @@ class Plan:
                     key, why = json.loads(f.readline())
                     if keep is None or keep(key):
                         rejected.append((key, why))
+                plan = cls(header["run"], header["hosts"], header["source"], header["classes"], items, rejected)
+            if not all(isinstance(key, str) for key in plan.items) or not all(isinstance(h, str) for h in plan.hosts):
+                raise PlanError(f"{path} is not a plan this version of keras-pipe reads (keys or hosts not text)")
         except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
             if isinstance(err, PlanError):
                 raise
-            raise PlanError(f"cannot read the plan {path}: {err}") from None
-        return cls(header["run"], header["hosts"], header["source"], header["classes"], items, rejected)
+            raise PlanError(f"cannot read the plan {path}: {type(err).__name__}: {err}") from None
+        return plan
 
 
 def make_plan(source: str, reader: sources.Reader, validation_fraction: float, seed: int, *, run: str,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -40,6 +41,8 @@ from keras_pipe_launch.prepare.plan import (
     max_report_bytes,
     merge,
     new_run_id,
+    report_name,
+    shard_prefix,
 )
 from keras_pipe_launch.prepare.run_state import COMPLETE, INCOMPLETE, RUNNING, RunState, output_prefix
 from keras_pipe_launch.prepare.sources import Reader, shown
@@ -79,7 +82,8 @@ def instance_arguments(shard_mb: float, max_side: int | None, quality: int, max_
 def processing_job_request(name: str, source: str, out: str, *, image_uri: str, role: str, instance_count: int,
                            instance_type: str, volume_size_gb: int, max_run_s: int, arguments: list[str]) -> dict:
     """The CreateProcessingJob request: the source sharded by S3 key, the plan to every instance,
-    each instance's processing/output/ uploaded under OUT when the job ends."""
+    each instance's processing/output/{train,validation,reports}/ uploaded to the same folders of
+    OUT when the job ends."""
     bucket, prefix = output_prefix(out)
 
     def s3_input(input_name: str, uri: str, distribution: str) -> dict:
@@ -92,10 +96,12 @@ def processing_job_request(name: str, source: str, out: str, *, image_uri: str, 
         "ProcessingJobName": name,
         "ProcessingInputs": [s3_input("source", source, "ShardedByS3Key"),
                              s3_input("plan", f"s3://{bucket}/{prefix}plan/", "FullyReplicated")],
+        # one output per folder an instance may write: nothing it leaves can land on OUT's plan or
+        # run state (an output of OUT itself would upload whatever the instance put there)
         "ProcessingOutputConfig": {"Outputs": [{
-            "OutputName": "prepared", "AppManaged": False,
-            "S3Output": {"S3Uri": f"s3://{bucket}/{prefix}", "LocalPath": f"{PROCESSING}/output",
-                         "S3UploadMode": "EndOfJob"}}]},
+            "OutputName": folder, "AppManaged": False,
+            "S3Output": {"S3Uri": f"s3://{bucket}/{prefix}{folder}/", "LocalPath": f"{PROCESSING}/output/{folder}",
+                         "S3UploadMode": "EndOfJob"}} for folder in (*PARTS, REPORTS)]},
         "ProcessingResources": {"ClusterConfig": {"InstanceCount": instance_count, "InstanceType": instance_type,
                                                   "VolumeSizeInGB": volume_size_gb}},
         "StoppingCondition": {"MaxRuntimeInSeconds": max_run_s},
@@ -132,15 +138,24 @@ def start_run(source: str, out: str, *, instance_count: int, where: str, validat
     check_output_is_new(reader.s3, out)
     state = RunState(new_run_id(), source, out, instance_count, where, validation_fraction, strict)
     state.claim(reader.s3)
-    with incomplete_on_failure(state, reader.s3):
+    try:
         plan = make_plan(source, reader, validation_fraction, seed, run=state.run, instance_count=instance_count)
         objects = staging_plan(list_objects(plan.source))
         write_plan(plan, reader.s3, out)
+    except BaseException:  # (nothing but the claim and the plan written yet: OUT is left new again)
+        with contextlib.suppress(Exception):
+            run_state.clean_up(reader.s3, state)
+        raise
     return state, plan, objects
 
 
 class Interrupted(PrepareError):
     """The run was stopped by the user; OUT is marked incomplete."""
+
+
+class RunFailed(PrepareError):
+    """The run failed (an instance, the job, or the merge's checks): exit code 1, not 2, since no
+    option is to blame; the message says why and what OUT is left as."""
 
 
 @contextlib.contextmanager
@@ -204,13 +219,24 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
     try:
         outputs = {host: untrusted.regular_files(job_dir / host / "processing/output") for host in hosts}
     except untrusted.UntrustedFileError as err:
-        raise PrepareError(f"an instance left something that is not uploaded: {err}; nothing was uploaded") from None
-    client = Reader().s3
-    bucket, prefix = output_prefix(out)
+        raise RunFailed(f"an instance left something that is not uploaded: {err}; nothing was uploaded") from None
+    uploads = []
     for host, paths in outputs.items():
+        own = re.compile(rf"{REPORTS}/{re.escape(report_name(plan.run, host))}|"
+                         rf"({'|'.join(PARTS)})/{re.escape(shard_prefix(plan.run, host))}\d{{5}}\.tfrecord")
         for path in paths:
             relative = path.relative_to(job_dir / host / "processing/output").as_posix()
+            if not own.fullmatch(relative):  # (it would land anywhere in OUT: its plan, its state, another's shards)
+                raise RunFailed(f"{host} left processing/output/{shown(relative)}, which is not one of its own shards "
+                                "or its report: nothing was uploaded")
+            uploads.append((path, relative))
+    client = Reader().s3
+    bucket, prefix = output_prefix(out)
+    for path, relative in uploads:
+        try:
             client.upload_file(str(path), bucket, prefix + relative)
+        except OSError as err:
+            raise RunFailed(f"cannot upload {shown(path)}: {err}") from None
     return 0
 
 
@@ -228,8 +254,13 @@ def finish(plan: Plan, state: RunState) -> dict:
             folder, _, name = item["Key"][len(prefix):].partition("/")
             stored.setdefault(folder, {})[name] = item["Size"]
     limit = max_report_bytes(plan)
+    expected = {report_name(plan.run, host) for host in plan.hosts}
     reports = {}
     for name, size in stored.get(REPORTS, {}).items():
+        if name not in expected:  # (said before any report is read: there may be any number of these)
+            raise PlanError(f"{REPORTS}/{shown(name)} is not the report of a host of this run ({plan.run}, hosts "
+                            f"{plan.hosts[0]} to {plan.hosts[-1]}): a report of another run, or one not made by an "
+                            "instance, is never merged")
         if size > limit:
             raise PlanError(f"report {shown(name)} is {size} bytes, more than any report of this plan: refused")
         data = client.get_object(Bucket=bucket, Key=f"{prefix}{REPORTS}/{name}")["Body"].read(limit + 1)
@@ -266,8 +297,8 @@ def merged_or_incomplete(plan: Plan, state: RunState) -> dict:
         with incomplete_on_failure(state, Reader().s3):
             return finish(plan, state)
     except PlanError as err:
-        raise PrepareError(f"{err}. {state.out} is marked incomplete; `keras-pipe prepare --finish {state.out}` "
-                           "removes what the run left") from None
+        raise RunFailed(f"{err}. {state.out} is marked incomplete; `keras-pipe prepare --finish {state.out}` "
+                        "removes what the run left") from None
 
 
 def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path, validation_fraction: float = 0.1,
@@ -289,9 +320,9 @@ def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path
             raise Interrupted(f"interrupted: nothing was merged, and {state.out} is marked incomplete; "
                               f"`keras-pipe prepare --finish {state.out}` removes what the run left")
         if code:
-            raise PrepareError(f"an instance failed (its reason above); nothing was merged, and {state.out} is "
-                               f"marked incomplete: `keras-pipe prepare --finish {state.out}` removes what the run "
-                               "left")
+            raise RunFailed(f"an instance failed (its reason above); nothing was merged, and {state.out} is "
+                            f"marked incomplete: `keras-pipe prepare --finish {state.out}` removes what the run "
+                            "left")
     return merged_or_incomplete(plan, state)
 
 
@@ -326,10 +357,12 @@ def run_on_sagemaker(request: dict, source: str, out: str, *, validation_fractio
                                validation_fraction=validation_fraction, seed=seed, strict=strict)
     client = Reader().s3
     with incomplete_on_failure(state, client):
+        # recorded before it is created: a command stopped while creating it still names the job
+        # --finish must ask SageMaker about (a job that was never created: a run to remove)
+        state.job = request["ProcessingJobName"]
+        state.save(client, RUNNING, ended=False)
         print(f"keras-pipe prepare: submitting with SageMaker SDK v{sdk_major_version()}", file=sys.stderr)
         name = process(request)
-        state.job = name
-        state.save(client, RUNNING)
     print(f"keras-pipe prepare: created processing job {name} (run {state.run})", file=sys.stderr)
     job = follow(name, instance_count, state)
     if job is None:
@@ -350,6 +383,8 @@ def follow(name: str, instance_count: int, state: RunState) -> dict | None:
             return watch("keras-pipe prepare", name, lambda: describe(ProcessingJobName=name), "ProcessingJob",
                          lambda job: instance_count)
     except KeyboardInterrupt:
+        with contextlib.suppress(Exception):  # (the job goes on: the run is not over, but this command is)
+            state.save(Reader().s3, RUNNING)
         print(f"\nkeras-pipe prepare: stopped following; the job {name} goes on (stop it with `aws sagemaker "
               f"stop-processing-job --processing-job-name {name}`). Its reports are not merged yet: once it has "
               f"ended, `keras-pipe prepare --finish {state.out}` merges them (or removes what a failed job left)",
@@ -387,29 +422,49 @@ def finish_later(out: str) -> int:
     if state.state == COMPLETE:
         print(f"keras-pipe prepare: {out} is complete already (run {state.run})", file=sys.stderr)
         return 0
+    alive = state.launcher_alive()
+    if alive:
+        raise PrepareError(f"the command that started run {state.run} still runs (pid {state.launcher['pid']}): let "
+                           "it end, or stop it, before --finish")
     status = None  # the job's, on SageMaker
     if state.where == "sagemaker" and state.job:
-        import boto3
-
-        job = boto3.client("sagemaker").describe_processing_job(ProcessingJobName=state.job)
-        status = job["ProcessingJobStatus"]
+        status = processing_job_status(state.job)
         if status in ("InProgress", "Stopping"):
             raise PrepareError(f"the run's job {state.job} is still {status}: --finish once it has ended (or stop it)")
+    elif state.state == RUNNING and alive is None:
+        raise PrepareError(f"run {state.run} was started on {shown(str(state.launcher.get('host')))} and has not "
+                           "ended by its state: run --finish there (this machine cannot tell whether it still runs)")
     elif state.state == RUNNING:
         print(f"keras-pipe prepare: run {state.run} did not end by itself (killed?); finishing it", file=sys.stderr)
     if status in (None, "Completed"):
         try:
-            finish(read_plan(client, out), state)
+            plan = read_plan(client, out)
+            if plan.run != state.run:
+                raise PlanError(f"the plan in {out}plan/ is run {plan.run}'s, not {state.run}'s")
+            finish(plan, state)
             return 0
         except (PlanError, PrepareError) as err:  # (PrepareError: --strict, or a class without examples)
             reason = str(err)
     else:
-        reason = f"job {state.job} {status.lower()}: {job.get('FailureReason', 'no reason given')}"
+        reason = f"job {state.job} {status.lower()}"
     left = run_state.clean_up(client, state)
     print(f"keras-pipe prepare: run {state.run} cannot be merged ({shown(reason or 'no reason recorded')}): removed "
           f"what it left in {out}" + (f"; {len(left)} other objects are still there (e.g. {left[0]}): remove them to "
                                       "use it again" if left else ", which can be used again"), file=sys.stderr)
     return 1
+
+
+def processing_job_status(name: str) -> str:
+    """The job's status, or "never created" where SageMaker does not know it."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        return boto3.client("sagemaker").describe_processing_job(ProcessingJobName=name)["ProcessingJobStatus"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") == "ValidationException" and "not find" in str(err).lower():
+            return "never created"
+        raise
 
 
 def read_plan(client, out: str) -> Plan:

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import socket
 import time
 
 from keras_pipe_launch.common.objects import parse_s3_uri
 from keras_pipe_launch.prepare.plan import PARTS, REPORTS
 from keras_pipe_launch.prepare.sources import shown
+from keras_pipe_train.contract import JOB_NAME
 
 RUN_FILE = "prepare-run.json"
 RUNNING, COMPLETE, INCOMPLETE = "running", "complete", "incomplete"
@@ -43,9 +47,25 @@ class RunState:
     validation_fraction: float
     strict: bool
     state: str = RUNNING
-    job: str | None = None  # the Processing job's name, on SageMaker
+    job: str | None = None  # the Processing job's name, on SageMaker (recorded before it is created)
     reason: str | None = None  # why the run is incomplete
     started: str = dataclasses.field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    # the command that runs it: --finish refuses while that process lives (it may still merge or upload)
+    launcher: dict = dataclasses.field(default_factory=lambda: {"host": socket.gethostname(), "pid": os.getpid()})
+
+    def launcher_alive(self) -> bool | None:
+        """Whether the command that started the run still runs: True, False, or None when it ran on
+        another machine (which this one cannot tell)."""
+        pid = int(self.launcher.get("pid") or 0)
+        if pid <= 0 or pid == os.getpid():  # (none: the command was done with the run; or this very process)
+            return False
+        if self.launcher.get("host") != socket.gethostname():
+            return None
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):  # (gone; or another user's process has the pid now)
+            return False
+        return True
 
     def body(self) -> bytes:
         return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
@@ -67,8 +87,11 @@ class RunState:
                                 f"({other.run if other else 'unknown'}, started {other.started if other else '?'}): "
                                 "give a new output prefix") from None
 
-    def save(self, client, state: str, reason: str | None = None) -> None:
+    def save(self, client, state: str, reason: str | None = None, *, ended: bool = True) -> None:
+        """Writes the run's state; `ended`: the command is done with it (no pid for --finish to wait for)."""
         self.state, self.reason = state, reason
+        if ended:
+            self.launcher = {**self.launcher, "pid": None}
         bucket, prefix = output_prefix(self.out)
         client.put_object(Bucket=bucket, Key=prefix + RUN_FILE, Body=self.body(), ContentType="application/json")
 
@@ -85,10 +108,25 @@ def read(client, out: str) -> RunState | None:
             return None
         raise
     try:
-        document = json.loads(body)
-        return RunState(**document)
+        state = RunState(**json.loads(body))
     except (ValueError, TypeError) as err:
         raise RunStateError(f"{out}{RUN_FILE} is not a prepare run's state ({err})") from None
+    # it is data in S3, not the launcher's memory: a copied or edited file must not make --finish
+    # merge into, or delete from, another prefix than the one given
+    problems = []
+    if state.out != f"s3://{bucket}/{prefix}":
+        problems.append(f"it names another output ({shown(str(state.out))})")
+    if not (isinstance(state.run, str) and re.fullmatch(r"[0-9a-f]{8}", state.run)):
+        problems.append("its run id is not one")
+    if state.where not in ("sagemaker", "local") or state.state not in (RUNNING, COMPLETE, INCOMPLETE):
+        problems.append("its where or state is unknown")
+    if state.job is not None and not (isinstance(state.job, str) and JOB_NAME.fullmatch(state.job)):
+        problems.append("its job name is not one")
+    if not isinstance(state.launcher, dict):
+        problems.append("its launcher is not one")
+    if problems:
+        raise RunStateError(f"{out}{RUN_FILE} cannot be this output's run state: {'; '.join(problems)}")
+    return state
 
 
 def clean_up(client, state: RunState) -> list[str]:
@@ -103,6 +141,7 @@ def clean_up(client, state: RunState) -> list[str]:
             relative = item["Key"][len(prefix):]
             (doomed if relative.startswith(ours) else left).append(item["Key"])
     for first in range(0, len(doomed), 1000):
-        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in doomed[first:first + 1000]],
-                                                     "Quiet": True})
+        answer = client.delete_objects(Bucket=bucket, Delete={
+            "Objects": [{"Key": k} for k in doomed[first:first + 1000]], "Quiet": True})
+        left += [error["Key"] for error in answer.get("Errors", [])]  # (each key that failed, said, not lost)
     return [shown(f"s3://{bucket}/{key}") for key in left]

@@ -44,30 +44,35 @@ def check(request: dict, operation: str) -> None:
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
         raise LimitError(f"the request does not fit SageMaker's {operation} API: {report.generate_report()}")
-    _walk(request, shape, "")
+    _walk(request, shape, "", quiet=False)
 
 
-def _walk(value, shape, path: str) -> None:
+# the values of these maps may be secrets: an error names the entry and its length, never its value
+_QUIET = ("Environment", "HyperParameters", "StaticHyperParameters")
+
+
+def _walk(value, shape, path: str, quiet: bool) -> None:
     limits = shape.metadata
     kind = shape.type_name
     if kind == "structure" and isinstance(value, dict):
         for name, member in value.items():
             if name in shape.members:
-                _walk(member, shape.members[name], f"{path}.{name}" if path else name)
+                _walk(member, shape.members[name], f"{path}.{name}" if path else name, quiet or name in _QUIET)
         return
     if kind in ("list", "map", "string") and "max" in limits and len(value) > limits["max"]:
         what = {"list": "items", "map": "entries", "string": "characters"}[kind]
-        raise LimitError(f"{path} has {len(value)} {what} ({shown(str(value))[:80]}); SageMaker allows at most "
-                         f"{limits['max']}")
+        preview = "" if quiet or kind != "string" else f" ({shown(value)[:80]})"
+        raise LimitError(f"{path} has {len(value)} {what}{preview}; SageMaker allows at most {limits['max']}")
     if kind in ("integer", "long", "float", "double") and "max" in limits and value > limits["max"]:
         raise LimitError(f"{path} is {value}; SageMaker allows at most {limits['max']}")
     if kind == "string" and "pattern" in limits and (pattern := _pattern(limits["pattern"])):
         if not pattern.fullmatch(value):
-            raise LimitError(f"{path} {shown(value)!r} does not match SageMaker's pattern {limits['pattern']}")
+            shown_value = f"(a value of {len(value)} characters)" if quiet else repr(shown(value))
+            raise LimitError(f"{path} {shown_value} does not match SageMaker's pattern {limits['pattern']}")
     if kind == "list":
         for index, item in enumerate(value):
-            _walk(item, shape.member, f"{path}[{index}]")
+            _walk(item, shape.member, f"{path}[{index}]", quiet)
     elif kind == "map":
         for key, item in value.items():
-            _walk(key, shape.key, f"{path} key")
-            _walk(item, shape.value, f"{path}[{shown(key)}]")
+            _walk(key, shape.key, f"{path} key", False)
+            _walk(item, shape.value, f"{path}[{shown(key)}]", quiet)
