@@ -301,7 +301,7 @@ def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
     assert out.returncode == 0 and "is complete already" in out.stderr, out.stderr
     # as if the command had stopped following before the merge: --finish merges
-    state = RunState(**state_of(client, bucket))
+    state = run_state.read(client, f"s3://{bucket}/prepared/")
     state.save(client, run_state.RUNNING)
     client.delete_object(Bucket=bucket, Key="prepared/classes.json")
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
@@ -310,6 +310,7 @@ def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with
     assert "\x1b" not in out.stderr and "\\x1b[2Jcleared.txt" in out.stderr  # (rejected: not an image)
     assert state_of(client, bucket)["state"] == "complete" and keys_under(client, bucket, "prepared/classes.json")
     # a stray shard in train/ (the channel would read it): not merged, and the run removed
+    state = run_state.read(client, f"s3://{bucket}/prepared/")
     state.save(client, run_state.RUNNING)
     client.put_object(Bucket=bucket, Key="prepared/train/part-00000.tfrecord", Body=b"stray")
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
@@ -349,6 +350,22 @@ def test_finish_works_only_on_the_output_its_state_names_and_never_under_a_live_
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/original/")
     assert out.returncode == 1 and "its plan cannot be read" in out.stderr, out.stderr
     assert not keys_under(client, bucket, "original/")
+    # and the command that had it, were it still going, could not write there any more
+    with pytest.raises(run_state.RunStateError, match="run 0123abcd no longer owns .*/original/"):
+        state.save(client, run_state.COMPLETE)
+    assert not keys_under(client, bucket, "original/")
+
+
+def test_a_command_that_lost_its_out_writes_nothing_more_there(s3_bucket):
+    client, bucket = s3_bucket
+    mine = RunState("0123abcd", f"s3://{bucket}/photos/", f"s3://{bucket}/out/", 2, "local", 0.1, False)
+    mine.claim(client)
+    mine.save(client, run_state.RUNNING, ended=False)  # (its own writes follow one another)
+    other = run_state.read(client, f"s3://{bucket}/out/")  # (as --finish reads it, then writes)
+    other.save(client, run_state.INCOMPLETE, "finished by another command")
+    with pytest.raises(run_state.RunStateError, match="was changed or removed by another command"):
+        mine.save(client, run_state.COMPLETE)
+    assert run_state.read(client, f"s3://{bucket}/out/").reason == "finished by another command"
 
 
 def test_a_run_that_fails_while_planning_leaves_out_as_it_was(s3_bucket, tmp_path):

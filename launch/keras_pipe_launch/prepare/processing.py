@@ -248,6 +248,7 @@ def finish(plan: Plan, state: RunState) -> dict:
     and says what was prepared. A PlanError says what does not add up."""
     client = Reader().s3
     bucket, prefix = output_prefix(state.out)
+    state.save(client, state.state, state.reason, ended=False)  # (still OUT's owner? before anything is written)
     stored: dict[str, dict[str, int]] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):

@@ -52,6 +52,10 @@ class RunState:
     started: str = dataclasses.field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     # the command that runs it: --finish refuses while that process lives (it may still merge or upload)
     launcher: dict = dataclasses.field(default_factory=lambda: {"host": socket.gethostname(), "pid": os.getpid()})
+    # the ETag of the state as this command last wrote or read it (not stored): every later write
+    # is conditional on it, so a command that lost OUT (a --finish removed or finished the run
+    # meanwhile) cannot overwrite what another wrote since
+    etag: str | None = dataclasses.field(default=None, compare=False)
 
     def launcher_alive(self) -> bool | None:
         """Whether the command that started the run still runs: True, False, or None when it ran on
@@ -68,7 +72,8 @@ class RunState:
         return True
 
     def body(self) -> bytes:
-        return (json.dumps(dataclasses.asdict(self), indent=1) + "\n").encode()
+        document = {key: value for key, value in dataclasses.asdict(self).items() if key != "etag"}
+        return (json.dumps(document, indent=1) + "\n").encode()
 
     def claim(self, client) -> None:
         """Writes the state as OUT's first object, or refuses if another run wrote it first."""
@@ -76,8 +81,8 @@ class RunState:
 
         bucket, prefix = output_prefix(self.out)
         try:
-            client.put_object(Bucket=bucket, Key=prefix + RUN_FILE, Body=self.body(), IfNoneMatch="*",
-                              ContentType="application/json")
+            self.etag = client.put_object(Bucket=bucket, Key=prefix + RUN_FILE, Body=self.body(), IfNoneMatch="*",
+                                          ContentType="application/json")["ETag"]
         except ClientError as err:
             # 412: the object exists; 409: another conditional write of it is in flight
             if err.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
@@ -93,7 +98,20 @@ class RunState:
         if ended:
             self.launcher = {**self.launcher, "pid": None}
         bucket, prefix = output_prefix(self.out)
-        client.put_object(Bucket=bucket, Key=prefix + RUN_FILE, Body=self.body(), ContentType="application/json")
+        from botocore.exceptions import ClientError
+
+        try:
+            condition = {"IfMatch": self.etag} if self.etag else {}  # (always, once claimed or read)
+            self.etag = client.put_object(Bucket=bucket, Key=prefix + RUN_FILE, Body=self.body(), **condition,
+                                          ContentType="application/json")["ETag"]
+        except ClientError as err:
+            # 412: changed since; 404: removed (by --finish); 409: another conditional write in flight
+            if err.response.get("Error", {}).get("Code") not in (
+                    "PreconditionFailed", "NoSuchKey", "404", "ConditionalRequestConflict"):
+                raise
+            raise RunStateError(f"{self.out}{RUN_FILE} was changed or removed by another command since this one "
+                                f"wrote it (a --finish?): run {self.run} no longer owns {self.out}, and writes "
+                                "nothing more there") from None
 
 
 def read(client, out: str) -> RunState | None:
@@ -102,7 +120,8 @@ def read(client, out: str) -> RunState | None:
 
     bucket, prefix = output_prefix(out)
     try:
-        body = client.get_object(Bucket=bucket, Key=prefix + RUN_FILE)["Body"].read(1 << 20)
+        answer = client.get_object(Bucket=bucket, Key=prefix + RUN_FILE)
+        body, etag = answer["Body"].read(1 << 20), answer["ETag"]
     except ClientError as err:
         if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
             return None
@@ -126,6 +145,7 @@ def read(client, out: str) -> RunState | None:
         problems.append("its launcher is not one")
     if problems:
         raise RunStateError(f"{out}{RUN_FILE} cannot be this output's run state: {'; '.join(problems)}")
+    state.etag = etag
     return state
 
 
