@@ -55,7 +55,11 @@ def test_every_block_is_one_the_tests_know_how_to_run():
 def test_the_documents_link_to_what_exists_and_nothing_outside_the_repository():
     for document in DOCUMENTS:
         text = (REPO / document).read_text()
-        assert "../shared" not in text, f"{document} refers to a folder outside the repository"
+        # a path above the document's folder, linked or only named, must lead into the repository:
+        # users clone it alone, without the folders that sit beside it here
+        for path in re.findall(r"(?<![\w./])((?:\.\./)+[\w.-][\w./-]*)", text):
+            target = ((REPO / document).parent / path).resolve()
+            assert target.is_relative_to(REPO) and target.exists(), f"{document} names {path}, outside the repository"
         for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
             if not re.match(r"[a-z]+://", target):
                 assert ((REPO / document).parent / target).exists(), f"{document}: broken link {target}"
