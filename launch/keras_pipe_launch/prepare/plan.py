@@ -53,6 +53,22 @@ def report_name(run: str, host: str) -> str:
     return f"{run}-{host}.json.gz"
 
 
+def shard_names(run: str, host: str) -> re.Pattern:
+    """The file names a host's shards have in this run (numbered from 00000 as they are written)."""
+    return re.compile(re.escape(shard_prefix(run, host)) + r"\d{5}\.tfrecord")
+
+
+def host_of_report(plan: Plan, name: str) -> str:
+    """The host of this run whose report has the object name `name` under reports/; any other
+    name is a PlanError, said before such a report is read, let alone merged."""
+    for host in plan.hosts:
+        if report_name(plan.run, host) == name:
+            return host
+    raise PlanError(f"{REPORTS}/{sources.shown(name)} is not the report of a host of this run ({plan.run}, hosts "
+                    f"{plan.hosts[0]} to {plan.hosts[-1]}): a report of another run, or one not made by an "
+                    "instance, is never merged")
+
+
 @dataclasses.dataclass
 class Plan:
     run: str
@@ -238,13 +254,8 @@ def max_report_bytes(plan: Plan) -> int:
 def merge(plan: Plan, reports: dict[str, Report], stored: dict[str, set[str]]) -> Merged:
     """The instances' reports (by their object's name under reports/) as one, checked against the
     plan; `stored`: the names of the objects in OUT's train/ and validation/."""
-    expected = {report_name(plan.run, host): host for host in plan.hosts}
-    for name in reports:
-        if name not in expected:
-            raise PlanError(f"{REPORTS}/{name} is not the report of a host of this run ({plan.run}, hosts "
-                            f"{plan.hosts[0]} to {plan.hosts[-1]}): a report of another run, or one not made by "
-                            "an instance, is never merged")
-    missing_hosts = [host for name, host in expected.items() if name not in reports]
+    hosts = {name: host_of_report(plan, name) for name in reports}
+    missing_hosts = [host for host in plan.hosts if host not in hosts.values()]
     if missing_hosts:
         raise PlanError(f"no report from {', '.join(missing_hosts)} (each instance writes one when it succeeds): "
                         "the dataset would be incomplete")
@@ -253,7 +264,7 @@ def merge(plan: Plan, reports: dict[str, Report], stored: dict[str, set[str]]) -
     merged = Merged({part: collections.Counter() for part in PARTS},
                     [(plan.source + key, why) for key, why in plan.rejected], [], {part: [] for part in PARTS})
     for name, report in sorted(reports.items()):
-        host = expected[name]
+        host = hosts[name]
         if (report.run, report.host) != (plan.run, host):
             raise PlanError(f"{REPORTS}/{name} says it is {report.host}'s of run {report.run}: a report's content "
                             "must match its name")
@@ -280,7 +291,7 @@ def merge(plan: Plan, reports: dict[str, Report], stored: dict[str, set[str]]) -
             if report.counts[part]:
                 raise PlanError(f"{host} counts {part} examples but lists no {part} image")
         for part, names in report.shards.items():
-            pattern = re.compile(re.escape(shard_prefix(plan.run, host)) + r"\d{5}\.tfrecord")
+            pattern = shard_names(plan.run, host)
             for shard in names:
                 if not pattern.fullmatch(shard):
                     raise PlanError(f"{host} reports a shard {sources.shown(shard)}: not a name its shards have "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -37,14 +36,15 @@ from keras_pipe_launch.prepare.plan import (
     Plan,
     PlanError,
     Report,
+    host_of_report,
     make_plan,
     max_report_bytes,
     merge,
     new_run_id,
     report_name,
-    shard_prefix,
+    shard_names,
 )
-from keras_pipe_launch.prepare.run_state import COMPLETE, INCOMPLETE, RUNNING, RunState, output_prefix
+from keras_pipe_launch.prepare.run_state import COMPLETE, INCOMPLETE, RUNNING, RunState, output_prefix, output_uri
 from keras_pipe_launch.prepare.sources import Reader, shown
 from keras_pipe_launch.sagemaker.request import RequestError
 
@@ -132,7 +132,7 @@ def start_run(source: str, out: str, *, instance_count: int, where: str, validat
     (checked to be files an instance can be given). A failure after the claim leaves OUT's state
     incomplete, with its reason."""
     source = source_prefix(source)
-    out = "s3://{}/{}".format(*output_prefix(out))
+    out = output_uri(out)
     check_apart(source, out)
     reader = Reader()
     check_output_is_new(reader.s3, out)
@@ -222,11 +222,12 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
         raise RunFailed(f"an instance left something that is not uploaded: {err}; nothing was uploaded") from None
     uploads = []
     for host, paths in outputs.items():
-        own = re.compile(rf"{REPORTS}/{re.escape(report_name(plan.run, host))}|"
-                         rf"({'|'.join(PARTS)})/{re.escape(shard_prefix(plan.run, host))}\d{{5}}\.tfrecord")
+        shards = shard_names(plan.run, host)
         for path in paths:
             relative = path.relative_to(job_dir / host / "processing/output").as_posix()
-            if not own.fullmatch(relative):  # (it would land anywhere in OUT: its plan, its state, another's shards)
+            folder, _, name = relative.partition("/")
+            own = relative == f"{REPORTS}/{report_name(plan.run, host)}" or (folder in PARTS and shards.fullmatch(name))
+            if not own:  # (it would land anywhere in OUT: its plan, its state, another's shards)
                 raise RunFailed(f"{host} left processing/output/{shown(relative)}, which is not one of its own shards "
                                 "or its report: nothing was uploaded")
             uploads.append((path, relative))
@@ -255,13 +256,9 @@ def finish(plan: Plan, state: RunState) -> dict:
             folder, _, name = item["Key"][len(prefix):].partition("/")
             stored.setdefault(folder, {})[name] = item["Size"]
     limit = max_report_bytes(plan)
-    expected = {report_name(plan.run, host) for host in plan.hosts}
     reports = {}
     for name, size in stored.get(REPORTS, {}).items():
-        if name not in expected:  # (said before any report is read: there may be any number of these)
-            raise PlanError(f"{REPORTS}/{shown(name)} is not the report of a host of this run ({plan.run}, hosts "
-                            f"{plan.hosts[0]} to {plan.hosts[-1]}): a report of another run, or one not made by an "
-                            "instance, is never merged")
+        host_of_report(plan, name)  # (before any is read: there may be any number of other objects there)
         if size > limit:
             raise PlanError(f"report {shown(name)} is {size} bytes, more than any report of this plan: refused")
         data = client.get_object(Bucket=bucket, Key=f"{prefix}{REPORTS}/{name}")["Body"].read(limit + 1)
@@ -415,8 +412,7 @@ def finish_later(out: str) -> int:
     merged (its job failed, an instance's report is missing or wrong) is removed from OUT instead,
     so that OUT can be used again. Refuses while the run's job is still running."""
     client = Reader().s3
-    bucket, prefix = output_prefix(out)
-    out = f"s3://{bucket}/{prefix}"
+    out = output_uri(out)
     state = run_state.read(client, out)
     if state is None:
         raise PrepareError(f"{out} holds no prepare run ({run_state.RUN_FILE}): nothing to finish")

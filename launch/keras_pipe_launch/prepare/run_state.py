@@ -37,6 +37,11 @@ def output_prefix(out: str) -> tuple[str, str]:
     return bucket, (prefix if not prefix or prefix.endswith("/") else prefix + "/")
 
 
+def output_uri(out: str) -> str:
+    """The s3:// output as the run state names it: s3://bucket/prefix/."""
+    return "s3://{}/{}".format(*output_prefix(out))
+
+
 @dataclasses.dataclass
 class RunState:
     run: str
@@ -133,7 +138,7 @@ def read(client, out: str) -> RunState | None:
     # it is data in S3, not the launcher's memory: a copied or edited file must not make --finish
     # merge into, or delete from, another prefix than the one given
     problems = []
-    if state.out != f"s3://{bucket}/{prefix}":
+    if state.out != output_uri(out):
         problems.append(f"it names another output ({shown(str(state.out))})")
     if not (isinstance(state.run, str) and re.fullmatch(r"[0-9a-f]{8}", state.run)):
         problems.append("its run id is not one")
