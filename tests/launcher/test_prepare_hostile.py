@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ from keras_pipe_launch.prepare.dataset import PrepareError
 from keras_pipe_launch.prepare.plan import Plan, PlanError, Report, max_report_bytes, merge, report_name
 from keras_pipe_launch.prepare.processing import prepare_locally, start_run
 from keras_pipe_launch.prepare.run_state import RunState
-from tests.conftest import REPO
+from tests.conftest import REPO, image_bytes
 from tests.launcher.conftest import launch_cli
 from tests.launcher.test_prepare_at_scale import upload_folder
 
@@ -85,6 +86,67 @@ def test_two_runs_started_together_on_one_out_one_wins_and_the_other_refuses_bef
     new[0].claim(client)
     with pytest.raises(run_state.RunStateError, match=r"s3://.*/other/ was claimed by another prepare run .*00000001"):
         new[1].claim(client)
+
+
+def tfrecords_in(data: bytes) -> int:
+    """How many records a TFRecord file holds (its framing walked: length, its CRC, data, its CRC)."""
+    count, position = 0, 0
+    while position < len(data):
+        (length,) = struct.unpack_from("<Q", data, position)
+        position += 8 + 4 + length + 4
+        count += 1
+    assert position == len(data)
+    return count
+
+
+def test_two_commands_started_together_on_one_out_one_prepares_it_and_the_other_refuses(s3_bucket, tmp_path):
+    """Two real `keras-pipe prepare --instance-count 2 --local` at the same moment: OUT ends up holding
+    the one dataset of the run that claimed it, never a mix."""
+    client, bucket = s3_bucket
+    for index in range(6):  # (few, tiny: the time goes to starting the instances)
+        client.put_object(Bucket=bucket, Key=f"photos/{('cat', 'dog')[index % 2]}/{index}.jpg",
+                          Body=image_bytes("JPEG", 8 + index, 8))
+    runs = {name: subprocess.Popen(
+        [sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/",
+         "--instance-count", "2", "--local", "--validation-fraction", "0.34", "--job-dir", str(tmp_path / name)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")}
+    said = {name: run.communicate(timeout=240) for name, run in runs.items()}
+    codes = {name: run.returncode for name, run in runs.items()}
+    won = [name for name, code in codes.items() if code == 0]
+    assert len(won) == 1, said
+    (won,) = won
+    (lost,) = set(runs) - {won}
+    assert codes[lost] == 2, said
+    assert re.search(rf"error: s3://{bucket}/prepared/ (already holds objects|was claimed by another prepare run)",
+                     said[lost][1]), said[lost]
+    assert not (tmp_path / lost).exists()  # (refused before it staged anything for its instances)
+
+    # OUT: the winner's run (its plan, as its instances got it), complete, with its shards and reports only
+    run = Plan.read(tmp_path / won / "algo-1/processing/input/plan/plan.json.gz").run
+    state = state_of(client, bucket)
+    assert (state["run"], state["state"]) == (run, "complete")
+    keys = keys_under(client, bucket, "prepared/")
+    shards = [key for key in keys if key.startswith(("prepared/train/", "prepared/validation/"))]
+    assert shards and all(re.fullmatch(rf"prepared/(train|validation)/part-{run}-algo-[12]-\d{{5}}\.tfrecord", key)
+                          for key in shards), keys
+    assert sorted(set(keys) - set(shards)) == ["prepared/classes.json", "prepared/plan/plan.json.gz",
+                                               "prepared/prepare-run.json", f"prepared/reports/{run}-algo-1.json.gz",
+                                               f"prepared/reports/{run}-algo-2.json.gz"]
+    # the examples the winner said it prepared are those in the shards, and those its instances reported
+    told = re.search(r"prepare: (\d+) train and (\d+) validation examples of 2 classes in (\d+) shards", said[won][1])
+    assert told, said[won]
+    in_shards = collections.Counter()
+    for key in shards:
+        in_shards[key.split("/")[1]] += tfrecords_in(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    reported = collections.Counter()
+    for host in ("algo-1", "algo-2"):
+        report = json.loads(gzip.decompress(client.get_object(
+            Bucket=bucket, Key=f"prepared/reports/{run}-{host}.json.gz")["Body"].read()))
+        assert (report["run"], report["host"]) == (run, host)
+        for part, by_label in report["counts"].items():
+            reported[part] += sum(by_label.values())
+    assert (in_shards["train"], in_shards["validation"], len(shards)) == tuple(map(int, told.groups()))
+    assert reported == in_shards and in_shards.total() == 6
 
 
 # --- reports that do not add up ------------------------------------------------------------------

@@ -23,6 +23,7 @@ from keras_pipe_launch.common.channels import (
     ChannelSpec,
     check_names_apart,
 )
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import key_values
 from keras_pipe_train.contract import INPUT_MODES, RECORD_WRAPPERS
 
@@ -49,7 +50,7 @@ def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
     sources = {name: getattr(args, name) for name in ("train", "validation", "pretrained") if getattr(args, name)}
     for name, source in key_values(args.channel, "--channel", "NAME=SOURCE").items():
         if not source:
-            raise ChannelError(f"--channel {name}=: expected NAME=SOURCE")
+            raise ChannelError(f"--channel {shown(name)}=: expected NAME=SOURCE")
         if name in sources:
             raise ChannelError(f"channel {name} is given twice (--{name} and --channel {name}=...)")
         sources[name] = source
@@ -63,8 +64,8 @@ def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
                                f"{', '.join(_OPTIONS)}")
         name, option, value = match.groups()
         if name not in sources:
-            raise ChannelError(f"--channel-option {item!r}: there is no channel {name} "
-                               f"(channels: {', '.join(sources) or 'none'})")
+            raise ChannelError(f"--channel-option {item!r}: there is no channel {shown(name)} "
+                               f"(channels: {shown(', '.join(sources)) or 'none'})")
         overrides[name][_OPTIONS[option]] = value
     specs = []
     for name, source in sources.items():
@@ -76,7 +77,7 @@ def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
                 values["shuffle_seed"] = int(values["shuffle_seed"])
         except ValueError:
             raise ChannelError(
-                f"channel {name}: shuffle-seed must be an integer, got {values['shuffle_seed']!r}") from None
+                f"channel {shown(name)}: shuffle-seed must be an integer, got {values['shuffle_seed']!r}") from None
         specs.append(ChannelSpec(name=name, source=source, **values))
     if not specs:
         raise ChannelError("no channels: give at least --train SOURCE")

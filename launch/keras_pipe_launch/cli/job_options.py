@@ -12,6 +12,7 @@ import sys
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
 from keras_pipe_launch.common import hyperparameters, secrets
 from keras_pipe_launch.common.processes import stopped_by_any_signal
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import key_values
 from keras_pipe_launch.sagemaker.request import JobSpec, RequestError
 
@@ -69,7 +70,7 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
     `request` (with the secret-looking values of its environment and hyperparameters redacted); otherwise `create()`
     sends it through the installed SDK and returns the name, and --wait follows it with `follow`."""
     for warning in warnings:
-        print(f"keras-pipe {command}: warning: {warning}", file=sys.stderr)
+        print(f"keras-pipe {command}: warning: {shown(warning)}", file=sys.stderr)
     if args.dry_run:
         print(json.dumps(secrets.redacted_request(request), indent=2))
         return 0
@@ -82,10 +83,10 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
         name = create()
         print(f"keras-pipe {command}: created {what} {name}", file=sys.stderr)
     except RequestError as err:
-        print(f"keras-pipe {command}: error: {err}", file=sys.stderr)
+        print(f"keras-pipe {command}: error: {shown(str(err))}", file=sys.stderr)
         return 2
     except (BotoCoreError, ClientError) as err:  # (no network, no permission, a throttled API ...)
-        print(f"keras-pipe {command}: a call to AWS failed: {err}", file=sys.stderr)
+        print(f"keras-pipe {command}: a call to AWS failed: {shown(str(err))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"\nkeras-pipe {command}: interrupted before the {what} was created, or while it was", file=sys.stderr)
@@ -103,5 +104,5 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
               f"{stop} {name}`)", file=sys.stderr)
         return 130
     except (BotoCoreError, ClientError) as err:
-        print(f"keras-pipe {command}: following {name} failed (the {what} goes on): {err}", file=sys.stderr)
+        print(f"keras-pipe {command}: following {name} failed (the {what} goes on): {shown(str(err))}", file=sys.stderr)
         return 1

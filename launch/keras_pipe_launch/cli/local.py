@@ -13,6 +13,7 @@ from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from
 from keras_pipe_launch.common import hyperparameters, secrets
 from keras_pipe_launch.common.engine import Engine, EngineError
 from keras_pipe_launch.common.objects import SourceError
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError, key_values
 from keras_pipe_launch.local import run as local_run
 from keras_pipe_launch.local.job_folder import JOB_FILE, LocalJobFolder
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             engine.require()
         job_dir = args.job_dir or Path("local-jobs") / name
         if args.checkpoint_dir and args.checkpoint_dir.exists() and not args.checkpoint_dir.is_dir():
-            raise UsageError(f"--checkpoint-dir {args.checkpoint_dir} is a file: give a folder")
+            raise UsageError(f"--checkpoint-dir {shown(args.checkpoint_dir)} is a file: give a folder")
         folder = LocalJobFolder(job_dir, name, args.checkpoint_dir)
         resuming = folder.claim(fresh=args.fresh)
         runner = LocalRun(job_dir, channels, values, instance_count=args.instance_count, image=args.image,
@@ -87,14 +88,14 @@ def run(args: argparse.Namespace) -> int:
                           checkpoint_dir=args.checkpoint_dir, environment=key_values(args.env, "--env"),
                           reuse=True)  # (claimed: new, or an earlier run's folder to go on in)
         if resuming and args.fresh:
-            runner.say(f"starting job {name} over in {job_dir} (--fresh)")
+            runner.say(f"starting job {name} over in {shown(job_dir)} (--fresh)")
         elif resuming:
-            runner.say(f"resuming job {name} from its newest checkpoint in {folder.checkpoint_dir}")
+            runner.say(f"resuming job {name} from its newest checkpoint in {shown(folder.checkpoint_dir)}")
         runner.prepare()  # (raises before anything is written when a source cannot be staged)
         folder.record(args)
         code = runner.run()
     except (UsageError, SourceError, UserError, EngineError) as err:
-        print(f"keras-pipe local: error: {err}", file=sys.stderr)
+        print(f"keras-pipe local: error: {shown(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # (while listing or staging: once the job runs, its supervisor handles it)
         print("\nkeras-pipe local: interrupted before the job started", file=sys.stderr)
@@ -102,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if code and folder.has_checkpoints():
         how = "stopped" if code == STOPPED_EXIT_CODE else "ended"
         runner.say(f"the job {how} with its checkpoints kept; continue it from the newest with: "
-                   f"{shlex.join(folder.resume_command(args.job_dir))}")
+                   f"{shown(shlex.join(folder.resume_command(args.job_dir)))}")
     return code
 
 
@@ -113,13 +114,13 @@ def resumed(args: argparse.Namespace) -> argparse.Namespace:
              if key not in ("resume", "job_dir", "hp", "env", "run") and value != DEFAULTS.get(key)}
     if given:
         options = ", ".join(f"--{key.replace('_', '-')}" for key in given)
-        raise UsageError(f"--resume {args.resume} takes the job's own arguments from its folder; besides --hp, --env "
-                         f"and --job-dir, give none ({options} given)")
+        raise UsageError(f"--resume {shown(args.resume)} takes the job's own arguments from its folder; besides --hp, "
+                         f"--env and --job-dir, give none ({options} given)")
     job_dir = args.job_dir or Path("local-jobs") / args.resume
     stored = job_dir / JOB_FILE
     if not stored.is_file():
-        raise UsageError(f"--resume {args.resume}: no job of that name in {job_dir} (no {JOB_FILE}); give its "
-                         "--job-dir if it has another")
+        raise UsageError(f"--resume {shown(args.resume)}: no job of that name in {shown(job_dir)} (no {JOB_FILE}); "
+                         "give its --job-dir if it has another")
     kept = json.loads(stored.read_text())["arguments"]
     previous = argparse.Namespace(**{**DEFAULTS, **kept, "run": args.run, "resume": None, "fresh": False})
     previous.job_dir = Path(kept["job_dir"]) if kept.get("job_dir") else args.job_dir
@@ -129,8 +130,8 @@ def resumed(args: argparse.Namespace) -> argparse.Namespace:
     hidden = [f"--hp {k}" for k, v in hp.items() if secrets.REDACTED in v]
     hidden += [f"--env {k}" for k, v in env.items() if secrets.REDACTED in v]
     if hidden:
-        raise UsageError(f"--resume {args.resume}: the values of {', '.join(hidden)} were not kept (they look secret): "
-                         f"give them again, e.g. {hidden[0]}=...")
+        raise UsageError(f"--resume {shown(args.resume)}: the values of {shown(', '.join(hidden))} were not kept "
+                         f"(they look secret): give them again, e.g. {shown(hidden[0])}=...")
     previous.hp = [f"{k}={v}" for k, v in hp.items()]
     previous.env = [f"{k}={v}" for k, v in env.items()]
     return previous

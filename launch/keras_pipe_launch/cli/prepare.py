@@ -50,6 +50,7 @@ from pathlib import Path
 
 from keras_pipe_launch.cli.arguments import duration
 from keras_pipe_launch.cli.job_options import use_region
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.prepare import images, processing
 from keras_pipe_launch.prepare.dataset import PrepareError, check_options, prepare
 from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
@@ -121,19 +122,20 @@ def run(args: argparse.Namespace) -> int:
 
             upload(Path(args.out), args.upload)
     except processing.Interrupted as err:
-        print(f"keras-pipe prepare: {err}", file=sys.stderr)
+        print(f"keras-pipe prepare: {shown(str(err))}", file=sys.stderr)
         return processing.INTERRUPTED
     except KeyboardInterrupt:
         print("\nkeras-pipe prepare: interrupted", file=sys.stderr)
         return processing.INTERRUPTED
     except processing.RunFailed as err:
-        print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
+        print(f"keras-pipe prepare: error: {shown(str(err))}", file=sys.stderr)
         return 1
     except (PrepareError, SourceError, RequestError, EngineError, RunStateError) as err:
-        print(f"keras-pipe prepare: error: {err}", file=sys.stderr)
+        print(f"keras-pipe prepare: error: {shown(str(err))}", file=sys.stderr)
         return 2
     except (BotoCoreError, ClientError) as err:
-        print(f"keras-pipe prepare: {'upload' if args.upload else 'a call to AWS'} failed: {err}", file=sys.stderr)
+        print(f"keras-pipe prepare: {'upload' if args.upload else 'a call to AWS'} failed: {shown(str(err))}",
+              file=sys.stderr)
         return 1
     return 0
 

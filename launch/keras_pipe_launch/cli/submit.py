@@ -20,6 +20,7 @@ import sys
 
 from keras_pipe_launch.cli.job_options import add_job_arguments, dry_run_or_send, spec_from, use_region
 from keras_pipe_launch.common import hyperparameters
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.sagemaker import api_limits
 from keras_pipe_launch.sagemaker.follow import follow_training_job
@@ -45,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
             hyperparameters.check(dict(spec.hyperparameters))
         use_region(args)
     except (UsageError, RequestError, UserError) as err:
-        print(f"keras-pipe submit: error: {err}", file=sys.stderr)
+        print(f"keras-pipe submit: error: {shown(str(err))}", file=sys.stderr)
         return 2
     name = spec.name()
     request = create_training_job_request(spec, name)
     try:
         api_limits.check(request, "CreateTrainingJob")
     except RequestError as err:
-        print(f"keras-pipe submit: error: {err}", file=sys.stderr)
+        print(f"keras-pipe submit: error: {shown(str(err))}", file=sys.stderr)
         return 2
     return dry_run_or_send("submit", "training job", args, warnings, request, lambda: _submit_with_sdk(spec, name),
                            follow_training_job)

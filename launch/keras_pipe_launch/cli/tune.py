@@ -24,6 +24,7 @@ import dataclasses
 import sys
 
 from keras_pipe_launch.cli.job_options import add_job_arguments, dry_run_or_send, spec_from, use_region
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.sagemaker import tuning
 from keras_pipe_launch.sagemaker.follow import follow_tuning_job
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         request = tuning.create_tuning_job_request(spec, name)
         tuning.check_request(request)
     except (UsageError, RequestError, UserError) as err:
-        print(f"keras-pipe tune: error: {err}", file=sys.stderr)
+        print(f"keras-pipe tune: error: {shown(str(err))}", file=sys.stderr)
         return 2
     return dry_run_or_send("tune", "tuning job", args, warnings, request, lambda: _tune_with_sdk(spec, name),
                            follow_tuning_job)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_train.contract import is_hidden
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -69,38 +70,39 @@ class LocalStore:
             return [StoredObject(self.root.name, self.root.stat().st_size, str(self.root), self)]
         if not self.root.is_dir():
             dangling = " (a dangling symbolic link)" if self.root.is_symlink() else ""
-            raise SourceError(f"{self.root} does not exist{dangling}")
+            raise SourceError(f"{shown(self.root)} does not exist{dangling}")
         found = []
         for folder, subfolders, files in os.walk(self.root, onerror=self._walk_error):
             subfolders[:] = [d for d in subfolders if not is_hidden([d])]
             for name in subfolders:
                 if os.path.islink(os.path.join(folder, name)):
-                    raise SourceError(f"{os.path.join(folder, name)} is a symbolic link to a folder: give the folder "
-                                      "itself as the source, or copy it in (links to folders are not followed)")
+                    raise SourceError(f"{shown(os.path.join(folder, name))} is a symbolic link to a folder: give the "
+                                      "folder itself as the source, or copy it in (links to folders are not followed)")
             for name in files:
                 if not is_hidden([name]):
                     found.append(self._object(Path(folder) / name))
         if not found:
-            raise SourceError(f"{self.root} holds no files")
+            raise SourceError(f"{shown(self.root)} holds no files")
         return sorted(found, key=lambda o: o.key)
 
     def _object(self, path: Path) -> StoredObject:
         try:
             info = path.stat()
         except FileNotFoundError:
-            raise SourceError(f"{path} is a dangling symbolic link (to {os.readlink(path)!r})") from None
+            raise SourceError(f"{shown(path)} is a dangling symbolic link (to '{shown(os.readlink(path))}')") from None
         except OSError as err:
-            raise SourceError(f"cannot read {path}: {err.strerror}") from err
+            raise SourceError(f"cannot read {shown(path)}: {err.strerror}") from err
         if not stat.S_ISREG(info.st_mode):
-            raise SourceError(f"{path} is not a regular file (a FIFO, socket or device cannot be a channel's object)")
+            raise SourceError(f"{shown(path)} is not a regular file (a FIFO, socket or device cannot be a channel's "
+                              "object)")
         if path.is_symlink() and not path.resolve().is_relative_to(self.root.resolve()):
-            raise SourceError(f"{path} is a symbolic link to {path.resolve()}, outside {self.root}: copy the file in, "
-                              "or give its folder as the source")
+            raise SourceError(f"{shown(path)} is a symbolic link to {shown(path.resolve())}, outside "
+                              f"{shown(self.root)}: copy the file in, or give its folder as the source")
         return StoredObject(path.relative_to(self.root).as_posix(), info.st_size, str(path), self)
 
     @staticmethod
     def _walk_error(err: OSError) -> None:
-        raise SourceError(f"cannot list {err.filename}: {err.strerror}") from err
+        raise SourceError(f"cannot list {shown(err.filename)}: {err.strerror}") from err
 
     def open(self, obj: StoredObject) -> BinaryIO:
         return open(obj.location, "rb")
@@ -144,11 +146,11 @@ class S3Store:
                                               f"s3://{self.bucket}/{item['Key']}", self))
         except ClientError as err:
             code = err.response.get("Error", {}).get("Code", "")
-            raise SourceError(f"cannot list {self.uri}: {code or err}") from err
+            raise SourceError(f"cannot list {shown(self.uri)}: {shown(str(code or err))}") from err
         except BotoCoreError as err:
-            raise SourceError(f"cannot list {self.uri}: {err}") from err
+            raise SourceError(f"cannot list {shown(self.uri)}: {shown(str(err))}") from err
         if not found:
-            raise SourceError(f"{self.uri} holds no objects: check the bucket and prefix")
+            raise SourceError(f"{shown(self.uri)} holds no objects: check the bucket and prefix")
         return sorted(found, key=lambda o: o.key)
 
     def open(self, obj: StoredObject) -> BinaryIO:
@@ -193,7 +195,7 @@ def staging_path(obj: StoredObject) -> PurePosixPath:
     elif any(len(part.encode("utf-8", "surrogateescape")) > NAME_MAX for part in key.split("/")):
         problem = f"a path segment longer than {NAME_MAX} bytes"
     if problem:
-        raise SourceError(f"object {obj.location} cannot be staged as a file in File mode: its key "
+        raise SourceError(f"object {shown(obj.location)} cannot be staged as a file in File mode: its key "
                           f"relative to the channel, {key!r}, has {problem}")
     return PurePosixPath(key)
 
@@ -209,13 +211,14 @@ def staging_plan(
     for obj, path in plan:
         other = files.setdefault(fold(path), obj)
         if other is not obj:
-            raise SourceError(f"objects {other.location} and {obj.location} would be the same file "
-                              f"{path}{' on this case-insensitive file system' if case_insensitive else ''}")
+            raise SourceError(f"objects {shown(other.location)} and {shown(obj.location)} would be the same file "
+                              f"{shown(path)}{' on this case-insensitive file system' if case_insensitive else ''}")
     for obj, path in plan:
         for folder in path.parents[:-1]:  # all but '.'
             if fold(folder) in files:
-                raise SourceError(f"object {files[fold(folder)].location} would be a file where object "
-                                  f"{obj.location} needs a folder ({folder}/): File mode cannot stage both")
+                raise SourceError(f"object {shown(files[fold(folder)].location)} would be a file where object "
+                                  f"{shown(obj.location)} needs a folder ({shown(folder)}/): File mode cannot stage "
+                                  "both")
     return plan
 
 

@@ -3,6 +3,8 @@ how to fix it), and KEY=VALUE options read the one way every command reads them.
 
 from __future__ import annotations
 
+from keras_pipe_launch.common.untrusted import shown
+
 
 class UsageError(ValueError):
     """An argument given wrongly: the message names it and says how to fix it."""
@@ -17,6 +19,6 @@ def key_values(items: list[str], option: str, form: str = "KEY=VALUE") -> dict[s
         if not sep or not key:
             raise UsageError(f"{option} {item!r}: expected {form}")
         if key in values:
-            raise UsageError(f"{option} {key} is given twice ({values[key]!r} and {value!r})")
+            raise UsageError(f"{option} {shown(key)} is given twice ({values[key]!r} and {value!r})")
         values[key] = value
     return values

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from keras_pipe_launch.common.channels import ChannelSpec
 from keras_pipe_launch.common.objects import StoredObject, list_objects
+from keras_pipe_launch.common.untrusted import shown
 from pipemode import recordio, tfrecord
 from pipemode.fifo import grow_pipe
 
@@ -172,7 +173,7 @@ class PipeFeeder:
         except (OSError, zlib.error) as err:
             if isinstance(err, BrokenPipeError):
                 raise
-            raise FeedError(f"cannot feed {obj.location}: {err}") from err
+            raise FeedError(f"cannot feed {shown(obj.location)}: {shown(str(err))}") from err
 
     def _recordio_wrapped(self, obj: StoredObject, chunks: Iterator[bytes]) -> Iterator[bytes]:
         local = obj.store.local_path(obj) if self.spec.compression == "None" else None
@@ -218,7 +219,7 @@ def gunzip(chunks: Iterable[bytes], name: str) -> Iterator[bytes]:
             else:
                 data = decompressor.unconsumed_tail
     if not between_members:
-        raise FeedError(f"{name}: the gzip stream is truncated")
+        raise FeedError(f"{shown(name)}: the gzip stream is truncated")
 
 
 def recordio_wrapped_file(name: str) -> Iterator[bytes]:
@@ -231,7 +232,7 @@ def recordio_wrapped_file(name: str) -> Iterator[bytes]:
         cuts = recordio.find_cuts(iter(lambda: f.read(_BLOCK), b""))
         size = f.tell()
         if size > recordio.MAX_PART_BYTES:
-            raise FeedError(f"{name}: {size} bytes; a RecordIO record must be shorter than 2**29 bytes")
+            raise FeedError(f"{shown(name)}: {size} bytes; a RecordIO record must be shorter than 2**29 bytes")
 
         def copy(start: int, end: int) -> Iterator[bytes]:
             f.seek(start)
@@ -239,7 +240,7 @@ def recordio_wrapped_file(name: str) -> Iterator[bytes]:
             while count > 0:
                 block = f.read(min(count, _BLOCK))
                 if not block:
-                    raise FeedError(f"{name} shrank while being fed")
+                    raise FeedError(f"{shown(name)} shrank while being fed")
                 count -= len(block)
                 yield block
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from keras_pipe_launch.common import secrets
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError, key_values
 
 JOB_FILE = "local-job.json"  # in the job folder: the job's name and the arguments it was started with
@@ -27,18 +28,18 @@ class LocalJobFolder:
     def claim(self, fresh: bool) -> bool:
         """Whether the job resumes in its used folder; raises UsageError when it cannot go on there."""
         if self.job_dir.exists() and not self.job_dir.is_dir():
-            raise UsageError(f"--job-dir {self.job_dir} is a file")
+            raise UsageError(f"--job-dir {shown(self.job_dir)} is a file")
         if not self.job_dir.exists() or not any(self.job_dir.iterdir()):
             return False
         if not (self.job_dir / JOB_FILE).is_file():
-            raise UsageError(f"job directory {self.job_dir} is not empty, and no keras-pipe local job's: give a new "
-                             "--job-dir (or --name)")
+            raise UsageError(f"job directory {shown(self.job_dir)} is not empty, and no keras-pipe local job's: give a "
+                             "new --job-dir (or --name)")
         if fresh:
             self._start_over()
             return True
         if not self.has_checkpoints():
-            raise UsageError(f"job directory {self.job_dir} holds an earlier run of {self.name} that left no "
-                             f"checkpoint in {self.checkpoint_dir} to resume from: --fresh starts the job over "
+            raise UsageError(f"job directory {shown(self.job_dir)} holds an earlier run of {self.name} that left no "
+                             f"checkpoint in {shown(self.checkpoint_dir)} to resume from: --fresh starts the job over "
                              "there, or give a new --name")
         return True
 
@@ -48,8 +49,8 @@ class LocalJobFolder:
     def _start_over(self) -> None:
         own = self.checkpoint_dir.resolve() == (self.job_dir / "checkpoints").resolve()
         if not own and self.has_checkpoints():
-            raise UsageError(f"--fresh with --checkpoint-dir {self.checkpoint_dir}: the job would resume from the "
-                             "checkpoints there; give a new --checkpoint-dir")
+            raise UsageError(f"--fresh with --checkpoint-dir {shown(self.checkpoint_dir)}: the job would resume from "
+                             "the checkpoints there; give a new --checkpoint-dir")
         for entry in self.job_dir.iterdir():
             if entry.name.startswith("algo-") or (own and entry.name == "checkpoints"):
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()

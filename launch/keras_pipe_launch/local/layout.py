@@ -12,6 +12,7 @@ from pathlib import Path
 from keras_pipe_launch.common import container_config
 from keras_pipe_launch.common.channels import ChannelSpec
 from keras_pipe_launch.common.objects import StoredObject, case_insensitive, list_objects, stage, staging_plan
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 
 
@@ -37,14 +38,14 @@ class JobFolders:
         """Lists every channel's objects once, checks that File/FastFile objects can all be staged,
         and only then writes each host's /opt/ml. Returns the listings (the Pipe feeders stream them)."""
         if not self.reuse and self.job_dir.exists() and any(self.job_dir.iterdir()):
-            raise UsageError(f"job directory {self.job_dir} is not empty: give a new --job-dir")
+            raise UsageError(f"job directory {shown(self.job_dir)} is not empty: give a new --job-dir")
         ignore_case = case_insensitive(self.job_dir)
         objects, staging = {}, {}
         for spec in channels:
             objects[spec.name] = list_objects(spec.source)
             if spec.input_mode != "Pipe":  # checked before anything is written
                 staging[spec.name] = staging_plan(objects[spec.name], ignore_case)
-            say(f"channel {spec.name} ({spec.input_mode}): {len(objects[spec.name])} objects from {spec.source}")
+            say(f"channel {spec.name} ({spec.input_mode}): {len(objects[spec.name])} objects from {shown(spec.source)}")
         config_files = {"hyperparameters": hyperparameters,
                         "channels": {spec.name: spec.input_data_config() for spec in channels}}
         if self.reuse:  # the earlier run's hosts' folders go (not its checkpoints): each host starts anew

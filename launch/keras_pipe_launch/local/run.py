@@ -86,7 +86,7 @@ class LocalRun:
             with self.supervisor.forwarding_signals():
                 for host in self.hosts:
                     command, env = self.command(host)
-                    self.say(f"starting {host}: {shlex.join(secrets.redacted_command(command))}")
+                    self.say(f"starting {host}: {untrusted.shown(shlex.join(secrets.redacted_command(command)))}")
                     self.supervisor.start(host, command, env)
                 codes = self.supervisor.wait()
         finally:
@@ -121,8 +121,8 @@ class LocalRun:
         path = self.folders.job_dir / f".{host}.env"  # (beside the host's /opt/ml, not inside the container)
         bad = [key for key, value in env.items() if "\n" in value or "\r" in value or "=" in key]
         if bad:
-            raise UsageError(f"--env {', '.join(bad)}: a container's environment file holds one NAME=VALUE a line: "
-                             "no line breaks in a value, no '=' in a name")
+            raise UsageError(f"--env {untrusted.shown(', '.join(bad))}: a container's environment file holds one "
+                             "NAME=VALUE a line: no line breaks in a value, no '=' in a name")
         path.unlink(missing_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -154,7 +154,7 @@ class LocalRun:
         try:
             feeder.run()
         except Exception as err:  # any failure: reported, then the job is stopped
-            message = f"feeding {feeder.host}/{feeder.spec.name} failed: {err}"
+            message = f"feeding {feeder.host}/{feeder.spec.name} failed: {untrusted.shown(str(err))}"
             with self._lock:
                 self.feed_errors.append(message)
             self.say(f"ERROR {message}; stopping the job")
@@ -179,11 +179,11 @@ class LocalRun:
                 self.say(f"{host} failed with exit code {code}")
                 reason = untrusted.read_text(failure)  # (the job's code may have left anything there)
                 if reason is not None:
-                    self.say(f"{host} failure file {failure}:\n{reason.strip()}")
+                    self.say(f"{host} failure file {untrusted.shown(failure)}:\n{reason.strip()}")
                 result = result or code
             else:
                 model = self.host_dir(host) / "model"
-                self.say(f"{host} completed" + (f"; model in {model}" if any(model.iterdir()) else ""))
+                self.say(f"{host} completed" + (f"; model in {untrusted.shown(model)}" if any(model.iterdir()) else ""))
         if self.feed_errors and not result:
             result = 1
         return result

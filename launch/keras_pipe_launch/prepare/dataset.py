@@ -140,10 +140,12 @@ def report_rejected(out: Path, rejected: list[tuple[Location, str]], files: int,
     if not rejected:
         return
     (work or out).mkdir(parents=True, exist_ok=True)
-    (work or out).joinpath("rejected.txt").write_text("".join(f"{shown(where)}\t{why}\n" for where, why in rejected))
-    print(f"prepare: REJECTED {len(rejected)} of {files} files (listed in {out / 'rejected.txt'}):", file=sys.stderr)
+    (work or out).joinpath("rejected.txt").write_text(
+        "".join(f"{shown(where)}\t{shown(why)}\n" for where, why in rejected))
+    print(f"prepare: REJECTED {len(rejected)} of {files} files (listed in {shown(out / 'rejected.txt')}):",
+          file=sys.stderr)
     for where, why in rejected[:10]:
-        print(f"  {shown(where)}: {why}", file=sys.stderr)
+        print(f"  {shown(where)}: {shown(why)}", file=sys.stderr)
     if len(rejected) > 10:
         print(f"  ... and {len(rejected) - 10} more", file=sys.stderr)
     if strict:
@@ -156,11 +158,11 @@ def check_classes(classes: list[str], trained: collections.Counter, validated: c
     learned); one with none in validation, a warning."""
     empty = [name for label, name in enumerate(classes) if not trained[label]]
     if empty:
-        raise PrepareError(f"class{'es' if len(empty) > 1 else ''} {', '.join(empty)}: no usable training image, "
-                           "so the model would have an output it never learned; add images or remove the class")
+        raise PrepareError(f"class{'es' if len(empty) > 1 else ''} {shown(', '.join(empty))}: no usable training "
+                           "image, so the model would have an output it never learned; add images or remove the class")
     small = [name for label, name in enumerate(classes) if not validated[label]]
     if validation_fraction and small:
-        print(f"prepare: warning: class{'es' if len(small) > 1 else ''} {', '.join(small)} "
+        print(f"prepare: warning: class{'es' if len(small) > 1 else ''} {shown(', '.join(small))} "
               f"{'have' if len(small) > 1 else 'has'} too few images for a validation share: none in validation, "
               "so validation accuracy says nothing about them", file=sys.stderr)
 
@@ -239,15 +241,15 @@ FAILED_RUN_REJECTED = ".rejected-by-failed-run.txt"
 def check_out(out: Path, overwrite: bool) -> None:
     """OUT must be new or empty, or, with --overwrite, hold nothing but a dataset prepare wrote."""
     if out.exists() and not out.is_dir():
-        raise PrepareError(f"{out} is a file: give an output folder")
+        raise PrepareError(f"{shown(out)} is a file: give an output folder")
     if not out.exists() or not any(out.iterdir()):
         return
     if not overwrite:
-        raise PrepareError(f"{out} is not empty: give a new output folder, or --overwrite to replace the dataset "
-                           "prepared there (the same sources, options and seed give the same bytes)")
+        raise PrepareError(f"{shown(out)} is not empty: give a new output folder, or --overwrite to replace the "
+                           "dataset prepared there (the same sources, options and seed give the same bytes)")
     others = sorted(p.name for p in out.iterdir() if p.name not in (*DATASET_ENTRIES, WORK_FOLDER, FAILED_RUN_REJECTED))
     if others:
-        raise PrepareError(f"--overwrite replaces only what keras-pipe prepare writes, and {out} also holds "
+        raise PrepareError(f"--overwrite replaces only what keras-pipe prepare writes, and {shown(out)} also holds "
                            f"{', '.join(map(repr, others[:5]))}{' ...' if len(others) > 5 else ''}: give another "
                            "output folder")
 
@@ -273,8 +275,8 @@ def keep_rejected_list(work: Path, out: Path) -> None:
         (work / "rejected.txt").rename(out / "rejected.txt")
         return
     (work / "rejected.txt").rename(out / FAILED_RUN_REJECTED)
-    print(f"prepare: the dataset prepared earlier in {out} is left as it was; this run's rejected images are "
-          f"listed in {out / FAILED_RUN_REJECTED}", file=sys.stderr)
+    print(f"prepare: the dataset prepared earlier in {shown(out)} is left as it was; this run's rejected images are "
+          f"listed in {shown(out / FAILED_RUN_REJECTED)}", file=sys.stderr)
 
 
 def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
@@ -317,7 +319,7 @@ def summarize(classes: list[str], written: Written, rejected: int, shards: dict[
     """Prints what was prepared and how to train on it; returns the same as a dict."""
     train, validation = written.count("train"), written.count("validation")
     print(f"prepare: {train} train and {validation} validation examples of {len(classes)} classes in "
-          f"{sum(map(len, shards.values()))} shards under {where}; train with {class_names_option(classes)}",
-          file=sys.stderr)
+          f"{sum(map(len, shards.values()))} shards under {shown(where)}; train with "
+          f"{shown(class_names_option(classes))}", file=sys.stderr)
     return {"classes": classes, "train": train, "validation": validation, "rejected": rejected,
             "shards": {name: [str(p) for p in paths] for name, paths in shards.items()}}

@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.prepare import images, sources
 from keras_pipe_launch.prepare.dataset import ImageOptions, default_workers, write_examples
 from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
@@ -77,7 +78,8 @@ def prepare_share(base: Path, args: argparse.Namespace) -> Report:
     given_keys = {key for key, _ in given}
     plan = Plan.read(base / "processing" / "input" / "plan" / PLAN_FILE, keep=given_keys.__contains__)
     if host not in plan.hosts:
-        raise RuntimeError(f"this instance is {host}, which is not a host of the plan ({', '.join(plan.hosts)})")
+        raise RuntimeError(f"this instance is {shown(str(host))}, which is not a host of the plan "
+                           f"({shown(', '.join(plan.hosts))})")
     order = {key: index for index, key in enumerate(plan.items)}  # the plan's shuffled order
     planned = sorted((order[key], key, path) for key, path in given if key in order)
     queue = [(path, *plan.items[key]) for _, key, path in planned]
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare_share(base, arguments(argv))
         return 0
     except Exception as err:  # any failure: its reason where SageMaker shows it, and a failed job
-        message = f"{type(err).__name__}: {err}"
+        message = shown(f"{type(err).__name__}: {err}")  # (a key or a file's name may hold anything)
         (base / "output").mkdir(parents=True, exist_ok=True)
         (base / "output" / "message").write_text(message[:1000] + "\n", encoding="utf-8", errors="backslashreplace")
         print(f"prepare: error: {message}", file=sys.stderr)

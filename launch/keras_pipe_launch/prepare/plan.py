@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from keras_pipe_launch.prepare import sources
-from keras_pipe_launch.prepare.sources import Listing, Location
+from keras_pipe_launch.prepare.sources import Listing, Location, shown
 
 PLAN_FILE = "plan.json.gz"
 REPORTS = "reports"  # the instances' reports, next to train/ and validation/ in the output
@@ -64,9 +64,9 @@ def host_of_report(plan: Plan, name: str) -> str:
     for host in plan.hosts:
         if report_name(plan.run, host) == name:
             return host
-    raise PlanError(f"{REPORTS}/{sources.shown(name)} is not the report of a host of this run ({plan.run}, hosts "
-                    f"{plan.hosts[0]} to {plan.hosts[-1]}): a report of another run, or one not made by an "
-                    "instance, is never merged")
+    raise PlanError(f"{REPORTS}/{shown(name)} is not the report of a host of this run ({shown(plan.run)}, hosts "
+                    f"{shown(plan.hosts[0])} to {shown(plan.hosts[-1])}): a report of another run, or one not made by "
+                    "an instance, is never merged")
 
 
 @dataclasses.dataclass
@@ -257,61 +257,62 @@ def merge(plan: Plan, reports: dict[str, Report], stored: dict[str, set[str]]) -
     hosts = {name: host_of_report(plan, name) for name in reports}
     missing_hosts = [host for host in plan.hosts if host not in hosts.values()]
     if missing_hosts:
-        raise PlanError(f"no report from {', '.join(missing_hosts)} (each instance writes one when it succeeds): "
-                        "the dataset would be incomplete")
+        raise PlanError(f"no report from {shown(', '.join(missing_hosts))} (each instance writes one when it "
+                        "succeeds): the dataset would be incomplete")
     handled: dict[str, str] = {}
     refused = {key for key, _ in plan.rejected}
     merged = Merged({part: collections.Counter() for part in PARTS},
                     [(plan.source + key, why) for key, why in plan.rejected], [], {part: [] for part in PARTS})
     for name, report in sorted(reports.items()):
         host = hosts[name]
+        who = shown(host)  # (the plan's: read back from OUT by --finish)
         if (report.run, report.host) != (plan.run, host):
-            raise PlanError(f"{REPORTS}/{name} says it is {report.host}'s of run {report.run}: a report's content "
-                            "must match its name")
+            raise PlanError(f"{REPORTS}/{shown(name)} says it is {shown(report.host)}'s of run {shown(report.run)}: a "
+                            "report's content must match its name")
         for key in [key for keys in report.prepared.values() for key in keys] + [key for key, _ in report.rejected]:
             if key not in plan.items:
-                raise PlanError(f"{host} reports {sources.shown(plan.source + key)}, which is not an image of the "
+                raise PlanError(f"{who} reports {shown(plan.source + key)}, which is not an image of the "
                                 "plan")
             if key in handled:
-                raise PlanError(f"{sources.shown(plan.source + key)} was handled by both {handled[key]} and {host}")
+                raise PlanError(f"{shown(plan.source + key)} was handled by both {shown(handled[key])} and {who}")
             handled[key] = host
         for part, keys in report.prepared.items():
             counts = collections.Counter()
             for key in keys:
                 label, planned_part = plan.items[key]
                 if planned_part != part:
-                    raise PlanError(f"{host} reports {sources.shown(plan.source + key)} in {part}; the plan has it "
+                    raise PlanError(f"{who} reports {shown(plan.source + key)} in {part}; the plan has it "
                                     f"in {planned_part}")
                 counts[label] += 1
             if dict(counts) != report.counts.get(part, {}):
-                raise PlanError(f"{host}'s {part} counts per label {dict(sorted(report.counts.get(part, {}).items()))} "
+                raise PlanError(f"{who}'s {part} counts per label {dict(sorted(report.counts.get(part, {}).items()))} "
                                 f"are not those of the images it lists ({dict(sorted(counts.items()))})")
             merged.counts[part].update(counts)
         for part in set(report.counts) - set(report.prepared):
             if report.counts[part]:
-                raise PlanError(f"{host} counts {part} examples but lists no {part} image")
+                raise PlanError(f"{who} counts {part} examples but lists no {part} image")
         for part, names in report.shards.items():
             pattern = shard_names(plan.run, host)
             for shard in names:
                 if not pattern.fullmatch(shard):
-                    raise PlanError(f"{host} reports a shard {sources.shown(shard)}: not a name its shards have "
-                                    f"({shard_prefix(plan.run, host)}NNNNN.tfrecord)")
+                    raise PlanError(f"{who} reports a shard {shown(shard)}: not a name its shards have "
+                                    f"({shown(shard_prefix(plan.run, host))}NNNNN.tfrecord)")
                 if shard not in stored.get(part, set()):
-                    raise PlanError(f"{host} reports {part}/{shard}, which is not in the output")
+                    raise PlanError(f"{who} reports {part}/{shard}, which is not in the output")
             merged.shards[part] += names
         for key in report.unplanned:
             if key in plan.items or key in refused:
-                raise PlanError(f"{host} reports {sources.shown(plan.source + key)} as not in the plan; it is")
+                raise PlanError(f"{who} reports {shown(plan.source + key)} as not in the plan; it is")
         merged.rejected += [(plan.source + key, why) for key, why in report.rejected]
         merged.unplanned += [plan.source + key for key in report.unplanned]
     missing = [key for key in plan.items if key not in handled]
     if missing:
-        shown = ", ".join(sources.shown(plan.source + key) for key in missing[:5])
+        listed = ", ".join(shown(plan.source + key) for key in missing[:5])
         raise PlanError(f"{len(missing)} of the {len(plan.items)} planned images were handled by no instance "
-                        f"({shown}{', ...' if len(missing) > 5 else ''}): the dataset would be incomplete")
+                        f"({listed}{', ...' if len(missing) > 5 else ''}): the dataset would be incomplete")
     for part in PARTS:
         stray = sorted(stored.get(part, set()) - set(merged.shards[part]))
         if stray:
-            raise PlanError(f"{part}/ holds {len(stray)} objects no report lists (e.g. {sources.shown(stray[0])}): "
+            raise PlanError(f"{part}/ holds {len(stray)} objects no report lists (e.g. {shown(stray[0])}): "
                             "the channel would read them too")
     return merged

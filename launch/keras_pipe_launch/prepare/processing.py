@@ -57,8 +57,9 @@ ENTRYPOINT = ["/usr/bin/tini", "--", "python3", "-m", "keras_pipe_launch.prepare
 def check_output_is_new(client, out: str) -> None:
     bucket, prefix = output_prefix(out)
     if client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount"):
-        raise PrepareError(f"{out} already holds objects: give a new output prefix (shards of two runs would mix)"
-                           + (f"; if an earlier run there did not end, `keras-pipe prepare --finish {out}` merges or "
+        said = shown(out)
+        raise PrepareError(f"{said} already holds objects: give a new output prefix (shards of two runs would mix)"
+                           + (f"; if an earlier run there did not end, `keras-pipe prepare --finish {said}` merges or "
                               "removes what it left" if run_state.read(client, out) else ""))
 
 
@@ -68,8 +69,8 @@ def check_apart(source: str, out: str) -> None:
     source_bucket, source_prefix = output_prefix(source)
     out_bucket, out_prefix = output_prefix(out)
     if source_bucket == out_bucket and (out_prefix.startswith(source_prefix) or source_prefix.startswith(out_prefix)):
-        raise PrepareError(f"{out} and {source} overlap: the output prefix must be outside the source prefix "
-                           "(and the other way round)")
+        raise PrepareError(f"{shown(out)} and {shown(source)} overlap: the output prefix must be outside the source "
+                           "prefix (and the other way round)")
 
 
 def instance_arguments(shard_mb: float, max_side: int | None, quality: int, max_pixels: int,
@@ -237,7 +238,7 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
         try:
             client.upload_file(str(path), bucket, prefix + relative)
         except OSError as err:
-            raise RunFailed(f"cannot upload {shown(path)}: {err}") from None
+            raise RunFailed(f"cannot upload {shown(path)}: {shown(str(err))}") from None
     return 0
 
 
@@ -249,6 +250,7 @@ def finish(plan: Plan, state: RunState) -> dict:
     and says what was prepared. A PlanError says what does not add up."""
     client = Reader().s3
     bucket, prefix = output_prefix(state.out)
+    said_out = shown(f"s3://{bucket}/{prefix}")  # (OUT, as messages say it)
     state.save(client, state.state, state.reason, ended=False)  # (still OUT's owner? before anything is written)
     stored: dict[str, dict[str, int]] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
@@ -268,8 +270,8 @@ def finish(plan: Plan, state: RunState) -> dict:
     if merged.rejected:
         text = "".join(f"{shown(where)}\t{shown(why)}\n" for where, why in merged.rejected)
         client.put_object(Bucket=bucket, Key=f"{prefix}rejected.txt", Body=text.encode())
-        print(f"prepare: REJECTED {len(merged.rejected)} of {total} files (listed in s3://{bucket}/{prefix}"
-              "rejected.txt)", file=sys.stderr)
+        print(f"prepare: REJECTED {len(merged.rejected)} of {total} files (listed in {said_out}rejected.txt)",
+              file=sys.stderr)
         for where, why in merged.rejected[:10]:
             print(f"  {shown(where)}: {shown(why)}", file=sys.stderr)
     if merged.unplanned:
@@ -282,8 +284,8 @@ def finish(plan: Plan, state: RunState) -> dict:
     state.save(client, COMPLETE)
     counts = {part: sum(counter.values()) for part, counter in merged.counts.items()}
     print(f"prepare: {counts['train']} train and {counts['validation']} validation examples of {len(plan.classes)} "
-          f"classes in {sum(map(len, merged.shards.values()))} shards under s3://{bucket}/{prefix}; train with "
-          f"{class_names_option(plan.classes)}", file=sys.stderr)
+          f"classes in {sum(map(len, merged.shards.values()))} shards under {said_out}; train with "
+          f"{shown(class_names_option(plan.classes))}", file=sys.stderr)
     return {"classes": plan.classes, **counts, "rejected": len(merged.rejected),
             "shards": {part: [f"s3://{bucket}/{prefix}{part}/{name}" for name in names]
                        for part, names in merged.shards.items() if names}}
@@ -295,8 +297,8 @@ def merged_or_incomplete(plan: Plan, state: RunState) -> dict:
         with incomplete_on_failure(state, Reader().s3):
             return finish(plan, state)
     except PlanError as err:
-        raise RunFailed(f"{err}. {state.out} is marked incomplete; `keras-pipe prepare --finish {state.out}` "
-                        "removes what the run left") from None
+        raise RunFailed(f"{err}. {shown(state.out)} is marked incomplete; `keras-pipe prepare --finish "
+                        f"{shown(state.out)}` removes what the run left") from None
 
 
 def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path, validation_fraction: float = 0.1,
@@ -304,9 +306,9 @@ def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path
                     image: str | None = None) -> dict:
     """The whole distributed prepare, its instances run here (what the tests run)."""
     if job_dir.exists() and not job_dir.is_dir():
-        raise PrepareError(f"--job-dir {job_dir} is a file: give a new folder")
+        raise PrepareError(f"--job-dir {shown(job_dir)} is a file: give a new folder")
     if job_dir.exists() and any(job_dir.iterdir()):
-        raise PrepareError(f"{job_dir} is not empty: give a new --job-dir")
+        raise PrepareError(f"{shown(job_dir)} is not empty: give a new --job-dir")
     if image:
         Engine.from_environment().require()
     state, plan, objects = start_run(source, out, instance_count=instance_count, where="local",
@@ -315,11 +317,11 @@ def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path
     with incomplete_on_failure(state, client):
         code = run_locally(plan, objects, state.out, job_dir, list(arguments), out_stream, image)
         if code == INTERRUPTED:
-            raise Interrupted(f"interrupted: nothing was merged, and {state.out} is marked incomplete; "
-                              f"`keras-pipe prepare --finish {state.out}` removes what the run left")
+            raise Interrupted(f"interrupted: nothing was merged, and {shown(state.out)} is marked incomplete; "
+                              f"`keras-pipe prepare --finish {shown(state.out)}` removes what the run left")
         if code:
-            raise RunFailed(f"an instance failed (its reason above); nothing was merged, and {state.out} is "
-                            f"marked incomplete: `keras-pipe prepare --finish {state.out}` removes what the run "
+            raise RunFailed(f"an instance failed (its reason above); nothing was merged, and {shown(state.out)} is "
+                            f"marked incomplete: `keras-pipe prepare --finish {shown(state.out)}` removes what the run "
                             "left")
     return merged_or_incomplete(plan, state)
 
@@ -385,7 +387,8 @@ def follow(name: str, instance_count: int, state: RunState) -> dict | None:
             state.save(Reader().s3, RUNNING)
         print(f"\nkeras-pipe prepare: stopped following; the job {name} goes on (stop it with `aws sagemaker "
               f"stop-processing-job --processing-job-name {name}`). Its reports are not merged yet: once it has "
-              f"ended, `keras-pipe prepare --finish {state.out}` merges them (or removes what a failed job left)",
+              f"ended, `keras-pipe prepare --finish {shown(state.out)}` merges them (or removes what a failed job "
+              "left)",
               file=sys.stderr)
         return None
 
@@ -398,8 +401,8 @@ def merge_ended_job(job: dict, plan: Plan, state: RunState) -> int:
         state.save(Reader().s3, INCOMPLETE, f"job {name} {job['ProcessingJobStatus'].lower()}: {reason}")
         print(f"keras-pipe prepare: {name} {job['ProcessingJobStatus'].lower()}: {shown(reason)}"
               + (f"\n  the instances said: {shown(exit_message.strip())}" if exit_message else "")
-              + f"\n{state.out} is marked incomplete; `keras-pipe prepare --finish {state.out}` removes what the job "
-              "left", file=sys.stderr)
+              + f"\n{shown(state.out)} is marked incomplete; `keras-pipe prepare --finish {shown(state.out)}` removes "
+              "what the job left", file=sys.stderr)
         return 1
     merged_or_incomplete(plan, state)
     return 0
@@ -415,14 +418,15 @@ def finish_later(out: str) -> int:
     out = output_uri(out)
     state = run_state.read(client, out)
     if state is None:
-        raise PrepareError(f"{out} holds no prepare run ({run_state.RUN_FILE}): nothing to finish")
+        raise PrepareError(f"{shown(out)} holds no prepare run ({run_state.RUN_FILE}): nothing to finish")
     if state.state == COMPLETE:
-        print(f"keras-pipe prepare: {out} is complete already (run {state.run})", file=sys.stderr)
+        print(f"keras-pipe prepare: {shown(out)} is complete already (run {state.run})", file=sys.stderr)
         return 0
     alive = state.launcher_alive()
     if alive:
-        raise PrepareError(f"the command that started run {state.run} still runs (pid {state.launcher['pid']}): let "
-                           "it end, or stop it, before --finish")
+        pid = shown(str(state.launcher["pid"]))  # (what the state file says)
+        raise PrepareError(f"the command that started run {state.run} still runs (pid {pid}): let it end, or stop "
+                           "it, before --finish")
     status = None  # the job's, on SageMaker
     if state.where == "sagemaker" and state.job:
         status = processing_job_status(state.job)
@@ -437,7 +441,7 @@ def finish_later(out: str) -> int:
         try:
             plan = read_plan(client, out)
             if plan.run != state.run:
-                raise PlanError(f"the plan in {out}plan/ is run {plan.run}'s, not {state.run}'s")
+                raise PlanError(f"the plan in {shown(out)}plan/ is run {shown(plan.run)}'s, not {state.run}'s")
             finish(plan, state)
             return 0
         except (PlanError, PrepareError) as err:  # (PrepareError: --strict, or a class without examples)
@@ -446,8 +450,9 @@ def finish_later(out: str) -> int:
         reason = f"job {state.job} {status.lower()}"
     left = run_state.clean_up(client, state)
     print(f"keras-pipe prepare: run {state.run} cannot be merged ({shown(reason or 'no reason recorded')}): removed "
-          f"what it left in {out}" + (f"; {len(left)} other objects are still there (e.g. {left[0]}): remove them to "
-                                      "use it again" if left else ", which can be used again"), file=sys.stderr)
+          f"what it left in {shown(out)}" + (f"; {len(left)} other objects are still there (e.g. {left[0]}): remove "
+                                             "them to use it again" if left else ", which can be used again"),
+          file=sys.stderr)
     return 1
 
 
@@ -473,5 +478,5 @@ def read_plan(client, out: str) -> Plan:
         try:
             client.download_file(bucket, f"{prefix}plan/{PLAN_FILE}", str(path))
         except ClientError as err:  # (a missing plan: the run failed while listing)
-            raise PlanError(f"its plan cannot be read ({err})") from None
+            raise PlanError(f"its plan cannot be read ({shown(str(err))})") from None
         return Plan.read(path)

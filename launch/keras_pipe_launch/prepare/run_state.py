@@ -93,9 +93,10 @@ class RunState:
             if err.response.get("Error", {}).get("Code") not in ("PreconditionFailed", "ConditionalRequestConflict"):
                 raise
             other = read(client, self.out)
-            raise RunStateError(f"{self.out} was claimed by another prepare run at the same time "
-                                f"({other.run if other else 'unknown'}, started {other.started if other else '?'}): "
-                                "give a new output prefix") from None
+            started = shown(str(other.started)) if other else "?"  # (what the file says)
+            raise RunStateError(f"{shown(self.out)} was claimed by another prepare run at the same time "
+                                f"({other.run if other else 'unknown'}, started {started}): give a new output "
+                                "prefix") from None
 
     def save(self, client, state: str, reason: str | None = None, *, ended: bool = True) -> None:
         """Writes the run's state; `ended`: the command is done with it (no pid for --finish to wait for)."""
@@ -114,9 +115,9 @@ class RunState:
             if err.response.get("Error", {}).get("Code") not in (
                     "PreconditionFailed", "NoSuchKey", "404", "ConditionalRequestConflict"):
                 raise
-            raise RunStateError(f"{self.out}{RUN_FILE} was changed or removed by another command since this one "
-                                f"wrote it (a --finish?): run {self.run} no longer owns {self.out}, and writes "
-                                "nothing more there") from None
+            raise RunStateError(f"{shown(self.out)}{RUN_FILE} was changed or removed by another command since this "
+                                f"one wrote it (a --finish?): run {self.run} no longer owns {shown(self.out)}, and "
+                                "writes nothing more there") from None
 
 
 def read(client, out: str) -> RunState | None:
@@ -134,7 +135,7 @@ def read(client, out: str) -> RunState | None:
     try:
         state = RunState(**json.loads(body))
     except (ValueError, TypeError) as err:
-        raise RunStateError(f"{out}{RUN_FILE} is not a prepare run's state ({err})") from None
+        raise RunStateError(f"{shown(out)}{RUN_FILE} is not a prepare run's state ({shown(str(err))})") from None
     # it is data in S3, not the launcher's memory: a copied or edited file must not make --finish
     # merge into, or delete from, another prefix than the one given
     problems = []
@@ -149,7 +150,7 @@ def read(client, out: str) -> RunState | None:
     if not isinstance(state.launcher, dict):
         problems.append("its launcher is not one")
     if problems:
-        raise RunStateError(f"{out}{RUN_FILE} cannot be this output's run state: {'; '.join(problems)}")
+        raise RunStateError(f"{shown(out)}{RUN_FILE} cannot be this output's run state: {'; '.join(problems)}")
     state.etag = etag
     return state
 

@@ -111,7 +111,7 @@ def list_s3_prefix(source: str, reader: Reader) -> Listing:
         if len(parts) >= 2 and not is_hidden(parts):
             by_class.setdefault(parts[0], []).append(obj.location)
     classes = sorted(by_class)
-    _check_class_names(classes, store.uri)
+    _check_class_names(classes, shown(store.uri))
     return Listing.of(classes, [(uri, label) for label, name in enumerate(classes) for uri in by_class[name]], [])
 
 
@@ -124,7 +124,7 @@ def list_s3_csv(source: str, reader: Reader) -> Listing:
     try:
         data = reader.read(source)
     except (BotoCoreError, ClientError) as err:
-        raise SourceError(f"cannot read {source}: {err}") from None
+        raise SourceError(f"cannot read {shown(source)}: {shown(str(err))}") from None
     return list_csv(io.BytesIO(data), source,
                     lambda text: f"s3://{bucket}/{folder + '/' if folder else ''}{text}")
 
@@ -140,23 +140,24 @@ def list_csv(data, name: str, relative_to) -> Listing:
             if not row or row[0].startswith("#"):
                 continue
             if len(row) != 2:
-                raise ListingError(f"{name}:{number}: expected path,label; got {row}")
+                raise ListingError(f"{shown(name)}:{number}: expected path,label; got {row}")
             if number == 1 and [cell.strip().lower() for cell in row] == ["path", "label"]:
                 continue  # a header
             text, label = row[0].strip(), row[1].strip()
             if not text or not label:
-                raise ListingError(f"{name}:{number}: empty {'path' if not text else 'label'} in {row}")
+                raise ListingError(f"{shown(name)}:{number}: empty {'path' if not text else 'label'} in {row}")
             where = text if text.startswith("s3://") else relative_to(text)
             if where in rows:
                 first, other = rows[where]
                 again = f"again with label {label!r} (line {first}: {other!r})" if other != label else "again"
-                raise ListingError(f"{name}:{number}: {shown(where)} is listed {again}; list each image once")
+                raise ListingError(f"{shown(name)}:{number}: {shown(where)} is listed {again}; list each image once")
             rows[where] = (number, label)
     except UnicodeDecodeError as err:
-        raise ListingError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start}): save it as UTF-8") from None
+        raise ListingError(f"{shown(name)} is not UTF-8 text ({err.reason} at byte {err.start}): save it as "
+                           "UTF-8") from None
     names = sorted({label for _, label in rows.values()}, key=lambda n: (len(n), n) if n.isdigit() else (0, n))
     if len(names) < 2:
-        raise ListingError(f"{name} lists {len(names)} label(s); a classifier needs at least two")
+        raise ListingError(f"{shown(name)} lists {len(names)} label(s); a classifier needs at least two")
     index = {label: i for i, label in enumerate(names)}
     return Listing.of(names, [(where, index[label]) for where, (_, label) in rows.items()], [])
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from keras_pipe_launch.common.objects import parse_s3_uri
+from keras_pipe_launch.common.untrusted import shown
 
 
 def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
@@ -47,7 +48,7 @@ def upload(folder: Path, destination: str, workers: int = 8) -> tuple[int, int]:
         for changed in pool.map(one, files):
             uploaded += changed
             unchanged += not changed
-    print(f"upload: {uploaded} files uploaded, {unchanged} already there unchanged, to {destination}",
+    print(f"upload: {uploaded} files uploaded, {unchanged} already there unchanged, to {shown(destination)}",
           file=sys.stderr)
     return uploaded, unchanged
 

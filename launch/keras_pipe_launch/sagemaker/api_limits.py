@@ -43,7 +43,9 @@ def check(request: dict, operation: str) -> None:
     shape = _model().operation_model(operation).input_shape
     report = ParamValidator().validate(request, shape)
     if report.has_errors():
-        raise LimitError(f"the request does not fit SageMaker's {operation} API: {report.generate_report()}")
+        # (one line: botocore's report has one line per problem, and may echo values of the request)
+        problems = "; ".join(shown(line) for line in report.generate_report().splitlines())
+        raise LimitError(f"the request does not fit SageMaker's {operation} API: {problems}")
     _walk(request, shape, "", quiet=False)
 
 

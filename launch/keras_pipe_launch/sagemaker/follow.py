@@ -8,6 +8,8 @@ import os
 import sys
 import time
 
+from keras_pipe_launch.common.untrusted import shown
+
 POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "15"))
 TUNING_POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "30"))
 
@@ -22,9 +24,10 @@ def follow_training_job(name: str) -> int:
     status = job["TrainingJobStatus"]
     if status == "Completed":
         model = job.get("ModelArtifacts", {}).get("S3ModelArtifacts", "?")
-        print(f"keras-pipe submit: model: {model}", file=sys.stderr)
+        print(f"keras-pipe submit: model: {shown(str(model))}", file=sys.stderr)
         return 0
-    print(f"keras-pipe submit: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
+    print(f"keras-pipe submit: {name} {status.lower()}: {shown(str(job.get('FailureReason', 'no reason given')))}",
+          file=sys.stderr)
     return 1
 
 
@@ -73,7 +76,7 @@ class JobLogs:
             events = [e for page in pages for e in page["events"] if e["eventId"] not in self.printed_at_since]
         except ClientError as err:  # tried again at the next poll: following must outlive a throttled call
             if err.response["Error"]["Code"] != "ResourceNotFoundException":  # (no group before the first log)
-                print(f"keras-pipe: warning: reading the job's logs: {err}", file=sys.stderr)
+                print(f"keras-pipe: warning: reading the job's logs: {shown(str(err))}", file=sys.stderr)
             return []
         events.sort(key=lambda e: (e["timestamp"], e["logStreamName"]))
         if events:
@@ -91,7 +94,7 @@ def follow_tuning_job(name: str) -> int:
     import boto3
 
     sagemaker = boto3.client("sagemaker")
-    shown = None
+    said = None  # the last progress line printed
     while True:
         job = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
         status = job["HyperParameterTuningJobStatus"]
@@ -100,9 +103,9 @@ def follow_tuning_job(name: str) -> int:
         line = (f"{status}: training jobs " + ", ".join(f"{k.lower()} {v}" for k, v in counters.items() if v)
                 + (f"; best so far {best['TrainingJobName']} "
                    f"{_metric(best)}" if best else ""))
-        if line != shown:
+        if line != said:
             print(f"keras-pipe tune: {name}: {line}", file=sys.stderr)
-            shown = line
+            said = line
         if status in ("Completed", "Failed", "Stopped"):
             break
         time.sleep(TUNING_POLL_S)
@@ -112,7 +115,8 @@ def follow_tuning_job(name: str) -> int:
         print(best["TrainingJobName"])
     if status == "Completed":
         return 0
-    print(f"keras-pipe tune: {name} {status.lower()}: {job.get('FailureReason', 'no reason given')}", file=sys.stderr)
+    print(f"keras-pipe tune: {name} {status.lower()}: {shown(str(job.get('FailureReason', 'no reason given')))}",
+          file=sys.stderr)
     return 1
 
 

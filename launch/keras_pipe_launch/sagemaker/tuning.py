@@ -9,6 +9,7 @@ import dataclasses
 import time
 
 from keras_pipe_launch.common import hyperparameters
+from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.sagemaker.request import JobSpec, RequestError, create_training_job_request, validate
 
@@ -88,7 +89,7 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
         raise RequestError(f"{len(names)} ranges: SageMaker tunes at most {MAX_RANGES} hyperparameters")
     repeated = sorted({n for n in names if names.count(n) > 1} | (set(names) & set(static)))
     if repeated:
-        raise RequestError(f"{', '.join(repeated)}: give each hyperparameter once, as --range or as --hp")
+        raise RequestError(f"{shown(', '.join(repeated))}: give each hyperparameter once, as --range or as --hp")
     if not 1 <= spec.max_parallel_jobs <= spec.max_jobs:
         raise RequestError(f"--max-parallel-jobs ({spec.max_parallel_jobs}) must be 1 to --max-jobs ({spec.max_jobs})")
     if spec.strategy == "Grid" and any(r.kind != "Categorical" for r in spec.ranges):
@@ -112,7 +113,7 @@ def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
     for r in spec.ranges:
         if r.name not in HYPERPARAMETERS:
             tunable = [h.name for h in HYPERPARAMETERS.values() if h.tuning_range != "Categorical"]
-            raise RequestError(f"--range {r.name}: not a hyperparameter of the job; numbers to tune: "
+            raise RequestError(f"--range {shown(r.name)}: not a hyperparameter of the job; numbers to tune: "
                                f"{', '.join(tunable)} (any other as a list of values)")
         parse = HYPERPARAMETERS[r.name].parse
         try:
