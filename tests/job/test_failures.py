@@ -37,7 +37,7 @@ def digits_file_job(job, digit_records):
 @pytest.mark.parametrize("hps, first_line", [
     (dict(OK, epochs=-1), "Configuration error: hyperparameter epochs must be >= 0, got -1"),
     (dict(OK, learning_rate="NaN"), "Configuration error: hyperparameter learning_rate must be a finite number, got 'NaN'"),
-    (dict(OK, optimizer="sgd"), "Configuration error: unknown hyperparameter optimizer; the job accepts"),
+    (dict(OK, optimiser="sgd"), "Configuration error: unknown hyperparameter optimiser; the job accepts"),
     ({"epochs": 1}, "Configuration error: hyperparameter num_classes (or class_names) is required"),
     (dict(OK, weights="pretrained"), "Configuration error: hyperparameter weights=pretrained needs a 'pretrained' channel"),
     (dict(OK, weights="/nowhere/backbone.weights.h5"), "Configuration error: backbone weights file /nowhere/backbone.weights.h5 does not exist"),

@@ -11,12 +11,18 @@ from keras_pipe_train.metrics import METRIC_DEFINITIONS, format_line, row
                                          (float("nan"), "nan"), (float("inf"), "inf")])
 def test_each_definition_catches_its_value(value, text):
     """SageMaker reads what the regex catches as a number: "nan" and "inf" included, whole."""
-    logs = {"loss": value, "accuracy": 0.5, "val_loss": value, "val_accuracy": 0.25}
+    logs = {"loss": value, "accuracy": 0.5, "top_k_accuracy": 0.75, "val_loss": value, "val_accuracy": 0.25,
+            "val_top_k_accuracy": value}
     line = format_line(row(3, "fine_tune", logs))
     assert line.startswith("metrics: epoch=3 phase=fine_tune ")
     caught = {d["Name"]: re.search(d["Regex"], line).group(1) for d in METRIC_DEFINITIONS}
     assert caught == {"train:loss": text, "train:accuracy": "0.5", "validation:loss": text,
-                      "validation:accuracy": "0.25"}
+                      "validation:accuracy": "0.25", "train:top_k_accuracy": "0.75",
+                      "validation:top_k_accuracy": text}
+    # without top_k, its definitions catch nothing (and the others still catch theirs)
+    plain = format_line(row(3, "head", {"loss": value, "accuracy": 0.5, "val_loss": value, "val_accuracy": 0.25}))
+    assert {d["Name"] for d in METRIC_DEFINITIONS if re.search(d["Regex"], plain)} == {
+        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy"}
 
 
 def test_val_loss_is_not_caught_as_train_loss():

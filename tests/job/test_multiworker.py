@@ -37,8 +37,13 @@ def test_two_hosts_train_one_model_on_disjoint_shards_and_only_the_chief_exports
     extra = digit_records[0][600:700]
     audit = digit_folders / "audit"
     (digit_folders / "train" / "part-2.tfrecord").write_bytes(tfrecord.encode(extra))
-    out = launch_local("--train", "train", "--validation", "validation", "--hp", "epochs=2", *QUICK, *TWO_HOSTS,
-                       "--hp", "steps_per_execution=3", "--job-dir", "job", cwd=digit_folders,
+    # early stopping that no epoch after the first can satisfy (a min_delta of 100): the phase of
+    # 4 epochs stops after epoch 2 on both hosts together, each deciding from the same all-reduced
+    # validation metrics (a host going on alone would wait in a collective)
+    stopping = ["--hp", "early_stopping=true", "--hp", "early_stopping_patience=1", "--hp",
+                "early_stopping_min_delta=100"]
+    out = launch_local("--train", "train", "--validation", "validation", "--hp", "epochs=4", *stopping, *QUICK,
+                       *TWO_HOSTS, "--hp", "steps_per_execution=3", "--job-dir", "job", cwd=digit_folders,
                        env={**os.environ, "TRAIN_AUDIT_DIR": str(audit)})
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     # ShardedByS3Key: objects are dealt out to the hosts in key order, every pass
@@ -55,7 +60,13 @@ def test_two_hosts_train_one_model_on_disjoint_shards_and_only_the_chief_exports
         assert trained == everything, epoch
     # one model: gradients and metrics are summed over both hosts, so both print the same numbers
     chief, worker = metric_lines(out.stdout, "algo-1"), metric_lines(out.stdout, "algo-2")
-    assert len(chief) == 2 and chief == worker, (chief, worker)
+    # (and, last, epoch 1's line again: the exported model's metrics, early stopping having put its
+    # weights back)
+    assert len(chief) == 3 and chief == worker and chief[-1] == chief[0], (chief, worker)
+    for host in ("algo-1", "algo-2"):
+        assert f"{host} | " in out.stdout and any(
+            line.startswith(f"{host} | ") and "phase scratch ends after epoch 2 of 4" in line
+            for line in out.stdout.splitlines()), host
     strategy = [line for line in out.stdout.splitlines() if "replica(s) in sync" in line]
     assert any(line.startswith("algo-1 | ") and line.endswith("MultiWorkerMirroredStrategy: 2 worker(s), 2 replica(s) "
                                                              "in sync; this is worker 0 (chief)") for line in strategy), strategy

@@ -75,7 +75,8 @@ def test_every_field_of_the_job_description_is_in_the_request():
     assert request["AlgorithmSpecification"]["TrainingInputMode"] == "Pipe"
     assert request["AlgorithmSpecification"]["TrainingImage"] == IMAGE
     assert [d["Name"] for d in request["AlgorithmSpecification"]["MetricDefinitions"]] == [
-        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy"]
+        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy", "train:top_k_accuracy",
+        "validation:top_k_accuracy"]
     assert request["RoleArn"] == ROLE
     assert request["ResourceConfig"] == {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100}
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 6 * 3600, "MaxWaitTimeInSeconds": 12 * 3600}

@@ -56,7 +56,8 @@ def test_dry_run_request_types_each_range_from_the_jobs_schema():
     definition = request["TrainingJobDefinition"]
     assert definition["StaticHyperParameters"] == {"num_classes": "10"}
     assert [d["Name"] for d in definition["AlgorithmSpecification"]["MetricDefinitions"]] == [
-        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy"]
+        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy", "train:top_k_accuracy",
+        "validation:top_k_accuracy"]
     assert [c["InputMode"] for c in definition["InputDataConfig"]] == ["Pipe", "Pipe"]
 
 
@@ -115,6 +116,16 @@ def test_a_validation_objective_needs_a_validation_channel():
     out = tune(*no_validation, "--range", "epochs=1:3", "--dry-run")
     assert out.returncode == 2
     assert "--objective validation:accuracy is measured on the validation channel" in out.stderr
+
+
+def test_a_top_k_objective_needs_top_k_and_is_then_tuned_on():
+    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:top_k_accuracy", "--dry-run")
+    assert out.returncode == 2
+    assert "reports it only with hyperparameter top_k set (--hp top_k=5)" in out.stderr
+    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:top_k_accuracy", "--hp", "top_k=3",
+               "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert '"MetricName": "validation:top_k_accuracy"' in out.stdout
 
 
 def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_endpoint):

@@ -118,13 +118,14 @@ class Checkpoints:
 
     # --- writing ----------------------------------------------------------------------------------
 
-    def save(self, model, optimizer, progress: Progress) -> Path | None:
-        """Writes a checkpoint. Every worker must call this (saving reads variables that other
-        replicas hold); only the chief's copy is kept, the others write theirs to a temporary folder
-        outside the checkpoint folder (SageMaker would upload it)."""
+    def save(self, model, optimizer, progress: Progress, extra: dict | None = None) -> Path | None:
+        """Writes a checkpoint (with `extra`'s trackable objects, such as early stopping's best
+        weights). Every worker must call this (saving reads variables that other replicas hold);
+        only the chief's copy is kept, the others write theirs to a temporary folder outside the
+        checkpoint folder (SageMaker would upload it)."""
         temporary = self.own / f".writing-{uuid.uuid4().hex}" if self.is_chief else Path(tempfile.mkdtemp())
         try:
-            tf.train.Checkpoint(model=model, optimizer=optimizer, rng=random_states(model)).write(
+            tf.train.Checkpoint(model=model, optimizer=optimizer, rng=random_states(model), **(extra or {})).write(
                 str(temporary / "state"))
             if not self.is_chief:
                 return None
@@ -199,11 +200,11 @@ class Checkpoints:
         except (OSError, ValueError, KeyError, TypeError):
             return Found(path, "?", {}, None)
 
-    def restore(self, path: Path, model, optimizer=None) -> bool:
-        """Loads the checkpoint's state (the model only when `optimizer` is None). False, with a
-        warning, when it cannot be read: the caller then tries an older one."""
+    def restore(self, path: Path, model, optimizer=None, extra: dict | None = None) -> bool:
+        """Loads the checkpoint's state (the model only when `optimizer` is None; `extra` with the
+        optimizer). False, with a warning, when it cannot be read: the caller then tries an older one."""
         objects = {"model": model} if optimizer is None else {"model": model, "optimizer": optimizer,
-                                                              "rng": random_states(model)}
+                                                              "rng": random_states(model), **(extra or {})}
         try:
             status = tf.train.Checkpoint(**objects).read(str(path / "state"))
             status.expect_partial() if optimizer is None else status.assert_existing_objects_matched()

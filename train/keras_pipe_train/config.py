@@ -23,6 +23,15 @@ AUGMENTATIONS = ("crop", "flip", "color")
 WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
 MIXED_PRECISION = ("auto", "true", "false")
 OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/keras_pipe_train/checkpoints.py says what each does)
+OPTIMIZERS = ("adam", "adamw", "sgd", "nesterov", "rmsprop", "adagrad", "adadelta")  # (recipe.py builds them)
+SCHEDULES = ("constant", "cosine", "step")
+EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy")
+
+# Other names the built-in image classifiers give a hyperparameter of ours (MXNet's first, then
+# TensorFlow's), accepted so that a job moved from them keeps its settings; a value is an alias of
+# ours when the two mean the same thing (docs/job.md: "Coming from the built-in algorithms").
+ALIASES = {"dropout_rate": "dropout", "mini_batch_size": "batch_size", "eps": "epsilon", "gamma": "rho"}
+VALUE_ALIASES = {"optimizer": {"nag": "nesterov"}}
 
 # Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
 # _tuning_objective_metric to each of its training jobs; the SDKs add sagemaker_* and model_dir.
@@ -123,10 +132,11 @@ def _number(minimum: float, maximum: float, *, open_low: bool = True):
     return parse
 
 
-def _choice(options: tuple[str, ...]):
+def _choice(options: tuple[str, ...], aliases: dict[str, str] | None = None):
     def parse(name, value):
         # case-insensitive: the v2 Estimator sends str(False) == "False"
         text = str(_unquoted(value)).lower()
+        text = (aliases or {}).get(text, text)
         if text not in options:
             raise UserError(f"hyperparameter {name} must be one of {', '.join(options)}; got {value!r}")
         return text
@@ -219,7 +229,66 @@ def _class_names(name, value):
 
 
 def _optional(parse):
-    return lambda name, value: None if _is_none(value) else parse(name, value)
+    def optional(name, value):
+        return None if _is_none(value) else parse(name, value)
+
+    optional.tuning_range = getattr(parse, "tuning_range", "Categorical")
+    return optional
+
+
+def _flag(name, value):
+    text = str(_unquoted(value)).lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise UserError(f"hyperparameter {name} must be true or false, got {value!r}")
+
+
+_flag.tuning_range = "Categorical"
+
+
+def _epochs_list(name, value):
+    """Epoch numbers (1-based): a list, JSON or Python's, or comma-separated like MXNet's "10, 20"."""
+    if _is_none(value):
+        return ()
+    raw = _unquoted(value)
+    if isinstance(raw, str) and raw.startswith("["):
+        try:
+            raw = ast.literal_eval(raw)  # (JSON lists of numbers are Python literals too)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raw = None
+    items = raw if isinstance(raw, (list, tuple)) else raw.split(",") if isinstance(raw, str) else [raw]
+    try:
+        epochs = tuple(sorted({_integer(1)(name, item) for item in items if str(item).strip()}))
+    except UserError:
+        epochs = ()
+    if not epochs:
+        raise UserError(f"hyperparameter {name} must list epoch numbers (1 or more), e.g. 10,20; got {value!r}")
+    return epochs
+
+
+def _class_weights(name, value):
+    """A weight per class: a list in label order, or an object of class name (or label) to weight
+    (classes it leaves out weigh 1). Checked against the classes in JobConfig."""
+    if _is_none(value):
+        return None
+    raw = _unquoted(value)
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            try:
+                raw = [float(part) for part in raw.split(",")]
+            except ValueError:
+                raw = None
+    pairs = list(raw.items()) if isinstance(raw, dict) else list(enumerate(raw)) if isinstance(raw, list) else None
+    if not pairs or any(isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0
+                        for _, w in pairs):
+        raise UserError(f"hyperparameter {name} must be a list of weights in label order, or a JSON object of "
+                        f"class name to weight, each a number >= 0; got {value!r}")
+    return tuple((str(key), float(weight)) for key, weight in pairs) if isinstance(raw, dict) else \
+        tuple(float(w) for _, w in pairs)
 
 
 HYPERPARAMETERS = {
@@ -230,8 +299,9 @@ HYPERPARAMETERS = {
         Hyperparameter("fine_tune_layers", 20, _integer(0),
                        "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen)"),
         Hyperparameter("batch_size", 32, _integer(1), "examples per step (global, across all GPUs and hosts)"),
-        Hyperparameter("learning_rate", 1e-3, _number(0, 10), "Adam learning rate of phase 1"),
-        Hyperparameter("fine_tune_learning_rate", 1e-5, _number(0, 10), "Adam learning rate of phase 2"),
+        Hyperparameter("learning_rate", 1e-3, _number(0, 10),
+                       "learning rate of phase 1 (the head; the whole network with weights=none)"),
+        Hyperparameter("fine_tune_learning_rate", 1e-5, _number(0, 10), "learning rate of phase 2 (fine-tuning)"),
         Hyperparameter("backbone", "mobilenet_v3_small", _choice(BACKBONES), "Keras application used as the backbone"),
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
         Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
@@ -245,6 +315,49 @@ HYPERPARAMETERS = {
                        "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
+        Hyperparameter("optimizer", "adam", _choice(OPTIMIZERS, VALUE_ALIASES["optimizer"]),
+                       "adam, adamw, sgd, nesterov (or nag), rmsprop, adagrad or adadelta"),
+        Hyperparameter("momentum", 0.9, _number(0, 1, open_low=False), "momentum of sgd, nesterov and rmsprop"),
+        Hyperparameter("beta_1", 0.9, _number(0, 1, open_low=False), "adam and adamw: decay of the first moment"),
+        Hyperparameter("beta_2", 0.999, _number(0, 1, open_low=False), "adam and adamw: decay of the second moment"),
+        Hyperparameter("epsilon", 1e-07, _number(0, 1), "adam, adamw, rmsprop, adagrad and adadelta: added to the "
+                       "denominator"),
+        Hyperparameter("rho", 0.95, _number(0, 1, open_low=False), "rmsprop and adadelta: decay of the squared "
+                       "gradients' mean"),
+        Hyperparameter("initial_accumulator_value", 0.0001, _number(0, 1, open_low=False),
+                       "adagrad: the accumulators' starting value"),
+        Hyperparameter("weight_decay", None, _optional(_number(0, 1, open_low=False)),
+                       "decoupled weight decay of every trained weight, per step and scaled by the learning rate "
+                       "(for sgd the same as an L2 term of this coefficient); unset: 0.004 for adamw, else 0"),
+        Hyperparameter("regularizers_l2", 0.0, _number(0, 1, open_low=False),
+                       "L2 penalty on the classifier's kernel, added to the training loss"),
+        Hyperparameter("label_smoothing", 0.0, _number(0, 0.99, open_low=False),
+                       "training loss against labels of 1 - s + s/classes and s/classes elsewhere"),
+        Hyperparameter("gradient_clip_norm", 0.0, _number(0, 1e6, open_low=False),
+                       "largest global norm of each step's gradient, summed over replicas (0: no clipping)"),
+        Hyperparameter("lr_schedule", "constant", _choice(SCHEDULES),
+                       "each phase's learning rate by epoch: constant, cosine (down to 0 after its last epoch) "
+                       "or step (lr_scheduler_step)"),
+        Hyperparameter("lr_scheduler_step", None, _epochs_list,
+                       "lr_schedule=step: the epochs after which the rate is multiplied by lr_scheduler_factor, "
+                       "e.g. 10,20"),
+        Hyperparameter("lr_scheduler_factor", 0.1, _number(0, 1), "lr_schedule=step: the factor at each step"),
+        Hyperparameter("warmup_steps", 0, _integer(0), "optimizer steps at the start of each phase ramping its "
+                       "learning rate up linearly"),
+        Hyperparameter("early_stopping", "false", _flag, "end a phase when early_stopping_metric stops improving; "
+                       "the phase's best weights are kept"),
+        Hyperparameter("early_stopping_metric", "val_loss", _choice(EARLY_STOPPING_METRICS),
+                       "what early stopping watches: val_loss or val_accuracy"),
+        Hyperparameter("early_stopping_patience", 5, _integer(1), "epochs without improvement before a phase ends"),
+        Hyperparameter("early_stopping_min_delta", 0.0, _number(0, 1e6, open_low=False),
+                       "smallest change that counts as an improvement"),
+        Hyperparameter("early_stopping_tolerance", 0.0, _number(0, 1, open_low=False),
+                       "smallest change that counts, relative to the best value so far (MXNet's)"),
+        Hyperparameter("early_stopping_min_epochs", 1, _integer(1), "epochs of a phase always trained"),
+        Hyperparameter("class_weights", None, _class_weights,
+                       "weight of each class in the training loss: a list in label order or {name: weight}"),
+        Hyperparameter("top_k", None, _optional(_integer(2)),
+                       "also report top_k_accuracy: the share of examples whose label is among the k most likely"),
         Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION),
                        "float16 compute; auto: on when a GPU is present"),
         Hyperparameter("max_corrupted_records_to_skip", 0, _integer(0),
@@ -284,6 +397,29 @@ class JobConfig:
     steps_per_execution: int | str
     shuffle_buffer: int
     dropout: float
+    optimizer: str
+    momentum: float
+    beta_1: float
+    beta_2: float
+    epsilon: float
+    rho: float
+    initial_accumulator_value: float
+    weight_decay: float | None
+    regularizers_l2: float
+    label_smoothing: float
+    gradient_clip_norm: float
+    lr_schedule: str
+    lr_scheduler_step: tuple[int, ...]
+    lr_scheduler_factor: float
+    warmup_steps: int
+    early_stopping: bool
+    early_stopping_metric: str
+    early_stopping_patience: int
+    early_stopping_min_delta: float
+    early_stopping_tolerance: float
+    early_stopping_min_epochs: int
+    class_weights: tuple[float, ...] | None
+    top_k: int | None
     mixed_precision: str
     max_corrupted_records_to_skip: int
     max_image_pixels: int
@@ -294,6 +430,7 @@ class JobConfig:
 
     @classmethod
     def from_hyperparameters(cls, raw: dict) -> JobConfig:
+        raw = _canonical_names(raw)
         unknown = sorted(
             name for name in raw
             if name not in HYPERPARAMETERS
@@ -308,9 +445,45 @@ class JobConfig:
         # defaults go through the same parsing as given values ("true" -> all augmentations)
         values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
         values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
+        values["class_weights"] = _weights_per_label(values["class_weights"], values["class_names"])
+        if values["lr_schedule"] == "step" and not values["lr_scheduler_step"]:
+            raise UserError("hyperparameter lr_schedule=step needs lr_scheduler_step: the epochs after which the "
+                            "learning rate drops, e.g. 10,20")
+        if values["top_k"] is not None and values["top_k"] >= values["num_classes"]:
+            raise UserError(f"hyperparameter top_k must be below the number of classes ({values['num_classes']}): "
+                            f"the top {values['top_k']} hold every class; got {values['top_k']}")
         if values["epochs"] + values["fine_tune_epochs"] == 0:
             raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
         return cls(**values)
+
+
+def _canonical_names(raw: dict) -> dict:
+    """The hyperparameters under this job's names: an alias (ALIASES) is renamed, and refused when
+    the job's own name is given too (which should win would be a guess)."""
+    renamed = dict(raw)
+    for alias, name in ALIASES.items():
+        if alias in renamed:
+            if name in renamed:
+                raise UserError(f"hyperparameters {alias} and {name} are the same setting ({alias} is the built-in "
+                                f"algorithms' name for it): give one")
+            renamed[name] = renamed.pop(alias)
+    return renamed
+
+
+def _weights_per_label(weights, class_names: tuple[str, ...]) -> tuple[float, ...] | None:
+    if weights is None:
+        return None
+    if weights and isinstance(weights[0], tuple):  # {name or label: weight}
+        given = dict(weights)
+        labels = {name: str(label) for label, name in enumerate(class_names)}
+        unknown = [key for key in given if key not in labels and key not in labels.values()]
+        if unknown:
+            raise UserError(f"hyperparameter class_weights names {', '.join(map(repr, unknown))}, not a class of the "
+                            f"job ({', '.join(class_names[:10])}{', ...' if len(class_names) > 10 else ''})")
+        return tuple(given.get(name, given.get(str(label), 1.0)) for label, name in enumerate(class_names))
+    if len(weights) != len(class_names):
+        raise UserError(f"hyperparameter class_weights lists {len(weights)} weights for {len(class_names)} classes")
+    return tuple(weights)
 
 
 def _classes(num_classes, class_names):

@@ -17,10 +17,12 @@ from keras_pipe_train import contract, datasets, distribute, metrics
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
+from keras_pipe_train.early_stopping import BestWeights, Rule
 from keras_pipe_train.errors import ClusterError, UserError
 from keras_pipe_train.export import export
 from keras_pipe_train.loop import Stopped, Trainer
 from keras_pipe_train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
+from keras_pipe_train.recipe import Loss, epoch_factor, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +69,23 @@ class Training:
     plan: list[Phase]
     from_scratch: bool
     audit: datasets.Audit | None
+    early_stopping: Rule | None = None
+    best: BestWeights | None = None  # early stopping's copy of the phase's best weights
     epochs: EpochLog | None = None
 
     @property
     def model(self) -> keras.Model:
         return self.trainer.model
 
+    @property
+    def extra_state(self) -> dict:
+        """What checkpoints hold beside the model, optimizer and random states."""
+        return {"best": self.best} if self.best else {}
+
     def save(self, phase: Phase, epoch: int, steps: int) -> None:
         """A checkpoint after `steps` steps of `epoch` (0-based), with the metrics of the epochs done."""
         progress = Progress(phase.name, epoch, steps, self.config.batch_size, tuple(self.epochs.rows))
-        self.checkpoints.save(self.model, self.trainer.optimizer, progress)
+        self.checkpoints.save(self.model, self.trainer.optimizer, progress, self.extra_state)
 
     def configure(self, phase: Phase) -> None:
         """Sets which layers `phase` trains, then gives the trainer a fresh optimizer for them."""
@@ -92,7 +101,8 @@ class Training:
             layers = unfreeze_top(self.backbone, self.config.fine_tune_layers)
             log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
                      layers[0] if layers else "-", layers[-1] if layers else "-", count)
-        self.trainer.start_phase(phase.learning_rate)  # after: the optimizer is built for the trainable weights
+        # after: the optimizer is built for the trainable weights
+        self.trainer.start_phase(phase.learning_rate, self.config.warmup_steps)
 
 
 def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
@@ -111,11 +121,13 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
         if phase is not start.configured:
             training.configure(phase)
         for epoch in range(first, phase.end):
-            train_epoch(training, phase, epoch, start.step if epoch == start.epoch else 0)
+            if train_epoch(training, phase, epoch, start.step if epoch == start.epoch else 0) >= phase.end:
+                break  # stopped early
     if training.trainer.stop.is_set():
         log.warning("the stop request came after training ended: exporting the model first")
-    export_together(training)
-    return training.epochs.rows[-1] if training.epochs.rows else {}
+    final = final_metrics(training)
+    export_together(training, final)
+    return final
 
 
 def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
@@ -127,34 +139,64 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     mixed_precision = use_mixed_precision(config.mixed_precision)
     weights = resolve_weights(config, channels, layout)
     from_scratch = weights is None
+    rule = Rule.of(config)
+    if rule and "validation" not in channels:
+        raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
+                        "channel, or set early_stopping=false")
     with cluster.strategy.scope():
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
-                                 pretrained=not from_scratch)
-    trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution))
+                                 pretrained=not from_scratch, l2=config.regularizers_l2)
+        best = BestWeights(model) if rule else None
+    trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution),
+                      Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate))
     checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
                               checkpoint_settings(config, channels, resources, mixed_precision))
-    checkpoints.check_writable(checkpoint_bytes(model))
+    checkpoints.check_writable(checkpoint_bytes(model, copies=4 if best else 3))
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
-                    phases(config, from_scratch), from_scratch, audit)
+                    phases(config, from_scratch), from_scratch, audit, rule, best)
 
 
-def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> None:
-    """One epoch from its step `step`: its pass, validation, the metrics line and a checkpoint.
+def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
+    """One epoch from its step `step`: its pass, validation, the metrics line, early stopping and a
+    checkpoint. Returns the epoch training goes on with (the phase's end when it stopped early).
     Raises Stopped when a stop was requested before the last epoch ended."""
     started = time.perf_counter()
+    training.trainer.set_epoch_factor(epoch_factor(training.config, phase.start, phase.end, epoch))
     results, steps = train_pass(training, phase, epoch, step)
     if "validation" in training.channels:
         results |= validate(training, phase, epoch, steps)
     training.epochs.add(epoch, phase.name, results, time.perf_counter() - started)
-    training.save(phase, epoch + 1, 0)
+    following = stop_early(training, phase, epoch) if training.early_stopping else epoch + 1
+    training.save(phase, following, 0)
     # After the last epoch a stop changes nothing: training is done, and the export (which a stop
     # must not cut short) is the job's result. (Every worker knows it is the last.)
-    if epoch + 1 < training.plan[-1].end and training.trainer.stop_requested():
+    if following < training.plan[-1].end and training.trainer.stop_requested():
         raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in "
                       f"{training.layout.checkpoints}")
+    return following
+
+
+def stop_early(training: Training, phase: Phase, epoch: int) -> int:
+    """Early stopping after `epoch` (0-based) of `phase`: keeps the weights of a new best epoch and,
+    when the phase ends (stopped, or at its last epoch), puts its best weights back in the model.
+    Returns the epoch training goes on with."""
+    rule, t = training.early_stopping, training
+    verdict = rule.verdict(t.epochs.rows, phase.name)
+    if verdict.improved:
+        t.best.keep(t.model)
+    stopping = verdict.stop and epoch + 1 < phase.end
+    if stopping:
+        log.info("early stopping: %s has not improved on its best (%s %.6g at epoch %d) for %d epochs: phase %s "
+                 "ends after epoch %d of %d", rule.metric, rule.metric, verdict.best, verdict.best_epoch,
+                 verdict.epochs_without_improvement, phase.name, epoch + 1, phase.end)
+    if (stopping or epoch + 1 == phase.end) and not verdict.improved:
+        t.best.restore(t.model)
+        log.info("early stopping: phase %s keeps the weights of its best epoch, %d (%s %.6g)", phase.name,
+                 verdict.best_epoch, rule.metric, verdict.best)
+    return phase.end if stopping else epoch + 1
 
 
 def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple[dict, int]:
@@ -190,14 +232,32 @@ def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
     return scores
 
 
-def export_together(training: Training) -> None:
+def final_metrics(training: Training) -> dict:
+    """The metrics of the model exported: the last epoch's, or with early stopping, those of the last
+    phase's best epoch, whose weights it put back. That epoch's metric line is then printed again,
+    last: SageMaker keeps each metric's last value as the job's final one, which a tuning job ranks
+    jobs by, and it must be the exported model's."""
+    rows = training.epochs.rows
+    if not rows:
+        return {}
+    if not training.early_stopping:
+        return rows[-1]
+    best = training.early_stopping.verdict(rows, rows[-1]["phase"]).best_epoch
+    final = next(row for row in rows if row["epoch"] == best)
+    if final is not rows[-1]:
+        log.info("the model exported is epoch %d's (early stopping): its metrics again, as the job's final ones", best)
+        print(metrics.format_line(final), flush=True)
+    return final
+
+
+def export_together(training: Training, final: dict) -> None:
     """The chief exports the model and writes metrics.json; every host then finishes together."""
     t, exported = training, False
     try:
         if t.cluster.is_chief:
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
                                  t.config.max_image_pixels)
-            t.epochs.write(t.layout.output_data / "metrics.json")
+            t.epochs.write(t.layout.output_data / "metrics.json", final)
             log.info("exported the model to %s (serving) and %s", serving_dir, t.layout.model / "model.keras")
         exported = True
     finally:
@@ -236,10 +296,10 @@ def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], r
     return json.loads(json.dumps(settings))  # as progress.json gives them back: lists, not tuples
 
 
-def checkpoint_bytes(model: keras.Model) -> int:
-    """About what one checkpoint takes: the weights, and Adam's two slots for each (all weights
-    train in some phase)."""
-    return 3 * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
+def checkpoint_bytes(model: keras.Model, copies: int = 3) -> int:
+    """About what one checkpoint takes: the weights, and the optimizer's slots for each (Adam's
+    two; all weights train in some phase), and early stopping's copy of the best."""
+    return copies * sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in model.weights)
 
 
 def resume(training: Training) -> Position:
@@ -260,7 +320,8 @@ def resume(training: Training) -> Position:
         training.configure(phase)
         # a checkpoint from the end of phase 1 restores the weights only: phase 2 has a new optimizer
         same_phase = progress.phase == phase.name
-        if not checkpoints.restore(path, training.model, training.trainer.optimizer if same_phase else None):
+        if not checkpoints.restore(path, training.model, training.trainer.optimizer if same_phase else None,
+                                   training.extra_state):
             continue
         step = progress.steps
         if progress.global_batch != config.batch_size and step:
@@ -293,8 +354,8 @@ class EpochLog:
                     tf.summary.scalar(name, value)
             self.writer.flush()
 
-    def write(self, path: Path) -> None:
-        metrics.write_json(path, self.rows, self.rows[-1] if self.rows else {})
+    def write(self, path: Path, final: dict) -> None:
+        metrics.write_json(path, self.rows, final)
 
 
 def check_channels(channels: dict[str, ChannelConfig]) -> None:

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from keras_pipe_train.distribute import Cluster
 from keras_pipe_train.errors import UserError
+from keras_pipe_train.recipe import LearningRate, Loss
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_STEPS = 10
@@ -38,18 +39,23 @@ class Diverged(UserError):
 class Totals:
     loss: float = 0.0
     correct: float = 0.0
+    in_top_k: float = 0.0
     examples: float = 0.0
 
-    def add(self, loss_sum, correct, examples) -> None:
-        self.loss += float(loss_sum)
-        self.correct += float(correct)
-        self.examples += float(examples)
+    def add(self, call: Call) -> None:
+        self.loss += call.loss_sum
+        self.correct += call.correct
+        self.in_top_k += call.in_top_k
+        self.examples += call.examples
 
-    def metrics(self, prefix: str) -> dict:
+    def metrics(self, prefix: str, top_k: int | None = None) -> dict:
         """Means over the examples seen; NaN (null in metrics.json) when there were none in this run
         (an epoch resumed after its last step), never a loss of 0."""
         n = self.examples or float("nan")
-        return {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
+        means = {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
+        if top_k:
+            means[f"{prefix}top_k_accuracy"] = self.in_top_k / n
+        return means
 
 
 @dataclasses.dataclass
@@ -59,36 +65,46 @@ class Call:
     steps: int
     loss_sum: float
     correct: float
+    in_top_k: float
     examples: float
     diverged_at: int  # 1-based step of this call whose loss was not finite; 0: none
 
     @classmethod
     def read(cls, outputs: tf.Tensor) -> Call:
-        loss_sum, correct, examples, steps, diverged_at = outputs.numpy().tolist()
-        return cls(int(steps), loss_sum, correct, examples, int(diverged_at))
+        loss_sum, correct, in_top_k, examples, steps, diverged_at = outputs.numpy().tolist()
+        return cls(int(steps), loss_sum, correct, in_top_k, examples, int(diverged_at))
 
 
 class Trainer:
     def __init__(self, model: keras.Model, cluster: Cluster, mixed_precision: bool,
-                 stop: threading.Event | None = None, steps_per_execution: int = 1):
+                 stop: threading.Event | None = None, steps_per_execution: int = 1, loss: Loss | None = None,
+                 make_optimizer=keras.optimizers.Adam):
         self.model, self.cluster, self.mixed_precision = model, cluster, mixed_precision
         self.steps_per_execution = steps_per_execution
         self.stop = stop or threading.Event()
+        self.loss = loss or Loss()
+        self.make_optimizer = make_optimizer  # learning rate (a schedule) -> a Keras optimizer
         self.optimizer = None
         self.learning_rate = None
+        self.schedule: LearningRate | None = None
         self._functions: list = []
 
-    def start_phase(self, learning_rate: float) -> None:
+    def start_phase(self, learning_rate: float, warmup_steps: int = 0) -> None:
         """A fresh optimizer for the model's current trainable weights, and step functions traced
         for them (unfreezing layers changes what a step updates)."""
         with self.cluster.strategy.scope():
-            optimizer = keras.optimizers.Adam(learning_rate)
+            self.schedule = LearningRate(learning_rate, warmup_steps)
+            optimizer = self.make_optimizer(self.schedule)
             if self.mixed_precision:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(self.model.trainable_variables)
         self.optimizer = optimizer
         self.learning_rate = learning_rate
         self._functions = []
+
+    def set_epoch_factor(self, factor: float) -> None:
+        """The share of the phase's learning rate the coming epoch trains at (the schedule's)."""
+        self.schedule.factor.assign(factor)
 
     def _steps(self, train: bool, dataset):
         """The traced function that runs up to steps_per_execution steps on `dataset`'s iterator,
@@ -110,7 +126,7 @@ class Trainer:
         lost: no further step should run on them)."""
 
         def steps(iterator, count):
-            totals, done, diverged_at = tf.zeros([3]), tf.constant(0), tf.constant(0)
+            totals, done, diverged_at = tf.zeros([4]), tf.constant(0), tf.constant(0)
             for _ in tf.range(count):
                 # under several workers, the same answer on every worker (tf.distribute agrees
                 # on it): a worker whose share ran out gets an empty batch until all are done
@@ -128,14 +144,16 @@ class Trainer:
         return steps
 
     def _make_step(self, train: bool):
-        model, optimizer, strategy = self.model, self.optimizer, self.cluster.strategy
+        model, optimizer, strategy, recipe = self.model, self.optimizer, self.cluster.strategy, self.loss
         scale = self.mixed_precision
+        class_weights = tf.constant(recipe.class_weights, tf.float32) if recipe.class_weights else None
 
         def replica_step(images, labels):
             count = tf.shape(labels)[0]
             examples = tf.cast(count, tf.float32)
+            context = tf.distribute.get_replica_context()
             # the global mean: replicas (and, at a pass's end, workers) may hold fewer examples
-            global_examples = tf.distribute.get_replica_context().all_reduce("sum", examples)
+            global_examples = context.all_reduce("sum", examples)
             # With several workers, one whose share of the pass has run out gets empty batches
             # while the others finish theirs (tf.distribute's get_next_as_optional). Every replica
             # must still run the same ops (the gradient all-reduce), and Keras layers fail on empty
@@ -147,23 +165,60 @@ class Trainer:
             labels = tf.cond(count > 0, lambda: labels, lambda: tf.zeros([1], labels.dtype))
             with tf.GradientTape() as tape:
                 probabilities = model(images, training=train)
-                per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+                per_example = self._per_example_loss(train, labels, probabilities, class_weights)
                 loss_sum = tf.reduce_sum(per_example) * weight
                 loss = loss_sum / tf.maximum(global_examples, 1.0)
+                if train and model.losses:  # the kernel's L2 penalty: the same on every replica,
+                    # whose gradients are summed, so each adds its share
+                    loss += tf.add_n(model.losses) / context.num_replicas_in_sync
                 if scale:
                     loss = optimizer.scale_loss(loss)
             if train:
                 gradients = tape.gradient(loss, model.trainable_variables)
+                if recipe.clip_norm:
+                    gradients = self._clipped(gradients, context)
                 optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
             predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
             correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32)) * weight
-            return loss_sum, correct, examples
+            in_top_k = tf.constant(0.0)
+            if recipe.top_k:
+                hits = tf.math.in_top_k(labels, tf.cast(probabilities, tf.float32), recipe.top_k)
+                in_top_k = tf.reduce_sum(tf.cast(hits, tf.float32)) * weight
+            # (the reported loss is the examples' own: without the L2 penalty, comparable with val_loss)
+            return loss_sum, correct, in_top_k, examples
 
         def step(batch):
             outputs = strategy.run(replica_step, args=batch)
             return [strategy.reduce("sum", value, axis=None) for value in outputs]
 
         return step
+
+    def _per_example_loss(self, train: bool, labels, probabilities, class_weights):
+        """Cross-entropy; in training, against smoothed labels and weighted by class when asked.
+        Validation's loss stays the plain cross-entropy, comparable between recipes (and what early
+        stopping watches)."""
+        smoothing = self.loss.label_smoothing if train else 0.0
+        if smoothing:
+            targets = tf.one_hot(labels, tf.shape(probabilities)[-1], dtype=probabilities.dtype)
+            per_example = keras.losses.categorical_crossentropy(targets, probabilities, label_smoothing=smoothing)
+        else:
+            per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
+        if train and class_weights is not None:
+            per_example = per_example * tf.gather(class_weights, labels)
+        return per_example
+
+    def _clipped(self, gradients, context):
+        """The replica's gradients scaled so that their sum over replicas (what the optimizer
+        applies) has a global norm of at most clip_norm. Under mixed precision the gradients are
+        of the scaled loss: the norm compared is that of the unscaled ones."""
+        summed = context.all_reduce("sum", gradients) if context.num_replicas_in_sync > 1 else gradients
+        norm = tf.linalg.global_norm(summed)
+        if self.mixed_precision:
+            norm = norm / self.optimizer.scale_loss(tf.constant(1.0))
+        factor = tf.minimum(1.0, self.loss.clip_norm / tf.maximum(norm, 1e-12))
+        # (a norm that is not finite makes the gradients NaN: the loss-scale optimizer then skips
+        # the step and lowers its scale, as it would have without clipping)
+        return [g * tf.cast(factor, g.dtype) for g in gradients]
 
     def stop_requested(self) -> bool:
         """The same answer on every worker, at the same step."""
@@ -193,7 +248,7 @@ class Trainer:
                     f"checkpoint was taken of them. Lower the learning rate (this phase's is "
                     f"{self.learning_rate:g}: hyperparameter learning_rate for phase 1, fine_tune_learning_rate "
                     "for phase 2)")
-            totals.add(call.loss_sum, call.correct, call.examples)
+            totals.add(call)
             logged, steps = steps // PROGRESS_EVERY_STEPS, steps + call.steps
             if on_step:
                 on_step(steps)
@@ -202,13 +257,13 @@ class Trainer:
                 log.info("progress: epoch=%d step=%d loss=%.4f examples/s=%.1f", epoch + 1, steps,
                          totals.loss / max(totals.examples, 1), rate)
             if self.stop_requested():  # (a collective under several workers: once per call)
-                return totals.metrics("train_"), steps, True
+                return totals.metrics("train_", self.loss.top_k), steps, True
         # a stop that came while the input waited for data ended the pass early (Pipe mode)
-        return totals.metrics("train_"), steps, self.stop_requested()
+        return totals.metrics("train_", self.loss.top_k), steps, self.stop_requested()
 
     def evaluate(self, dataset) -> tuple[dict, int]:
         """(validation metrics, examples evaluated by all workers together)."""
         totals = Totals()
         for call in self.calls(False, dataset):
-            totals.add(call.loss_sum, call.correct, call.examples)
-        return totals.metrics("val_"), int(totals.examples)
+            totals.add(call)
+        return totals.metrics("val_", self.loss.top_k), int(totals.examples)

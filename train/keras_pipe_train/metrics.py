@@ -15,7 +15,9 @@ from pathlib import Path
 PREFIX = "metrics:"
 # metric line name -> the name SageMaker shows (and CloudWatch stores) it under
 REPORTED = {"train_loss": "train:loss", "train_accuracy": "train:accuracy",
-            "val_loss": "validation:loss", "val_accuracy": "validation:accuracy"}
+            "val_loss": "validation:loss", "val_accuracy": "validation:accuracy",
+            # only with hyperparameter top_k (MXNet's name for it: top_k)
+            "train_top_k_accuracy": "train:top_k_accuracy", "val_top_k_accuracy": "validation:top_k_accuracy"}
 _NUMBER = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"
 
 METRIC_DEFINITIONS = [

@@ -99,7 +99,7 @@ def caffe_preprocessing() -> keras.layers.Layer:
 
 
 def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int, dropout: float,
-                     *, pretrained: bool = True) -> keras.Model:
+                     *, pretrained: bool = True, l2: float = 0.0) -> keras.Model:
     size = backbone.input_shape[1]
     images = keras.Input((size, size, 3), name="images")
     x = caffe_preprocessing()(images) if BACKBONES[backbone_name].caffe else images
@@ -111,7 +111,10 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
-    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="classifier")(x)
+    # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)
+    regularizer = keras.regularizers.L2(l2) if l2 else None
+    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="classifier",
+                                       kernel_regularizer=regularizer)(x)
     return keras.Model(images, probabilities, name=f"{backbone_name}_classifier")
 
 

@@ -97,6 +97,9 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
     if spec.objective.startswith("validation:") and "validation" not in [c.name for c in spec.job.channels]:
         raise RequestError(f"--objective {spec.objective} is measured on the validation channel: give --validation "
                            "(or tune on a train: metric, which rewards overfitting)")
+    if "top_k" in spec.objective and "top_k" not in static and "top_k" not in names:
+        raise RequestError(f"--objective {spec.objective}: the job reports it only with hyperparameter top_k set "
+                           "(--hp top_k=5)")
     if spec.job.spot and spec.job.checkpoint_s3_uri:
         warnings.append("each training job starts with a copy of the whole --checkpoint-s3-uri prefix, its own "
                         "checkpoints and those of the jobs before it (each in its own subfolder)")

@@ -1,0 +1,93 @@
+"""Early stopping in the job as SageMaker runs it: the epoch it stops at, the weights it exports,
+and a stop by SIGTERM in the middle of an early-stopping run resumed to the same end.
+
+A min_delta no change can reach makes the first epoch the best for good: the phase then stops
+after exactly `patience` more epochs, and the model exported must be the first epoch's, which a
+run of one epoch (same seed, same data) also exports."""
+
+import json
+import signal
+
+import numpy as np
+import pytest
+
+from tests.conftest import read_until
+from tests.job.conftest import file_channel, run_train, start_train, write_hyperparameters
+
+pytestmark = pytest.mark.slow
+RECIPE = dict(num_classes=10, image_size=32, batch_size=16, augment="false", shuffle_buffer=0)
+STOPPING = dict(early_stopping="true", early_stopping_patience=2, early_stopping_min_delta=100)
+
+
+def set_up(job, digit_records, weights, **values):
+    file_channel(job, "train", digit_records[0][:320], shards=1)  # 20 steps an epoch
+    file_channel(job, "validation", digit_records[0][1000:1064], shards=1)
+    write_hyperparameters(job, weights=str(weights), **RECIPE, **values)
+
+
+def exported_weights(job) -> list[np.ndarray]:
+    import keras
+
+    return keras.saving.load_model(job.base / "model/model.keras").get_weights()
+
+
+def epochs_in_metrics(job) -> list[int]:
+    return [row["epoch"] for row in json.loads((job.base / "output/data/metrics.json").read_text())["epochs"]]
+
+
+@pytest.fixture(scope="module")
+def first_epoch_weights(tmp_path_factory, digit_records, head_only_weights):
+    from tests.conftest import FakeJob
+
+    job = FakeJob(tmp_path_factory.mktemp("one-epoch"))
+    set_up(job, digit_records, head_only_weights, epochs=1)
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return exported_weights(job)
+
+
+def test_a_phase_stops_after_patience_epochs_without_improvement_and_exports_its_best(
+        job, digit_records, head_only_weights, first_epoch_weights):
+    set_up(job, digit_records, head_only_weights, epochs=6, **STOPPING)
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert ("early stopping: val_loss has not improved on its best (val_loss" in out.stdout
+            and "at epoch 1) for 2 epochs: phase head ends after epoch 3 of 6" in out.stdout)
+    assert "early stopping: phase head keeps the weights of its best epoch, 1" in out.stdout
+    assert epochs_in_metrics(job) == [1, 2, 3]
+    for exported, best in zip(exported_weights(job), first_epoch_weights):
+        np.testing.assert_array_equal(exported, best)
+    # the job's final metrics are the exported model's: in metrics.json, and as the last value of
+    # each metric line SageMaker reads (what a tuning job ranks by)
+    summary = json.loads((job.base / "output/data/metrics.json").read_text())
+    assert summary["final"] == summary["epochs"][0]
+    lines = [line for line in out.stdout.splitlines() if line.startswith("metrics: ")]
+    assert [line.split()[1] for line in lines] == ["epoch=1", "epoch=2", "epoch=3", "epoch=1"]
+    assert lines[-1] == lines[0]
+
+
+def test_stopped_mid_run_and_resumed_it_ends_and_exports_as_if_never_stopped(
+        job, digit_records, head_only_weights, first_epoch_weights):
+    set_up(job, digit_records, head_only_weights, epochs=6, **STOPPING)
+    first = start_train(job)
+    lines = read_until(first, "metrics: epoch=2 ")  # epoch 1 is the best; epoch 3 is under way
+    first.send_signal(signal.SIGTERM)
+    output = "".join(lines) + first.communicate(timeout=120)[0]
+    assert first.returncode == 143, output[-3000:]
+    second = start_train(job)
+    output2 = second.communicate(timeout=280)[0]
+    assert second.returncode == 0, output2[-3000:]
+    assert "resuming from checkpoint" in output2 and "phase head ends after epoch 3 of 6" in output2
+    assert epochs_in_metrics(job) == [1, 2, 3]
+    # the best weights came back from the checkpoint: the restarted process never saw epoch 1
+    for exported, best in zip(exported_weights(job), first_epoch_weights):
+        np.testing.assert_array_equal(exported, best)
+
+
+def test_early_stopping_without_a_validation_channel_is_refused_before_training(job, digit_records, head_only_weights):
+    file_channel(job, "train", digit_records[0][:32], shards=1)
+    write_hyperparameters(job, weights=str(head_only_weights), **RECIPE, epochs=2, early_stopping="true")
+    out = run_train(job)
+    assert out.returncode == 2, out.stdout[-3000:]  # (a user error: main.py's exit codes)
+    failure = (job.base / "output/failure").read_text()
+    assert "early_stopping=true watches the validation metrics: add a 'validation' channel" in failure

@@ -1,0 +1,105 @@
+"""The training recipe: which optimizer, the learning rate at each step, and what the loss adds up.
+
+Every choice here is a hyperparameter (config.py), named as SageMaker's built-in image classifiers
+name it where they have one, so that a job moved from them keeps its settings (docs/job.md maps
+each name). No TensorFlow graph code here beyond the schedule's one formula: the loop (loop.py)
+applies the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_pipe_train.config import JobConfig
+
+ADAMW_DEFAULT_DECAY = 0.004  # Keras' own default for AdamW, used when weight_decay is not set
+
+
+def make_optimizer(config: JobConfig, learning_rate) -> keras.optimizers.Optimizer:
+    """The optimizer `config.optimizer` names, with the settings the built-ins give it.
+
+    Gradient clipping is not passed to Keras: Keras 3 clips each replica's share of the gradient
+    before summing them (base_optimizer.apply, then _all_reduce_sum_gradients), so with several
+    GPUs or hosts the norm it bounds is not the gradient's. The loop clips the summed gradient."""
+    decay = config.weight_decay
+    if config.optimizer == "adamw" and decay is None:
+        decay = ADAMW_DEFAULT_DECAY
+    common = {"learning_rate": learning_rate, "weight_decay": decay or None}
+    name = config.optimizer
+    if name in ("adam", "adamw"):
+        cls = keras.optimizers.AdamW if name == "adamw" else keras.optimizers.Adam
+        return cls(beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon, **common)
+    if name in ("sgd", "nesterov"):
+        return keras.optimizers.SGD(momentum=config.momentum, nesterov=name == "nesterov", **common)
+    if name == "rmsprop":
+        return keras.optimizers.RMSprop(rho=config.rho, momentum=config.momentum, epsilon=config.epsilon, **common)
+    if name == "adagrad":
+        return keras.optimizers.Adagrad(initial_accumulator_value=config.initial_accumulator_value,
+                                        epsilon=config.epsilon, **common)
+    if name == "adadelta":
+        return keras.optimizers.Adadelta(rho=config.rho, epsilon=config.epsilon, **common)
+    raise ValueError(f"unknown optimizer {name!r}")  # (config.OPTIMIZERS lets none other through)
+
+
+def epoch_factor(config: JobConfig, phase_start: int, phase_end: int, epoch: int) -> float:
+    """How much of the phase's learning rate epoch `epoch` (0-based, counted over the whole job as
+    the metric lines count it) trains at, by `lr_schedule`:
+
+    - constant: 1;
+    - cosine: from 1 at the phase's first epoch down along half a cosine, reaching 0 where the
+      phase would have a next epoch (so its last epoch still learns);
+    - step: times `lr_scheduler_factor` after each epoch listed in `lr_scheduler_step` (1-based,
+      MXNet's meaning: "10" lowers the rate from epoch 11 on) that lies within this phase.
+
+    The rate changes between epochs, not within one: in Pipe mode the steps of an epoch are known
+    only once its pass has ended, and an epoch's rate must not depend on how long the last one was.
+    """
+    if config.lr_schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * (epoch - phase_start) / (phase_end - phase_start)))
+    if config.lr_schedule == "step":
+        passed = sum(1 for boundary in config.lr_scheduler_step if phase_start < boundary <= epoch)
+        return config.lr_scheduler_factor ** passed
+    return 1.0
+
+
+class LearningRate(keras.optimizers.schedules.LearningRateSchedule):
+    """base x (this epoch's factor, set by the host before each epoch) x warmup.
+
+    Warmup: the phase's first `warmup_steps` optimizer steps ramp linearly up to the full rate
+    (step 1 trains at 1/warmup_steps of it). The optimizer's step count is in its checkpoint, so a
+    resumed job continues the ramp where it was."""
+
+    def __init__(self, base: float, warmup_steps: int):
+        self.base, self.warmup_steps = float(base), int(warmup_steps)
+        # a variable, not a Python number: the traced steps read it at each step, and the host
+        # changes it between epochs without retracing
+        self.factor = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="epoch_factor",
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def __call__(self, step):
+        rate = self.base * self.factor
+        if self.warmup_steps:
+            done = tf.cast(step, tf.float32) + 1.0
+            rate = rate * tf.minimum(1.0, done / float(self.warmup_steps))
+        return rate
+
+    def get_config(self):
+        return {"base": self.base, "warmup_steps": self.warmup_steps}
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """What the training loss is made of, beside the cross-entropy of each example."""
+
+    label_smoothing: float = 0.0
+    class_weights: tuple[float, ...] | None = None  # per label: the weight of its examples' losses
+    clip_norm: float = 0.0  # 0: none; else the largest global norm of the summed gradient
+    top_k: int | None = None  # also count the examples whose label is among the k most likely
+
+    @classmethod
+    def of(cls, config: JobConfig) -> Loss:
+        return cls(config.label_smoothing, config.class_weights, config.gradient_clip_norm, config.top_k)
