@@ -76,6 +76,12 @@ def test_each_optimizer_is_the_one_named_with_its_settings_and_it_trains(name):
     assert trainer.evaluate(batches(images, labels))[0]["val_loss"] < before
 
 
+@pytest.mark.parametrize("decay, expected", [(None, 0.004), ("0", 0.0), ("0.01", 0.01)])
+def test_adamw_takes_any_decay_zero_included(decay, expected):
+    chosen = config(optimizer="adamw", **({} if decay is None else {"weight_decay": decay}))
+    assert make_optimizer(chosen, 0.1).get_config()["weight_decay"] == expected
+
+
 def test_weight_decay_shrinks_the_weights_by_rate_times_decay_each_step():
     model = tiny_model()
     kernel = model.get_layer("classifier").kernel
@@ -97,8 +103,9 @@ def test_weight_decay_shrinks_the_weights_by_rate_times_decay_each_step():
 # --- the learning rate ---------------------------------------------------------------------------
 
 def test_the_learning_rate_by_epoch_for_each_schedule():
-    factors = {schedule: [epoch_factor(config(lr_schedule=schedule, lr_scheduler_step="2,4,9",
-                                              lr_scheduler_factor=0.5), 0, 5, e) for e in range(5)]
+    steps = {"step": {"lr_scheduler_step": "2,4,9", "lr_scheduler_factor": 0.5}}
+    factors = {schedule: [epoch_factor(config(lr_schedule=schedule, **steps.get(schedule, {})), 0, 5, e)
+                          for e in range(5)]
                for schedule in ("constant", "cosine", "step")}
     assert factors["constant"] == [1.0] * 5
     assert factors["cosine"] == pytest.approx([0.5 * (1 + math.cos(math.pi * e / 5)) for e in range(5)])
@@ -330,6 +337,8 @@ def test_the_built_in_algorithms_names_and_values_are_accepted():
     assert (mxnet.optimizer, mxnet.batch_size, mxnet.epsilon, mxnet.rho, mxnet.dropout) == \
         ("nesterov", 64, 1e-8, 0.8, 0.3)
     assert mxnet.lr_scheduler_step == (10, 20) and mxnet.weight_decay == 0.0001
+    # MXNet has no schedule switch: its steps alone make it a step schedule
+    assert config(lr_scheduler_step="10, 20").lr_schedule == "step"
     assert config(early_stopping="True").early_stopping is True and config().early_stopping is False
 
 
@@ -338,6 +347,8 @@ def test_the_built_in_algorithms_names_and_values_are_accepted():
     ({"optimizer": "lbfgs"}, "optimizer must be one of adam, adamw, sgd, nesterov"),
     ({"lr_schedule": "step"}, "lr_schedule=step needs lr_scheduler_step"),
     ({"lr_scheduler_step": "ten"}, "lr_scheduler_step must list epoch numbers"),
+    ({"lr_scheduler_step": "3", "lr_schedule": "cosine"}, "lr_scheduler_step is for lr_schedule=step; lr_schedule is "
+                                                          "cosine"),
     ({"top_k": "3"}, r"top_k must be below the number of classes \(3\)"),
     ({"top_k": "1"}, "top_k must be >= 2"),
     ({"class_weights": "[1, 2]"}, "class_weights lists 2 weights for 3 classes"),
@@ -356,3 +367,6 @@ def test_class_weights_by_name_or_label_and_the_others_weigh_one():
     assert named.class_weights == (1.0, 1.0, 3.0)
     assert config(class_weights='{"1": 0.5}').class_weights == (1.0, 0.5, 1.0)
     assert config(class_weights="2,1,1").class_weights == (2.0, 1.0, 1.0)
+    # str() of a dict or a list, as the v2 Estimator sends them
+    assert config(class_weights="{'2': 4.0}").class_weights == (1.0, 1.0, 4.0)
+    assert config(class_weights="[1.0, 2.0, 3.0]").class_weights == (1.0, 2.0, 3.0)

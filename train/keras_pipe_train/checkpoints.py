@@ -212,16 +212,16 @@ class Checkpoints:
             log.warning("checkpoint %s holds no random states (an older version wrote it): dropout's random "
                         "draws start again from the seed", path.name)
             return self.restore(path, model, None) if optimizer is None else self._restore_without_rng(
-                path, model, optimizer)
+                path, model, optimizer, extra)
         except Exception as err:  # truncated or damaged: IndexError, DataLossError, ...
             log.warning("checkpoint %s is unreadable (%s: %s); using the previous one",
                         path.name, type(err).__name__, str(err)[:200])
             return False
         return True
 
-    def _restore_without_rng(self, path: Path, model, optimizer) -> bool:
+    def _restore_without_rng(self, path: Path, model, optimizer, extra: dict | None = None) -> bool:
         try:
-            tf.train.Checkpoint(model=model, optimizer=optimizer).read(
+            tf.train.Checkpoint(model=model, optimizer=optimizer, **(extra or {})).read(
                 str(path / "state")).assert_existing_objects_matched()
         except Exception as err:
             log.warning("checkpoint %s is unreadable (%s: %s); using the previous one",

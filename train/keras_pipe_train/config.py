@@ -27,9 +27,10 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "nesterov", "rmsprop", "adagrad", "adadelt
 SCHEDULES = ("constant", "cosine", "step")
 EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy")
 
-# Other names the built-in image classifiers give a hyperparameter of ours (MXNet's first, then
-# TensorFlow's), accepted so that a job moved from them keeps its settings; a value is an alias of
-# ours when the two mean the same thing (docs/job.md: "Coming from the built-in algorithms").
+# Other names the built-in image classifiers give a hyperparameter of ours (MXNet's, and the
+# TensorFlow algorithm's dropout_rate), accepted so that a job moved from them keeps its settings;
+# a value is an alias of ours when the two mean the same thing (docs/job.md: "Coming from the
+# built-in algorithms").
 ALIASES = {"dropout_rate": "dropout", "mini_batch_size": "batch_size", "eps": "epsilon", "gamma": "rho"}
 VALUE_ALIASES = {"optimizer": {"nag": "nesterov"}}
 
@@ -278,9 +279,9 @@ def _class_weights(name, value):
         try:
             raw = json.loads(raw)
         except ValueError:
-            try:
-                raw = [float(part) for part in raw.split(",")]
-            except ValueError:
+            try:  # str() of a dict or list, as the v2 Estimator sends it: "{'cat': 2.0}"
+                raw = ast.literal_eval(raw) if raw.startswith(("{", "[")) else [float(p) for p in raw.split(",")]
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
                 raw = None
     pairs = list(raw.items()) if isinstance(raw, dict) else list(enumerate(raw)) if isinstance(raw, list) else None
     if not pairs or any(isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0
@@ -328,7 +329,8 @@ HYPERPARAMETERS = {
                        "adagrad: the accumulators' starting value"),
         Hyperparameter("weight_decay", None, _optional(_number(0, 1, open_low=False)),
                        "decoupled weight decay of every trained weight, per step and scaled by the learning rate "
-                       "(for sgd the same as an L2 term of this coefficient); unset: 0.004 for adamw, else 0"),
+                       "(for sgd without momentum the same as MXNet's weight_decay); unset: 0.004 for adamw, "
+                       "else 0"),
         Hyperparameter("regularizers_l2", 0.0, _number(0, 1, open_low=False),
                        "L2 penalty on the classifier's kernel, added to the training loss"),
         Hyperparameter("label_smoothing", 0.0, _number(0, 0.99, open_low=False),
@@ -431,6 +433,9 @@ class JobConfig:
     @classmethod
     def from_hyperparameters(cls, raw: dict) -> JobConfig:
         raw = _canonical_names(raw)
+        # MXNet's step schedule has no switch: its steps alone turn it on
+        if "lr_scheduler_step" in raw and "lr_schedule" not in raw and not _is_none(raw["lr_scheduler_step"]):
+            raw["lr_schedule"] = "step"
         unknown = sorted(
             name for name in raw
             if name not in HYPERPARAMETERS
@@ -449,6 +454,9 @@ class JobConfig:
         if values["lr_schedule"] == "step" and not values["lr_scheduler_step"]:
             raise UserError("hyperparameter lr_schedule=step needs lr_scheduler_step: the epochs after which the "
                             "learning rate drops, e.g. 10,20")
+        if values["lr_schedule"] != "step" and values["lr_scheduler_step"]:
+            raise UserError(f"hyperparameter lr_scheduler_step is for lr_schedule=step; lr_schedule is "
+                            f"{values['lr_schedule']}: give one or the other")
         if values["top_k"] is not None and values["top_k"] >= values["num_classes"]:
             raise UserError(f"hyperparameter top_k must be below the number of classes ({values['num_classes']}): "
                             f"the top {values['top_k']} hold every class; got {values['top_k']}")

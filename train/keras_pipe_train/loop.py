@@ -216,8 +216,10 @@ class Trainer:
         if self.mixed_precision:
             norm = norm / self.optimizer.scale_loss(tf.constant(1.0))
         factor = tf.minimum(1.0, self.loss.clip_norm / tf.maximum(norm, 1e-12))
-        # (a norm that is not finite makes the gradients NaN: the loss-scale optimizer then skips
-        # the step and lowers its scale, as it would have without clipping)
+        # A norm that is not finite (a float16 overflow on any replica) makes every replica's
+        # gradients NaN, not only the overflowing one's: the loss-scale optimizer reads the first
+        # replica's, and all must then skip the step together and lower the scale.
+        factor = tf.where(tf.math.is_finite(norm), factor, float("nan"))
         return [g * tf.cast(factor, g.dtype) for g in gradients]
 
     def stop_requested(self) -> bool:

@@ -25,14 +25,13 @@ def make_optimizer(config: JobConfig, learning_rate) -> keras.optimizers.Optimiz
     Gradient clipping is not passed to Keras: Keras 3 clips each replica's share of the gradient
     before summing them (base_optimizer.apply, then _all_reduce_sum_gradients), so with several
     GPUs or hosts the norm it bounds is not the gradient's. The loop clips the summed gradient."""
-    decay = config.weight_decay
-    if config.optimizer == "adamw" and decay is None:
-        decay = ADAMW_DEFAULT_DECAY
+    name, decay = config.optimizer, config.weight_decay
+    if name == "adamw":  # (AdamW takes a float, 0.0 included; None is refused)
+        return keras.optimizers.AdamW(learning_rate, ADAMW_DEFAULT_DECAY if decay is None else decay,
+                                      beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon)
     common = {"learning_rate": learning_rate, "weight_decay": decay or None}
-    name = config.optimizer
-    if name in ("adam", "adamw"):
-        cls = keras.optimizers.AdamW if name == "adamw" else keras.optimizers.Adam
-        return cls(beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon, **common)
+    if name == "adam":
+        return keras.optimizers.Adam(beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon, **common)
     if name in ("sgd", "nesterov"):
         return keras.optimizers.SGD(momentum=config.momentum, nesterov=name == "nesterov", **common)
     if name == "rmsprop":
