@@ -168,6 +168,18 @@ def _is_none(value) -> bool:
     return value is None or (isinstance(value, str) and value in ("None", "null", ""))
 
 
+def _literal(text: str):
+    """A list or object written as JSON, or as Python's repr of one (str() in the v2 Estimator);
+    None when it is neither. Only literals are read: nothing is evaluated."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+
+
 def _list_of_text(name, value, example: str) -> list[str] | None:
     """A list of strings given as a list, a JSON list, Python's repr of a list (str() in the v2
     Estimator) or comma-separated text; None when the value is not list-shaped at all.
@@ -179,13 +191,7 @@ def _list_of_text(name, value, example: str) -> list[str] | None:
     if isinstance(value, (list, tuple)):
         items = list(value)
     elif isinstance(value, str) and value.startswith("["):
-        try:
-            items = json.loads(value)
-        except ValueError:
-            try:
-                items = ast.literal_eval(value)  # only literals: never evaluates code
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                items = None
+        items = _literal(value)
         if not isinstance(items, list):
             raise UserError(f"hyperparameter {name}: cannot read {value!r} as a list; give a JSON list like {example}")
     elif isinstance(value, str):
@@ -255,10 +261,7 @@ def _epochs_list(name, value):
         return ()
     raw = _unquoted(value)
     if isinstance(raw, str) and raw.startswith("["):
-        try:
-            raw = ast.literal_eval(raw)  # (JSON lists of numbers are Python literals too)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            raw = None
+        raw = _literal(raw)
     items = raw if isinstance(raw, (list, tuple)) else raw.split(",") if isinstance(raw, str) else [raw]
     try:
         epochs = tuple(sorted({_integer(1)(name, item) for item in items if str(item).strip()}))
@@ -275,13 +278,15 @@ def _class_weights(name, value):
     if _is_none(value):
         return None
     raw = _unquoted(value)
-    if isinstance(raw, str):
+    if isinstance(raw, str) and raw.startswith(("{", "[")):
+        raw = _literal(raw)  # (str() of a dict, as the v2 Estimator sends it: "{'cat': 2.0}")
+    elif isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = json.loads(raw)  # (a bare number)
         except ValueError:
-            try:  # str() of a dict or list, as the v2 Estimator sends it: "{'cat': 2.0}"
-                raw = ast.literal_eval(raw) if raw.startswith(("{", "[")) else [float(p) for p in raw.split(",")]
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
+            try:
+                raw = [float(part) for part in raw.split(",")]
+            except ValueError:
                 raw = None
     pairs = list(raw.items()) if isinstance(raw, dict) else list(enumerate(raw)) if isinstance(raw, list) else None
     if not pairs or any(isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0
