@@ -8,6 +8,7 @@ instance leaves behind, as code in a container could:
     extra-file:PATH       a file processing/output/PATH (its plan, another host's report ...)
     zero-message          output/message linked to /dev/zero, and exit 1
     fifo-message          output/message a FIFO nobody writes, and exit 1
+    drop-bucket:NAME      the S3 bucket NAME emptied and removed (where the output was to go)
 """
 
 import os
@@ -50,6 +51,12 @@ def main(argv: list[str]) -> int:
         (base / "output" / "message").unlink(missing_ok=True)
         os.mkfifo(base / "output" / "message")
         return 1
+    elif act == "drop-bucket":
+        import boto3
+
+        bucket = boto3.resource("s3").Bucket(target)
+        bucket.objects.all().delete()
+        bucket.delete()
     return code
 
 

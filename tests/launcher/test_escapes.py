@@ -4,8 +4,10 @@ state file says, the errors that echo them. Each is said as common.untrusted.sho
 (`\\x1b[31m`, `\\n`), so a key cannot recolour or clear the terminal, nor forge a line of
 rejected.txt or of the command's output."""
 
+import contextlib
 import csv
 import json
+import time
 
 import pytest
 
@@ -124,3 +126,39 @@ def test_what_a_report_or_a_state_file_says_is_said_escaped(s3_bucket):
     with pytest.raises(run_state.RunStateError) as raised:
         RunState("89abcdef", state.source, state.out, 2, "local", 0.1, False).claim(client)
     assert_escaped(str(raised.value), f"claimed by another prepare run at the same time (0123abcd, started today{SHOWN})")
+
+
+def test_log_lines_a_job_writes_are_relayed_escaped_and_whole(moto_endpoint, monkeypatch):
+    """A job's image is anyone's code: what it prints, here (a host's process) or in CloudWatch
+    (followed by submit --wait and prepare at scale), reaches the terminal escaped, tabs kept;
+    and a host's last lines are relayed before the runner says that it ended."""
+    import io
+    import os
+    import sys
+
+    import boto3
+
+    from keras_pipe_launch.common.processes import Console, Supervisor
+    from keras_pipe_launch.sagemaker.follow import JobLogs
+
+    line = "\x1b]0;owned\x07title \x1b[2Jcleared\tkept"
+    said = "\\x1b]0;owned\\x07title \\x1b[2Jcleared\tkept"
+    out = io.StringIO()
+    supervisor = Supervisor(Console(out))
+    # (the last of many lines, written just before the process ends)
+    script = f"import sys; sys.stdout.write('x\\n' * 20000 + {line!r} + '\\n')"
+    supervisor.start("algo-1", [sys.executable, "-c", script], dict(os.environ))
+    assert supervisor.wait() == {"algo-1": 0}
+    assert out.getvalue().splitlines()[-1] == f"algo-1 | {said}"
+
+    for key, value in {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    logs = boto3.client("logs")
+    group = "/aws/sagemaker/TrainingJobs"
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName=group)
+    logs.create_log_stream(logGroupName=group, logStreamName="escapes-job/algo-1-1700000000")
+    logs.put_log_events(logGroupName=group, logStreamName="escapes-job/algo-1-1700000000",
+                        logEvents=[{"timestamp": int(time.time() * 1000), "message": line + "\n"}])
+    assert JobLogs(logs, "escapes-job").new_lines() == [("algo-1", said)]

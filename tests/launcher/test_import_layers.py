@@ -16,7 +16,7 @@ PACKAGES = {"pipemode": REPO / "train/pipemode/pipemode", "keras_pipe_train": RE
 # which distributions each may import
 DEPENDS_ON = {"pipemode": set(), "keras_pipe_train": {"pipemode"}, "keras_pipe_launch": {"pipemode", "keras_pipe_train"}}
 # the launcher's layers: a subpackage imports only from lower ones (and within itself)
-LAYERS = {"common": 0, "sample_data": 0, "local": 1, "sagemaker": 1, "prepare": 2, "demo": 2, "cli": 3}
+LAYERS = {"common": 0, "sample_data": 1, "local": 1, "sagemaker": 1, "prepare": 2, "demo": 2, "cli": 3}
 
 
 def module_name(path: Path) -> str:

@@ -151,24 +151,24 @@ def test_two_commands_started_together_on_one_out_one_prepares_it_and_the_other_
 
 # --- reports that do not add up ------------------------------------------------------------------
 
-PLAN = Plan("r1", ["algo-1", "algo-2"], "s3://b/photos/", ["cat", "dog"],
+PLAN = Plan("0a1b2c3d", ["algo-1", "algo-2"], "s3://b/photos/", ["cat", "dog"],
             {"cat/1.jpg": (0, "train"), "cat/2.jpg": (0, "validation"), "dog/3.jpg": (1, "train"),
              "dog/4.jpg": (1, "train")}, [("notes.txt", "not an image")])
 
 
 def honest() -> dict[str, Report]:
-    return {report_name("r1", "algo-1"): Report("r1", "algo-1", {"train": ["cat/1.jpg"], "validation": ["cat/2.jpg"]},
+    return {report_name("0a1b2c3d", "algo-1"): Report("0a1b2c3d", "algo-1", {"train": ["cat/1.jpg"], "validation": ["cat/2.jpg"]},
                                                 {"train": {0: 1}, "validation": {0: 1}}, [], [],
-                                                {"train": ["part-r1-algo-1-00000.tfrecord"],
-                                                 "validation": ["part-r1-algo-1-00000.tfrecord"]}),
-            report_name("r1", "algo-2"): Report("r1", "algo-2", {"train": ["dog/3.jpg"], "validation": []},
+                                                {"train": ["part-0a1b2c3d-algo-1-00000.tfrecord"],
+                                                 "validation": ["part-0a1b2c3d-algo-1-00000.tfrecord"]}),
+            report_name("0a1b2c3d", "algo-2"): Report("0a1b2c3d", "algo-2", {"train": ["dog/3.jpg"], "validation": []},
                                                 {"train": {1: 1}}, [("dog/4.jpg", "cannot decode")], ["dog/5.jpg"],
-                                                {"train": ["part-r1-algo-2-00000.tfrecord"]})}
+                                                {"train": ["part-0a1b2c3d-algo-2-00000.tfrecord"]})}
 
 
-STORED = {"train": {"part-r1-algo-1-00000.tfrecord", "part-r1-algo-2-00000.tfrecord"},
-          "validation": {"part-r1-algo-1-00000.tfrecord"}}
-A1, A2 = report_name("r1", "algo-1"), report_name("r1", "algo-2")
+STORED = {"train": {"part-0a1b2c3d-algo-1-00000.tfrecord", "part-0a1b2c3d-algo-2-00000.tfrecord"},
+          "validation": {"part-0a1b2c3d-algo-1-00000.tfrecord"}}
+A1, A2 = report_name("0a1b2c3d", "algo-1"), report_name("0a1b2c3d", "algo-2")
 
 
 def tampered(change) -> tuple[dict, dict]:
@@ -189,12 +189,12 @@ TAMPERED = {
         setting(A1, prepared={"train": ["cat/1.jpg", "cat/2.jpg"], "validation": []},
                 counts={"train": {0: 2}}), "algo-1 reports s3://b/photos/cat/2.jpg in train; the plan has it in "
                                            "validation"),
-    "a host beyond the job's": (lambda r, s: r.__setitem__(report_name("r1", "algo-99"),
+    "a host beyond the job's": (lambda r, s: r.__setitem__(report_name("0a1b2c3d", "algo-99"),
                                                            dataclasses.replace(r[A2], host="algo-99")),
-                                r"reports/r1-algo-99.json.gz is not the report of a host of this run"),
-    "a report of another run": (lambda r, s: r.__setitem__(report_name("r0", "algo-1"), r[A1]),
-                                "reports/r0-algo-1.json.gz is not the report of a host of this run"),
-    "a report under another host's name": (setting(A2, host="algo-1"), "says it is algo-1's of run r1"),
+                                r"reports/0a1b2c3d-algo-99.json.gz is not the report of a host of this run"),
+    "a report of another run": (lambda r, s: r.__setitem__(report_name("0a1b2c3e", "algo-1"), r[A1]),
+                                "reports/0a1b2c3e-algo-1.json.gz is not the report of a host of this run"),
+    "a report under another host's name": (setting(A2, host="algo-1"), "says it is algo-1's of run 0a1b2c3d"),
     "a host's report missing": (lambda r, s: r.pop(A2), "no report from algo-2"),
     "a key not in the plan": (setting(A2, prepared={"train": ["dog/3.jpg", "dog/9.jpg"]}),
                               "algo-2 reports s3://b/photos/dog/9.jpg, which is not an image of the plan"),
@@ -202,10 +202,10 @@ TAMPERED = {
                             "s3://b/photos/cat/1.jpg was handled by both algo-1 and algo-2"),
     "a shard name with ../": (setting(A2, shards={"train": ["../../evil.tfrecord"]}),
                               r"algo-2 reports a shard ../../evil.tfrecord: not a name its shards have"),
-    "another host's shard": (setting(A2, shards={"train": ["part-r1-algo-1-00000.tfrecord"]}),
+    "another host's shard": (setting(A2, shards={"train": ["part-0a1b2c3d-algo-1-00000.tfrecord"]}),
                              "not a name its shards have"),
-    "a shard that is not there": (lambda r, s: s["train"].discard("part-r1-algo-2-00000.tfrecord"),
-                                  "algo-2 reports train/part-r1-algo-2-00000.tfrecord, which is not in the output"),
+    "a shard that is not there": (lambda r, s: s["train"].discard("part-0a1b2c3d-algo-2-00000.tfrecord"),
+                                  "algo-2 reports train/part-0a1b2c3d-algo-2-00000.tfrecord, which is not in the output"),
     "a stray object in train/": (lambda r, s: s["train"].add("part-00000.tfrecord"),
                                  r"train/ holds 1 objects no report lists \(e.g. part-00000.tfrecord\)"),
     "a planned image left out": (setting(A2, rejected=[]), "1 of the 4 planned images were handled by no instance "
@@ -242,7 +242,7 @@ def test_a_report_is_read_with_limits_and_its_shape_checked():
         "expands to more than": bomb,
         "is truncated": report_bytes(good)[:-12],
         "is not a gzip file": b"{}",
-        "is not valid JSON": gzip.compress(b'{"run": "r1",'),
+        "is not valid JSON": gzip.compress(b'{"run": "0a1b2c3d",'),
         r"unknown: \['cpu_seconds'\]": report_bytes({**good, "cpu_seconds": 3}),
         r"missing: \['shards'\]": report_bytes({k: v for k, v in good.items() if k != "shards"}),
         "counts.train must be a map of class label to a count": report_bytes({**good, "counts": {"train": {"x": 1}}}),
@@ -260,7 +260,32 @@ def test_an_instance_keeps_only_its_share_of_the_plan(tmp_path):
     assert Plan.read(tmp_path / "plan.json.gz") == PLAN
     share = Plan.read(tmp_path / "plan.json.gz", keep={"dog/3.jpg", "notes.txt"}.__contains__)
     assert (share.items, share.rejected, share.run, share.hosts) == (
-        {"dog/3.jpg": (1, "train")}, [("notes.txt", "not an image")], "r1", ["algo-1", "algo-2"])
+        {"dog/3.jpg": (1, "train")}, [("notes.txt", "not an image")], "0a1b2c3d", ["algo-1", "algo-2"])
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda header, lines: header.update(hosts=["algo-1", "../algo-2"]), "its hosts are not algo-1 to algo-N"),
+    (lambda header, lines: header.update(hosts=[]), "its hosts are not algo-1 to algo-N"),
+    (lambda header, lines: header.update(run="../0a1b"), "its run id is not one"),
+    (lambda header, lines: header.update(source="/etc/"), "its source is not an s3:// prefix"),
+    (lambda header, lines: header.update(classes="cat,dog"), "its classes are not a list of names"),
+    (lambda header, lines: lines.__setitem__(0, ["cat/1.jpg", 2, "train"]), "an image's key, label or part is not one"),
+    (lambda header, lines: lines.__setitem__(0, ["cat/1.jpg", True, "train"]), "an image's key, label or part"),
+    (lambda header, lines: lines.__setitem__(0, ["cat/1.jpg", 0, "test"]), "an image's key, label or part"),
+    (lambda header, lines: lines.__setitem__(4, ["notes.txt", 3]), "a refused file's key or reason is not text"),
+    (lambda header, lines: header.update(items=9), "cannot read the plan"),  # (past its end)
+])
+def test_a_plan_read_back_is_refused_naming_what_is_wrong_with_it(change, said, tmp_path):
+    """--finish and every instance read the plan back (from S3, or as the container was given it):
+    an edited one must not name hosts, labels or parts a plan cannot have."""
+    PLAN.write(tmp_path / "plan.json.gz")
+    with gzip.open(tmp_path / "plan.json.gz", "rt") as f:
+        header, *lines = map(json.loads, f)
+    change(header, lines)
+    with gzip.open(tmp_path / "plan.json.gz", "wt") as f:
+        f.writelines(json.dumps(line) + "\n" for line in [header, *lines])
+    with pytest.raises(PlanError, match=said):
+        Plan.read(tmp_path / "plan.json.gz")
 
 
 # --- what an instance leaves behind --------------------------------------------------------------
@@ -416,6 +441,44 @@ def test_finish_works_only_on_the_output_its_state_names_and_never_under_a_live_
     with pytest.raises(run_state.RunStateError, match="run 0123abcd no longer owns .*/original/"):
         state.save(client, run_state.COMPLETE)
     assert not keys_under(client, bucket, "original/")
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("launcher", {"host": "here", "pid": "12345; rm -rf /"}, "its launcher is not a host name and a process id"),
+    ("launcher", {"pid": 12345}, "its launcher is not a host name and a process id"),
+    ("launcher", ["here", 12345], "its launcher is not a host name and a process id"),
+    ("reason", {"why": "not text"}, "its reason or start time is not text"),
+    ("started", 1700000000, "its reason or start time is not text"),
+    ("instance_count", "2", "its instance count is not one"),
+    ("validation_fraction", 1.5, "its validation fraction or strict flag is not one"),
+    ("strict", "yes", "its validation fraction or strict flag is not one"),
+    ("source", "/home/someone/", "its source is not an s3:// prefix"),
+])
+def test_a_state_file_whose_values_have_the_wrong_type_is_refused_naming_which(field, value, said, s3_bucket):
+    client, bucket = s3_bucket
+    state = RunState("0123abcd", f"s3://{bucket}/photos/", f"s3://{bucket}/out/", 2, "local", 0.1, False)
+    body = json.loads(state.body()) | {field: value}
+    client.put_object(Bucket=bucket, Key="out/prepare-run.json", Body=json.dumps(body).encode())
+    with pytest.raises(run_state.RunStateError, match=f"cannot be this output's run state: {said}"):
+        run_state.read(client, f"s3://{bucket}/out/")
+
+
+def test_a_failed_upload_is_said_in_a_line_not_a_traceback(photos, tmp_path, s3_bucket, monkeypatch):
+    """boto3's upload_file says a failed upload as S3UploadFailedError, which is none of botocore's
+    errors: here a bucket that is not there (or no longer there, once the instances have run)."""
+    root, _ = photos
+    client, bucket = s3_bucket
+    out = launch_cli("prepare", str(root), str(tmp_path / "out"), "--upload", f"s3://{bucket}-gone/datasets/")
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.splitlines()[-1].startswith("keras-pipe prepare: upload failed: Failed to upload "), out.stderr
+    assert "NoSuchBucket" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    # at scale, each instance's output uploaded once the instances have run: the bucket went meanwhile
+    upload_folder(client, bucket, root, "photos/")
+    monkeypatch.setenv("LAUNCH_ENGINE", f"{sys.executable} {HERE / 'hostile_engine.py'}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    with pytest.raises(PrepareError, match=rf"cannot upload .* to s3://{bucket}/prepared/.*NoSuchBucket"):
+        prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=1,
+                        job_dir=tmp_path / "jobs", image=f"drop-bucket:{bucket}")
 
 
 def test_a_command_that_lost_its_out_writes_nothing_more_there(s3_bucket):

@@ -86,6 +86,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
 
     from keras_pipe_launch.common.engine import EngineError
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     except (PrepareError, SourceError, RequestError, EngineError, RunStateError) as err:
         print(f"keras-pipe prepare: error: {shown(str(err))}", file=sys.stderr)
         return 2
-    except (BotoCoreError, ClientError) as err:
+    # (boto3's upload_file says a failed upload as S3UploadFailedError, which is neither of botocore's)
+    except (BotoCoreError, ClientError, S3UploadFailedError) as err:
         print(f"keras-pipe prepare: {'upload' if args.upload else 'a call to AWS'} failed: {shown(str(err))}",
               file=sys.stderr)
         return 1

@@ -11,7 +11,10 @@ import threading
 import time
 from collections.abc import Iterator
 
+from keras_pipe_launch.common.untrusted import log_line
+
 STOP_GRACE_S = 120  # SageMaker sends SIGKILL 120 s after SIGTERM
+RELAY_DRAIN_S = 10  # how long the hosts' last lines are waited for once every host has ended
 
 
 class Console:
@@ -45,6 +48,7 @@ class Supervisor:
         self.stopping = False
         self.interrupted = False  # stopped by the user (Ctrl-C, SIGTERM, a closed terminal), not by a failure
         self._jobs: dict[str, subprocess.Popen] = {}
+        self._relays: list[threading.Thread] = []
         self._kill_timer: threading.Timer | None = None
 
     def start(self, host: str, command: list[str], env: dict[str, str]) -> None:
@@ -53,11 +57,13 @@ class Supervisor:
         job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                start_new_session=True, text=True, errors="replace", bufsize=1)
         self._jobs[host] = job
-        threading.Thread(target=self._relay, args=(host, job), daemon=True, name=f"log-{host}").start()
+        relay = threading.Thread(target=self._relay, args=(host, job), daemon=True, name=f"log-{host}")
+        relay.start()
+        self._relays.append(relay)
 
     def _relay(self, host: str, job: subprocess.Popen) -> None:
-        for line in job.stdout:
-            self.console.write(f"{host} | {line.rstrip()}")
+        for line in job.stdout:  # (a job's code is anyone's: its lines may hold a terminal's escape codes)
+            self.console.write(f"{host} | {log_line(line)}")
 
     def wait(self) -> dict[str, int]:
         """Every host's exit code (as a shell gives it), in the order they were started. When one
@@ -71,6 +77,11 @@ class Supervisor:
                     if codes[host] and len(codes) < len(self._jobs) and not self.stopping:
                         self.stop(f"{host} ended with exit code {codes[host]}: stopping the other hosts")
             time.sleep(0.1)
+        # a host's last lines (often why it failed) are said before what follows its end; a
+        # process it left behind that holds the pipe open must not hold the runner too
+        deadline = time.monotonic() + RELAY_DRAIN_S
+        for relay in self._relays:
+            relay.join(timeout=max(0.0, deadline - time.monotonic()))
         return {host: codes[host] for host in self._jobs}
 
     @contextlib.contextmanager

@@ -13,12 +13,20 @@ from pathlib import Path
 MESSAGE_BYTES = 64 << 10  # a failure file or ExitMessage: SageMaker keeps 1 KB of it
 
 
-def shown(location: str | os.PathLike | bytes) -> str:
+def shown(location: str | os.PathLike | bytes, keep: str = "") -> str:
     """A path, key or message as text that can be printed and written anywhere: file names are
     bytes, and one that is not UTF-8 (or holds a tab, a newline or a terminal's escape code) would
-    break rejected.txt or the terminal."""
+    break rejected.txt or the terminal. The characters of `keep` are kept as they are."""
     text = os.fsencode(location).decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
+def log_line(line: str) -> str:
+    """A line another program wrote (a job's or an instance's output, a CloudWatch event), to be
+    relayed to this terminal: its escape codes (which could recolour, clear or retitle the
+    terminal, or rewrite lines already shown) and other control characters are said, not sent;
+    tabs, which only move the cursor forward, are kept."""
+    return shown(line.rstrip(), keep="\t")
 
 
 class UntrustedFileError(ValueError):

@@ -36,6 +36,9 @@ class PlanError(ValueError):
     """The instances' work does not add up to the plan: the message says what is missing or wrong."""
 
 
+RUN_ID = re.compile(r"[0-9a-f]{8}")  # what new_run_id() makes
+
+
 def new_run_id() -> str:
     """Names this run's plan, reports and shards, so that nothing of another run is ever merged."""
     return secrets.token_hex(4)
@@ -119,13 +122,36 @@ class Plan:
                     if keep is None or keep(key):
                         rejected.append((key, why))
                 plan = cls(header["run"], header["hosts"], header["source"], header["classes"], items, rejected)
-            if not all(isinstance(key, str) for key in plan.items) or not all(isinstance(h, str) for h in plan.hosts):
-                raise PlanError(f"{path} is not a plan this version of keras-pipe reads (keys or hosts not text)")
         except (OSError, EOFError, ValueError, KeyError, TypeError) as err:
             if isinstance(err, PlanError):
                 raise
-            raise PlanError(f"cannot read the plan {path}: {type(err).__name__}: {err}") from None
+            raise PlanError(f"cannot read the plan {shown(path)}: {type(err).__name__}: {shown(str(err))}") from None
+        problems = plan.problems()
+        if problems:
+            raise PlanError(f"{shown(path)} is not a plan this version of keras-pipe reads: {'; '.join(problems)}")
         return plan
+
+    def problems(self) -> list[str]:
+        """What does not have the shape write() gives a plan. A plan is read back from S3 by
+        --finish and by every instance, so a copied or edited one must not name hosts that make
+        other report or shard names (`../x`), labels beyond its classes, or parts that are none."""
+        said = []
+        if not (isinstance(self.run, str) and RUN_ID.fullmatch(self.run)):
+            said.append("its run id is not one")
+        hosts = self.hosts if isinstance(self.hosts, list) else []
+        if not hosts or hosts != hosts_of(len(hosts)):
+            said.append("its hosts are not algo-1 to algo-N")
+        if not (isinstance(self.source, str) and self.source.startswith("s3://") and self.source.endswith("/")):
+            said.append("its source is not an s3:// prefix")
+        if not (isinstance(self.classes, list) and self.classes and all(isinstance(c, str) for c in self.classes)):
+            said.append("its classes are not a list of names")
+            return said
+        if not all(isinstance(key, str) and type(label) is int and 0 <= label < len(self.classes) and part in PARTS
+                   for key, (label, part) in self.items.items()):
+            said.append("an image's key, label or part is not one")
+        if not all(isinstance(key, str) and isinstance(why, str) for key, why in self.rejected):
+            said.append("a refused file's key or reason is not text")
+        return said
 
 
 def make_plan(source: str, reader: sources.Reader, validation_fraction: float, seed: int, *, run: str,

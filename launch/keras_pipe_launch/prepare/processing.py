@@ -232,13 +232,18 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
                 raise RunFailed(f"{host} left processing/output/{shown(relative)}, which is not one of its own shards "
                                 "or its report: nothing was uploaded")
             uploads.append((path, relative))
+    from boto3.exceptions import S3UploadFailedError
+    from botocore.exceptions import BotoCoreError, ClientError
+
     client = Reader().s3
     bucket, prefix = output_prefix(out)
     for path, relative in uploads:
         try:
             client.upload_file(str(path), bucket, prefix + relative)
-        except OSError as err:
-            raise RunFailed(f"cannot upload {shown(path)}: {shown(str(err))}") from None
+        # (a failed upload_file is boto3's S3UploadFailedError, which is none of botocore's errors)
+        except (OSError, S3UploadFailedError, BotoCoreError, ClientError) as err:
+            raise RunFailed(f"cannot upload {shown(path)} to s3://{shown(bucket)}/{shown(prefix + relative)}: "
+                            f"{shown(str(err))}") from None
     return 0
 
 

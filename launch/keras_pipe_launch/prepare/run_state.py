@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import socket
 import time
 
 from keras_pipe_launch.common.objects import parse_s3_uri
-from keras_pipe_launch.prepare.plan import PARTS, REPORTS
+from keras_pipe_launch.prepare.plan import PARTS, REPORTS, RUN_ID
 from keras_pipe_launch.prepare.sources import shown
 from keras_pipe_train.contract import JOB_NAME
 
@@ -141,14 +140,25 @@ def read(client, out: str) -> RunState | None:
     problems = []
     if state.out != output_uri(out):
         problems.append(f"it names another output ({shown(str(state.out))})")
-    if not (isinstance(state.run, str) and re.fullmatch(r"[0-9a-f]{8}", state.run)):
+    if not (isinstance(state.run, str) and RUN_ID.fullmatch(state.run)):
         problems.append("its run id is not one")
     if state.where not in ("sagemaker", "local") or state.state not in (RUNNING, COMPLETE, INCOMPLETE):
         problems.append("its where or state is unknown")
     if state.job is not None and not (isinstance(state.job, str) and JOB_NAME.fullmatch(state.job)):
         problems.append("its job name is not one")
-    if not isinstance(state.launcher, dict):
-        problems.append("its launcher is not one")
+    launcher = state.launcher if isinstance(state.launcher, dict) else {}
+    if not (isinstance(state.launcher, dict) and isinstance(launcher.get("host"), str)
+            and (launcher.get("pid") is None or type(launcher.get("pid")) is int)):
+        problems.append("its launcher is not a host name and a process id")
+    if not (isinstance(state.source, str) and state.source.startswith("s3://")):
+        problems.append("its source is not an s3:// prefix")
+    if not (type(state.instance_count) is int and state.instance_count >= 1):
+        problems.append("its instance count is not one")
+    if not (type(state.validation_fraction) in (int, float) and 0 <= state.validation_fraction < 1
+            and type(state.strict) is bool):
+        problems.append("its validation fraction or strict flag is not one")
+    if not (state.reason is None or isinstance(state.reason, str)) or not isinstance(state.started, str):
+        problems.append("its reason or start time is not text")
     if problems:
         raise RunStateError(f"{shown(out)}{RUN_FILE} cannot be this output's run state: {'; '.join(problems)}")
     state.etag = etag

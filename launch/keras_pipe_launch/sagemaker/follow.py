@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from keras_pipe_launch.common.untrusted import shown
+from keras_pipe_launch.common.untrusted import log_line, shown
 
 POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "15"))
 TUNING_POLL_S = float(os.environ.get("LAUNCH_POLL_SECONDS", "30"))
@@ -67,7 +67,8 @@ class JobLogs:
         self.printed_at_since: set[str] = set()  # event ids printed with that timestamp
 
     def new_lines(self) -> list[tuple[str, str]]:
-        """(host, line) of each event not printed yet."""
+        """(host, line) of each event not printed yet, escaped: the job's image (anyone's code)
+        wrote them, and may have written a terminal's escape codes."""
         from botocore.exceptions import ClientError
 
         pages = self.client.get_paginator("filter_log_events").paginate(
@@ -85,7 +86,7 @@ class JobLogs:
                 self.since, self.printed_at_since = newest, set()
             self.printed_at_since |= {e["eventId"] for e in events if e["timestamp"] == newest}
         # streams are named JOB/algo-N-EPOCH
-        return [(e["logStreamName"].split("/", 1)[-1].rsplit("-", 1)[0], e["message"].rstrip()) for e in events]
+        return [(shown(e["logStreamName"].split("/", 1)[-1].rsplit("-", 1)[0]), log_line(e["message"])) for e in events]
 
 
 def follow_tuning_job(name: str) -> int:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_pipe_launch.common.untrusted import shown
+
 CLASS_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
@@ -49,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.count is not None and args.count < 10:
         parser.error("--count must be at least 10 (every class needs images)")
     if args.folder.exists() and (not args.folder.is_dir() or any(args.folder.iterdir())):
-        parser.error(f"{args.folder} already exists and is not an empty folder")
+        parser.error(f"{shown(args.folder)} already exists and is not an empty folder")
     written = write_photos(args.folder, args.size, args.count)
     print(f"wrote {written} handwritten digits as {args.size}x{args.size} JPEGs in {len(CLASS_NAMES)} class "
-          f"folders under {args.folder}/")
+          f"folders under {shown(args.folder)}/")
     return 0
 
 
