@@ -78,6 +78,16 @@ def test_the_hyperparameter_table_of_the_docs_is_the_jobs():
             assert default == f"`{spec.default}`", name
 
 
+def test_the_backbone_table_of_the_docs_is_the_jobs():
+    from keras_pipe_train.backbones import BACKBONES
+
+    section = (REPO / "docs/job.md").read_text().split("\n## Backbones\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| (`.*?`) \| .*? \| (\d+) \| ([\d, ]+) \|$", section, re.M)
+    listed = {name: (family, int(smallest), int(size)) for family, names, smallest, sizes in rows
+              for name, size in zip(re.findall(r"`(\w+)`", names), sizes.split(", "), strict=True)}
+    assert listed == {b.name: (b.family, b.min_size, b.default_size) for b in BACKBONES.values()}
+
+
 # --- running a document ---------------------------------------------------------------------------
 
 def copy_checkout(folder: Path) -> Path:

@@ -137,7 +137,11 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
     ({"collective_timeout": float("-inf")}, "hyperparameter collective_timeout must be a finite number"),
     ({"epochs": float("inf")}, "hyperparameter epochs must be an integer, got inf"),
     ({"dropout": 1}, "hyperparameter dropout must be >= 0 and <= 0.99"),
-    ({"backbone": "vgg16"}, "hyperparameter backbone must be one of mobilenet_v3_small, mobilenet_v3_large, efficientnet_v2_b0, resnet50; got 'vgg16'"),
+    ({"backbone": "alexnet"}, "hyperparameter backbone must be one of mobilenet_v3_small, mobilenet_v3_large, mobilenet, mobilenet_v2, efficientnet_v2_b0,"),
+    ({"backbone": "xception", "image_size": 64}, "hyperparameter image_size must be at least 71 for backbone xception"),
+    ({"backbone": "inception_v3", "image_size": 74}, "image_size must be at least 75 for backbone inception_v3"),
+    ({"num_layers": 18}, "hyperparameter num_layers (MXNet's ResNet depth) must be one of 50, 101, 152"),
+    ({"num_layers": 50, "backbone": "resnet50"}, "hyperparameters num_layers and backbone both choose the backbone"),
     ({"weights": "bert"}, "hyperparameter weights must be imagenet, none, pretrained"),
     ({"augment": "crop,rotate"}, "rotate unknown"),
     ({"mixed_precision": "maybe"}, "hyperparameter mixed_precision must be one of auto, true, false"),
@@ -153,6 +157,11 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
 def test_bad_values_name_the_hyperparameter_and_what_is_allowed(hps, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         config(**hps)
+
+
+def test_mxnets_resnet_depth_names_the_backbone():
+    assert config(num_layers="101").backbone == "resnet101"
+    assert config(num_layers='"152"', image_size=75).backbone == "resnet152"
 
 
 def test_num_classes_is_required():

@@ -15,7 +15,7 @@ def test_each_definition_catches_its_value(value, text):
             "val_top_k_accuracy": value}
     line = format_line(row(3, "fine_tune", logs))
     assert line.startswith("metrics: epoch=3 phase=fine_tune ")
-    caught = {d["Name"]: re.search(d["Regex"], line).group(1) for d in METRIC_DEFINITIONS}
+    caught = {d["Name"]: found.group(1) for d in METRIC_DEFINITIONS if (found := re.search(d["Regex"], line))}
     assert caught == {"train:loss": text, "train:accuracy": "0.5", "validation:loss": text,
                       "validation:accuracy": "0.25", "train:top_k_accuracy": "0.75",
                       "validation:top_k_accuracy": text}
@@ -23,6 +23,19 @@ def test_each_definition_catches_its_value(value, text):
     plain = format_line(row(3, "head", {"loss": value, "accuracy": 0.5, "val_loss": value, "val_accuracy": 0.25}))
     assert {d["Name"] for d in METRIC_DEFINITIONS if re.search(d["Regex"], plain)} == {
         "train:loss", "train:accuracy", "validation:loss", "validation:accuracy"}
+
+
+def test_a_multi_label_jobs_metrics_are_each_caught_by_their_own_definition():
+    from keras_pipe_train.config import MULTI_LABEL_METRICS
+
+    names = ["loss", *MULTI_LABEL_METRICS]
+    logs = {**{name: 0.1 + i / 100 for i, name in enumerate(names)},
+            **{f"val_{name}": 0.5 + i / 100 for i, name in enumerate(names)}}
+    line = format_line(row(2, "head", logs))
+    caught = {d["Name"]: found.group(1) for d in METRIC_DEFINITIONS if (found := re.search(d["Regex"], line))}
+    expected = {f"{shown}:{name}": f"{base + i / 100:g}" for shown, base in (("train", 0.1), ("validation", 0.5))
+                for i, name in enumerate(names)}
+    assert caught == expected
 
 
 def test_val_loss_is_not_caught_as_train_loss():

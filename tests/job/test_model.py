@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from keras_pipe_train import model as M
+from keras_pipe_train.backbones import BACKBONES
 from keras_pipe_train.errors import UserError
 
 
@@ -37,10 +38,35 @@ def test_a_weights_file_of_another_backbone_is_a_clear_error(weights_file):
         M.build_backbone("mobilenet_v3_small", 32, str(path.with_name("absent.weights.h5")))
 
 
-def test_caffe_preprocessing_matches_keras_resnet50_preprocess_input():
+@pytest.mark.parametrize("name", list(BACKBONES))
+def test_each_backbones_input_scaling_is_its_keras_preprocess_input(name):
+    """The model scales [0, 255] RGB as the application's own preprocess_input does; for those that
+    scale inside the application (builtin), Keras' preprocess_input passes the images through."""
     images = np.random.default_rng(0).uniform(0, 255, (2, 5, 5, 3)).astype(np.float32)
-    expected = keras.applications.resnet50.preprocess_input(images.copy())
-    np.testing.assert_allclose(M.caffe_preprocessing()(images).numpy(), expected, rtol=1e-5, atol=1e-3)
+    module = getattr(keras.applications, getattr(keras.applications, BACKBONES[name].application).__module__
+                     .rsplit(".", 1)[-1])
+    expected = module.preprocess_input(images.copy())
+    scaling = M.input_scaling(name)
+    if BACKBONES[name].preprocessing == "builtin":
+        assert scaling is None
+        np.testing.assert_array_equal(expected, images)
+    else:
+        assert float(np.abs(expected - images).max()) > 1  # (it does change them)
+        np.testing.assert_allclose(scaling(images).numpy(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_the_backbone_table_is_keras_applications():
+    """Every name builds a Keras application, and every Keras application has a name."""
+    applications = {name for name in dir(keras.applications) if name[0].isupper()}
+    assert sorted(b.application for b in BACKBONES.values()) == sorted(applications)
+    for backbone in BACKBONES.values():
+        assert backbone.name == backbone.name.lower() and " " not in backbone.name
+
+
+def test_a_backbone_that_cannot_load_a_weights_file_says_so(weights_file):
+    path, _ = weights_file
+    with pytest.raises(UserError, match="backbone efficientnet_b0 cannot be restored from a weights file"):
+        M.build_backbone("efficientnet_b0", 32, str(path))
 
 
 def test_unfreeze_top_never_trains_batchnorm_and_counts_from_the_top():
@@ -55,15 +81,46 @@ def test_unfreeze_top_never_trains_batchnorm_and_counts_from_the_top():
     assert M.unfreeze_top(backbone, 0) == []
 
 
+def smallest_of_each_family() -> list[str]:
+    families = {}
+    for backbone in BACKBONES.values():
+        families.setdefault(backbone.family, backbone.name)  # (each family's first: its smallest)
+    return list(families.values())
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(M.BACKBONES))
-def test_every_backbone_builds_a_classifier(name):
-    backbone = M.build_backbone(name, 32, None)
-    classifier = M.build_classifier(name, backbone, 4, 0.2)
-    out = classifier(np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype(np.float32)).numpy()
-    assert out.shape == (2, 4)
-    np.testing.assert_allclose(out.sum(axis=1), 1, rtol=1e-5)
+@pytest.mark.parametrize("name", smallest_of_each_family())
+def test_every_family_builds_trains_a_step_and_exports_a_model_that_serves(name, tmp_path):
+    """The smallest backbone of each family (the others differ from it in their widths and depths
+    only), at the smallest size it takes: a step of training changes it, and the exported
+    SavedModel answers a JPEG as the Keras model does."""
+    import tensorflow as tf
+
+    from keras_pipe_train.export import export
+
+    size = max(32, BACKBONES[name].min_size)
+    keras.utils.set_random_seed(0)
+    backbone = M.build_backbone(name, size, None)
+    classifier = M.build_classifier(name, backbone, 3, 0.0, pretrained=False)
+    M.prepare_from_scratch(backbone)
     assert M.backbone_of(classifier) is backbone
+    # one step, eagerly: tracing a large backbone's gradient costs a minute here, and the loop's
+    # traced step is the same for every model (tests/job/test_loop.py)
+    images = np.random.default_rng(1).uniform(0, 255, (4, size, size, 3)).astype(np.float32)
+    optimizer = keras.optimizers.SGD(0.01)
+    before = [w.copy() for w in classifier.get_weights()]
+    with tf.GradientTape() as tape:
+        loss = keras.losses.sparse_categorical_crossentropy([0, 1, 2, 0], classifier(images, training=True))
+    optimizer.apply(tape.gradient(loss, classifier.trainable_variables), classifier.trainable_variables)
+    assert np.isfinite(loss.numpy()).all()
+    assert any(not np.array_equal(a, b) for a, b in zip(before, classifier.get_weights()))
+
+    serving = tf.saved_model.load(str(export(classifier, ("a", "b", "c"), size, tmp_path / "model")))
+    jpeg = tf.io.encode_jpeg(tf.cast(images[0], tf.uint8)).numpy()
+    answer = serving.signatures["serving_default"](image_bytes=tf.constant([jpeg]))
+    decoded = tf.image.resize(tf.cast(tf.io.decode_jpeg(jpeg, channels=3), tf.float32), [size, size])
+    np.testing.assert_allclose(answer["probabilities"].numpy(), classifier(decoded[None]).numpy(), atol=1e-4)
+    assert answer["probabilities"].shape == (1, 3)
 
 
 def test_the_saved_classifier_loads_with_plain_keras(tmp_path):

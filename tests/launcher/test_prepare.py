@@ -157,6 +157,56 @@ def test_errors(photos, tmp_path):
         prepare(tmp_path / "bad.csv", tmp_path / "o2")
 
 
+def test_a_multi_label_csv_becomes_examples_holding_each_images_class_ids(tmp_path, capsys):
+    """Rows of any number of labels (a header, an image of none, short rows padded by a
+    spreadsheet); every image's ids in its Example, the classes sorted, each class in both parts."""
+    from keras_pipe_train.example import record_check
+
+    images, _ = load_digits()
+    rows = ["path,label,label,label"]
+    tags = [("cat",), ("dog",), ("cat", "dog"), ("bird", "cat"), (), ("bird",)] * 5
+    for index, labels in enumerate(tags):
+        (tmp_path / f"{index}.jpg").write_bytes(digit_jpeg(images[index]))
+        rows.append(",".join([f"{index}.jpg", *labels] + [""] * (3 - len(labels))))
+    (tmp_path / "tags.csv").write_text("\n".join(rows) + "\n")
+    summary = prepare(tmp_path / "tags.csv", tmp_path / "out", validation_fraction=0.2, multi_label=True)
+    assert summary["classes"] == ["bird", "cat", "dog"] and summary["train"] + summary["validation"] == 30
+    assert "train with --hp class_names=bird,cat,dog --hp multi_label=true" in capsys.readouterr().err
+    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+                "image/class/label": tf.io.VarLenFeature(tf.int64)}
+    expected = {digit_jpeg(images[i]): sorted(["bird", "cat", "dog"].index(t) for t in labels)
+                for i, labels in enumerate(tags)}
+    check = record_check("image/encoded", "image/class/label", 3, 10**6, multi_label=True)
+    seen = collections.Counter()
+    for part in ("train", "validation"):
+        files = sorted(str(p) for p in (tmp_path / "out" / part).glob("*.tfrecord"))
+        for record in tf.data.TFRecordDataset(files).as_numpy_iterator():
+            assert check(record) is None
+            parsed = tf.io.parse_single_example(record, features)
+            ids = tf.sparse.to_dense(parsed["image/class/label"]).numpy().tolist()
+            assert ids == expected[parsed["image/encoded"].numpy()]
+            seen.update(f"{part}:{i}" for i in ids)
+    assert all(seen[f"validation:{i}"] for i in range(3)) and all(seen[f"train:{i}"] for i in range(3))
+
+
+@pytest.mark.parametrize("rows, options, message", [
+    (["a.jpg,cat,dog"], (), "expected path,label; got ['a.jpg', 'cat', 'dog'] (for several labels per image, give --multi-label)"),
+    (["a.jpg,cat,cat", "b.jpg,dog"], ("--multi-label",), "tags.csv:1: a label is given twice"),
+    (["a.jpg,cat"], ("--multi-label",), "lists 1 label(s); a classifier needs at least two"),
+])
+def test_a_multi_label_csv_that_cannot_be_read_says_where(rows, options, message, tmp_path):
+    (tmp_path / "tags.csv").write_text("\n".join(rows) + "\n")
+    out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", str(tmp_path / "tags.csv"),
+                          str(tmp_path / "out"), *options], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+
+
+def test_multi_label_needs_a_csv(photos, tmp_path):
+    root, _ = photos
+    with pytest.raises(PrepareError, match="--multi-label reads a CSV of path,label,label,... rows"):
+        prepare(root, tmp_path / "out", multi_label=True)
+
+
 def test_upload_then_rerun_uploads_nothing(photos, tmp_path, s3_bucket):
     client, bucket = s3_bucket
     root, _ = photos

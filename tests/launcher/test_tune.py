@@ -55,9 +55,10 @@ def test_dry_run_request_types_each_range_from_the_jobs_schema():
     assert config["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 10, "MaxParallelTrainingJobs": 2}
     definition = request["TrainingJobDefinition"]
     assert definition["StaticHyperParameters"] == {"num_classes": "10"}
-    assert [d["Name"] for d in definition["AlgorithmSpecification"]["MetricDefinitions"]] == [
-        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy", "train:top_k_accuracy",
-        "validation:top_k_accuracy"]
+    names = [d["Name"] for d in definition["AlgorithmSpecification"]["MetricDefinitions"]]
+    assert names[:6] == ["train:loss", "train:accuracy", "validation:loss", "validation:accuracy",
+                         "train:top_k_accuracy", "validation:top_k_accuracy"]
+    assert {"train:f1_micro", "validation:f1_macro", "validation:auc"} < set(names) and len(names) == 20
     assert [c["InputMode"] for c in definition["InputDataConfig"]] == ["Pipe", "Pipe"]
 
 
@@ -87,7 +88,7 @@ def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
     (["--range", "learning_rate=0.1:0.01"], "MIN (0.1) must be below MAX (0.01)"),
     (["--range", "batch_size=1.5:8"], "batch_size must be an integer, got '1.5'"),
     (["--range", "batch_size=0:8"], "batch_size must be >= 1"),
-    (["--range", "backbone=resnet50,vgg16"], "backbone must be one of"),
+    (["--range", "backbone=resnet50,alexnet"], "backbone must be one of"),
     (["--range", "backbone=a:b"], "backbone is not a number; list the values to try"),
     (["--range", "learning_rate=1e-3:1e-1:cubic"], "SCALE one of auto, linear, log, reverse-log"),
     (["--range", "dropout=0.1:0.5:reverse-log", "--range", "epochs=1:3:reverse-log"], "reverse-log is for numbers"),
@@ -126,6 +127,17 @@ def test_a_top_k_objective_needs_top_k_and_is_then_tuned_on():
                "--dry-run")
     assert out.returncode == 0, out.stderr
     assert '"MetricName": "validation:top_k_accuracy"' in out.stdout
+
+
+def test_a_multi_label_objective_needs_multi_label_and_is_then_tuned_on_minimized_or_maximized():
+    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:f1_macro", "--dry-run")
+    assert out.returncode == 2
+    assert "reports it only with hyperparameter multi_label=true (--hp multi_label=true)" in out.stderr
+    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:f1_macro", "--hp", "multi_label=1",
+               "--dry-run")
+    assert out.returncode == 0, out.stderr
+    objective = json.loads(out.stdout)["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
+    assert objective == {"Type": "Maximize", "MetricName": "validation:f1_macro"}
 
 
 def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_endpoint):

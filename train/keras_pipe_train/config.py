@@ -15,17 +15,22 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from keras_pipe_train.backbones import BACKBONES as BACKBONE_TABLE
+from keras_pipe_train.backbones import RESNET_DEPTHS
 from keras_pipe_train.errors import UserError
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
-BACKBONES = ("mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_v2_b0", "resnet50")
+BACKBONES = tuple(BACKBONE_TABLE)  # every Keras application (backbones.py)
 AUGMENTATIONS = ("crop", "flip", "color")
 WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
 MIXED_PRECISION = ("auto", "true", "false")
 OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/keras_pipe_train/checkpoints.py says what each does)
 OPTIMIZERS = ("adam", "adamw", "sgd", "nesterov", "rmsprop", "adagrad", "adadelta")  # (recipe.py builds them)
 SCHEDULES = ("constant", "cosine", "step")
-EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy")
+LABEL_FORMATS = ("index", "multi_hot")
+# what early stopping may watch (each only where the job reports it: _reported_metrics)
+EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "val_top_k_accuracy", "val_f1_micro", "val_f1_macro",
+                          "val_precision_micro", "val_recall_micro", "val_auc")
 
 # Other names the built-in image classifiers give a hyperparameter of ours (MXNet's, and the
 # TensorFlow algorithm's dropout_rate), accepted so that a job moved from them keeps its settings;
@@ -308,7 +313,9 @@ HYPERPARAMETERS = {
         Hyperparameter("learning_rate", 1e-3, _number(0, 10),
                        "learning rate of phase 1 (the head; the whole network with weights=none)"),
         Hyperparameter("fine_tune_learning_rate", 1e-5, _number(0, 10), "learning rate of phase 2 (fine-tuning)"),
-        Hyperparameter("backbone", "mobilenet_v3_small", _choice(BACKBONES), "Keras application used as the backbone"),
+        Hyperparameter("backbone", "mobilenet_v3_small", _choice(BACKBONES),
+                       "the Keras application fine-tuned, in snake case: mobilenet_v3_small, efficientnet_v2_s, "
+                       "convnext_tiny, resnet50 ... (docs/job.md, Backbones)"),
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
         Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
         Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
@@ -354,7 +361,9 @@ HYPERPARAMETERS = {
         Hyperparameter("early_stopping", "false", _flag, "end a phase when early_stopping_metric stops improving; "
                        "the phase's best weights are kept"),
         Hyperparameter("early_stopping_metric", "val_loss", _choice(EARLY_STOPPING_METRICS),
-                       "what early stopping watches: val_loss or val_accuracy"),
+                       "what early stopping watches: val_loss, val_accuracy, or another validation metric the job "
+                       "reports (val_top_k_accuracy with top_k; val_f1_micro, val_f1_macro, val_auc ... with "
+                       "multi_label)"),
         Hyperparameter("early_stopping_patience", 5, _integer(1), "epochs without improvement before a phase ends"),
         Hyperparameter("early_stopping_min_delta", 0.0, _number(0, 1e6, open_low=False),
                        "smallest change that counts as an improvement"),
@@ -363,6 +372,17 @@ HYPERPARAMETERS = {
         Hyperparameter("early_stopping_min_epochs", 1, _integer(1), "epochs of a phase always trained"),
         Hyperparameter("class_weights", None, _class_weights,
                        "weight of each class in the training loss: a list in label order or {name: weight}"),
+        Hyperparameter("multi_label", "false", _flag,
+                       "each image has any number of the classes: a sigmoid per class, binary cross-entropy, and "
+                       "precision, recall, F1 and AUC in the metric lines"),
+        Hyperparameter("label_format", "index", _choice(LABEL_FORMATS),
+                       "multi_label: the label feature holds class ids (index: an int64 list, e.g. [0, 2]) or one "
+                       "value per class (multi_hot: a float list of num_classes values, 0 or 1)"),
+        Hyperparameter("multi_label_threshold", 0.5, _number(0, 1),
+                       "multi_label: the probability from which a class counts as predicted (metrics, serving)"),
+        Hyperparameter("use_weighted_loss", "false", _flag,
+                       "multi_label: weigh each class's positive examples by its negatives / positives, as counted "
+                       "over the training examples seen so far (MXNet's)"),
         Hyperparameter("top_k", None, _optional(_integer(2)),
                        "also report top_k_accuracy: the share of examples whose label is among the k most likely"),
         Hyperparameter("mixed_precision", "auto", _choice(MIXED_PRECISION),
@@ -426,6 +446,10 @@ class JobConfig:
     early_stopping_tolerance: float
     early_stopping_min_epochs: int
     class_weights: tuple[float, ...] | None
+    multi_label: bool
+    label_format: str
+    multi_label_threshold: float
+    use_weighted_loss: bool
     top_k: int | None
     mixed_precision: str
     max_corrupted_records_to_skip: int
@@ -462,17 +486,57 @@ class JobConfig:
         if values["lr_schedule"] != "step" and values["lr_scheduler_step"]:
             raise UserError(f"hyperparameter lr_scheduler_step is for lr_schedule=step; lr_schedule is "
                             f"{values['lr_schedule']}: give one or the other")
+        _check_multi_label(values)
+        watched = values["early_stopping_metric"]
+        if watched not in reported_metrics(values, "val_"):
+            needs = "top_k set" if "top_k" in watched else "multi_label=true"
+            raise UserError(f"hyperparameter early_stopping_metric={watched}: the job reports it only with {needs}; "
+                            f"with these settings it reports {', '.join(reported_metrics(values, 'val_'))}")
         if values["top_k"] is not None and values["top_k"] >= values["num_classes"]:
             raise UserError(f"hyperparameter top_k must be below the number of classes ({values['num_classes']}): "
                             f"the top {values['top_k']} hold every class; got {values['top_k']}")
+        backbone = BACKBONE_TABLE[values["backbone"]]
+        if values["image_size"] < backbone.min_size:
+            raise UserError(f"hyperparameter image_size must be at least {backbone.min_size} for backbone "
+                            f"{backbone.name} (the smallest input its application takes); got {values['image_size']}")
         if values["epochs"] + values["fine_tune_epochs"] == 0:
             raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
         return cls(**values)
 
 
+MULTI_LABEL_METRICS = ("accuracy", "precision_micro", "recall_micro", "f1_micro", "precision_macro", "recall_macro",
+                       "f1_macro", "auc")
+
+
+def reported_metrics(values: dict, prefix: str) -> list[str]:
+    """The metrics the job's lines report for these settings (a hyperparameter name -> value
+    mapping, or a JobConfig's fields), under `prefix` (train_, val_)."""
+    if values["multi_label"]:
+        names = ["loss", *MULTI_LABEL_METRICS]
+    else:
+        names = ["loss", "accuracy"] + (["top_k_accuracy"] if values["top_k"] else [])
+    return [prefix + name for name in names]
+
+
+def _check_multi_label(values: dict) -> None:
+    if values["multi_label"]:
+        if values["top_k"] is not None:
+            raise UserError("hyperparameter top_k is for single-label jobs (the share of examples whose one label is "
+                            "among the k most likely); multi_label reports precision, recall, F1 and AUC")
+        return
+    for name in ("use_weighted_loss",):
+        if values[name]:
+            raise UserError(f"hyperparameter {name} weighs a multi_label job's classes; set multi_label=true, or "
+                            "class_weights for a single-label job")
+    if values["label_format"] != "index":
+        raise UserError(f"hyperparameter label_format={values['label_format']} is for multi_label=true: a "
+                        "single-label job reads one class id per image")
+
+
 def _canonical_names(raw: dict) -> dict:
     """The hyperparameters under this job's names: an alias (ALIASES) is renamed, and refused when
-    the job's own name is given too (which should win would be a guess)."""
+    the job's own name is given too (which should win would be a guess). MXNet's num_layers, the
+    depth of its ResNet, names the backbone."""
     renamed = dict(raw)
     for alias, name in ALIASES.items():
         if alias in renamed:
@@ -480,6 +544,16 @@ def _canonical_names(raw: dict) -> dict:
                 raise UserError(f"hyperparameters {alias} and {name} are the same setting ({alias} is the built-in "
                                 f"algorithms' name for it): give one")
             renamed[name] = renamed.pop(alias)
+    if "num_layers" in renamed:
+        if "backbone" in renamed:
+            raise UserError("hyperparameters num_layers and backbone both choose the backbone (num_layers is MXNet's "
+                            "ResNet depth): give one")
+        depth = _integer(1)("num_layers", renamed.pop("num_layers"))
+        if depth not in RESNET_DEPTHS:
+            raise UserError(f"hyperparameter num_layers (MXNet's ResNet depth) must be one of "
+                            f"{', '.join(map(str, RESNET_DEPTHS))}, the ResNets Keras has; got {depth}. Or choose "
+                            "any other backbone with hyperparameter backbone")
+        renamed["backbone"] = f"resnet{depth}"
     return renamed
 
 

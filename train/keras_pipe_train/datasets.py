@@ -55,7 +55,8 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
         "max_record_bytes": example.max_record_bytes(config.max_image_pixels),
         "record_check": example.record_check(config.image_feature, config.label_feature, config.num_classes,
-                                             config.max_image_pixels),
+                                             config.max_image_pixels, multi_label=config.multi_label,
+                                             label_format=config.label_format),
     }
     if channel.input_mode == "Pipe":
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
@@ -81,16 +82,23 @@ def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) ->
 
 
 def parser(config: JobConfig):
-    """Parses a batch of serialized Examples into (encoded images, labels). Every record passed
+    """Parses a batch of serialized Examples into (encoded images, labels): class ids (int64,
+    [batch]), or with multi_label, multi-hot rows (float32, [batch, classes]). Every record passed
     example.record_check when it was read: the features are there, the labels in range."""
-    features = {
-        config.image_feature: tf.io.FixedLenFeature([], tf.string),
-        config.label_feature: tf.io.FixedLenFeature([], tf.int64),
-    }
+    if not config.multi_label:
+        label = tf.io.FixedLenFeature([], tf.int64)
+    elif config.label_format == "index":
+        label = tf.io.VarLenFeature(tf.int64)
+    else:
+        label = tf.io.FixedLenFeature([config.num_classes], tf.float32)
+    features = {config.image_feature: tf.io.FixedLenFeature([], tf.string), config.label_feature: label}
 
     def parse(batch):
         parsed = tf.io.parse_example(batch, features)
-        return parsed[config.image_feature], parsed[config.label_feature]
+        labels = parsed[config.label_feature]
+        if isinstance(labels, tf.SparseTensor):  # class ids -> one 0/1 per class
+            labels = tf.cast(tf.sparse.to_indicator(labels, config.num_classes), tf.float32)
+        return parsed[config.image_feature], labels
 
     return parse
 

@@ -4,7 +4,7 @@ trains with no feature-name hyperparameters), and the check each record passes b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 from google.protobuf.message import DecodeError
@@ -18,12 +18,14 @@ IMAGE_FEATURE = HYPERPARAMETERS["image_feature"].default
 LABEL_FEATURE = HYPERPARAMETERS["label_feature"].default
 
 
-def encode_example(image: bytes, label: int, *, image_feature: str = IMAGE_FEATURE,
+def encode_example(image: bytes, label: int | Sequence[int], *, image_feature: str = IMAGE_FEATURE,
                    label_feature: str = LABEL_FEATURE) -> bytes:
-    """A serialized tf.train.Example holding JPEG/PNG bytes and a class label."""
+    """A serialized tf.train.Example holding JPEG/PNG bytes and a class label, or a multi-label
+    image's class ids (any number of them, in one int64 list: the job's label_format=index)."""
+    labels = [label] if isinstance(label, int) else list(label)
     return tf.train.Example(features=tf.train.Features(feature={
         image_feature: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
-        label_feature: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+        label_feature: tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
     })).SerializeToString(deterministic=True)  # map order fixed: the same bytes in every process
 
 
@@ -36,8 +38,8 @@ def max_record_bytes(max_pixels: int) -> int:
     return min(MAX_RECORD_BYTES, 8 * max_pixels + (1 << 20))
 
 
-def record_check(image_feature: str, label_feature: str, num_classes: int,
-                 max_pixels: int) -> Callable[[bytes], str | None]:
+def record_check(image_feature: str, label_feature: str, num_classes: int, max_pixels: int, *,
+                 multi_label: bool = False, label_format: str = "index") -> Callable[[bytes], str | None]:
     """The reader's record_check for the job: why a record cannot be trained on, or None.
 
     Run on every record as it is read, before any TensorFlow op sees it, so that a bad record is
@@ -45,7 +47,7 @@ def record_check(image_feature: str, label_feature: str, num_classes: int,
     under max_corrupted_records_to_skip) rather than a failure somewhere inside a batch. ~10-50 us
     a record (parsing, then the image's header).
     """
-    labels = f"labels 0 to {num_classes - 1} (num_classes={num_classes})"
+    label_problem = _multi_label_problem if multi_label else _single_label_problem
 
     def check(record: bytes) -> str | None:
         try:
@@ -54,15 +56,53 @@ def record_check(image_feature: str, label_feature: str, num_classes: int,
             return f"not a tf.train.Example (it starts with {record[:16]!r})"
         if image_feature not in features or len(features[image_feature].bytes_list.value) != 1:
             return _missing(features, image_feature, "one bytes value (the encoded image)")
-        if label_feature not in features or len(features[label_feature].int64_list.value) != 1:
-            return _missing(features, label_feature, "one int64 value (the class label)")
-        label = features[label_feature].int64_list.value[0]
-        if not 0 <= label < num_classes:
-            return f"label {label} ({label_feature}) is out of range: the job trains {labels}"
+        problem = label_problem(features, label_feature, num_classes, label_format)
+        if problem:
+            return problem
         problem = images.problem(features[image_feature].bytes_list.value[0], max_pixels)
         return f"{image_feature} {problem}" if problem else None
 
     return check
+
+
+def _single_label_problem(features, name: str, num_classes: int, label_format: str) -> str | None:
+    if name not in features or len(features[name].int64_list.value) != 1:
+        return _missing(features, name, "one int64 value (the class label)")
+    label = features[name].int64_list.value[0]
+    if not 0 <= label < num_classes:
+        return (f"label {label} ({name}) is out of range: the job trains labels 0 to {num_classes - 1} "
+                f"(num_classes={num_classes})")
+    return None
+
+
+def _multi_label_problem(features, name: str, num_classes: int, label_format: str) -> str | None:
+    """multi_label: class ids (label_format=index; none is allowed: an image of none of the
+    classes) or one value per class (multi_hot), each kind under its own list type."""
+    if name not in features:
+        return _missing(features, name, "the image's class ids (an int64 list)" if label_format == "index"
+                        else f"{num_classes} float values, one per class (multi_hot)")
+    kind = features[name].WhichOneof("kind")
+    if label_format == "index":
+        if kind == "float_list":
+            return (f"feature {name!r} holds {len(features[name].float_list.value)} float values, not class ids: "
+                    "for one value per class, set hyperparameter label_format=multi_hot")
+        ids = list(features[name].int64_list.value)
+        wrong = [i for i in ids if not 0 <= i < num_classes]
+        if wrong:
+            return (f"label {wrong[0]} ({name}) is out of range: the job trains labels 0 to {num_classes - 1} "
+                    f"(num_classes={num_classes})")
+        if len(set(ids)) < len(ids):
+            return f"feature {name!r} lists a class id twice ({ids[:20]})"
+        return None
+    values = list(features[name].float_list.value)
+    if kind != "float_list" or len(values) != num_classes:
+        held = {"int64_list": "int64 values", "bytes_list": "bytes values"}.get(kind, "float values")
+        count = len(getattr(features[name], kind).value) if kind else 0
+        return (f"feature {name!r} must hold {num_classes} float values, one per class (label_format=multi_hot); it "
+                f"holds {count} {held}" + (": for class ids, set label_format=index" if kind == "int64_list" else ""))
+    if any(not 0.0 <= v <= 1.0 for v in values):
+        return f"feature {name!r} holds a value outside [0, 1] ({[v for v in values if not 0 <= v <= 1][0]})"
+    return None
 
 
 def _missing(features, name: str, what: str) -> str:

@@ -2,8 +2,10 @@
 
 model_dir/
   1/            SavedModel for TensorFlow Serving (and SageMaker's TF serving containers): the
-                serving_default signature takes encoded images (JPEG/PNG bytes) and returns
-                probabilities, class ids and class names. Loads without this project's code.
+                serving_default signature takes encoded images (JPEG/PNG bytes) and returns each
+                class's probability and the most likely class (its id and name), or for a
+                multi-label model, which classes reach the threshold set at training (a 0/1 per
+                class, and their names, "" for the others). Loads without this project's code.
   model.keras   the Keras model (images in [0, 255] -> probabilities), to fine-tune further
   backbone.weights.h5  the backbone's weights alone: a later job's `pretrained` channel
   classes.json  the class names, in label order
@@ -24,7 +26,9 @@ from keras_pipe_train.model import backbone_of
 SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is the live one
 
 
-def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int):
+def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
+                    threshold: float | None = None):
+    """`threshold`: a multi-label model's (None: a single-label one)."""
     names = tf.constant(list(class_names))
 
     def serve(image_bytes):
@@ -33,6 +37,10 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
         images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size),
                                      image_bytes, image_size)
         probabilities = model(images, training=False)
+        if threshold is not None:
+            predicted = probabilities >= threshold
+            return {"probabilities": probabilities, "predicted": tf.cast(predicted, tf.int32),
+                    "classes": tf.where(predicted, names, tf.constant(""))}
         ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"probabilities": probabilities, "class_ids": ids, "classes": tf.gather(names, ids)}
 
@@ -45,11 +53,11 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
 
 
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
-           max_pixels: int = DEFAULT_MAX_PIXELS) -> Path:
+           max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None) -> Path:
     model_dir.mkdir(parents=True, exist_ok=True)
     model.save(model_dir / "model.keras")
     backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
     serving_dir = model_dir / SERVING_VERSION
-    serving_archive(model, class_names, image_size, max_pixels).write_out(str(serving_dir), verbose=False)
+    serving_archive(model, class_names, image_size, max_pixels, threshold).write_out(str(serving_dir), verbose=False)
     return serving_dir

@@ -79,8 +79,12 @@ class Training:
 
     @property
     def extra_state(self) -> dict:
-        """What checkpoints hold beside the model, optimizer and random states."""
-        return {"best": self.best} if self.best else {}
+        """What checkpoints hold beside the model, optimizer and random states: early stopping's
+        best weights, the task's own variables (use_weighted_loss's label counts)."""
+        state = {"best": self.best} if self.best else {}
+        if self.trainer.task.state is not None:
+            state["task"] = self.trainer.task.state
+        return state
 
     def save(self, phase: Phase, epoch: int, steps: int) -> None:
         """A checkpoint after `steps` steps of `epoch` (0-based), with the metrics of the epochs done."""
@@ -146,7 +150,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     with cluster.strategy.scope():
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
-                                 pretrained=not from_scratch, l2=config.regularizers_l2)
+                                 pretrained=not from_scratch, l2=config.regularizers_l2,
+                                 activation="sigmoid" if config.multi_label else "softmax")
         best = BestWeights(model) if rule else None
     trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution),
                       Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate))
@@ -255,8 +260,9 @@ def export_together(training: Training, final: dict) -> None:
     t, exported = training, False
     try:
         if t.cluster.is_chief:
+            threshold = t.config.multi_label_threshold if t.config.multi_label else None
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
-                                 t.config.max_image_pixels)
+                                 t.config.max_image_pixels, threshold)
             t.epochs.write(t.layout.output_data / "metrics.json", final)
             log.info("exported the model to %s (serving) and %s", serving_dir, t.layout.model / "model.keras")
         exported = True

@@ -17,6 +17,7 @@ import threading
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.distribute import Cluster
@@ -35,27 +36,23 @@ class Diverged(UserError):
     """The loss became NaN or infinite: the weights are lost, training further only costs money."""
 
 
-@dataclasses.dataclass
 class Totals:
-    loss: float = 0.0
-    correct: float = 0.0
-    in_top_k: float = 0.0
-    examples: float = 0.0
+    """A pass's sums: the loss, the examples, and the task's counts (tasks.py)."""
+
+    def __init__(self):
+        self.loss, self.examples, self.counts = 0.0, 0.0, None
 
     def add(self, call: Call) -> None:
         self.loss += call.loss_sum
-        self.correct += call.correct
-        self.in_top_k += call.in_top_k
         self.examples += call.examples
+        self.counts = call.counts if self.counts is None else self.counts + call.counts
 
-    def metrics(self, prefix: str, top_k: int | None = None) -> dict:
+    def metrics(self, prefix: str, task) -> dict:
         """Means over the examples seen; NaN (null in metrics.json) when there were none in this run
         (an epoch resumed after its last step), never a loss of 0."""
         n = self.examples or float("nan")
-        means = {f"{prefix}loss": self.loss / n, f"{prefix}accuracy": self.correct / n}
-        if top_k:
-            means[f"{prefix}top_k_accuracy"] = self.in_top_k / n
-        return means
+        counts = self.counts if self.counts is not None else np.zeros(task.width)
+        return {f"{prefix}loss": self.loss / n, **task.metrics(prefix, self.examples, counts)}
 
 
 @dataclasses.dataclass
@@ -64,15 +61,15 @@ class Call:
 
     steps: int
     loss_sum: float
-    correct: float
-    in_top_k: float
     examples: float
+    counts: np.ndarray  # the task's, summed over the call's steps
     diverged_at: int  # 1-based step of this call whose loss was not finite; 0: none
 
     @classmethod
     def read(cls, outputs: tf.Tensor) -> Call:
-        loss_sum, correct, in_top_k, examples, steps, diverged_at = outputs.numpy().tolist()
-        return cls(int(steps), loss_sum, correct, in_top_k, examples, int(diverged_at))
+        values = outputs.numpy().astype(np.float64)
+        loss_sum, examples, steps, diverged_at = values[0], values[1], values[-2], values[-1]
+        return cls(int(steps), float(loss_sum), float(examples), values[2:-2], int(diverged_at))
 
 
 class Trainer:
@@ -83,6 +80,9 @@ class Trainer:
         self.steps_per_execution = steps_per_execution
         self.stop = stop or threading.Event()
         self.loss = loss or Loss()
+        with cluster.strategy.scope():  # (its variables, if any, mirrored as the model's)
+            self.task = self.loss.task(model.output_shape[-1])
+            self.task.build()
         self.make_optimizer = make_optimizer  # learning rate (a schedule) -> a Keras optimizer
         self.optimizer = None
         self.learning_rate = None
@@ -118,22 +118,22 @@ class Trainer:
         self._functions.append((train, spec, function))
         return function
 
-    @staticmethod
-    def _make_steps(step):
+    def _make_steps(self, step):
         """Up to `count` steps in one call, their sums kept on the device: the host reads one small
         tensor per call instead of syncing on every step's metrics (Keras' steps_per_execution).
         Ends early at the end of the pass, and at a step whose loss is not finite (the weights are
         lost: no further step should run on them)."""
+        width = 2 + self.task.width  # [loss sum, examples, the task's counts...]
 
         def steps(iterator, count):
-            totals, done, diverged_at = tf.zeros([4]), tf.constant(0), tf.constant(0)
+            totals, done, diverged_at = tf.zeros([width]), tf.constant(0), tf.constant(0)
             for _ in tf.range(count):
                 # under several workers, the same answer on every worker (tf.distribute agrees
                 # on it): a worker whose share ran out gets an empty batch until all are done
                 batch = iterator.get_next_as_optional()
                 if not batch.has_value():
                     break
-                outputs = tf.stack(step(batch.get_value()))
+                outputs = step(batch.get_value())
                 done += 1
                 totals += outputs
                 if not tf.math.is_finite(outputs[0]):
@@ -144,9 +144,8 @@ class Trainer:
         return steps
 
     def _make_step(self, train: bool):
-        model, optimizer, strategy, recipe = self.model, self.optimizer, self.cluster.strategy, self.loss
-        scale = self.mixed_precision
-        class_weights = tf.constant(recipe.class_weights, tf.float32) if recipe.class_weights else None
+        model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
+        scale, clip = self.mixed_precision, self.loss.clip_norm
 
         def replica_step(images, labels):
             count = tf.shape(labels)[0]
@@ -162,10 +161,12 @@ class Trainer:
             # its moving statistics, for the few steps at the end of an uneven pass.)
             weight = tf.cast(count > 0, tf.float32)
             images = tf.cond(count > 0, lambda: images, lambda: tf.zeros([1, *images.shape[1:]], images.dtype))
-            labels = tf.cond(count > 0, lambda: labels, lambda: tf.zeros([1], labels.dtype))
+            labels = tf.cond(count > 0, lambda: labels, lambda: task.blank_labels(labels))
+            if train:
+                task.observe(labels[:count], examples, context)
             with tf.GradientTape() as tape:
                 probabilities = model(images, training=train)
-                per_example = self._per_example_loss(train, labels, probabilities, class_weights)
+                per_example = task.per_example_loss(train, labels, probabilities)
                 loss_sum = tf.reduce_sum(per_example) * weight
                 loss = loss_sum / tf.maximum(global_examples, 1.0)
                 if train and model.losses:  # the kernel's L2 penalty: the same on every replica,
@@ -175,37 +176,18 @@ class Trainer:
                     loss = optimizer.scale_loss(loss)
             if train:
                 gradients = tape.gradient(loss, model.trainable_variables)
-                if recipe.clip_norm:
+                if clip:
                     gradients = self._clipped(gradients, context)
                 optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
-            predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
-            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float32)) * weight
-            in_top_k = tf.constant(0.0)
-            if recipe.top_k:
-                hits = tf.math.in_top_k(labels, tf.cast(probabilities, tf.float32), recipe.top_k)
-                in_top_k = tf.reduce_sum(tf.cast(hits, tf.float32)) * weight
             # (the reported loss is the examples' own: without the L2 penalty, comparable with val_loss)
-            return loss_sum, correct, in_top_k, examples
+            counts = task.counts(labels, probabilities) * weight
+            return tf.concat([tf.stack([tf.cast(loss_sum, tf.float32), examples]), counts], 0)
 
         def step(batch):
             outputs = strategy.run(replica_step, args=batch)
-            return [strategy.reduce("sum", value, axis=None) for value in outputs]
+            return strategy.reduce("sum", outputs, axis=None)
 
         return step
-
-    def _per_example_loss(self, train: bool, labels, probabilities, class_weights):
-        """Cross-entropy; in training, against smoothed labels and weighted by class when asked.
-        Validation's loss stays the plain cross-entropy, comparable between recipes (and what early
-        stopping watches)."""
-        smoothing = self.loss.label_smoothing if train else 0.0
-        if smoothing:
-            targets = tf.one_hot(labels, tf.shape(probabilities)[-1], dtype=probabilities.dtype)
-            per_example = keras.losses.categorical_crossentropy(targets, probabilities, label_smoothing=smoothing)
-        else:
-            per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
-        if train and class_weights is not None:
-            per_example = per_example * tf.gather(class_weights, labels)
-        return per_example
 
     def _clipped(self, gradients, context):
         """The replica's gradients scaled so that their sum over replicas (what the optimizer
@@ -259,13 +241,13 @@ class Trainer:
                 log.info("progress: epoch=%d step=%d loss=%.4f examples/s=%.1f", epoch + 1, steps,
                          totals.loss / max(totals.examples, 1), rate)
             if self.stop_requested():  # (a collective under several workers: once per call)
-                return totals.metrics("train_", self.loss.top_k), steps, True
+                return totals.metrics("train_", self.task), steps, True
         # a stop that came while the input waited for data ended the pass early (Pipe mode)
-        return totals.metrics("train_", self.loss.top_k), steps, self.stop_requested()
+        return totals.metrics("train_", self.task), steps, self.stop_requested()
 
     def evaluate(self, dataset) -> tuple[dict, int]:
         """(validation metrics, examples evaluated by all workers together)."""
         totals = Totals()
         for call in self.calls(False, dataset):
             totals.add(call)
-        return totals.metrics("val_", self.loss.top_k), int(totals.examples)
+        return totals.metrics("val_", self.task), int(totals.examples)

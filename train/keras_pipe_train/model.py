@@ -8,7 +8,6 @@ Training runs in two phases (https://keras.io/guides/transfer_learning/):
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import warnings
 from pathlib import Path
@@ -16,33 +15,35 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_pipe_train.backbones import BACKBONES
 from keras_pipe_train.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class Backbone:
-    application: str  # the keras.applications constructor
-    builtin_preprocessing: bool  # whether it takes [0, 255] inputs itself (include_preprocessing)
-    caffe: bool = False  # needs caffe preprocessing: RGB -> BGR, ImageNet mean subtracted
-
-
-BACKBONES = {
-    "mobilenet_v3_small": Backbone("MobileNetV3Small", builtin_preprocessing=True),
-    "mobilenet_v3_large": Backbone("MobileNetV3Large", builtin_preprocessing=True),
-    "efficientnet_v2_b0": Backbone("EfficientNetV2B0", builtin_preprocessing=True),
-    "resnet50": Backbone("ResNet50", builtin_preprocessing=False, caffe=True),
-}
+# Each family's input scaling, as Keras' preprocess_input does it ("caffe", "tf", "torch"), for
+# the families whose application does not scale its input itself: (channel order, scale, offset)
+# with output channel c = input[order[c]] * scale[c] + offset[c], from [0, 255] RGB
+_IMAGENET_MEAN_RGB, _IMAGENET_STD_RGB = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
+_SCALING = {
+    "caffe": ((2, 1, 0), (1.0, 1.0, 1.0), tuple(-m for m in _CAFFE_MEAN_BGR)),
+    "tf": ((0, 1, 2), (1 / 127.5,) * 3, (-1.0,) * 3),
+    "torch": ((0, 1, 2), tuple(1 / (255 * s) for s in _IMAGENET_STD_RGB),
+              tuple(-m / s for m, s in zip(_IMAGENET_MEAN_RGB, _IMAGENET_STD_RGB))),
+}
 
 
 def build_backbone(name: str, image_size: int, weights: str | None) -> keras.Model:
     """The backbone without its ImageNet classifier. `weights`: "imagenet", None, or a file."""
     spec = BACKBONES[name]
     constructor = getattr(keras.applications, spec.application)
-    kwargs = {"include_preprocessing": True} if spec.builtin_preprocessing else {}
+    kwargs = {"include_preprocessing": True} if spec.include_preprocessing else {}
     from_file = weights not in (None, "imagenet")
+    if from_file and not spec.loads_weight_files:
+        raise UserError(f"backbone {name} cannot be restored from a weights file ({weights}): its application "
+                        "builds its input scaling differently for ImageNet weights, which a file cannot say. Use "
+                        "weights=imagenet (downloaded, or baked into the image), or another backbone")
     try:
         backbone = constructor(
             include_top=False, weights=None if from_file else weights,
@@ -86,23 +87,31 @@ def load_backbone_weights(backbone: keras.Model, path: Path, name: str) -> None:
     log.info("loaded backbone weights from %s", path)
 
 
-def caffe_preprocessing() -> keras.layers.Layer:
-    """RGB -> BGR and ImageNet-mean subtraction as a fixed 1x1 convolution: a plain Keras layer,
-    so the saved .keras model loads without this project's code (a custom layer would not)."""
+def input_scaling(name: str) -> keras.layers.Layer | None:
+    """The backbone's input scaling from [0, 255] RGB (None when its application does it itself),
+    as a fixed 1x1 convolution: a plain Keras layer, so the saved .keras model loads without this
+    project's code (a custom layer would not)."""
+    mode = BACKBONES[name].preprocessing
+    if mode == "builtin":
+        return None
+    order, scale, offset = _SCALING[mode]
     kernel = np.zeros((1, 1, 3, 3), np.float32)
-    for rgb, bgr in ((0, 2), (1, 1), (2, 0)):
-        kernel[0, 0, rgb, bgr] = 1.0
-    layer = keras.layers.Conv2D(3, 1, name="caffe_preprocessing", trainable=False)
+    for out, source in enumerate(order):
+        kernel[0, 0, source, out] = scale[out]
+    layer = keras.layers.Conv2D(3, 1, name=f"{mode}_preprocessing", trainable=False)
     layer.build((None, None, None, 3))
-    layer.set_weights([kernel, -np.array(_CAFFE_MEAN_BGR, np.float32)])
+    layer.set_weights([kernel, np.array(offset, np.float32)])
     return layer
 
 
 def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int, dropout: float,
-                     *, pretrained: bool = True, l2: float = 0.0) -> keras.Model:
+                     *, pretrained: bool = True, l2: float = 0.0, activation: str = "softmax") -> keras.Model:
+    """The backbone with a new head: pooling, dropout and a dense layer giving each class's
+    probability (`activation`: softmax over the classes, or sigmoid, each class on its own)."""
     size = backbone.input_shape[1]
     images = keras.Input((size, size, 3), name="images")
-    x = caffe_preprocessing()(images) if BACKBONES[backbone_name].caffe else images
+    scaling = input_scaling(backbone_name)
+    x = scaling(images) if scaling else images
     # training=False keeps a pretrained backbone's BatchNorm layers in inference mode for good,
     # even once phase 2 unfreezes them: updating their statistics on a small dataset would wreck
     # the pretrained features (Keras transfer-learning guide). A backbone trained from scratch
@@ -113,7 +122,7 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
     # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)
     regularizer = keras.regularizers.L2(l2) if l2 else None
-    probabilities = keras.layers.Dense(num_classes, activation="softmax", dtype="float32", name="classifier",
+    probabilities = keras.layers.Dense(num_classes, activation=activation, dtype="float32", name="classifier",
                                        kernel_regularizer=regularizer)(x)
     return keras.Model(images, probabilities, name=f"{backbone_name}_classifier")
 

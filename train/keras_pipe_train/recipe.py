@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train.config import JobConfig
+from keras_pipe_train.tasks import MultiLabel, SingleLabel
 
 ADAMW_DEFAULT_DECAY = 0.004  # Keras' own default for AdamW, used when weight_decay is not set
 
@@ -92,13 +93,22 @@ class LearningRate(keras.optimizers.schedules.LearningRateSchedule):
 
 @dataclasses.dataclass(frozen=True)
 class Loss:
-    """What the training loss is made of, beside the cross-entropy of each example."""
+    """What the training loss is made of, and what is counted beside it (tasks.py applies it)."""
 
     label_smoothing: float = 0.0
-    class_weights: tuple[float, ...] | None = None  # per label: the weight of its examples' losses
+    class_weights: tuple[float, ...] | None = None  # per label: the weight of its examples' (or terms') losses
     clip_norm: float = 0.0  # 0: none; else the largest global norm of the summed gradient
     top_k: int | None = None  # also count the examples whose label is among the k most likely
+    multi_label: bool = False  # a sigmoid per class, binary cross-entropy
+    threshold: float = 0.5  # multi_label: the probability from which a class is predicted
+    weighted: bool = False  # multi_label: positives weighted by each class's negatives / positives
 
     @classmethod
     def of(cls, config: JobConfig) -> Loss:
-        return cls(config.label_smoothing, config.class_weights, config.gradient_clip_norm, config.top_k)
+        return cls(config.label_smoothing, config.class_weights, config.gradient_clip_norm, config.top_k,
+                   config.multi_label, config.multi_label_threshold, config.use_weighted_loss)
+
+    def task(self, num_classes: int) -> SingleLabel | MultiLabel:
+        if self.multi_label:
+            return MultiLabel(num_classes, self.threshold, self.label_smoothing, self.class_weights, self.weighted)
+        return SingleLabel(num_classes, self.label_smoothing, self.class_weights, self.top_k)

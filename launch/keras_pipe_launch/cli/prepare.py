@@ -3,6 +3,7 @@
     keras-pipe prepare ./photos ./prepared --upload s3://bucket/datasets/photos/
     keras-pipe prepare labels.csv ./prepared          # CSV rows: path,label (paths relative to it)
     keras-pipe prepare s3://bucket/photos/ ./prepared --max-side 512
+    keras-pipe prepare tags.csv ./prepared --multi-label   # rows: path,label,label,... (any number)
 
 SOURCE is a folder with one subfolder per class, a CSV of path,label (paths relative to it, or
 s3:// URIs), or either of them in S3 (an s3:// prefix of class folders, an s3:// .csv): images
@@ -75,6 +76,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--jpeg-quality", type=jpeg_quality, default=images.DEFAULT_QUALITY, metavar="1-100",
                         help=f"of the images --max-side shrinks (default {images.DEFAULT_QUALITY})")
     parser.add_argument("--strict", action="store_true", help="fail if any image is unusable")
+    parser.add_argument("--multi-label", action="store_true",
+                        help="SOURCE is a CSV of path,label,label,... rows: each image has any number of the classes "
+                             "(train with --hp multi_label=true)")
     parser.add_argument("--max-image-pixels", type=whole_number, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
                         help="larger images (width x height, from their header) are rejected before decoding, as "
                              f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
@@ -106,6 +110,9 @@ def run(args: argparse.Namespace) -> int:
         if args.instance_count is not None:
             if args.overwrite:
                 raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
+            if args.multi_label:
+                raise PrepareError("--multi-label reads a CSV, which is prepared on one machine: at scale, SOURCE is a "
+                                   "prefix of class folders")
 
             return run_at_scale(args)
         for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
@@ -117,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
             parse_s3_uri(args.upload)  # before the work, not after
         prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
                 seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
-                max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite)
+                max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite,
+                multi_label=args.multi_label)
         if args.upload:
             from keras_pipe_launch.prepare.upload import upload
 

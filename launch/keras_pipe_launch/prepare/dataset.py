@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from keras_pipe_launch.prepare import images, sources
-from keras_pipe_launch.prepare.sources import Listing, ListingError, Location, shown
+from keras_pipe_launch.prepare.sources import Labels, Listing, ListingError, Location, shown
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
 
 
@@ -66,15 +66,24 @@ def in_order(function: Callable, items: Iterable, workers: int) -> Iterator:
                 future.cancel()
 
 
-def split(items: list[tuple[Location, int]], validation_fraction: float, seed: int):
+def split(items: list[tuple[Location, Labels]], validation_fraction: float, seed: int):
     """Shuffled, then split per class so every class has its share in validation; a class always
     keeps at least one image for training, however small it is. Decided on the listing, before any
     image is read: an image found unusable leaves a gap in its part, and never moves another one
-    between train and validation (fixing a broken file and preparing again keeps the split)."""
+    between train and validation (fixing a broken file and preparing again keeps the split).
+    A multi-label image is split with its rarest class (the one a random split would most likely
+    leave out of validation); images of no class, as a class of their own."""
     rng = random.Random(seed)
+    frequency = collections.Counter(label for _, labels in items if isinstance(labels, tuple) for label in labels)
+
+    def stratum(labels: Labels) -> int:
+        if not isinstance(labels, tuple):
+            return labels
+        return min(labels, key=lambda label: (frequency[label], label)) if labels else -1
+
     by_class: dict[int, list] = collections.defaultdict(list)
     for item in items:
-        by_class[item[1]].append(item)
+        by_class[stratum(item[1])].append(item)
     train, validation = [], []
     for label in sorted(by_class):
         of_class = by_class[label]
@@ -127,9 +136,9 @@ class ShardWriter:
             self._file = None
 
 
-def read_listing(source: str, reader: sources.Reader) -> Listing:
+def read_listing(source: str, reader: sources.Reader, multi_label: bool = False) -> Listing:
     try:
-        return sources.list_source(source, reader)
+        return sources.list_source(source, reader, multi_label)
     except ListingError as err:
         raise PrepareError(str(err)) from None
 
@@ -181,17 +190,19 @@ class ImageOptions:
 
 @dataclasses.dataclass
 class Written:
-    """What write_examples made: each part's shards, examples per label, and the images rejected."""
+    """What write_examples made: each part's shards, examples per label (a multi-label image
+    counts for each of its classes), examples, and the images rejected."""
 
     shards: dict[str, list[Path]]
     counts: dict[str, collections.Counter]
     rejected: list[tuple[Location, str]]
+    examples: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def count(self, part: str) -> int:
-        return sum(self.counts[part].values())
+        return self.examples[part]
 
 
-def write_examples(queue: list[tuple[Location, int, str]], reader: sources.Reader, folder: Path,
+def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Reader, folder: Path,
                    options: ImageOptions, shard_bytes: int, workers: int, shard_prefix: str = "part-") -> Written:
     """Checks each (image, label, part) of `queue` (`workers` at a time) and appends the usable
     ones, in the queue's order, to the shards of folder/part/."""
@@ -209,7 +220,8 @@ def write_examples(queue: list[tuple[Location, int, str]], reader: sources.Reade
                     written.rejected.append((where, why))
                 else:
                     writers[part].add(encode_example(data, label))
-                    written.counts[part][label] += 1
+                    written.counts[part].update(label if isinstance(label, tuple) else (label,))
+                    written.examples[part] += 1
                 bar.update()
                 bar.set_postfix(rejected=len(written.rejected), refresh=False)
     finally:
@@ -282,11 +294,13 @@ def keep_rejected_list(work: Path, out: Path) -> None:
 def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
             seed: int = 0, workers: int | None = None, strict: bool = False,
             max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
-            quality: int = images.DEFAULT_QUALITY, overwrite: bool = False) -> dict:
+            quality: int = images.DEFAULT_QUALITY, overwrite: bool = False, multi_label: bool = False) -> dict:
+    """`multi_label`: SOURCE is a CSV of path,label,label,... rows; each Example holds its image's
+    class ids (the job's multi_label=true, label_format=index)."""
     check_out(out, overwrite)
     check_options(validation_fraction, max_side)
     reader = sources.Reader()
-    listing = read_listing(str(source), reader)
+    listing = read_listing(str(source), reader, multi_label)
     train, validation = split(listing.items, validation_fraction, seed)
     queue = ([(where, label, "train") for where, label in train]
              + [(where, label, "validation") for where, label in validation])
@@ -312,14 +326,16 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     shards = {part: [out / part / p.name for p in paths] for part, paths in written.shards.items() if paths}
-    return summarize(listing.classes, written, len(rejected), shards, str(out))
+    return summarize(listing.classes, written, len(rejected), shards, str(out), multi_label)
 
 
-def summarize(classes: list[str], written: Written, rejected: int, shards: dict[str, list], where: str) -> dict:
+def summarize(classes: list[str], written: Written, rejected: int, shards: dict[str, list], where: str,
+              multi_label: bool = False) -> dict:
     """Prints what was prepared and how to train on it; returns the same as a dict."""
     train, validation = written.count("train"), written.count("validation")
+    option = class_names_option(classes) + (" --hp multi_label=true" if multi_label else "")
     print(f"prepare: {train} train and {validation} validation examples of {len(classes)} classes in "
-          f"{sum(map(len, shards.values()))} shards under {shown(where)}; train with "
-          f"{shown(class_names_option(classes))}", file=sys.stderr)
+          f"{sum(map(len, shards.values()))} shards under {shown(where)}; train with {shown(option)}",
+          file=sys.stderr)
     return {"classes": classes, "train": train, "validation": validation, "rejected": rejected,
             "shards": {name: [str(p) for p in paths] for name, paths in shards.items()}}

@@ -31,14 +31,17 @@ def suffix(location: Location) -> str:
     return PurePosixPath(str(location)).suffix.lower()
 
 
+Labels = int | tuple[int, ...]  # a class id; or, multi-label, the image's class ids (maybe none)
+
+
 @dataclasses.dataclass
 class Listing:
     classes: list[str]
-    items: list[tuple[Location, int]]  # (image, label), to be read
+    items: list[tuple[Location, Labels]]  # (image, label), to be read
     rejected: list[tuple[Location, str]]  # (file, why), never read
 
     @classmethod
-    def of(cls, classes: list[str], labelled: list[tuple[Location, int]], refused: list[tuple[Location, str]]):
+    def of(cls, classes: list[str], labelled: list[tuple[Location, Labels]], refused: list[tuple[Location, str]]):
         """Files that are not images by their name are rejected here, before anyone reads them."""
         items = [(where, label) for where, label in labelled if suffix(where) in IMAGE_SUFFIXES]
         rejected = refused + [(where, f"not an image file (suffix {shown(suffix(where)) or 'none'})")
@@ -46,17 +49,22 @@ class Listing:
         return cls(classes, items, rejected)
 
 
-def list_source(source: str, reader: Reader) -> Listing:
+def list_source(source: str, reader: Reader, multi_label: bool = False) -> Listing:
+    """`multi_label`: the source is a CSV whose rows give each image any number of labels."""
+    is_csv = source.lower().endswith(".csv")
+    if multi_label and not is_csv:
+        raise ListingError(f"{shown(source)}: --multi-label reads a CSV of path,label,label,... rows (an image of "
+                           "several classes cannot sit in one class folder)")
     if source.startswith("s3://"):
-        return list_s3_csv(source, reader) if source.lower().endswith(".csv") else list_s3_prefix(source, reader)
+        return list_s3_csv(source, reader, multi_label) if is_csv else list_s3_prefix(source, reader)
     path = Path(source)
     if not path.exists():
         raise ListingError(f"{shown(path)} does not exist")
     if path.is_dir():
         return list_folder(path)
-    if path.suffix.lower() == ".csv" and path.is_file():
+    if is_csv and path.is_file():
         with open(path, "rb") as f:
-            return list_csv(f, str(path), lambda text: Path(os.path.normpath(path.parent / text)))
+            return list_csv(f, str(path), lambda text: Path(os.path.normpath(path.parent / text)), multi_label)
     raise ListingError(f"{shown(path)} is neither a folder of class folders, a .csv file, nor an s3:// URI")
 
 
@@ -115,7 +123,7 @@ def list_s3_prefix(source: str, reader: Reader) -> Listing:
     return Listing.of(classes, [(uri, label) for label, name in enumerate(classes) for uri in by_class[name]], [])
 
 
-def list_s3_csv(source: str, reader: Reader) -> Listing:
+def list_s3_csv(source: str, reader: Reader, multi_label: bool = False) -> Listing:
     """A CSV in S3; its relative paths are keys next to it (S3 keys are not paths: no normalising)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -126,40 +134,54 @@ def list_s3_csv(source: str, reader: Reader) -> Listing:
     except (BotoCoreError, ClientError) as err:
         raise SourceError(f"cannot read {shown(source)}: {shown(str(err))}") from None
     return list_csv(io.BytesIO(data), source,
-                    lambda text: f"s3://{bucket}/{folder + '/' if folder else ''}{text}")
+                    lambda text: f"s3://{bucket}/{folder + '/' if folder else ''}{text}", multi_label)
 
 
-def list_csv(data, name: str, relative_to) -> Listing:
-    """path,label rows; s3:// paths are used as they are, others go through `relative_to`. A path
-    listed twice is an error (twice the weight, and maybe in both train and validation), so is an
-    empty path or label. Labels are sorted (numerically when they are all numbers)."""
-    rows: dict[Location, tuple[int, str]] = {}
+def list_csv(data, name: str, relative_to, multi_label: bool = False) -> Listing:
+    """path,label rows (multi_label: path,label,label,... with any number of labels, empty cells
+    left out, as spreadsheets pad short rows); s3:// paths are used as they are, others go through
+    `relative_to`. A path listed twice is an error (twice the weight, and maybe in both train and
+    validation), so is an empty path or label, or a label given twice in a row. Labels are sorted
+    (numerically when they are all numbers)."""
+    rows: dict[Location, tuple[int, tuple[str, ...]]] = {}
     try:
         # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, not part of the first cell
         for number, row in enumerate(csv.reader(io.TextIOWrapper(data, encoding="utf-8-sig", newline="")), 1):
             if not row or row[0].startswith("#"):
                 continue
-            if len(row) != 2:
-                raise ListingError(f"{shown(name)}:{number}: expected path,label; got {row}")
-            if number == 1 and [cell.strip().lower() for cell in row] == ["path", "label"]:
+            if number == 1 and row[0].strip().lower() == "path" and [c.strip().lower() for c in row[1:]] in (
+                    ["label"], ["labels"]) + ((["label"] * (len(row) - 1),) if multi_label else ()):
                 continue  # a header
-            text, label = row[0].strip(), row[1].strip()
-            if not text or not label:
+            text, labels = row[0].strip(), tuple(cell.strip() for cell in row[1:])
+            if multi_label:
+                labels = tuple(label for label in labels if label)
+                if len(set(labels)) < len(labels):
+                    raise ListingError(f"{shown(name)}:{number}: a label is given twice in {row}")
+            elif len(row) != 2:
+                raise ListingError(f"{shown(name)}:{number}: expected path,label; got {row}"
+                                   + (" (for several labels per image, give --multi-label)" if len(row) > 2 else ""))
+            if not text or not (multi_label or labels[0]):  # (multi-label: an image of none of the classes)
                 raise ListingError(f"{shown(name)}:{number}: empty {'path' if not text else 'label'} in {row}")
             where = text if text.startswith("s3://") else relative_to(text)
             if where in rows:
                 first, other = rows[where]
-                again = f"again with label {label!r} (line {first}: {other!r})" if other != label else "again"
+                said = ",".join(labels)
+                again = f"again with label {said!r} (line {first}: {','.join(other)!r})" if other != labels else "again"
                 raise ListingError(f"{shown(name)}:{number}: {shown(where)} is listed {again}; list each image once")
-            rows[where] = (number, label)
+            rows[where] = (number, labels)
     except UnicodeDecodeError as err:
         raise ListingError(f"{shown(name)} is not UTF-8 text ({err.reason} at byte {err.start}): save it as "
                            "UTF-8") from None
-    names = sorted({label for _, label in rows.values()}, key=lambda n: (len(n), n) if n.isdigit() else (0, n))
+    names = sorted({label for _, labels in rows.values() for label in labels},
+                   key=lambda n: (len(n), n) if n.isdigit() else (0, n))
     if len(names) < 2:
         raise ListingError(f"{shown(name)} lists {len(names)} label(s); a classifier needs at least two")
     index = {label: i for i, label in enumerate(names)}
-    return Listing.of(names, [(where, index[label]) for where, (_, label) in rows.items()], [])
+    if multi_label:
+        items = [(where, tuple(sorted(index[label] for label in labels))) for where, (_, labels) in rows.items()]
+    else:
+        items = [(where, index[labels[0]]) for where, (_, labels) in rows.items()]
+    return Listing.of(names, items, [])
 
 
 class Reader:

@@ -100,12 +100,30 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
     if "top_k" in spec.objective and "top_k" not in static and "top_k" not in names:
         raise RequestError(f"--objective {spec.objective}: the job reports it only with hyperparameter top_k set "
                            "(--hp top_k=5)")
+    from keras_pipe_train.config import MULTI_LABEL_METRICS
+
+    metric = spec.objective.split(":", 1)[-1]
+    if metric in MULTI_LABEL_METRICS and metric != "accuracy" and "multi_label" not in names \
+            and not _flag_set(static.get("multi_label")):
+        raise RequestError(f"--objective {spec.objective}: the job reports it only with hyperparameter "
+                           "multi_label=true (--hp multi_label=true)")
     if spec.job.spot and spec.job.checkpoint_s3_uri:
         warnings.append("each training job starts with a copy of the whole --checkpoint-s3-uri prefix, its own "
                         "checkpoints and those of the jobs before it (each in its own subfolder)")
     if check_hyperparameters:
         _check_against_schema(spec, static)
     return warnings
+
+
+def _flag_set(value) -> bool:
+    """Whether a true/false hyperparameter's value, as given, is true (one the job refuses is not)."""
+    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.errors import UserError
+
+    try:
+        return value is not None and HYPERPARAMETERS["multi_label"].parse("multi_label", value)
+    except UserError:
+        return False
 
 
 def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:

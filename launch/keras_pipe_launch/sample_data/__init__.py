@@ -33,3 +33,23 @@ def digit_examples(images: np.ndarray, labels: np.ndarray, size: int = 32) -> li
     from keras_pipe_train.example import encode_example
 
     return [encode_example(digit_jpeg(im, size), int(y)) for im, y in zip(images, labels)]
+
+
+def digit_pairs(images: np.ndarray, labels: np.ndarray, count: int, seed: int = 0
+                ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """A multi-label task from the digits: `count` images of two different digits side by side
+    (16x16, the pair centred), each labelled with both classes (smaller first)."""
+    rng = np.random.default_rng(seed)
+    pairs, classes = np.zeros((count, 16, 16), images.dtype), []
+    for index in range(count):
+        first = rng.integers(len(images))
+        second = rng.choice(np.flatnonzero(labels != labels[first]))
+        pairs[index, 4:12, :8], pairs[index, 4:12, 8:] = images[first], images[second]
+        classes.append(tuple(sorted((int(labels[first]), int(labels[second])))))
+    return pairs, classes
+
+
+def pair_examples(images: np.ndarray, classes: list[tuple[int, int]], size: int = 32) -> list[bytes]:
+    from keras_pipe_train.example import encode_example
+
+    return [encode_example(digit_jpeg(im, size), pair) for im, pair in zip(images, classes)]
