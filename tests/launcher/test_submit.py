@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from keras_pipe_train.metrics import METRIC_DEFINITIONS
 from tests.conftest import sdk2_python
 from tests.launcher.conftest import dry_run_request, launch_cli, sent_through_sdk
 
@@ -75,8 +76,7 @@ def test_every_field_of_the_job_description_is_in_the_request():
     assert request["AlgorithmSpecification"]["TrainingInputMode"] == "Pipe"
     assert request["AlgorithmSpecification"]["TrainingImage"] == IMAGE
     assert [d["Name"] for d in request["AlgorithmSpecification"]["MetricDefinitions"]] == [
-        "train:loss", "train:accuracy", "validation:loss", "validation:accuracy", "train:top_k_accuracy",
-        "validation:top_k_accuracy"]
+        d["Name"] for d in METRIC_DEFINITIONS]
     assert request["RoleArn"] == ROLE
     assert request["ResourceConfig"] == {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100}
     assert request["StoppingCondition"] == {"MaxRuntimeInSeconds": 6 * 3600, "MaxWaitTimeInSeconds": 12 * 3600}
@@ -91,6 +91,19 @@ def test_every_field_of_the_job_description_is_in_the_request():
     assert request["Tags"] == [{"Key": "team", "Value": "vision"}, {"Key": "project", "Value": "pipe"}]
     assert request["EnableNetworkIsolation"] is True
     assert request["TrainingJobName"].startswith("digits-run-")
+
+
+def test_a_model_channel_for_incremental_training_is_one_file_every_host_gets():
+    out = launch(*BASIC, "--model", "s3://data/jobs/digits-1/output/model.tar.gz", "--instance-count", "2",
+                 "--distribution", "ShardedByS3Key", "--network-isolation", "--dry-run")
+    assert out.returncode == 0, out.stderr
+    channels = {c["ChannelName"]: c for c in json.loads(out.stdout)["InputDataConfig"]}
+    assert channels["model"] == {
+        "ChannelName": "model", "InputMode": "File",
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://data/jobs/digits-1/output/model.tar.gz",
+                                        "S3DataDistributionType": "FullyReplicated"}}}
+    # (its backbone's weights come from the model: no ImageNet download to warn about)
+    assert "cannot download ImageNet weights" not in out.stderr and "channel model:" not in out.stderr
 
 
 def test_dry_run_contacts_nothing():

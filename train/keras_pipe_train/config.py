@@ -318,6 +318,9 @@ HYPERPARAMETERS = {
                        "convnext_tiny, resnet50 ... (docs/job.md, Backbones)"),
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
         Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
+        Hyperparameter("reinitialize_top_layer", "auto", _choice(("auto", "true", "false")),
+                       "with a 'model' channel (incremental training): auto keeps the previous classifier when the "
+                       "classes are the same and replaces it otherwise; true always replaces it; false keeps it"),
         Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
         Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
         Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
@@ -416,6 +419,7 @@ class JobConfig:
     backbone: str
     weights: str
     image_size: int
+    reinitialize_top_layer: str
     num_classes: int
     class_names: tuple[str, ...]
     image_feature: str

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import contract, datasets, distribute, metrics
+from keras_pipe_train import contract, datasets, distribute, incremental, metrics
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
@@ -26,7 +26,8 @@ from keras_pipe_train.recipe import Loss, epoch_factor, make_optimizer
 
 log = logging.getLogger(__name__)
 
-CHANNELS = {"train": "required", "validation": "optional", "pretrained": "optional: backbone weights"}
+CHANNELS = {"train": "required", "validation": "optional", "pretrained": "optional: backbone weights",
+            "model": "optional: a previous job's model, continued"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +142,13 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
     cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
     mixed_precision = use_mixed_precision(config.mixed_precision)
+    previous = incremental.load(layout.input_data / incremental.CHANNEL) if incremental.CHANNEL in channels else None
     weights = resolve_weights(config, channels, layout)
-    from_scratch = weights is None
+    if previous:
+        log.info("the backbone's weights come from channel 'model' (hyperparameter weights=%s is not used)",
+                 config.weights)
+        weights = None
+    from_scratch = weights is None and previous is None
     rule = Rule.of(config)
     if rule and "validation" not in channels:
         raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
@@ -152,6 +158,9 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  pretrained=not from_scratch, l2=config.regularizers_l2,
                                  activation="sigmoid" if config.multi_label else "softmax")
+        if previous:
+            incremental.continue_from(previous, model, config.backbone, config.class_names, config.multi_label,
+                                      config.reinitialize_top_layer)
         best = BestWeights(model) if rule else None
     trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution),
                       Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate))
@@ -374,12 +383,17 @@ def check_channels(channels: dict[str, ChannelConfig]) -> None:
             f"the job reads channels {', '.join(f'{k} ({v})' for k, v in CHANNELS.items())}; "
             f"it got: {got}{hint}"
         )
-    if "pretrained" in channels and channels["pretrained"].input_mode == "Pipe":
-        raise UserError("channel 'pretrained' holds a weights file: use File or FastFile mode, not Pipe")
+    for name in ("pretrained", "model"):
+        if name in channels and channels[name].input_mode == "Pipe":
+            raise UserError(f"channel '{name}' holds a {'weights file' if name == 'pretrained' else 'model'}: use File "
+                            "or FastFile mode, not Pipe")
 
 
 def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layout: Paths) -> str | None:
     """The backbone weights to load: "imagenet", None (random) or a file path."""
+    if "model" in channels and config.weights not in ("imagenet", "none"):
+        raise UserError(f"hyperparameter weights={config.weights} and channel 'model' both give the backbone's "
+                        "weights: leave weights unset to continue the model in the channel")
     if config.weights == "none":
         return None
     if config.weights != "pretrained":

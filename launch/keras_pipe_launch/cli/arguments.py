@@ -1,13 +1,13 @@
 """Options several commands parse the same way: KEY=VALUE lists are common.usage's; here, a
 training job's channels (`keras-pipe local`, `submit`, `tune`) and durations.
 
-    --train SOURCE --validation SOURCE --pretrained SOURCE --channel NAME=SOURCE
+    --train SOURCE --validation SOURCE --pretrained SOURCE --model SOURCE --channel NAME=SOURCE
     --input-mode Pipe --record-wrapper None --compression None --distribution FullyReplicated
     --shuffle-seed N          (these apply to every channel ...)
     --channel-option validation:input-mode=File   (... unless overridden for one)
 
-SOURCE is a local folder or file, or an s3://bucket/prefix. The `pretrained` channel gets its own
-defaults (common.channels.PRETRAINED_DEFAULTS); --channel-option can still change them.
+SOURCE is a local folder or file, or an s3://bucket/prefix. The `pretrained` and `model` channels
+get their own defaults (common.channels.WHOLE_FILE_DEFAULTS); --channel-option can still change them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import re
 from keras_pipe_launch.common.channels import (
     COMPRESSIONS,
     DISTRIBUTIONS,
-    PRETRAINED_DEFAULTS,
+    WHOLE_FILE_CHANNELS,
+    WHOLE_FILE_DEFAULTS,
     ChannelError,
     ChannelSpec,
     check_names_apart,
@@ -31,10 +32,15 @@ _OPTIONS = {"input-mode": "input_mode", "record-wrapper": "record_wrapper", "com
             "distribution": "distribution", "shuffle-seed": "shuffle_seed", "content-type": "content_type"}
 
 
+CHANNEL_OPTIONS = {"train": "TFRecords", "validation": "TFRecords", "pretrained": "a backbone weights file",
+                   "model": "a previous job's model.tar.gz, continued: incremental training"}
+
+
 def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("channels")
-    for name in ("train", "validation", "pretrained"):
-        group.add_argument(f"--{name}", metavar="SOURCE", help=f"the {name} channel: a local path or s3://bucket/prefix")
+    for name, what in CHANNEL_OPTIONS.items():
+        group.add_argument(f"--{name}", metavar="SOURCE", help=f"the {name} channel ({what}): a local path or "
+                                                                "s3://bucket/prefix")
     group.add_argument("--channel", action="append", default=[], metavar="NAME=SOURCE", help="any other channel")
     group.add_argument("--input-mode", default="Pipe", choices=INPUT_MODES, help="for every channel (default: Pipe)")
     group.add_argument("--record-wrapper", default="None", choices=RECORD_WRAPPERS)
@@ -47,16 +53,15 @@ def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
-    sources = {name: getattr(args, name) for name in ("train", "validation", "pretrained") if getattr(args, name)}
+    sources = {name: getattr(args, name) for name in CHANNEL_OPTIONS if getattr(args, name)}
     for name, source in key_values(args.channel, "--channel", "NAME=SOURCE").items():
         if not source:
             raise ChannelError(f"--channel {shown(name)}=: expected NAME=SOURCE")
         if name in sources:
             raise ChannelError(f"channel {name} is given twice (--{name} and --channel {name}=...)")
         sources[name] = source
-    overrides: dict[str, dict] = {name: {} for name in sources}
-    if "pretrained" in overrides:
-        overrides["pretrained"] = dict(PRETRAINED_DEFAULTS)
+    overrides: dict[str, dict] = {name: dict(WHOLE_FILE_DEFAULTS) if name in WHOLE_FILE_CHANNELS else {}
+                                  for name in sources}
     for item in args.channel_option:
         match = re.match(r"^([^:]+):([a-z-]+)=(.*)$", item)
         if not match or match.group(2) not in _OPTIONS:

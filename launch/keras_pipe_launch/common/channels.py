@@ -3,8 +3,9 @@ s3://bucket/prefix), and SageMaker's options for it (input mode, record wrapper,
 distribution, shuffle seed), checked as SageMaker checks them. The command line describes them
 with options (cli.arguments); `keras-pipe local` lays them out, `submit` and `tune` request them.
 
-The `pretrained` channel holds one weights file that every host needs: the job-wide options do not
-apply to it, it is in File mode, FullyReplicated, neither compressed nor wrapped (unless overridden).
+The `pretrained` channel (one weights file) and the `model` channel (a previous job's model.tar.gz,
+for incremental training) hold what every host needs whole: the job-wide options do not apply to
+them, they are in File mode, FullyReplicated, neither compressed nor wrapped (unless overridden).
 """
 
 from __future__ import annotations
@@ -67,8 +68,9 @@ class ChannelSpec:
                                               content_type=self.content_type)
 
 
-PRETRAINED_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",
+WHOLE_FILE_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",
                        "record_wrapper": "None", "shuffle_seed": None}
+WHOLE_FILE_CHANNELS = ("pretrained", "model")  # (they get WHOLE_FILE_DEFAULTS)
 
 
 def check_names_apart(specs: list[ChannelSpec]) -> None:

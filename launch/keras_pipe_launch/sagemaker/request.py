@@ -11,7 +11,7 @@ import dataclasses
 import re
 import time
 
-from keras_pipe_launch.common.channels import ChannelError, ChannelSpec
+from keras_pipe_launch.common.channels import WHOLE_FILE_CHANNELS, ChannelError, ChannelSpec
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.secrets import looks_secret
 from keras_pipe_train.contract import JOB_NAME
@@ -143,7 +143,7 @@ def warnings(spec: JobSpec) -> list[str]:
     if spec.instance_count > 1:
         for channel in spec.channels:
             streamed_whole = channel.input_mode == "Pipe" and channel.distribution == "FullyReplicated"
-            if channel.name != "pretrained" and streamed_whole:
+            if channel.name not in WHOLE_FILE_CHANNELS and streamed_whole:
                 found.append(f"channel {channel.name}: with {spec.instance_count} instances and FullyReplicated, "
                              "every host streams all of it and keeps 1/N; --distribution ShardedByS3Key "
                              "streams each host only its share")
@@ -153,7 +153,8 @@ def warnings(spec: JobSpec) -> list[str]:
         found.append(f"{', '.join(secret)}: SageMaker keeps a job's environment and hyperparameters in plain text, "
                      "and DescribeTrainingJob shows them to anyone allowed to describe the job; keep secrets in AWS "
                      "Secrets Manager and let the job's role read them")
-    if spec.network_isolation and dict(spec.hyperparameters).get("weights", "imagenet") == "imagenet":
+    if spec.network_isolation and dict(spec.hyperparameters).get("weights", "imagenet") == "imagenet" \
+            and "model" not in [c.name for c in spec.channels]:
         found.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "
                      "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")
     return found
