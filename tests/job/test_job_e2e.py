@@ -91,6 +91,16 @@ def check_outputs(fake_job: FakeJob, out: subprocess.CompletedProcess, epochs: i
     assert not (fake_job.base / "output/failure").exists()
     report = json.loads((fake_job.base / "output/data/metrics.json").read_text())
     assert [row["epoch"] for row in report["epochs"]] == list(range(1, epochs + 1))
+    # the exported model evaluated once more, in detail: the same numbers as its epoch's line
+    evaluation = json.loads((fake_job.base / "output/data/evaluation.json").read_text())
+    assert evaluation["epoch"] == report["final"]["epoch"] and evaluation["examples"] == 397
+    assert evaluation["metrics"]["val_accuracy"] == pytest.approx(report["final"]["val_accuracy"], abs=1e-9)
+    matrix = evaluation["confusion_matrix"]["counts"]
+    assert sum(map(sum, matrix)) == 397 and sum(matrix[i][i] for i in range(10)) / 397 == pytest.approx(
+        evaluation["metrics"]["val_accuracy"])
+    assert [row["class"] for row in evaluation["per_class"]] == [str(d) for d in range(10)]
+    for picture in ("learning_curves.png", "confusion_matrix.png"):
+        assert (fake_job.base / "output/data" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return report["final"]
 
 

@@ -226,6 +226,14 @@ def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_
         assert f" {name}=" in lines[0], lines[0]
     final = json.loads((job.base / "output/data/metrics.json").read_text())["final"]
     assert 0 <= final["val_f1_micro"] <= 1 and 0 <= final["val_auc"] <= 1
+    evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
+    assert evaluation["multi_label"] and evaluation["threshold"] == 0.3 and evaluation["examples"] == 64
+    assert evaluation["metrics"]["val_f1_micro"] == pytest.approx(final["val_f1_micro"], abs=1e-9)
+    counts = evaluation["per_class_counts"]
+    assert all(tp + fp + fn + tn == 64 for tp, fp, fn, tn in zip(
+        counts["true_positives"], counts["false_positives"], counts["false_negatives"], counts["true_negatives"]))
+    assert sum(row["support"] for row in evaluation["per_class"]) == 128  # two digits an image
+    assert (job.base / "output/data/per_class.png").is_file() and (job.base / "output/data/learning_curves.png").is_file()
 
     validation = job.write("served.tfrecord", tfrecord.encode(records[256:272]))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

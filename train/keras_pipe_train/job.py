@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import contract, datasets, distribute, incremental, metrics
+from keras_pipe_train import contract, datasets, distribute, evaluation, incremental, metrics
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
@@ -131,6 +131,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     if training.trainer.stop.is_set():
         log.warning("the stop request came after training ended: exporting the model first")
     final = final_metrics(training)
+    evaluate_exported(training, final)
     export_together(training, final)
     return final
 
@@ -262,6 +263,26 @@ def final_metrics(training: Training) -> dict:
         log.info("the model exported is epoch %d's (early stopping): its metrics again, as the job's final ones", best)
         print(metrics.format_line(final), flush=True)
     return final
+
+
+def evaluate_exported(training: Training, final: dict) -> None:
+    """The model as exported, evaluated once more on the validation channel with the details the
+    epochs' lines leave out (each class's, the confusion matrix): every worker runs the pass, the
+    chief writes output/data/evaluation.json and its pictures (evaluation.py). Skipped, saying why,
+    when a stop request cuts the pass short: training is done, and the export comes first."""
+    t = training
+    if "validation" not in t.channels:
+        return
+    validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
+    scores, examples, counts, detail = t.trainer.evaluate_in_detail(
+        t.cluster.strategy.distribute_datasets_from_function(validation))
+    if t.trainer.stop_requested() or not examples:
+        log.warning("no evaluation.json: %s", "a stop request cut the final evaluation short" if examples
+                    else "the validation channel's last pass held no records")
+        return
+    if t.cluster.is_chief:
+        evaluation.write(t.layout.output_data, evaluation.report(
+            t.trainer.task, t.config.class_names, scores, examples, counts, detail, final.get("epoch")), t.epochs.rows)
 
 
 def export_together(training: Training, final: dict) -> None:

@@ -106,24 +106,26 @@ class Trainer:
         """The share of the phase's learning rate the coming epoch trains at (the schedule's)."""
         self.schedule.factor.assign(factor)
 
-    def _steps(self, train: bool, dataset):
+    def _steps(self, train: bool, dataset, detailed: bool = False):
         """The traced function that runs up to steps_per_execution steps on `dataset`'s iterator,
         one per element spec: batches of any size, including a pass's last, smaller one, and
-        every epoch's new iterator then reuse the same graph."""
-        spec = dataset.element_spec
-        for known_train, known_spec, function in self._functions:  # (specs need not be hashable)
-            if known_train == train and known_spec == spec:
+        every epoch's new iterator then reuse the same graph. `detailed`: the task's detail counts
+        too (a confusion matrix: for the final evaluation)."""
+        spec, mode = dataset.element_spec, (train, detailed)
+        for known_mode, known_spec, function in self._functions:  # (specs need not be hashable)
+            if known_mode == mode and known_spec == spec:
                 return function
-        function = tf.function(self._make_steps(self._make_step(train)))
-        self._functions.append((train, spec, function))
+        function = tf.function(self._make_steps(self._make_step(train, detailed), detailed))
+        self._functions.append((mode, spec, function))
         return function
 
-    def _make_steps(self, step):
+    def _make_steps(self, step, detailed: bool = False):
         """Up to `count` steps in one call, their sums kept on the device: the host reads one small
         tensor per call instead of syncing on every step's metrics (Keras' steps_per_execution).
         Ends early at the end of the pass, and at a step whose loss is not finite (the weights are
         lost: no further step should run on them)."""
-        width = 2 + self.task.width  # [loss sum, examples, the task's counts...]
+        # [loss sum, examples, the task's counts..., its detail counts...]
+        width = 2 + self.task.width + (self.task.detail_width if detailed else 0)
 
         def steps(iterator, count):
             totals, done, diverged_at = tf.zeros([width]), tf.constant(0), tf.constant(0)
@@ -143,7 +145,7 @@ class Trainer:
 
         return steps
 
-    def _make_step(self, train: bool):
+    def _make_step(self, train: bool, detailed: bool = False):
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
         scale, clip = self.mixed_precision, self.loss.clip_norm
 
@@ -181,6 +183,8 @@ class Trainer:
                 optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
             # (the reported loss is the examples' own: without the L2 penalty, comparable with val_loss)
             counts = task.counts(labels, probabilities) * weight
+            if detailed:
+                counts = tf.concat([counts, task.detail_counts(labels, probabilities) * weight], 0)
             return tf.concat([tf.stack([tf.cast(loss_sum, tf.float32), examples]), counts], 0)
 
         def step(batch):
@@ -208,9 +212,9 @@ class Trainer:
         """The same answer on every worker, at the same step."""
         return self.cluster.any_worker(self.stop.is_set())
 
-    def calls(self, train: bool, dataset):
+    def calls(self, train: bool, dataset, detailed: bool = False):
         """The Call results of running every step of `dataset`, steps_per_execution at a time."""
-        function, iterator = self._steps(train, dataset), iter(dataset)
+        function, iterator = self._steps(train, dataset, detailed), iter(dataset)
         count = tf.constant(self.steps_per_execution)
         while True:
             call = Call.read(function(iterator, count))
@@ -251,3 +255,13 @@ class Trainer:
         for call in self.calls(False, dataset):
             totals.add(call)
         return totals.metrics("val_", self.task), int(totals.examples)
+
+    def evaluate_in_detail(self, dataset) -> tuple[dict, int, np.ndarray, np.ndarray]:
+        """evaluate(), with the task's counts and detail counts (a confusion matrix) summed over the
+        pass: (metrics, examples, counts, detail counts)."""
+        totals, width = Totals(), self.task.width
+        for call in self.calls(False, dataset, detailed=True):
+            totals.add(call)
+        counts = totals.counts if totals.counts is not None else np.zeros(width + self.task.detail_width)
+        totals.counts = counts[:width]
+        return totals.metrics("val_", self.task), int(totals.examples), counts[:width], counts[width:]

@@ -75,6 +75,15 @@ class SingleLabel:
             means[f"{prefix}top_k_accuracy"] = counts[1] / n
         return means
 
+    @property
+    def detail_width(self) -> int:
+        return self.num_classes ** 2
+
+    def detail_counts(self, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
+        """The confusion matrix (rows: the true class, columns: the predicted one), flattened."""
+        predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
+        return tf.reshape(tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32), [-1])
+
 
 class MultiLabel:
     """A sigmoid per class; labels are multi-hot rows (float32, [batch, classes]), each class's
@@ -157,6 +166,16 @@ class MultiLabel:
         values = {"accuracy": exact / (examples or float("nan")),
                   **averaged(tp, fp, fn), "auc": auc(positives, negatives)}
         return {f"{prefix}{name}": value for name, value in values.items()}
+
+    def per_class(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(true positives, false positives, false negatives) per class, from counts()'s sums."""
+        c = self.num_classes
+        return counts[1:1 + c], counts[1 + c:1 + 2 * c], counts[1 + 2 * c:1 + 3 * c]
+
+    detail_width = 0  # (per_class gives all an evaluation reports)
+
+    def detail_counts(self, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
+        return tf.zeros([0])
 
 
 def ratio(numerator: float, denominator: float) -> float:
