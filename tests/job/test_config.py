@@ -143,7 +143,10 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
     ({"num_layers": 18}, "hyperparameter num_layers (MXNet's ResNet depth) must be one of 50, 101, 152"),
     ({"num_layers": 50, "backbone": "resnet50"}, "hyperparameters num_layers and backbone both choose the backbone"),
     ({"weights": "bert"}, "hyperparameter weights must be imagenet, none, pretrained"),
-    ({"augment": "crop,rotate"}, "rotate unknown"),
+    ({"augment": "crop,twist"}, "twist unknown"),
+    ({"augmentation": "true", "augment": "crop"}, "hyperparameters augmentation and augment both choose"),
+    ({"augmentation_random_flip": "diagonal"}, "augmentation_random_flip must be one of horizontal, vertical, horizontal_and_vertical"),
+    ({"augmentation_random_rotation": "0.6"}, "augmentation_random_rotation must be >= 0 and <= 0.5"),
     ({"mixed_precision": "maybe"}, "hyperparameter mixed_precision must be one of auto, true, false"),
     ({"steps_per_execution": 0}, "hyperparameter steps_per_execution must be between 1 and 1000, got 0 (or auto)"),
     ({"steps_per_execution": "often"}, "hyperparameter steps_per_execution must be an integer, got 'often' (or auto)"),
@@ -157,6 +160,18 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
 def test_bad_values_name_the_hyperparameter_and_what_is_allowed(hps, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         config(**hps)
+
+
+def test_the_augmentations_and_the_tensorflow_algorithms_switch():
+    assert config().augment == ("crop", "flip", "color")
+    assert config(augment="all").augment == ("crop", "flip", "color", "rotate", "zoom", "aspect", "shear")
+    assert config(augment="rotate, Zoom").augment == ("rotate", "zoom")
+    # the built-in TensorFlow algorithm's augmentation=True: flips, rotation and zoom, with its defaults
+    chosen = config(augmentation="True")
+    assert (chosen.augment, chosen.augmentation_random_rotation, chosen.augmentation_random_flip) == (
+        ("flip", "rotate", "zoom"), 0.2, "horizontal_and_vertical")
+    assert config(augmentation="True", augmentation_random_rotation="0.05").augmentation_random_rotation == 0.05
+    assert config(augmentation="False").augment == ()
 
 
 def test_mxnets_resnet_depth_names_the_backbone():

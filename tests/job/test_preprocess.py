@@ -148,3 +148,59 @@ def test_batch_of_applies_per_image():
     out = preprocess.batch_of(lambda x: preprocess.for_eval(x, 16), batch, 16)
     assert out.shape == (3, 16, 16, 3)
     np.testing.assert_array_equal(out[1], preprocess.for_eval(batch[1], 16))
+
+
+# --- rotation, zoom, aspect, shear ----------------------------------------------------------------
+
+GRID = np.arange(5 * 7 * 3, dtype=np.float32).reshape(5, 7, 3)
+
+
+@pytest.mark.parametrize("run", [lambda fn: fn().numpy(), lambda fn: next(iter(tf.data.Dataset.range(1).map(
+    lambda _: fn()))).numpy()], ids=["eager", "dataset"])
+def test_the_transform_turns_zooms_stretches_and_slants_about_the_centre(run):
+    image = tf.constant(GRID)
+    same = lambda **c: run(lambda: preprocess.transformed(image, **{"angle": 0.0, "zoom": 1.0, "aspect": 1.0, "shear": 0.0, **c}))  # noqa: E731
+    np.testing.assert_allclose(same(), GRID, atol=1e-4)  # neutral: the image itself
+    np.testing.assert_allclose(same(angle=np.pi), GRID[::-1, ::-1], atol=1e-3)  # half a turn
+    # zoomed out 2x about the centre pixel (row 2, column 3): the centre stays, a pixel one step
+    # right samples two steps right, and the edges mirror the image in
+    out = same(zoom=2.0)
+    np.testing.assert_allclose(out[2, 3], GRID[2, 3], atol=1e-4)
+    np.testing.assert_allclose(out[2, 4], GRID[2, 5], atol=1e-4)
+    # column 3 + 2 x 3 = 9 is beyond the last (6): mirrored about the edge (... 5 6 | 6 5 4 ...), column 4
+    np.testing.assert_allclose(out[2, 6], GRID[2, 4], atol=1e-4)
+    # stretched: aspect 4 makes x steps twice as long and y steps half as long
+    out = same(aspect=4.0)
+    np.testing.assert_allclose(out[2, 4], GRID[2, 5], atol=1e-4)
+    np.testing.assert_allclose(out[4, 3], GRID[3, 3], atol=1e-4)  # row 2 + 2 / 2
+    # slanted: each row below the centre samples `shear` columns further right per row
+    out = same(shear=1.0)
+    np.testing.assert_allclose(out[3, 3], GRID[3, 4], atol=1e-4)
+    np.testing.assert_allclose(out[2, 3], GRID[2, 3], atol=1e-4)
+
+
+def test_each_geometric_change_is_drawn_within_its_bounds_and_only_when_asked():
+    geometry = preprocess.Geometry(rotation=0.1, zoom=0.2, aspect=0.5, shear=0.3)
+    draws = np.array([geometry.draw(("rotate", "zoom", "aspect", "shear"), tf.constant([3, i], tf.int64)).numpy()
+                      for i in range(300)])
+    angle, zoom, aspect, shear = draws.T
+    assert np.abs(angle).max() <= 0.1 * 2 * np.pi and np.abs(angle).max() > 0.09 * 2 * np.pi
+    assert 1 / 1.2 - 1e-6 <= zoom.min() and zoom.max() <= 1.2 + 1e-6 and (zoom < 1).any() and (zoom > 1).any()
+    assert 1 / 1.5 - 1e-6 <= aspect.min() and aspect.max() <= 1.5 + 1e-6
+    assert np.abs(shear).max() <= 0.3
+    only_rotate = geometry.draw(("rotate",), tf.constant([3, 0], tf.int64)).numpy()
+    assert only_rotate[0] != 0 and only_rotate[1:].tolist() == [1.0, 1.0, 0.0]
+
+
+def test_geometric_augmentation_is_seeded_and_leaves_the_other_draws_as_they_were():
+    """The rotation draws from a seed of its own: the crop is the one drawn without it, turned."""
+    image = tf.constant(ENCODED["jpeg"])
+    plain = preprocess.for_train(image, 24, ("crop",), SEED)
+    turned = preprocess.for_train(image, 24, ("crop", "rotate"), SEED).numpy()
+    np.testing.assert_array_equal(turned, preprocess.for_train(image, 24, ("crop", "rotate"), SEED).numpy())
+    angle = preprocess.Geometry().draw(("rotate",), tf.random.experimental.stateless_fold_in(SEED, 4))[0]
+    assert angle != 0
+    np.testing.assert_allclose(turned, preprocess.transformed(plain, angle, 1.0, 1.0, 0.0).numpy(), atol=1e-3)
+    fn = lambda x: preprocess.for_train(x, 24, ("zoom", "aspect", "shear", "flip"), SEED,  # noqa: E731
+                                        preprocess.Geometry(flip="horizontal_and_vertical"))
+    np.testing.assert_array_equal(fn(image).numpy(), in_dataset(fn, ENCODED["jpeg"]))

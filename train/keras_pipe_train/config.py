@@ -21,7 +21,9 @@ from keras_pipe_train.errors import UserError
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
 BACKBONES = tuple(BACKBONE_TABLE)  # every Keras application (backbones.py)
-AUGMENTATIONS = ("crop", "flip", "color")
+AUGMENTATIONS = ("crop", "flip", "color", "rotate", "zoom", "aspect", "shear")
+DEFAULT_AUGMENTATIONS = ("crop", "flip", "color")  # augment=true; all: every one
+FLIPS = ("horizontal", "vertical", "horizontal_and_vertical")
 WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
 MIXED_PRECISION = ("auto", "true", "false")
 OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/keras_pipe_train/checkpoints.py says what each does)
@@ -210,7 +212,9 @@ def _list_of_text(name, value, example: str) -> list[str] | None:
 
 def _augment(name, value):
     flag = _unquoted(value)
-    if flag is True or str(flag).lower() in ("true", "all"):
+    if flag is True or str(flag).lower() == "true":
+        return DEFAULT_AUGMENTATIONS
+    if str(flag).lower() == "all":
         return AUGMENTATIONS
     if flag is False or _is_none(flag) or str(flag).lower() in ("false", "none", "[]"):
         return ()
@@ -325,7 +329,19 @@ HYPERPARAMETERS = {
         Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
         Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
         Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
-        Hyperparameter("augment", "true", _augment, "true, false, or some of crop,flip,color"),
+        Hyperparameter("augment", "true", _augment, "true (crop,flip,color), false, all, or some of crop, flip, "
+                       "color, rotate, zoom, aspect, shear"),
+        Hyperparameter("augmentation_random_rotation", 0.03, _number(0, 0.5, open_low=False),
+                       "augment rotate: the largest turn either way, as a fraction of a full turn (Keras' "
+                       "RandomRotation factor; 0.03 is about 11 degrees)"),
+        Hyperparameter("augmentation_random_zoom", 0.1, _number(0, 1, open_low=False),
+                       "augment zoom: the largest change of scale, out or in (0.1: 90 to 110 %)"),
+        Hyperparameter("augmentation_random_aspect", 0.25, _number(0, 1, open_low=False),
+                       "augment aspect: the largest stretch of one side against the other (0.25: MXNet's)"),
+        Hyperparameter("augmentation_random_shear", 0.1, _number(0, 1, open_low=False),
+                       "augment shear: the largest slant (0.1: MXNet's)"),
+        Hyperparameter("augmentation_random_flip", "horizontal", _choice(FLIPS),
+                       "augment flip: horizontal, vertical or horizontal_and_vertical"),
         Hyperparameter("steps_per_execution", "auto", _auto_or(_integer(1, 1000)),
                        "training steps per call into TensorFlow (the host reads metrics once per call): more keeps "
                        "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
@@ -425,6 +441,11 @@ class JobConfig:
     image_feature: str
     label_feature: str
     augment: tuple[str, ...]
+    augmentation_random_rotation: float
+    augmentation_random_zoom: float
+    augmentation_random_aspect: float
+    augmentation_random_shear: float
+    augmentation_random_flip: str
     steps_per_execution: int | str
     shuffle_buffer: int
     dropout: float
@@ -548,6 +569,15 @@ def _canonical_names(raw: dict) -> dict:
                 raise UserError(f"hyperparameters {alias} and {name} are the same setting ({alias} is the built-in "
                                 f"algorithms' name for it): give one")
             renamed[name] = renamed.pop(alias)
+    if "augmentation" in renamed:  # the TensorFlow algorithm's switch, with its defaults
+        if "augment" in renamed:
+            raise UserError("hyperparameters augmentation and augment both choose the augmentations (augmentation is "
+                            "the built-in TensorFlow algorithm's name): give one")
+        on = _flag("augmentation", renamed.pop("augmentation"))
+        renamed["augment"] = "flip,rotate,zoom" if on else "false"
+        if on:
+            renamed.setdefault("augmentation_random_rotation", "0.2")
+            renamed.setdefault("augmentation_random_flip", "horizontal_and_vertical")
     if "num_layers" in renamed:
         if "backbone" in renamed:
             raise UserError("hyperparameters num_layers and backbone both choose the backbone (num_layers is MXNet's "

@@ -137,13 +137,17 @@ class EpochInput:
         if self.audit:
             dataset = self.audit.tap(dataset, self.epoch, first)
         size, augment = config.image_size, config.augment
+        geometry = preprocess.Geometry(config.augmentation_random_rotation, config.augmentation_random_zoom,
+                                       config.augmentation_random_aspect, config.augmentation_random_shear,
+                                       config.augmentation_random_flip)
         if self.training:
             # each batch's augmentation seed: the epoch's, this worker's pipeline, the batch's index in
             # the pass (counted from the first, also when resuming after skipped ones)
             start = tf.constant([seed, context.input_pipeline_id], tf.int64)
             dataset = dataset.enumerate(start=first).map(
                 lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
-            return decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s), seeded=True)
+            return decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry),
+                           seeded=True)
         return decoded(dataset, config, lambda x: preprocess.for_eval(x, size))
 
     def nothing_read(self, epoch: int) -> DataError:

@@ -12,6 +12,9 @@ before decoding them, and still augments every later image exactly as the uninte
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import tensorflow as tf
 
 # Random-resized-crop bounds. Inception's ImageNet recipe keeps 8-100 % of the area; fine-tuning
@@ -126,8 +129,66 @@ def resize(image: tf.Tensor, size: int) -> tf.Tensor:
     return tf.image.resize(image, [size, size], method="bilinear")
 
 
-def random_flip(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
-    return tf.image.stateless_random_flip_left_right(image, seed)
+def random_flip(image: tf.Tensor, seed: tf.Tensor, mode: str = "horizontal") -> tf.Tensor:
+    """Left-right, up-down or either (each with its own draw), as Keras' RandomFlip modes."""
+    sideways, upside = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    if mode in ("horizontal", "horizontal_and_vertical"):
+        image = tf.image.stateless_random_flip_left_right(image, sideways if mode != "horizontal" else seed)
+    if mode in ("vertical", "horizontal_and_vertical"):
+        image = tf.image.stateless_random_flip_up_down(image, upside)
+    return image
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """How far the geometric augmentations go (each applies when `augment` names it): rotation as
+    a fraction of a full turn either way (Keras' RandomRotation factor: 0.03 is about 11 degrees),
+    zoom as the largest change of scale (0.1: 90 to 110 %, out or in), aspect as the largest
+    stretch of one side against the other (0.25: MXNet's), shear as the largest slant (0.1)."""
+
+    rotation: float = 0.03
+    zoom: float = 0.1
+    aspect: float = 0.25
+    shear: float = 0.1
+    flip: str = "horizontal"  # horizontal, vertical or horizontal_and_vertical
+
+    def draw(self, augment: tuple[str, ...], seed: tf.Tensor) -> tf.Tensor:
+        """[angle (radians), zoom, aspect, shear] for one image: each uniform within its bounds
+        (zoom and aspect on a log scale, so that in and out are as likely), neutral when `augment`
+        leaves it out."""
+        uniform = tf.random.stateless_uniform([4], seed, -1.0, 1.0)
+        on = tf.constant([float(name in augment) for name in ("rotate", "zoom", "aspect", "shear")])
+        angle = uniform[0] * self.rotation * 2 * math.pi
+        zoom = tf.exp(uniform[1] * math.log1p(self.zoom))
+        aspect = tf.exp(uniform[2] * math.log1p(self.aspect))
+        shear = uniform[3] * self.shear
+        drawn, neutral = tf.stack([angle, zoom, aspect, shear]), tf.constant([0.0, 1.0, 1.0, 0.0])
+        return on * drawn + (1 - on) * neutral
+
+
+GEOMETRIC = ("rotate", "zoom", "aspect", "shear")
+
+
+def transformed(image: tf.Tensor, angle, zoom, aspect, shear) -> tf.Tensor:
+    """The image turned by `angle`, seen `zoom` times wider (above 1: zoomed out, the edges
+    mirrored in), stretched by `aspect` (above 1: narrower) and slanted by `shear`, about its
+    centre, in one bilinear resampling (the size stays). The transform maps each output pixel to
+    where it samples the input, as ImageProjectiveTransformV3 takes it."""
+    shape = tf.shape(image)
+    height, width = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    cos, sin = tf.cos(angle), tf.sin(angle)
+    sx, sy = zoom * tf.sqrt(aspect), zoom / tf.sqrt(aspect)
+    # input = R(angle) . Shear . Scale . (output - centre) + centre
+    a0, a1 = cos * sx, (cos * shear - sin) * sy
+    b0, b1 = sin * sx, (sin * shear + cos) * sy
+    a2 = cx - a0 * cx - a1 * cy
+    b2 = cy - b0 * cx - b1 * cy
+    transform = tf.reshape(tf.stack([a0, a1, a2, b0, b1, b2, 0.0, 0.0]), [1, 8])
+    out = tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=transform, output_shape=shape[:2], fill_value=0.0,
+        interpolation="BILINEAR", fill_mode="REFLECT")
+    return tf.reshape(out[0], shape)
 
 
 def random_color(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -137,13 +198,20 @@ def random_color(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     return tf.clip_by_value(image, 0.0, 255.0)
 
 
-def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.Tensor) -> tf.Tensor:
-    """The training path; `seed` (int64 [2]) decides every random choice for this image."""
+def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.Tensor,
+              geometry: Geometry = Geometry()) -> tf.Tensor:
+    """The training path; `seed` (int64 [2]) decides every random choice for this image. The crop
+    is decoded (fused with the JPEG decoder: only the window, at a reduced scale); the geometric
+    changes then apply to the small, resized image, in one resampling."""
     crop, flip, color = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     image = decode_random_crop(encoded, size, crop) if "crop" in augment else decode_for_size(encoded, size)
     image = resize(image, size)
+    if any(name in augment for name in GEOMETRIC):
+        # (a seed of its own: the other choices stay what they were without these)
+        image = transformed(image, *tf.unstack(geometry.draw(augment, tf.random.experimental.stateless_fold_in(
+            seed, len(GEOMETRIC)))))
     if "flip" in augment:
-        image = random_flip(image, flip)
+        image = random_flip(image, flip, geometry.flip)
     if "color" in augment:
         image = random_color(image, color)
     return image
