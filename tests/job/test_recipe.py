@@ -165,6 +165,24 @@ def test_class_weights_weigh_each_example_loss_by_its_class():
     assert trainer.evaluate(batches(images, labels))[0]["val_loss"] == pytest.approx(plain.mean(), rel=1e-4)
 
 
+def test_balanced_class_weights_follow_the_counts_of_the_labels_seen_so_far():
+    """class_weights=balanced: examples / (classes x the class's examples), counted as training
+    sees the labels (before each step's loss): after 8 examples of labels 0,0,0,1 | 0,1,1,0, class
+    0 has 5, class 1 has 3, class 2 none yet."""
+    images, _ = data(8)
+    labels = np.array([0, 0, 0, 1, 0, 1, 1, 0], np.int64)
+    plain = cross_entropy(tiny_model(), images, labels)
+    trainer = trainer_for(learning_rate=1e-12, loss=Loss(class_weights="balanced"))
+    first, _, _ = trainer.train_epoch(batches(images[:4], labels[:4], 4), 0, 0, 4)
+    assert first["train_loss"] == pytest.approx(np.mean(plain[:4] * np.array([4 / 9, 4 / 3])[labels[:4]]), rel=1e-4)
+    second, _, _ = trainer.train_epoch(batches(images[4:], labels[4:], 4), 1, 0, 4)
+    assert second["train_loss"] == pytest.approx(np.mean(plain[4:] * np.array([8 / 15, 8 / 9])[labels[4:]]), rel=1e-4)
+    assert trainer.task.state.seen.numpy().tolist() == [5, 3, 0, 8]
+    assert config(class_weights="Balanced").class_weights == "balanced"
+    with pytest.raises(UserError, match="class_weights=balanced is for single-label jobs"):
+        config(class_weights="balanced", multi_label="true")
+
+
 def test_label_smoothing_trains_against_smoothed_labels_and_validates_against_plain_ones():
     images, labels = data(12)
     model = tiny_model()

@@ -283,10 +283,13 @@ def _epochs_list(name, value):
 
 def _class_weights(name, value):
     """A weight per class: a list in label order, or an object of class name (or label) to weight
-    (classes it leaves out weigh 1). Checked against the classes in JobConfig."""
+    (classes it leaves out weigh 1), or "balanced" (from the labels' counts as training sees them).
+    Checked against the classes in JobConfig."""
     if _is_none(value):
         return None
     raw = _unquoted(value)
+    if isinstance(raw, str) and raw.lower() == "balanced":
+        return "balanced"
     if isinstance(raw, str) and raw.startswith(("{", "[")):
         raw = _literal(raw)  # (str() of a dict, as the v2 Estimator sends it: "{'cat': 2.0}")
     elif isinstance(raw, str):
@@ -390,7 +393,9 @@ HYPERPARAMETERS = {
                        "smallest change that counts, relative to the best value so far (MXNet's)"),
         Hyperparameter("early_stopping_min_epochs", 1, _integer(1), "epochs of a phase always trained"),
         Hyperparameter("class_weights", None, _class_weights,
-                       "weight of each class in the training loss: a list in label order or {name: weight}"),
+                       "weight of each class in the training loss: a list in label order, {name: weight}, or balanced "
+                       "(examples / (classes x the class's examples), as counted over the training examples seen so "
+                       "far)"),
         Hyperparameter("multi_label", "false", _flag,
                        "each image has any number of the classes: a sigmoid per class, binary cross-entropy, and "
                        "precision, recall, F1 and AUC in the metric lines"),
@@ -470,7 +475,7 @@ class JobConfig:
     early_stopping_min_delta: float
     early_stopping_tolerance: float
     early_stopping_min_epochs: int
-    class_weights: tuple[float, ...] | None
+    class_weights: tuple[float, ...] | str | None  # (str: "balanced")
     multi_label: bool
     label_format: str
     multi_label_threshold: float
@@ -545,6 +550,9 @@ def reported_metrics(values: dict, prefix: str) -> list[str]:
 
 def _check_multi_label(values: dict) -> None:
     if values["multi_label"]:
+        if values["class_weights"] == "balanced":
+            raise UserError("hyperparameter class_weights=balanced is for single-label jobs; a multi-label job's "
+                            "classes are balanced by use_weighted_loss=true")
         if values["top_k"] is not None:
             raise UserError("hyperparameter top_k is for single-label jobs (the share of examples whose one label is "
                             "among the k most likely); multi_label reports precision, recall, F1 and AUC")
@@ -591,9 +599,9 @@ def _canonical_names(raw: dict) -> dict:
     return renamed
 
 
-def _weights_per_label(weights, class_names: tuple[str, ...]) -> tuple[float, ...] | None:
-    if weights is None:
-        return None
+def _weights_per_label(weights, class_names: tuple[str, ...]) -> tuple[float, ...] | str | None:
+    if weights is None or weights == "balanced":
+        return weights
     if weights and isinstance(weights[0], tuple):  # {name or label: weight}
         given = dict(weights)
         labels = {name: str(label) for label, name in enumerate(class_names)}

@@ -19,26 +19,46 @@ AUC_BINS = 200  # thresholds of the AUC's histogram of probabilities (Keras' AUC
 POSITIVE_WEIGHT_RANGE = (0.01, 100.0)  # use_weighted_loss: the bounds of a class's positive weight
 
 
+BALANCED_WEIGHT_RANGE = (0.01, 100.0)  # class_weights=balanced: the bounds of a class's weight
+
+
 @dataclasses.dataclass
 class SingleLabel:
-    """Softmax over the classes; labels are class ids (int64, [batch])."""
+    """Softmax over the classes; labels are class ids (int64, [batch]). With class_weights=
+    "balanced", each example weighs examples / (classes x examples of its class) (scikit-learn's
+    "balanced"), as counted over every training example seen so far (in Pipe mode the counts are
+    known only as the data streams by), bounded by BALANCED_WEIGHT_RANGE; the counts are variables
+    that checkpoints hold (`state`)."""
 
     num_classes: int
     label_smoothing: float = 0.0
-    class_weights: tuple[float, ...] | None = None  # per label: the weight of its examples' losses
+    class_weights: tuple[float, ...] | str | None = None  # per label: the weight of its examples' losses
     top_k: int | None = None  # also count the examples whose label is among the k most likely
 
     activation = "softmax"
-    state = None  # (no variables of its own)
+    state = None  # (variables of its own: class_weights=balanced's counts)
 
     def build(self) -> None:
-        """Makes the task's variables (none)."""
+        """Makes the task's variables (in the strategy's scope: mirrored like the model's weights)."""
+        if self.class_weights == "balanced":
+            self.state = _counts(self.num_classes)
 
     def blank_labels(self, labels: tf.Tensor) -> tf.Tensor:
         return tf.zeros([1], labels.dtype)
 
     def observe(self, labels: tf.Tensor, examples: tf.Tensor, context) -> None:
-        """What training learns of the labels before the step's loss (nothing, here)."""
+        """What training learns of the labels before the step's loss: their counts, when balanced."""
+        if self.state is not None:
+            per_class = tf.math.bincount(tf.cast(labels, tf.int32), minlength=self.num_classes,
+                                         maxlength=self.num_classes, dtype=tf.float32)
+            self.state.seen.assign_add(context.all_reduce("sum", tf.concat([per_class, [examples]], 0)))
+
+    def _weights(self) -> tf.Tensor:
+        if self.state is None:
+            return tf.constant(self.class_weights, tf.float32)
+        seen = self.state.seen
+        balanced = seen[-1] / (self.num_classes * tf.maximum(seen[:-1], 1.0))
+        return tf.clip_by_value(balanced, *BALANCED_WEIGHT_RANGE)
 
     def per_example_loss(self, train: bool, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
         """Cross-entropy; in training, against smoothed labels and weighted by class when asked.
@@ -51,7 +71,7 @@ class SingleLabel:
         else:
             per_example = keras.losses.sparse_categorical_crossentropy(labels, probabilities)
         if train and self.class_weights is not None:
-            per_example = per_example * tf.gather(tf.constant(self.class_weights, per_example.dtype), labels)
+            per_example = per_example * tf.cast(tf.gather(self._weights(), labels), per_example.dtype)
         return per_example
 
     def counts(self, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
@@ -104,10 +124,7 @@ class MultiLabel:
     def build(self) -> None:
         """Makes the label counts (in the strategy's scope: mirrored like the model's weights)."""
         if self.weighted:
-            self.state = tf.Module(name="label_counts")
-            # [positives of each class..., examples]: the same on every replica (all-reduced sums)
-            self.state.seen = tf.Variable(tf.zeros([self.num_classes + 1]), trainable=False, name="seen",
-                                          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.state = _counts(self.num_classes)
 
     def blank_labels(self, labels: tf.Tensor) -> tf.Tensor:
         return tf.zeros([1, self.num_classes], labels.dtype)
@@ -176,6 +193,15 @@ class MultiLabel:
 
     def detail_counts(self, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
         return tf.zeros([0])
+
+
+def _counts(num_classes: int) -> tf.Module:
+    """[examples of (or positives for) each class..., examples]: the same on every replica, since
+    each step adds all-reduced sums."""
+    state = tf.Module(name="label_counts")
+    state.seen = tf.Variable(tf.zeros([num_classes + 1]), trainable=False, name="seen",
+                             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    return state
 
 
 def ratio(numerator: float, denominator: float) -> float:

@@ -39,9 +39,9 @@ def write_shards(folder: Path, records: list[bytes], shards: int) -> None:
         (folder / f"part-{i:05d}.tfrecord").write_bytes(tfrecord.encode(records[i::shards]))
 
 
-def make_data() -> list[tuple[np.ndarray, bytes, int]]:
-    """Writes the TFRecords of both steps; returns the held-out (8x8 image, JPEG, digit) of step 2:
-    its validation images, which no job trains on."""
+def make_data(out: Path = OUT) -> list[tuple[np.ndarray, bytes, int]]:
+    """Writes the TFRecords of both steps under out/data; returns the held-out (8x8 image, JPEG,
+    digit) of step 2: its validation images, which no job trains on."""
     from keras_pipe_launch.sample_data import digit_jpeg, load_digits
     from keras_pipe_train.example import encode_example
 
@@ -51,31 +51,35 @@ def make_data() -> list[tuple[np.ndarray, bytes, int]]:
     high = [(i, j, int(y) - 5) for i, j, y in zip(images, jpegs, labels) if y >= 5]  # labels 0..4: digits 5..9
     for name, items in (("digits-0-4", low), ("digits-5-9", high)):
         cut = int(len(items) * 0.8)
-        write_shards(OUT / "data" / name / "train", [encode_example(j, y) for _, j, y in items[:cut]], 4)
-        write_shards(OUT / "data" / name / "validation", [encode_example(j, y) for _, j, y in items[cut:]], 1)
+        write_shards(out / "data" / name / "train", [encode_example(j, y) for _, j, y in items[:cut]], 4)
+        write_shards(out / "data" / name / "validation", [encode_example(j, y) for _, j, y in items[cut:]], 1)
     held_out = high[int(len(high) * 0.8):]
-    print(f"built-in data: {len(images)} handwritten digits as 32x32 JPEG TFRecords in {OUT / 'data'}")
+    print(f"built-in data: {len(images)} handwritten digits as 32x32 JPEG TFRecords in {out / 'data'}")
     return held_out
 
 
-def launch_local(step: str, *args: str) -> dict:
-    """Runs `keras-pipe local`, shows the interesting lines, returns the job's final metrics."""
-    log = OUT / f"{step}.log"
-    command = [sys.executable, "-m", "keras_pipe_launch", "local", "--job-dir", str(OUT / step),
+def launch_local(step: str, *args: str, out: Path = OUT, show: bool = True) -> dict:
+    """Runs `keras-pipe local` (its job under out/step, its log in out/step.log), shows the
+    interesting lines (with `show`), returns the job's final metrics."""
+    log = out / f"{step}.log"
+    command = [sys.executable, "-m", "keras_pipe_launch", "local", "--job-dir", str(out / step),
                "--name", f"demo-{step}", "--hp", "image_size=32", "--hp", "batch_size=32", *args]
-    print(f"\n$ keras-pipe local {' '.join(command[4:])}", flush=True)
-    with open(log, "w") as out:
+    if show:
+        print(f"\n$ keras-pipe local {' '.join(command[4:])}", flush=True)
+    with open(log, "w") as written:
         job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for line in job.stdout:
-            out.write(line)
+            written.write(line)
             info = JOB_INFO.match(line.rstrip())
+            if not show:
+                continue
             if info and "pipe.reader" not in line:
                 print(f"  {info.group(1)}{info.group(2)}"[:150], flush=True)
             elif line.startswith("launch |") or "metrics:" in line:
                 print("  " + line.rstrip()[:150], flush=True)
     if job.wait():
         raise SystemExit(f"the {step} job failed (exit {job.returncode}); see {log}")
-    return json.loads((OUT / step / "algo-1" / "output" / "data" / "metrics.json").read_text())["final"]
+    return json.loads((out / step / "algo-1" / "output" / "data" / "metrics.json").read_text())["final"]
 
 
 def serve(model_dir: Path, held_out: list[tuple[np.ndarray, bytes, int]]) -> float:
@@ -107,6 +111,26 @@ def _ink(row: np.ndarray) -> str:
     return "".join(" .:-=+*#@"[min(8, int(v) // 2)] * 2 for v in row)
 
 
+# the transfer step's recipe: a new head on the frozen backbone, then fine-tuning all but BatchNorm
+TRANSFER_RECIPE = ("--hp", "class_names=5,6,7,8,9", "--hp", "epochs=3", "--hp", "fine_tune_epochs=12",
+                   "--hp", "fine_tune_layers=100", "--hp", "fine_tune_learning_rate=5e-4", "--hp", "augment=false")
+
+
+def pretraining(out: Path, epochs: int = 8) -> tuple[str, ...]:
+    """The pretraining job's arguments: digits 0-4 from scratch, File mode."""
+    return ("--train", str(out / "data/digits-0-4/train"), "--validation", str(out / "data/digits-0-4/validation"),
+            "--input-mode", "File", "--hp", "weights=none", "--hp", "class_names=0,1,2,3,4",
+            "--hp", f"epochs={epochs}", "--hp", "augment=crop")
+
+
+def transfer_channels(out: Path, data: str = "digits-5-9") -> tuple[str, ...]:
+    """The transfer job's channels: out/data/DATA streamed through Pipe-mode FIFOs, and the
+    pretrained backbone's weights."""
+    backbone = out / "pretrain" / "algo-1" / "model" / "backbone.weights.h5"
+    return ("--train", str(out / "data" / data / "train"), "--validation", str(out / "data" / data / "validation"),
+            "--pretrained", str(backbone), "--input-mode", "Pipe", "--shuffle-seed", "1", "--hp", "weights=pretrained")
+
+
 def main() -> int:
     started = time.time()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -114,19 +138,8 @@ def main() -> int:
     OUT.mkdir()
     held_out = make_data()
 
-    pretrain = launch_local(
-        "pretrain", "--train", str(OUT / "data/digits-0-4/train"),
-        "--validation", str(OUT / "data/digits-0-4/validation"), "--input-mode", "File",
-        "--hp", "weights=none", "--hp", "class_names=0,1,2,3,4", "--hp", "epochs=8", "--hp", "augment=crop")
-    backbone = OUT / "pretrain" / "algo-1" / "model" / "backbone.weights.h5"
-
-    transfer = launch_local(
-        "transfer", "--train", str(OUT / "data/digits-5-9/train"),
-        "--validation", str(OUT / "data/digits-5-9/validation"), "--pretrained", str(backbone),
-        "--input-mode", "Pipe", "--shuffle-seed", "1",
-        "--hp", "weights=pretrained", "--hp", "class_names=5,6,7,8,9", "--hp", "epochs=3",
-        "--hp", "fine_tune_epochs=12", "--hp", "fine_tune_layers=100", "--hp", "fine_tune_learning_rate=5e-4",
-        "--hp", "augment=false")
+    pretrain = launch_local("pretrain", *pretraining(OUT))
+    transfer = launch_local("transfer", *transfer_channels(OUT), *TRANSFER_RECIPE)
     model = OUT / "transfer" / "algo-1" / "model"
 
     print(f"\nthe exported model ({model / '1'}) serving held-out JPEGs:")
