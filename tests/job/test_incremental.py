@@ -108,6 +108,23 @@ def tar_of(*members) -> bytes:
     return data.getvalue()
 
 
+def damaged(archive: bytes) -> bytes:
+    """The gzip stream's middle overwritten: its headers read, a member's data does not."""
+    middle = len(archive) // 2
+    return archive[:middle] + bytes(4096) + archive[middle + 4096:]
+
+
+def test_a_model_of_another_shape_is_refused(tmp_path):
+    """Named as a classifier of this job, but with no backbone inside and no classifier layer."""
+    impostor = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)], name="mobilenet_v3_small_classifier")
+    channel = tmp_path / "model"
+    channel.mkdir()
+    impostor.save(channel / "model.keras")
+    (channel / "classes.json").write_text(json.dumps(list(CLASSES)))
+    with pytest.raises(UserError, match="is not a model this job exported"):
+        incremental.load(channel)
+
+
 def test_what_the_channel_holds_is_read_with_care(previous_model, tmp_path):
     folder, archive, _ = previous_model
     model_bytes = (folder / "model.keras").read_bytes()
@@ -125,6 +142,8 @@ def test_what_the_channel_holds_is_read_with_care(previous_model, tmp_path):
             "model.tar.gz": tar_of(("model.keras", model_bytes, "file"), ("classes.json", b'{"a": 1}', "file"))},
         "is not a model this job exported": {
             "model.tar.gz": tar_of(("model.keras", model_bytes, "file"), ("classes.json", b'["a"]', "file"))},
+        "model.tar.gz cannot be read as a model.tar.gz": {"model.tar.gz": damaged(tar_of(
+            ("model.keras", model_bytes, "file"), ("classes.json", json.dumps(list(CLASSES)).encode(), "file")))},
     }
     for index, (message, files) in enumerate(cases.items()):
         channel = channel_with(tmp_path / str(index), files=files)

@@ -125,7 +125,9 @@ def test_a_sigmoid_head_learns_two_labels_at_once():
 # --- records --------------------------------------------------------------------------------------
 
 def multi_label_record(labels, *, floats=False, image=None) -> bytes:
-    feature = (tf.train.Feature(float_list=tf.train.FloatList(value=labels)) if floats
+    """`floats`: a float list; None: `labels` are bytes, in a bytes list; else an int64 list."""
+    feature = (tf.train.Feature(bytes_list=tf.train.BytesList(value=[labels])) if floats is None
+               else tf.train.Feature(float_list=tf.train.FloatList(value=labels)) if floats
                else tf.train.Feature(int64_list=tf.train.Int64List(value=labels)))
     return tf.train.Example(features=tf.train.Features(feature={
         example.IMAGE_FEATURE: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image or image_bytes("JPEG", 8, 8)])),
@@ -138,6 +140,7 @@ def multi_label_record(labels, *, floats=False, image=None) -> bytes:
     ("index", [3], False, "label 3 (image/class/label) is out of range: the job trains labels 0 to 2"),
     ("index", [1, 1], False, "lists a class id twice"),
     ("index", [1.0, 0.0, 1.0], True, "holds 3 float values, not class ids: for one value per class, set hyperparameter label_format=multi_hot"),
+    ("index", b"cat", None, "holds bytes, not class ids (an int64 list)"),
     ("multi_hot", [1.0, 0.0, 1.0], True, None),
     ("multi_hot", [1.0, 0.0], True, "must hold 3 float values, one per class (label_format=multi_hot); it holds 2 float values"),
     ("multi_hot", [1, 0, 1], False, "it holds 3 int64 values: for class ids, set label_format=index"),
@@ -246,3 +249,63 @@ def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_
     np.testing.assert_array_equal(answer["predicted"], (probabilities >= 0.3).astype(int))
     for row, picked in zip(answer["classes"], answer["predicted"]):
         assert row == [name if on else "" for name, on in zip(names, picked)]
+
+
+COUNTED_ON_REPLICAS = """
+import json, sys
+import numpy as np, tensorflow as tf
+replicas = int(sys.argv[1])
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from keras_pipe_train.distribute import Cluster
+from keras_pipe_train.loop import Trainer
+from keras_pipe_train.recipe import Loss
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas > 1 else tf.distribute.get_strategy()
+rng = np.random.default_rng(0)
+inputs = rng.random((13, 3)).astype(np.float32)  # (13: the last batch is split unevenly, one replica short)
+found = {}
+for name, loss, labels in (
+        ("multi", Loss(multi_label=True, weighted=True), (rng.random((13, 3)) < 0.4).astype(np.float32)),
+        ("single", Loss(class_weights="balanced", top_k=2), (np.arange(13) % 3).astype(np.int64))):
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(3, activation="sigmoid" if name == "multi" else "softmax")])
+    trainer = Trainer(model, Cluster(strategy, 1, 0, True), False, loss=loss, make_optimizer=keras.optimizers.SGD)
+    trainer.start_phase(0.5)
+    data = tf.data.Dataset.from_tensor_slices((inputs, labels)).batch(4)
+    results, _, _ = trainer.train_epoch(strategy.experimental_distribute_dataset(data), 0, 0, 4)
+    scores, examples, counts, detail = trainer.evaluate_in_detail(strategy.experimental_distribute_dataset(data))
+    found[name] = {"train": results, "val": scores, "examples": examples, "counts": counts.tolist(),
+                   "detail": detail.tolist(), "seen": trainer.task.state.seen.numpy().tolist(),
+                   "weights": [w.tolist() for w in model.get_weights()]}
+print("FOUND", json.dumps(found))
+"""
+
+
+def test_counts_weights_and_metrics_are_the_same_on_one_and_on_two_replicas():
+    """The sums (metrics, label counts, the confusion matrix) are all-reduced: two replicas, one
+    short of examples at the pass's end, count as one does, and train the same weights."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    found = {}
+    for replicas in (1, 2):
+        out = subprocess.run([sys.executable, "-c", COUNTED_ON_REPLICAS, str(replicas)], cwd=REPO, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        found[replicas] = json.loads(out.stdout.split("FOUND ", 1)[1])
+    for name in ("multi", "single"):
+        one, two = found[1][name], found[2][name]
+        assert one["examples"] == two["examples"] == 13
+        assert one["seen"] == two["seen"] and one["seen"][-1] == 13
+        np.testing.assert_allclose(one["counts"], two["counts"])
+        np.testing.assert_allclose(one["detail"], two["detail"])
+        for phase in ("train", "val"):
+            for metric, value in one[phase].items():
+                assert two[phase][metric] == pytest.approx(value, rel=1e-5, nan_ok=True), (name, metric)
+        for a, b in zip(one["weights"], two["weights"]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -201,6 +201,29 @@ def test_a_multi_label_csv_that_cannot_be_read_says_where(rows, options, message
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+def test_the_multi_label_split_leaves_every_class_an_image_to_train_on():
+    """Split by each image's rarest class, class 1's images could all go to validation with their
+    rarer classes: one comes back to train."""
+    from keras_pipe_launch.prepare.dataset import split
+
+    items = [("a", (0, 1)), ("b", (1,)), ("c", (0, 2)), ("d", (2,)), ("e", (0, 3)), ("f", (3,))]
+    for seed in range(20):
+        train, validation = split(items, 0.5, seed)
+        assert sorted(train + validation) == sorted(items)
+        assert {label for _, labels in train for label in labels} == {0, 1, 2, 3}, (seed, train)
+
+
+def test_a_spreadsheets_padded_rows_and_header_read_as_they_look(tmp_path):
+    images, _ = load_digits()
+    for index in range(4):
+        (tmp_path / f"{index}.jpg").write_bytes(digit_jpeg(images[index]))
+    (tmp_path / "tags.csv").write_text("path,labels,,\n0.jpg,cat,,\n1.jpg,dog,cat,\n2.jpg,,,\n3.jpg,dog,,\n")
+    summary = prepare(tmp_path / "tags.csv", tmp_path / "out", validation_fraction=0.0, multi_label=True)
+    assert summary["classes"] == ["cat", "dog"] and summary["train"] == 4 and summary["rejected"] == 0
+    (tmp_path / "labels.csv").write_text("path,label,\n0.jpg,cat,\n1.jpg,dog,\n")
+    assert prepare(tmp_path / "labels.csv", tmp_path / "out2", validation_fraction=0.0)["classes"] == ["cat", "dog"]
+
+
 def test_multi_label_needs_a_csv(photos, tmp_path):
     root, _ = photos
     with pytest.raises(PrepareError, match="--multi-label reads a CSV of path,label,label,... rows"):

@@ -519,7 +519,7 @@ class JobConfig:
         _check_multi_label(values)
         watched = values["early_stopping_metric"]
         if watched not in reported_metrics(values, "val_"):
-            needs = "top_k set" if "top_k" in watched else "multi_label=true"
+            needs = ("top_k set (single-label)" if "top_k" in watched else "multi_label=true")
             raise UserError(f"hyperparameter early_stopping_metric={watched}: the job reports it only with {needs}; "
                             f"with these settings it reports {', '.join(reported_metrics(values, 'val_'))}")
         if values["top_k"] is not None and values["top_k"] >= values["num_classes"]:

@@ -1,10 +1,11 @@
 """The exported model's evaluation on the validation channel, written at the end of training:
 
     output/data/evaluation.json     the metrics, each class's precision, recall, F1 and support, and
-                                    the confusion matrix (single-label) or each class's true and
-                                    false positives and negatives (multi-label)
+                                    the confusion matrix (single-label, up to 256 classes) or each
+                                    class's true and false positives and negatives (multi-label)
     output/data/learning_curves.png loss and accuracy (or F1) by epoch, train and validation
-    output/data/confusion_matrix.png  single-label; multi-label: per_class.png, each class's P/R/F1
+    output/data/confusion_matrix.png  single-label; multi-label (or more than 256 classes):
+                                    per_class.png, each class's precision, recall and F1
 
 SageMaker uploads output/data in output.tar.gz beside the model. The numbers come from one more
 pass over the validation channel with the weights exported (the best epoch's under early
@@ -39,10 +40,10 @@ def report(task: SingleLabel | MultiLabel, class_names: tuple[str, ...], scores:
                                       "true_negatives": tn},
                  "threshold": task.threshold}
     else:
-        matrix = detail.reshape(task.num_classes, task.num_classes)
-        tp = np.diag(matrix)
-        fp, fn = matrix.sum(axis=0) - tp, matrix.sum(axis=1) - tp
-        extra = {"confusion_matrix": {"rows": "true class", "columns": "predicted class", "counts": matrix}}
+        tp, fp, fn = task.per_class(detail)
+        matrix = detail[3 * task.num_classes:].reshape(task.num_classes, task.num_classes) if task.confused else None
+        extra = {"confusion_matrix": None if matrix is None else {
+            "rows": "true class", "columns": "predicted class", "counts": matrix}}
     per_class = [{"class": name, "precision": ratio(t, t + p), "recall": ratio(t, t + n),
                   "f1": ratio(2 * t, 2 * t + p + n), "support": t + n}
                  for name, t, p, n in zip(class_names, tp, fp, fn)]
@@ -55,8 +56,10 @@ def write(folder: Path, evaluation: dict, rows: list[dict]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / REPORT).write_text(to_json(_plain(evaluation), indent=1) + "\n")
     pictures = {"learning_curves.png": lambda path: learning_curves(rows, evaluation["multi_label"], path)}
-    if evaluation["multi_label"]:
-        pictures["per_class.png"] = lambda path: per_class_bars(evaluation["per_class"], path)
+    if evaluation["multi_label"] or evaluation["confusion_matrix"] is None:  # (too many classes for one)
+        pictures["per_class.png"] = lambda path: per_class_bars(
+            evaluation["per_class"], path, "each class, at the threshold set at training" if evaluation["multi_label"]
+            else "each class (too many for a confusion matrix)")
     else:
         pictures["confusion_matrix.png"] = lambda path: confusion_picture(
             np.asarray(evaluation["confusion_matrix"]["counts"]), evaluation["classes"], path)
@@ -143,7 +146,7 @@ def confusion_picture(matrix: np.ndarray, classes: list[str], path: Path) -> Non
     plt.close(figure)
 
 
-def per_class_bars(per_class: list[dict], path: Path) -> None:
+def per_class_bars(per_class: list[dict], path: Path, title: str) -> None:
     plt = _pyplot()
     count = len(per_class)
     figure, axis = plt.subplots(figsize=(min(4 + 0.4 * count, 24), 4.5))
@@ -154,7 +157,7 @@ def per_class_bars(per_class: list[dict], path: Path) -> None:
     if count <= LABELLED_CLASSES:
         axis.set_xticks(positions, [row["class"][:20] for row in per_class], rotation=90)
     axis.set_ylim(0, 1)
-    axis.set_title("each class, at the threshold set at training")
+    axis.set_title(title)
     axis.legend()
     axis.grid(axis="y", alpha=0.3)
     figure.tight_layout()

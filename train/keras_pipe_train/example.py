@@ -86,6 +86,8 @@ def _multi_label_problem(features, name: str, num_classes: int, label_format: st
         if kind == "float_list":
             return (f"feature {name!r} holds {len(features[name].float_list.value)} float values, not class ids: "
                     "for one value per class, set hyperparameter label_format=multi_hot")
+        if kind not in ("int64_list", None):  # (None: an empty feature, an image of no class)
+            return f"feature {name!r} holds bytes, not class ids (an int64 list)"
         ids = list(features[name].int64_list.value)
         wrong = [i for i in ids if not 0 <= i < num_classes]
         if wrong:

@@ -18,6 +18,7 @@ import logging
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 import keras
@@ -75,7 +76,10 @@ def load(folder: Path) -> Previous:
                             f"({type(err).__name__}: {str(err)[:300]})") from err
         classes = _classes(classes_path, source)
     previous = Previous(model, classes, source)
-    if previous.backbone_name is None or len(classes) != model.output_shape[-1]:
+    layers = {layer.name for layer in model.layers}
+    nested = [layer for layer in model.layers if isinstance(layer, keras.Model)]
+    if (previous.backbone_name is None or "classifier" not in layers or len(nested) != 1
+            or len(classes) != model.output_shape[-1]):
         raise UserError(f"channel '{CHANNEL}': {source} is not a model this job exported (its model is "
                         f"{model.name!r} with {model.output_shape[-1]} outputs for {len(classes)} class names)")
     return previous
@@ -98,7 +102,11 @@ def _unpack(archive: Path, work: Path) -> tuple[Path, Path]:
                 with tar.extractfile(member) as source, open(work / name, "wb") as target:
                     shutil.copyfileobj(source, target)
                 got[name] = work / name
-    except (tarfile.TarError, EOFError, OSError) as err:
+            # to the end of the gzip stream, which checks its CRC: tarfile takes a damaged header
+            # after the first for the archive's end, and would hand over damaged members unsaid
+            while tar.fileobj.read(1 << 20):
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:  # (zlib: a damaged member's data)
         raise UserError(f"channel '{CHANNEL}': {archive.name} cannot be read as a model.tar.gz "
                         f"({type(err).__name__}: {err})") from err
     if MODEL_FILE not in got:

@@ -131,7 +131,6 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     if training.trainer.stop.is_set():
         log.warning("the stop request came after training ended: exporting the model first")
     final = final_metrics(training)
-    evaluate_exported(training, final)
     export_together(training, final)
     return final
 
@@ -268,25 +267,35 @@ def final_metrics(training: Training) -> dict:
 def evaluate_exported(training: Training, final: dict) -> None:
     """The model as exported, evaluated once more on the validation channel with the details the
     epochs' lines leave out (each class's, the confusion matrix): every worker runs the pass, the
-    chief writes output/data/evaluation.json and its pictures (evaluation.py). Skipped, saying why,
-    when a stop request cuts the pass short: training is done, and the export comes first."""
+    chief writes output/data/evaluation.json and its pictures (evaluation.py). It comes after the
+    export, which nothing here can then cost the job; a stop request skips it (or, in Pipe mode,
+    cuts it short), and a report that cannot be written is a warning."""
     t = training
     if "validation" not in t.channels:
+        return
+    if t.trainer.stop_requested():
+        log.warning("no evaluation.json: the job was asked to stop; the model is exported")
         return
     validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
     scores, examples, counts, detail = t.trainer.evaluate_in_detail(
         t.cluster.strategy.distribute_datasets_from_function(validation))
-    if t.trainer.stop_requested() or not examples:
+    if t.trainer.stop_requested() or not examples:  # (the same on every worker)
         log.warning("no evaluation.json: %s", "a stop request cut the final evaluation short" if examples
                     else "the validation channel's last pass held no records")
         return
     if t.cluster.is_chief:
-        evaluation.write(t.layout.output_data, evaluation.report(
-            t.trainer.task, t.config.class_names, scores, examples, counts, detail, final.get("epoch")), t.epochs.rows)
+        try:
+            evaluation.write(t.layout.output_data, evaluation.report(
+                t.trainer.task, t.config.class_names, scores, examples, counts, detail, final.get("epoch")),
+                t.epochs.rows)
+        except Exception as err:  # (the model and metrics.json are written: the job's result stands)
+            log.warning("could not write evaluation.json (%s: %s)", type(err).__name__, err, exc_info=True)
+    t.cluster.any_worker(False)  # the others wait for the chief's writing: a host that exits ends the job
 
 
 def export_together(training: Training, final: dict) -> None:
-    """The chief exports the model and writes metrics.json; every host then finishes together."""
+    """The chief exports the model and writes metrics.json; every host then learns whether it
+    did, and they evaluate the model exported together (evaluate_exported) before they exit."""
     t, exported = training, False
     try:
         if t.cluster.is_chief:
@@ -298,6 +307,7 @@ def export_together(training: Training, final: dict) -> None:
         exported = True
     finally:
         finish_together(t.cluster, failed=not exported)
+    evaluate_exported(training, final)
 
 
 def finish_together(cluster: distribute.Cluster, failed: bool) -> None:

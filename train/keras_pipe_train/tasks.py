@@ -20,6 +20,7 @@ POSITIVE_WEIGHT_RANGE = (0.01, 100.0)  # use_weighted_loss: the bounds of a clas
 
 
 BALANCED_WEIGHT_RANGE = (0.01, 100.0)  # class_weights=balanced: the bounds of a class's weight
+MAX_CONFUSION_CLASSES = 256  # the final evaluation's confusion matrix: 65,536 counts summed at each step
 
 
 @dataclasses.dataclass
@@ -50,15 +51,16 @@ class SingleLabel:
         """What training learns of the labels before the step's loss: their counts, when balanced."""
         if self.state is not None:
             per_class = tf.math.bincount(tf.cast(labels, tf.int32), minlength=self.num_classes,
-                                         maxlength=self.num_classes, dtype=tf.float32)
-            self.state.seen.assign_add(context.all_reduce("sum", tf.concat([per_class, [examples]], 0)))
+                                         maxlength=self.num_classes, dtype=tf.float64)
+            batch = tf.concat([per_class, [tf.cast(examples, tf.float64)]], 0)
+            self.state.seen.assign_add(context.all_reduce("sum", batch))
 
     def _weights(self) -> tf.Tensor:
         if self.state is None:
             return tf.constant(self.class_weights, tf.float32)
         seen = self.state.seen
         balanced = seen[-1] / (self.num_classes * tf.maximum(seen[:-1], 1.0))
-        return tf.clip_by_value(balanced, *BALANCED_WEIGHT_RANGE)
+        return tf.cast(tf.clip_by_value(balanced, *BALANCED_WEIGHT_RANGE), tf.float32)
 
     def per_example_loss(self, train: bool, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
         """Cross-entropy; in training, against smoothed labels and weighted by class when asked.
@@ -96,13 +98,32 @@ class SingleLabel:
         return means
 
     @property
+    def confused(self) -> bool:
+        """Whether the detail counts hold the confusion matrix (not for very many classes: it is
+        summed over the replicas at every step)."""
+        return self.num_classes <= MAX_CONFUSION_CLASSES
+
+    @property
     def detail_width(self) -> int:
-        return self.num_classes ** 2
+        return 3 * self.num_classes + (self.num_classes ** 2 if self.confused else 0)
 
     def detail_counts(self, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
-        """The confusion matrix (rows: the true class, columns: the predicted one), flattened."""
+        """[true positives, false positives, false negatives of each class, then the confusion
+        matrix (rows: the true class, columns: the predicted one) flattened, up to
+        MAX_CONFUSION_CLASSES classes]."""
         predicted = tf.argmax(probabilities, axis=-1, output_type=labels.dtype)
-        return tf.reshape(tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32), [-1])
+        said, truth = tf.one_hot(predicted, self.num_classes), tf.one_hot(labels, self.num_classes)
+        counts = [tf.reduce_sum(said * truth, 0), tf.reduce_sum(said * (1 - truth), 0),
+                  tf.reduce_sum((1 - said) * truth, 0)]
+        if self.confused:
+            counts.append(tf.reshape(tf.math.confusion_matrix(labels, predicted, self.num_classes, dtype=tf.float32),
+                                     [-1]))
+        return tf.concat(counts, 0)
+
+    def per_class(self, detail: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(true positives, false positives, false negatives) per class, from detail_counts()'s sums."""
+        c = self.num_classes
+        return detail[:c], detail[c:2 * c], detail[2 * c:3 * c]
 
 
 class MultiLabel:
@@ -131,13 +152,15 @@ class MultiLabel:
 
     def observe(self, labels: tf.Tensor, examples: tf.Tensor, context) -> None:
         if self.state is not None:
-            batch = tf.concat([tf.reduce_sum(tf.cast(labels >= 0.5, tf.float32), 0), [examples]], 0)
+            positives = tf.reduce_sum(tf.cast(labels >= 0.5, tf.float64), 0)
+            batch = tf.concat([positives, [tf.cast(examples, tf.float64)]], 0)
             self.state.seen.assign_add(context.all_reduce("sum", batch))
 
     def positive_weights(self) -> tf.Tensor:
         seen = self.state.seen
         positives, examples = seen[:-1], seen[-1]
-        return tf.clip_by_value((examples - positives) / tf.maximum(positives, 1.0), *POSITIVE_WEIGHT_RANGE)
+        weights = tf.clip_by_value((examples - positives) / tf.maximum(positives, 1.0), *POSITIVE_WEIGHT_RANGE)
+        return tf.cast(weights, tf.float32)
 
     def per_example_loss(self, train: bool, labels: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
         """The mean over the classes of each class's binary cross-entropy; in training, with smoothed
@@ -197,9 +220,9 @@ class MultiLabel:
 
 def _counts(num_classes: int) -> tf.Module:
     """[examples of (or positives for) each class..., examples]: the same on every replica, since
-    each step adds all-reduced sums."""
+    each step adds all-reduced sums. Float64: float32 stops counting single examples at 2^24."""
     state = tf.Module(name="label_counts")
-    state.seen = tf.Variable(tf.zeros([num_classes + 1]), trainable=False, name="seen",
+    state.seen = tf.Variable(tf.zeros([num_classes + 1], tf.float64), trainable=False, name="seen",
                              aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     return state
 

@@ -91,6 +91,14 @@ def split(items: list[tuple[Location, Labels]], validation_fraction: float, seed
         cut = min(round(len(of_class) * validation_fraction), len(of_class) - 1)
         validation += of_class[:cut]
         train += of_class[cut:]
+    if frequency:  # multi-label: a class whose images all went with rarer ones keeps one to train on
+        trained = {label for _, labels in train for label in labels}
+        for label in sorted(frequency):
+            moved = next((item for item in validation if label in item[1]), None)
+            if label not in trained and moved:
+                validation.remove(moved)
+                train.append(moved)
+                trained.update(moved[1])
     rng.shuffle(train)
     rng.shuffle(validation)
     return train, validation

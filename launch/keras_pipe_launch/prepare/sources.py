@@ -147,6 +147,8 @@ def list_csv(data, name: str, relative_to, multi_label: bool = False) -> Listing
     try:
         # utf-8-sig: Excel's "CSV UTF-8" starts with a byte-order mark, not part of the first cell
         for number, row in enumerate(csv.reader(io.TextIOWrapper(data, encoding="utf-8-sig", newline="")), 1):
+            while len(row) > 2 and not row[-1].strip():  # (a spreadsheet pads short rows with empty cells)
+                row = row[:-1]
             if not row or row[0].startswith("#"):
                 continue
             if number == 1 and row[0].strip().lower() == "path" and [c.strip().lower() for c in row[1:]] in (
