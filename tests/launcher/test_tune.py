@@ -129,6 +129,19 @@ def test_a_top_k_objective_needs_top_k_and_is_then_tuned_on():
     assert '"MetricName": "validation:top_k_accuracy"' in out.stdout
 
 
+def test_the_built_in_algorithms_names_are_tuned_as_the_job_reads_them():
+    request = dry_run(*JOB, "--range", "mini_batch_size=32,64", "--range", "eps=1e-8:1e-6:log",
+                      "--range", "num_layers=50,101")
+    ranges = request["HyperParameterTuningJobConfig"]["ParameterRanges"]
+    assert {"Name": "mini_batch_size", "Values": ["32", "64"]} in ranges["CategoricalParameterRanges"]
+    assert {"Name": "num_layers", "Values": ["50", "101"]} in ranges["CategoricalParameterRanges"]
+    assert ranges["ContinuousParameterRanges"] == [{"Name": "eps", "MinValue": "1e-8", "MaxValue": "1e-6",
+                                                    "ScalingType": "Logarithmic"}]
+    out = tune(*JOB, "--range", "num_layers=18,50", "--dry-run")
+    assert out.returncode == 2 and "--range num_layers: hyperparameter num_layers (MXNet's ResNet depth) must be " \
+                                   "one of 50, 101, 152" in out.stderr, out.stderr
+
+
 def test_a_multi_label_objective_needs_multi_label_and_is_then_tuned_on_minimized_or_maximized():
     out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:f1_macro", "--dry-run")
     assert out.returncode == 2

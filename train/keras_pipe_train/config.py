@@ -40,6 +40,9 @@ EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "val_top_k_accuracy", "val
 # built-in algorithms").
 ALIASES = {"dropout_rate": "dropout", "mini_batch_size": "batch_size", "eps": "epsilon", "gamma": "rho"}
 VALUE_ALIASES = {"optimizer": {"nag": "nesterov"}}
+# names that set one of ours through a translation of their value (_canonical_names): MXNet's ResNet
+# depth, the TensorFlow algorithm's augmentation switch
+TRANSLATED = {"num_layers": "backbone", "augmentation": "augment"}
 
 # Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
 # _tuning_objective_metric to each of its training jobs; the SDKs add sagemaker_* and model_dir.

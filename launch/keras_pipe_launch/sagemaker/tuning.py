@@ -48,10 +48,16 @@ class TuningSpec:
         return f"{self.job.base_job_name}-{time.strftime('%y%m%d-%H%M%S')}"
 
 
+def _schema(name: str):
+    """The job's Hyperparameter that `name` sets: its own, or the one a built-in algorithm's name for
+    it stands for (mini_batch_size, num_layers ...); None for a name the job does not take."""
+    from keras_pipe_train.config import ALIASES, HYPERPARAMETERS, TRANSLATED
+
+    return HYPERPARAMETERS.get(ALIASES.get(name, TRANSLATED.get(name, name)))
+
+
 def parse_range(text: str) -> Range:
     """NAME=MIN:MAX[:SCALE] (Integer or Continuous, as the job's schema types NAME) or NAME=A,B,..."""
-    from keras_pipe_train.config import HYPERPARAMETERS
-
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if not sep or not name or not value:
@@ -65,8 +71,9 @@ def parse_range(text: str) -> Range:
     if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in SCALES):
         raise UsageError(f"--range {text!r}: expected NAME=MIN:MAX or NAME=MIN:MAX:SCALE, "
                          f"SCALE one of {', '.join(SCALES)}")
-    if name in HYPERPARAMETERS:
-        kind = HYPERPARAMETERS[name].tuning_range
+    schema = _schema(name)
+    if schema is not None:
+        kind = schema.tuning_range
         if kind == "Categorical":
             raise UsageError(f"--range {text!r}: {name} is not a number; list the values to try: {name}=A,B,...")
     else:  # (another image's, with --no-validate; else refused in validate_tuning)
@@ -128,17 +135,21 @@ def _flag_set(value) -> bool:
 
 def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
     """Every bound and categorical value is one the job accepts, alone and with the static ones."""
-    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.config import HYPERPARAMETERS, TRANSLATED
     from keras_pipe_train.errors import UserError
 
     for r in spec.ranges:
-        if r.name not in HYPERPARAMETERS:
+        schema = _schema(r.name)
+        if schema is None:
             tunable = [h.name for h in HYPERPARAMETERS.values() if h.tuning_range != "Categorical"]
             raise RequestError(f"--range {shown(r.name)}: not a hyperparameter of the job; numbers to tune: "
                                f"{', '.join(tunable)} (any other as a list of values)")
-        parse = HYPERPARAMETERS[r.name].parse
         try:
-            parsed = [parse(r.name, v) for v in r.values]
+            if r.name in TRANSLATED:  # (its values mean another's: each one read as the job reads it)
+                for value in r.values:
+                    hyperparameters.check({**static, r.name: value})
+                continue
+            parsed = [schema.parse(r.name, v) for v in r.values]
         except UserError as err:
             raise RequestError(f"--range {r.name}: {err}") from None
         if r.kind != "Categorical":
