@@ -4,7 +4,6 @@ state file says, the errors that echo them. Each is said as common.untrusted.sho
 (`\\x1b[31m`, `\\n`), so a key cannot recolour or clear the terminal, nor forge a line of
 rejected.txt or of the command's output."""
 
-import contextlib
 import csv
 import json
 import time
@@ -155,10 +154,9 @@ def test_log_lines_a_job_writes_are_relayed_escaped_and_whole(moto_endpoint, mon
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
     logs = boto3.client("logs")
-    group = "/aws/sagemaker/TrainingJobs"
-    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
-        logs.create_log_group(logGroupName=group)
+    group = "/test/escapes"  # (a group of its own: the server is shared by the session's tests)
+    logs.create_log_group(logGroupName=group)
     logs.create_log_stream(logGroupName=group, logStreamName="escapes-job/algo-1-1700000000")
     logs.put_log_events(logGroupName=group, logStreamName="escapes-job/algo-1-1700000000",
                         logEvents=[{"timestamp": int(time.time() * 1000), "message": line + "\n"}])
-    assert JobLogs(logs, "escapes-job").new_lines() == [("algo-1", said)]
+    assert JobLogs(logs, "escapes-job", group).new_lines() == [("algo-1", said)]

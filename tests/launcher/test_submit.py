@@ -1,6 +1,7 @@
 """`keras-pipe submit`: the request SageMaker's SDK v3 and v2 really send (recorded by moto's server on
 127.0.0.1), equal to --dry-run's; every field; every validation error; following a job."""
 
+import contextlib
 import functools
 import json
 import os
@@ -198,7 +199,8 @@ def test_wait_prints_every_log_line_of_every_host_once_also_past_one_page(aws, m
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
         monkeypatch.setenv(key, aws[key])
     logs = boto3.client("logs")
-    logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):  # (the server is the session's)
+        logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
     start = int(time.time() * 1000) - 60_000  # (CloudWatch refuses events older than 14 days)
     for host in ("algo-1", "algo-2"):
         stream = f"{name}/{host}-1700000000"
