@@ -88,15 +88,11 @@ def smallest_of_each_family() -> list[str]:
     return list(families.values())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", smallest_of_each_family())
-def test_every_family_builds_trains_a_step_and_exports_a_model_that_serves(name, tmp_path):
-    """The smallest backbone of each family (the others differ from it in their widths and depths
-    only), at the smallest size it takes: a step of training changes it, and the exported
-    SavedModel answers a JPEG as the Keras model does."""
+def trained_a_step(name: str) -> tuple[keras.Model, np.ndarray]:
+    """The family's `name` backbone with a head, at the smallest size it takes, after one step of
+    training (eagerly: tracing a large backbone's gradient costs a minute here, and the loop's
+    traced step is the same for every model, tests/job/test_loop.py); (the model, its inputs)."""
     import tensorflow as tf
-
-    from keras_pipe_train.export import export
 
     size = max(32, BACKBONES[name].min_size)
     keras.utils.set_random_seed(0)
@@ -104,17 +100,40 @@ def test_every_family_builds_trains_a_step_and_exports_a_model_that_serves(name,
     classifier = M.build_classifier(name, backbone, 3, 0.0, pretrained=False)
     M.prepare_from_scratch(backbone)
     assert M.backbone_of(classifier) is backbone
-    # one step, eagerly: tracing a large backbone's gradient costs a minute here, and the loop's
-    # traced step is the same for every model (tests/job/test_loop.py)
     images = np.random.default_rng(1).uniform(0, 255, (4, size, size, 3)).astype(np.float32)
-    optimizer = keras.optimizers.SGD(0.01)
     before = [w.copy() for w in classifier.get_weights()]
     with tf.GradientTape() as tape:
-        loss = keras.losses.sparse_categorical_crossentropy([0, 1, 2, 0], classifier(images, training=True))
-    optimizer.apply(tape.gradient(loss, classifier.trainable_variables), classifier.trainable_variables)
+        loss = keras.losses.sparse_categorical_crossentropy(np.array([0, 1, 2, 0]), classifier(images, training=True))
+    keras.optimizers.SGD(0.01).apply(tape.gradient(loss, classifier.trainable_variables),
+                                     classifier.trainable_variables)
     assert np.isfinite(loss.numpy()).all()
     assert any(not np.array_equal(a, b) for a, b in zip(before, classifier.get_weights()))
+    return classifier, images
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", smallest_of_each_family())
+def test_every_family_builds_trains_a_step_and_saves_a_model_that_loads_with_plain_keras(name, tmp_path):
+    """The smallest backbone of each family (the others differ from it in widths and depths only):
+    a step of training changes it, and its model.keras (what the export writes, and incremental
+    training loads) loads without this project's code and answers as it does."""
+    classifier, images = trained_a_step(name)
+    classifier.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_allclose(loaded(images).numpy(), classifier(images).numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "mobilenet", "vgg16"])  # (scaled: builtin, tf, caffe)
+def test_the_exported_savedmodel_answers_a_jpeg_as_the_keras_model_does(name, tmp_path):
+    """The export's SavedModel, one backbone for each way of scaling the input (torch's is the
+    same layer as tf's and caffe's, with other numbers: test_each_backbones_input_scaling...)."""
+    import tensorflow as tf
+
+    from keras_pipe_train.export import export
+
+    classifier, images = trained_a_step(name)
+    size = images.shape[1]
     serving = tf.saved_model.load(str(export(classifier, ("a", "b", "c"), size, tmp_path / "model")))
     jpeg = tf.io.encode_jpeg(tf.cast(images[0], tf.uint8)).numpy()
     answer = serving.signatures["serving_default"](image_bytes=tf.constant([jpeg]))
