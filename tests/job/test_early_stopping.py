@@ -64,6 +64,9 @@ def test_a_phase_stops_after_patience_epochs_without_improvement_and_exports_its
     lines = [line for line in out.stdout.splitlines() if line.startswith("metrics: ")]
     assert [line.split()[1] for line in lines] == ["epoch=1", "epoch=2", "epoch=3", "epoch=1"]
     assert lines[-1] == lines[0]
+    # evaluation.json is the exported epoch's (its validation pass's sums, kept: no pass of its own)
+    evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
+    assert evaluation["epoch"] == 1 and evaluation["metrics"]["val_loss"] == summary["final"]["val_loss"]
 
 
 def test_stopped_mid_run_and_resumed_it_ends_and_exports_as_if_never_stopped(
@@ -79,6 +82,11 @@ def test_stopped_mid_run_and_resumed_it_ends_and_exports_as_if_never_stopped(
     assert second.returncode == 0, output2[-3000:]
     assert "resuming from checkpoint" in output2 and "phase head ends after epoch 3 of 6" in output2
     assert epochs_in_metrics(job) == [1, 2, 3]
+    # the exported epoch was validated by the first process: the second evaluates it once more
+    evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
+    summary = json.loads((job.base / "output/data/metrics.json").read_text())
+    assert evaluation["epoch"] == 1
+    assert evaluation["metrics"]["val_loss"] == pytest.approx(summary["final"]["val_loss"], rel=1e-6)
     # the best weights came back from the checkpoint: the restarted process never saw epoch 1
     for exported, best in zip(exported_weights(job), first_epoch_weights):
         np.testing.assert_array_equal(exported, best)

@@ -73,6 +73,9 @@ class Training:
     early_stopping: Rule | None = None
     best: BestWeights | None = None  # early stopping's copy of the phase's best weights
     epochs: EpochLog | None = None
+    # each validated epoch's sums (examples, counts, detail counts), for evaluation.json: only the
+    # epochs whose model may still be the one exported are kept (the last, early stopping's best)
+    evaluations: dict = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> keras.Model:
@@ -236,13 +239,21 @@ def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
     """The validation metrics after the epoch's `steps` steps."""
     t = training
     validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
-    scores, examples = t.trainer.evaluate(t.cluster.strategy.distribute_datasets_from_function(validation))
+    scores, examples, counts, detail = t.trainer.evaluate_in_detail(
+        t.cluster.strategy.distribute_datasets_from_function(validation))
     if t.trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
         t.save(phase, epoch, steps)
         raise Stopped(f"stopped by request while validating epoch {epoch + 1}; checkpoint saved in "
                       f"{t.layout.checkpoints}: a restarted job validates it again")
     if not examples:
         raise validation.nothing_read(epoch)
+    # (the per-class counts and confusion matrix ride along every validation pass: evaluation.json
+    # then needs no pass of its own when the model exported is an epoch of this run)
+    keep = {epoch + 1}
+    if t.early_stopping and t.epochs.rows:
+        keep.add(t.early_stopping.verdict(t.epochs.rows, phase.name).best_epoch)
+    t.evaluations = {e: found for e, found in t.evaluations.items() if e in keep}
+    t.evaluations[epoch + 1] = (scores, examples, counts, detail)
     return scores
 
 
@@ -273,16 +284,19 @@ def evaluate_exported(training: Training, final: dict) -> None:
     t = training
     if "validation" not in t.channels:
         return
-    if t.trainer.stop_requested():
-        log.warning("no evaluation.json: the job was asked to stop; the model is exported")
-        return
-    validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
-    scores, examples, counts, detail = t.trainer.evaluate_in_detail(
-        t.cluster.strategy.distribute_datasets_from_function(validation))
-    if t.trainer.stop_requested() or not examples:  # (the same on every worker)
-        log.warning("no evaluation.json: %s", "a stop request cut the final evaluation short" if examples
-                    else "the validation channel's last pass held no records")
-        return
+    if final.get("epoch") in t.evaluations:  # (validated in this run: its sums are at hand)
+        scores, examples, counts, detail = t.evaluations[final["epoch"]]
+    else:  # (a resumed job that exports an epoch of an earlier run: one more pass)
+        if t.trainer.stop_requested():
+            log.warning("no evaluation.json: the job was asked to stop; the model is exported")
+            return
+        validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
+        scores, examples, counts, detail = t.trainer.evaluate_in_detail(
+            t.cluster.strategy.distribute_datasets_from_function(validation))
+        if t.trainer.stop_requested() or not examples:  # (the same on every worker)
+            log.warning("no evaluation.json: %s", "a stop request cut the final evaluation short" if examples
+                        else "the validation channel's last pass held no records")
+            return
     if t.cluster.is_chief:
         try:
             evaluation.write(t.layout.output_data, evaluation.report(
