@@ -276,11 +276,12 @@ def final_metrics(training: Training) -> dict:
 
 
 def evaluate_exported(training: Training, final: dict) -> None:
-    """The model as exported, evaluated once more on the validation channel with the details the
-    epochs' lines leave out (each class's, the confusion matrix): every worker runs the pass, the
-    chief writes output/data/evaluation.json and its pictures (evaluation.py). It comes after the
-    export, which nothing here can then cost the job; a stop request skips it (or, in Pipe mode,
-    cuts it short), and a report that cannot be written is a warning."""
+    """The model as exported, on the validation channel, with the details the epochs' lines leave
+    out (each class's, the confusion matrix): the chief writes output/data/evaluation.json and its
+    pictures (evaluation.py) from the sums of the exported epoch's own validation pass; a resumed
+    job exporting an epoch that an earlier run validated makes one more pass, every worker with
+    it. It comes after the export, which nothing here can then cost the job; a stop request skips
+    that pass (or, in Pipe mode, cuts it short), and a report that cannot be written is a warning."""
     t = training
     if "validation" not in t.channels:
         return
