@@ -119,14 +119,17 @@ def test_a_validation_objective_needs_a_validation_channel():
     assert "--objective validation:accuracy is measured on the validation channel" in out.stderr
 
 
-def test_a_top_k_objective_needs_top_k_and_is_then_tuned_on():
-    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:top_k_accuracy", "--dry-run")
-    assert out.returncode == 2
-    assert "reports it only with hyperparameter top_k set (--hp top_k=5)" in out.stderr
-    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:top_k_accuracy", "--hp", "top_k=3",
-               "--dry-run")
+@pytest.mark.parametrize("objective, needed, said", [
+    ("validation:top_k_accuracy", "top_k=3", "reports it only with hyperparameter top_k set (--hp top_k=5)"),
+    ("validation:f1_macro", "multi_label=1", "reports it only with hyperparameter multi_label=true (--hp multi_label=true)"),
+])
+def test_an_objective_the_job_reports_only_when_asked_needs_that_and_is_then_tuned_on(objective, needed, said):
+    out = tune(*JOB, "--range", "epochs=1:3", "--objective", objective, "--dry-run")
+    assert out.returncode == 2 and said in out.stderr, out.stderr
+    out = tune(*JOB, "--range", "epochs=1:3", "--objective", objective, "--hp", needed, "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert '"MetricName": "validation:top_k_accuracy"' in out.stdout
+    chosen = json.loads(out.stdout)["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
+    assert chosen == {"Type": "Maximize", "MetricName": objective}
 
 
 def test_the_built_in_algorithms_names_are_tuned_as_the_job_reads_them():
@@ -140,17 +143,6 @@ def test_the_built_in_algorithms_names_are_tuned_as_the_job_reads_them():
     out = tune(*JOB, "--range", "num_layers=18,50", "--dry-run")
     assert out.returncode == 2 and "--range num_layers: hyperparameter num_layers (MXNet's ResNet depth) must be " \
                                    "one of 50, 101, 152" in out.stderr, out.stderr
-
-
-def test_a_multi_label_objective_needs_multi_label_and_is_then_tuned_on_minimized_or_maximized():
-    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:f1_macro", "--dry-run")
-    assert out.returncode == 2
-    assert "reports it only with hyperparameter multi_label=true (--hp multi_label=true)" in out.stderr
-    out = tune(*JOB, "--range", "epochs=1:3", "--objective", "validation:f1_macro", "--hp", "multi_label=1",
-               "--dry-run")
-    assert out.returncode == 0, out.stderr
-    objective = json.loads(out.stdout)["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
-    assert objective == {"Type": "Maximize", "MetricName": "validation:f1_macro"}
 
 
 def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_endpoint):
