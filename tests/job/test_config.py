@@ -154,8 +154,10 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
     ({"class_names": ["a", "a", "b"]}, "at least two distinct"),
     ({"class_names": "a,b"}, "num_classes is 3 but class_names lists 2"),
     ({"epochs": 0, "fine_tune_epochs": 0}, "nothing to train"),
-    ({"epoch": 3}, "unknown hyperparameter epoch; the job accepts: epochs,"),
-    ({"Epochs": 3, "lr": 1}, "unknown hyperparameters Epochs, lr"),
+    ({"epoch": 3}, "unknown hyperparameter epoch (did you mean epochs"),
+    ({"optimiser": "sgd"}, "unknown hyperparameter optimiser (did you mean optimizer"),
+    ({"colour": 1}, "unknown hyperparameter colour; the job accepts"),
+    ({"Epochs": 3, "lr": 1}, "unknown hyperparameters Epochs (did you mean epochs"),
 ])
 def test_bad_values_name_the_hyperparameter_and_what_is_allowed(hps, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -37,7 +37,7 @@ def digits_file_job(job, digit_records):
 @pytest.mark.parametrize("hps, first_line", [
     (dict(OK, epochs=-1), "Configuration error: hyperparameter epochs must be >= 0, got -1"),
     (dict(OK, learning_rate="NaN"), "Configuration error: hyperparameter learning_rate must be a finite number, got 'NaN'"),
-    (dict(OK, optimiser="sgd"), "Configuration error: unknown hyperparameter optimiser; the job accepts"),
+    (dict(OK, optimiser="sgd"), "Configuration error: unknown hyperparameter optimiser (did you mean optimizer?); the job accepts"),
     ({"epochs": 1}, "Configuration error: hyperparameter num_classes (or class_names) is required"),
     (dict(OK, weights="pretrained"), "Configuration error: hyperparameter weights=pretrained needs a 'pretrained' channel"),
     (dict(OK, weights="/nowhere/backbone.weights.h5"), "Configuration error: backbone weights file /nowhere/backbone.weights.h5 does not exist"),
@@ -52,8 +52,8 @@ def test_missing_train_channel_names_what_the_job_reads(job):
     write_hyperparameters(job, **OK)
     failed(job, run_train(job), CONFIG,
            "Configuration error: the job reads channels train (required), validation (optional), "
-           "pretrained (optional: backbone weights); it got: training (the SageMaker SDK names a single "
-           "input 'training': name it 'train')")
+           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued); it got: "
+           "training (the SageMaker SDK names a single input 'training': name it 'train')")
 
 
 def test_missing_input_data_config(job):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import json
 import math
 from collections.abc import Callable
@@ -505,9 +506,14 @@ class JobConfig:
             and not name.startswith(_PLATFORM_PREFIXES)
         )
         if unknown:
+            # (the names it takes are too many to list in a failure reason SageMaker cuts at 1 KB)
+            known = [*HYPERPARAMETERS, *ALIASES, *TRANSLATED]
+            guesses = [f"{name} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(
+                name.lower(), known, n=2, cutoff=0.75)) else name for name in unknown]
             raise UserError(
-                f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                f"the job accepts: {', '.join(HYPERPARAMETERS)}"
+                f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(guesses)}; the job accepts "
+                f"{len(HYPERPARAMETERS)} (docs/job.md, Hyperparameters), and the built-in algorithms' names for "
+                f"some: {', '.join([*ALIASES, *TRANSLATED])}"
             )
         # defaults go through the same parsing as given values ("true" -> all augmentations)
         values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
