@@ -1,4 +1,5 @@
-# The SageMaker training image: SageMaker runs `docker run IMAGE train`.
+# The SageMaker image: SageMaker runs `docker run IMAGE train` to train, and `docker run IMAGE serve`
+# to host the exported model (an endpoint or a batch transform: port 8080, /ping, /invocations).
 #
 #   docker build -t keras-pipe-train .                      # GPU image (CUDA user-space from pip wheels)
 #   docker build -t keras-pipe-train:cpu --build-arg REQUIREMENTS=requirements/cpu.txt .
@@ -67,8 +68,10 @@ ARG BAKE_WEIGHTS=""
 RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
 
 RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
- && python3 -c "import keras_pipe_train.main, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance" \
- && test -x /opt/program/container/train
+ && python3 -c "import keras_pipe_train.main, keras_pipe_serve.server, gunicorn, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance" \
+ && test -x /opt/program/container/train && test -x /opt/program/container/serve
 
+# SageMaker's hosting honours this label: it may then set SAGEMAKER_BIND_TO_PORT (inference pipelines)
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["train"]

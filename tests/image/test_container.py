@@ -23,7 +23,7 @@ def in_container(*args, cwd):
     return [sys.executable, "-m", "keras_pipe_launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
 
 
-def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):
+def test_a_pipe_fed_job_runs_in_the_image_and_its_model_serves_there(image, digit_folders):
     command, options = in_container("--train", "train", "--validation", "validation", "--hp", "epochs=2",
                                     *QUICK, "--job-dir", "job", cwd=digit_folders)
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, **options)
@@ -31,8 +31,46 @@ def test_a_pipe_fed_job_runs_in_the_image(image, digit_folders):
     assert "launch | fed algo-1/train pass 1: 600 records" in out.stdout
     assert "algo-1 | metrics: epoch=2" in out.stdout
     model = digit_folders / "job" / "algo-1" / "model"  # written inside, through the bind mount
-    for name in ("1/saved_model.pb", "model.keras", "classes.json"):
+    for name in ("1/saved_model.pb", "model.keras", "classes.json", "serving.json"):
         assert (model / name).is_file(), name
+    served_in_the_image(model)
+
+
+def served_in_the_image(model):
+    """`docker run IMAGE serve`, as SageMaker hosts a model: the model at /opt/ml/model, real HTTP
+    (on the host network, at SAGEMAKER_BIND_TO_PORT), answers as the SavedModel's own; a bad
+    request is a 400; SIGTERM (podman stop) ends it cleanly."""
+    import json
+
+    import tensorflow as tf
+
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+    from tests.serve.conftest import Server, free_port
+
+    port = free_port()
+    limits = [a for a in shlex.split(RUN_ARGS) if a not in ("--network", "none")]
+    started = subprocess.run([*shlex.split(ENGINE), "run", "-d", "--rm", *limits, "--network", "host",
+                              "-e", f"SAGEMAKER_BIND_TO_PORT={port}", "-e", "SAGEMAKER_MODEL_SERVER_WORKERS=1",
+                              "-v", f"{model}:/opt/ml/model:ro", TAG, "serve"], capture_output=True, text=True,
+                             timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    container = started.stdout.strip()
+    try:
+        server = Server.at(port)
+        server.wait_until_healthy(logs=lambda: subprocess.run([*shlex.split(ENGINE), "logs", container],
+                                                              capture_output=True, text=True).stderr[-3000:])
+        images, _ = load_digits()
+        jpegs = [digit_jpeg(pixels) for pixels in images[1600:1608]]
+        expected = tf.saved_model.load(str(model / "1")).signatures["serving_default"](image_bytes=tf.constant(jpegs))
+        for jpeg, label in zip(jpegs, expected["classes"].numpy()):
+            status, answer, _ = server.request("POST", "/invocations", jpeg, Content_Type="application/x-image")
+            assert status == 200 and json.loads(answer)["predicted_label"] == label.decode(), answer[:300]
+        status, answer, _ = server.request("POST", "/invocations", b"not a jpeg", Content_Type="image/jpeg")
+        assert status == 400 and "not an image" in json.loads(answer)["error"]
+    finally:
+        stopped = subprocess.run([*shlex.split(ENGINE), "stop", "-t", "30", container], capture_output=True,
+                                 text=True, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
 
 
 def test_a_failing_job_in_the_image_writes_its_failure_file(image, digit_folders):

@@ -1,5 +1,6 @@
 """The job's and the launcher's wheels as users install them: what they declare and hold, and their
-commands (`keras-pipe`, `keras-pipe-train`) run from a fresh virtualenv as users type them."""
+commands (`keras-pipe`, `keras-pipe-train`, `keras-pipe-serve`) run from a fresh virtualenv as users
+type them."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from tests.wheels import WHEEL_NAMES, build_wheel, metadata
 def test_the_job_and_launcher_wheels_declare_their_dependencies_and_data(tmp_path):
     job, job_files = metadata(build_wheel("train", tmp_path / "job"))
     assert "pipemode==0.1.0" in job.get_all("Requires-Dist")
-    assert {f.split("/")[0] for f in job_files if ".dist-info" not in f} == {"keras_pipe_train"}
+    assert {f.split("/")[0] for f in job_files if ".dist-info" not in f} == {"keras_pipe_train", "keras_pipe_serve"}
+    assert any(r.startswith("gunicorn") for r in job.get_all("Requires-Dist"))
     launcher, files = metadata(build_wheel("launch", tmp_path / "launch"))
     requires = launcher.get_all("Requires-Dist")
     assert {"pipemode==0.1.0", "keras-pipe-train==0.1.0"} <= set(requires)
@@ -61,7 +63,7 @@ def test_the_installed_commands_run_as_users_type_them(tmp_path):
 
     main = command("keras-pipe", "--help")
     assert main.returncode == 0, main.stderr[-3000:]
-    for name in ("local", "submit", "tune", "prepare"):
+    for name in ("local", "submit", "tune", "prepare", "predict"):
         assert name in main.stdout
         sub = command("keras-pipe", name, "--help")
         assert sub.returncode == 0 and sub.stdout.startswith(f"usage: keras-pipe {name}"), sub.stderr[-3000:]
@@ -78,6 +80,11 @@ def test_the_installed_commands_run_as_users_type_them(tmp_path):
                     "print(keras_pipe_launch.__file__, keras_pipe_train.__file__, pipemode.__file__)")
     assert where.returncode == 0, where.stderr[-3000:]
     assert all(path.startswith(str(bin_dir.parent / "lib")) for path in where.stdout.split()), where.stdout
+
+    serve = command("keras-pipe-serve", "--help")
+    assert serve.returncode == 0 and serve.stdout.startswith("usage: serve") and "--model-dir" in serve.stdout
+    missing = command("keras-pipe-serve", "--model-dir", str(tmp_path / "nowhere"))
+    assert missing.returncode == 1 and "holds no SavedModel" in missing.stderr, missing.stderr[-2000:]
 
     help_text = command("keras-pipe-train", "--help")
     assert help_text.returncode == 0, help_text.stderr[-3000:]

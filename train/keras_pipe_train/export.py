@@ -9,6 +9,8 @@ model_dir/
   model.keras   the Keras model (images in [0, 255] -> probabilities), to fine-tune further
   backbone.weights.h5  the backbone's weights alone: a later job's `pretrained` channel
   classes.json  the class names, in label order
+  serving.json  what `serve` needs beside the SavedModel: the image limit and a multi-label
+                model's threshold
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
     model.save(model_dir / "model.keras")
     backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
+    (model_dir / "serving.json").write_text(json.dumps({
+        "image_size": image_size, "max_image_pixels": max_pixels, "multi_label": threshold is not None,
+        "threshold": threshold}) + "\n")
     serving_dir = model_dir / SERVING_VERSION
     serving_archive(model, class_names, image_size, max_pixels, threshold).write_out(str(serving_dir), verbose=False)
     return serving_dir

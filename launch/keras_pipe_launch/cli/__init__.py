@@ -1,4 +1,4 @@
-"""The `keras-pipe` command (also `python -m keras_pipe_launch`): local, submit, tune, prepare.
+"""The `keras-pipe` command (also `python -m keras_pipe_launch`): local, submit, tune, prepare, predict.
 
 One module per command: its options (add_parser) and run(args), which turns what the user gave into
 calls of the launcher's programs below (local, prepare, sagemaker) and returns the exit code."""
@@ -7,17 +7,19 @@ import argparse
 import os
 import sys
 
-from keras_pipe_launch.cli import local, prepare, submit, tune
+from keras_pipe_launch.cli import local, predict, prepare, submit, tune
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="keras-pipe",
-                                     description="Run, submit and prepare Keras training jobs for SageMaker.")
+                                     description="Run, submit and prepare Keras training jobs for SageMaker; "
+                                                 "predict with their models.")
     commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
     local.add_parser(commands)
     submit.add_parser(commands)
     tune.add_parser(commands)
     prepare.add_parser(commands)
+    predict.add_parser(commands)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,171 @@
+"""`keras-pipe predict`: the exported model run here, over image files or folders.
+
+    keras-pipe predict model.tar.gz photos/ > predictions.csv
+    keras-pipe predict local-jobs/first/algo-1/model photo.jpg --format jsonl --top-k 3
+
+MODEL: a job's model.tar.gz (SageMaker's output/model.tar.gz), the model folder a job exported
+(`keras-pipe local`'s algo-1/model), or its SavedModel folder. IMAGES: files, or folders searched
+for images (.jpg .jpeg .png .gif .bmp .webp) at any depth. The model answers as `serve` does (the
+same code), one row or line per image: CSV (path, the predicted class or classes, its probability,
+then every class's probability) or JSON Lines (path and `serve`'s prediction object). An image that
+cannot be read is listed on stderr and left out; the exit code is then 1 (2: nothing could run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from keras_pipe_launch.common.untrusted import shown
+from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_launch.prepare.sources import IMAGE_SUFFIXES
+
+BATCH = 32  # images per call of the model: the same batch the server takes at most, well below
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("predict", help="run an exported model here over images",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="model.tar.gz, a job's model folder, or its SavedModel folder")
+    parser.add_argument("images", nargs="+", help="image files or folders of them")
+    parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="default: csv")
+    parser.add_argument("--top-k", type=int, default=None, help="classes in each JSON line's top_k (default 5)")
+    parser.add_argument("--output", "-o", default="-", help="a file to write (default: standard output)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.top_k is not None and args.top_k < 1:
+            raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+        paths = images_of([Path(p) for p in args.images])
+        with tempfile.TemporaryDirectory(prefix="keras-pipe-predict-") as work:
+            predictor = _predictor(Path(args.model), Path(work))
+            with _opened(args.output) as out:
+                return predict(predictor, paths, args.format, args.top_k, out)
+    except BrokenPipeError:  # `keras-pipe predict ... | head`: the reader has all it wants
+        return 0
+    except UsageError as err:
+        print(f"keras-pipe predict: error: {shown(str(err))}", file=sys.stderr)
+        return 2
+
+
+def images_of(given: list[Path]) -> list[Path]:
+    paths = []
+    for path in given:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+            if not found:
+                raise UsageError(f"{shown(str(path))} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
+            paths += found
+        elif path.is_file():
+            paths.append(path)
+        else:
+            raise UsageError(f"{shown(str(path))} does not exist")
+    return paths
+
+
+def _predictor(model: Path, work: Path):
+    try:
+        from keras_pipe_serve.predictor import ModelError, Predictor
+    except ImportError as err:  # the launcher alone, without TensorFlow
+        raise UsageError(f"keras-pipe predict runs the model here and needs TensorFlow ({err.name} is missing): "
+                         "pip install tensorflow-cpu") from None
+    if model.is_file():
+        model = _unpacked(model, work)
+    elif not model.is_dir():
+        raise UsageError(f"model {shown(str(model))} does not exist")
+    try:
+        return Predictor(model)
+    except ModelError as err:
+        raise UsageError(str(err)) from None
+
+
+def _unpacked(archive: Path, work: Path) -> Path:
+    """A model.tar.gz's SavedModel and its two JSON files, unpacked with tarfile's "data" filter
+    (no links out, no absolute or ../ names, no devices): a downloaded archive is not trusted."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            wanted = [m for m in tar.getmembers() if m.name.removeprefix("./").split("/")[0].isdigit()
+                      or m.name.removeprefix("./") in ("classes.json", "serving.json")]
+            tar.extractall(work, members=wanted, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise UsageError(f"{shown(str(archive))} cannot be read as a model.tar.gz ({type(err).__name__}: "
+                         f"{shown(str(err))})") from None
+    return work
+
+
+class _opened:
+    def __init__(self, output: str):
+        self.output = output
+
+    def __enter__(self):
+        if self.output == "-":
+            return sys.stdout
+        try:
+            self.file = open(self.output, "w", newline="")
+        except OSError as err:
+            raise UsageError(f"--output {shown(self.output)}: {err.strerror}") from None
+        return self.file
+
+    def __exit__(self, *exc):
+        if self.output != "-":
+            self.file.close()
+
+
+def predict(predictor, paths: list[Path], form: str, top_k: int | None, out) -> int:
+    from keras_pipe_serve.payloads import BadRequest
+
+    writer = csv.writer(out) if form == "csv" else None
+    if writer:
+        writer.writerow(["path", "predicted", "probability", *predictor.labels])
+    failed = 0
+    for start in range(0, len(paths), BATCH):
+        batch, data = [], []
+        for path in paths[start : start + BATCH]:
+            try:
+                data.append(path.read_bytes())
+                batch.append(path)
+            except OSError as err:
+                failed += _failed(path, err.strerror or str(err))
+        for path, _, prediction in _each(predictor, batch, data, top_k, BadRequest):
+            if isinstance(prediction, str):
+                failed += _failed(path, prediction)
+            elif writer:
+                chosen = prediction.get("predicted_labels", [prediction.get("predicted_label")])
+                best = max((prediction["probabilities"][predictor.labels.index(c)] for c in chosen), default=None)
+                writer.writerow([str(path), " ".join(chosen), "" if best is None else f"{best:.6f}",
+                                 *(f"{p:.6f}" for p in prediction["probabilities"])])
+            else:
+                out.write(json.dumps({"path": str(path), **prediction}) + "\n")
+    if failed:
+        print(f"keras-pipe predict: {failed} of {len(paths)} images could not be read (above); the others are "
+              "predicted", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _each(predictor, paths, data, top_k, BadRequest):
+    """(path, image, prediction or the reason it has none), one image's problem not costing the
+    others theirs: a batch the model refuses is retried one image at a time."""
+    if not paths:
+        return
+    try:
+        yield from zip(paths, data, predictor.predict(data, top_k))
+        return
+    except BadRequest:
+        pass
+    for path, image in zip(paths, data):
+        try:
+            yield path, image, predictor.predict([image], top_k)[0]
+        except BadRequest as err:
+            yield path, image, str(err).removeprefix("the body ")
+
+
+def _failed(path: Path, reason: str) -> int:
+    print(f"keras-pipe predict: {shown(str(path))}: {shown(reason)}", file=sys.stderr)
+    return 1

@@ -1,0 +1,93 @@
+"""`keras-pipe predict`, the installed command as users type it: a model folder or model.tar.gz,
+image files and folders, CSV or JSON Lines out; unreadable images named and left out."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import image_bytes
+from tests.serve.conftest import CLASSES
+
+pytestmark = pytest.mark.slow
+
+KERAS_PIPE = str(Path(sys.executable).parent / "keras-pipe")
+
+
+def keras_pipe(*args, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([KERAS_PIPE, "predict", *map(str, args)], capture_output=True, text=True, timeout=300,
+                          cwd=cwd)
+
+
+@pytest.fixture
+def photos(tmp_path) -> Path:
+    (tmp_path / "photos" / "a" / "deeper").mkdir(parents=True)
+    (tmp_path / "photos" / "a" / "1.jpg").write_bytes(image_bytes("JPEG", 40, 30))
+    (tmp_path / "photos" / "a" / "deeper" / "2.PNG").write_bytes(image_bytes("PNG", 20, 60))
+    (tmp_path / "photos" / "a" / "notes.txt").write_text("not an image, not even looked at")
+    (tmp_path / "photos" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
+    return tmp_path / "photos"
+
+
+def test_a_model_folder_over_folders_and_files_to_csv(model_dir, photos, tmp_path):
+    out = keras_pipe(model_dir, photos / "a", photos / "broken.jpg", cwd=tmp_path)
+    assert out.returncode == 1, out.stderr[-2000:]  # one image could not be read
+    assert f"keras-pipe predict: {photos / 'broken.jpg'}: is not an image" in out.stderr
+    assert "1 of 3 images could not be read" in out.stderr and "Traceback" not in out.stderr
+    rows = list(csv.reader(io.StringIO(out.stdout)))
+    assert rows[0] == ["path", "predicted", "probability", *CLASSES]
+    assert [r[0] for r in rows[1:]] == [str(photos / "a" / "1.jpg"), str(photos / "a" / "deeper" / "2.PNG")]
+    for row in rows[1:]:
+        probabilities = [float(p) for p in row[3:]]
+        assert row[1] == CLASSES[int(np.argmax(probabilities))] and float(row[2]) == max(probabilities)
+        assert sum(probabilities) == pytest.approx(1, abs=1e-5)
+
+
+def test_a_model_tar_gz_to_json_lines_as_serve_answers(model_dir, photos, tmp_path):
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:  # as SageMaker packs /opt/ml/model
+        for path in sorted(model_dir.rglob("*")):
+            tar.add(path, arcname=str(path.relative_to(model_dir)), recursive=False)
+    out = keras_pipe(archive, photos / "a" / "1.jpg", "--format", "jsonl", "--top-k", "2", "-o", "out.jsonl",
+                     cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    [line] = (tmp_path / "out.jsonl").read_text().splitlines()
+    answer = json.loads(line)
+    assert answer["path"] == str(photos / "a" / "1.jpg") and answer["labels"] == list(CLASSES)
+    assert len(answer["top_k"]) == 2 and answer["top_k"][0]["label"] == answer["predicted_label"]
+
+
+def made(path: Path, content: bytes | None) -> Path:
+    """A folder (content None) or a file."""
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "nowhere", "does not exist"),
+    (lambda d: made(d / "empty", None), "holds no SavedModel"),
+    (lambda d: made(d / "x.tar.gz", b"not a tar"), "cannot be read as a model.tar.gz"),
+])
+def test_a_model_that_is_not_one_is_a_clear_error(make, message, photos, tmp_path):
+    out = keras_pipe(make(tmp_path), photos, cwd=tmp_path)
+    assert out.returncode == 2 and message in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
+def test_an_archive_member_linking_out_is_refused(model_dir, photos, tmp_path):
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        link = tarfile.TarInfo("1/variables/evil")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    out = keras_pipe(archive, photos, cwd=tmp_path)
+    assert out.returncode == 2 and "cannot be read as a model.tar.gz" in out.stderr, out.stderr[-2000:]

@@ -1,0 +1,175 @@
+"""What a request to /invocations may hold, and what the answer looks like: bytes in, images out;
+predictions in, bytes out. No TensorFlow here: every malformed request is refused before the
+model sees it, with the HTTP status that says whose fault it is and a message that says what.
+
+Requests, as SageMaker's built-in image classifiers and TF Serving take them:
+  application/x-image, image/jpeg, image/png (image/* in general)   the body is one image
+  application/json        TF Serving's {"instances": [{"b64": ...}, ...]} (also {"image_bytes":
+                          {"b64": ...}} items and {"inputs": [...]}), a plain list of base64
+                          strings or {"b64": ...} objects, or one such object: a list of images
+  application/jsonlines   one image per line, in any of the JSON forms of one image above (batch
+                          transform with SplitType=Line)
+Answers (Accept):
+  application/json (the default; */* too)   one image: its prediction object; several: {"predictions": [...]}
+  application/jsonlines                     one line per image, its prediction object
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+
+IMAGE_TYPES = ("application/x-image", "image/")
+JSON = "application/json"
+JSON_LINES = ("application/jsonlines", "application/x-jsonlines", "application/json-lines")
+ACCEPTED = "application/x-image, image/jpeg, image/png, application/json or application/jsonlines"
+MAX_IMAGES = 64  # per request: the model decodes them all at once (64 photos of 12 MP: 2.3 GB of pixels)
+
+
+class BadRequest(Exception):
+    """A request the server refuses: `status` (4xx) and the message the client gets."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Request:
+    images: list[bytes]
+    lines: bool  # JSON Lines in: the answer keeps one line per input line unless told otherwise
+    single: bool  # one image sent as such (not as a list of one): answered with one object
+
+
+def media_type(header: str | None) -> str:
+    """'Image/JPEG; charset=x' -> 'image/jpeg'."""
+    return (header or "").split(";")[0].strip().lower()
+
+
+def parse(content_type: str | None, body: bytes) -> Request:
+    kind = media_type(content_type)
+    if not kind:
+        raise BadRequest(415, f"the request has no Content-Type; send {ACCEPTED}")
+    if kind.startswith(IMAGE_TYPES):
+        if not body:
+            raise BadRequest(400, "the request body is empty: send the image's bytes")
+        return Request([body], lines=False, single=True)
+    if kind == JSON:
+        value = _json(body, "the request body")
+        images, single = _images_of(value)
+        return Request(images, lines=False, single=single)
+    if kind in JSON_LINES:
+        text = _text(body, "the request body")
+        images = [_one_image(_json_text(line, f"line {number}"), f"line {number}")
+                  for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        if not images:
+            raise BadRequest(400, "the JSON Lines body holds no line: send one image per line")
+        return Request(_limited(images), lines=True, single=False)
+    raise BadRequest(415, f"unsupported Content-Type {kind!r}: send {ACCEPTED}")
+
+
+def _text(body: bytes, where: str) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadRequest(400, f"{where} is not UTF-8 text (byte {err.start}): JSON must be") from None
+
+
+def _json(body: bytes, where: str):
+    return _json_text(_text(body, where), where)
+
+
+def _json_text(text: str, where: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadRequest(400, f"{where} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno})"
+                         ) from None
+    except RecursionError:
+        raise BadRequest(400, f"{where} is JSON nested too deep") from None
+
+
+def _images_of(value) -> tuple[list[bytes], bool]:
+    if isinstance(value, dict) and ("instances" in value or "inputs" in value):
+        if "instances" in value and "inputs" in value:
+            raise BadRequest(400, "the request has both 'instances' and 'inputs': send one of them (TF Serving's rule)")
+        items = value.get("instances", value.get("inputs"))
+        if isinstance(items, dict) and "image_bytes" in items:  # TF Serving's columnar form
+            items = items["image_bytes"]
+        if not isinstance(items, list):
+            raise BadRequest(400, "'instances' must be a list of images ({\"b64\": ...} objects)")
+    elif isinstance(value, list):
+        items = value
+    else:
+        return [_one_image(value, "the request")], True
+    if not items:
+        raise BadRequest(400, "the request lists no image")
+    return _limited([_one_image(item, f"image {number}") for number, item in enumerate(items, 1)]), False
+
+
+def _one_image(value, where: str) -> bytes:
+    """{"b64": s}, {"image_bytes": {"b64": s}} (or {"image_bytes": s}), or a base64 string s."""
+    if isinstance(value, dict) and "image_bytes" in value:
+        value = value["image_bytes"]
+    if isinstance(value, dict) and "b64" in value:
+        value = value["b64"]
+    if not isinstance(value, str):
+        raise BadRequest(400, f"{where} is not an image: expected {{\"b64\": \"<base64 of the image>\"}} or a base64 "
+                              f"string, got {type(value).__name__}")
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        try:  # the URL-safe alphabet (TF Serving accepts both)
+            data = base64.urlsafe_b64decode(value)
+            if base64.urlsafe_b64encode(data).rstrip(b"=") != value.encode().rstrip(b"="):
+                raise ValueError
+        except (binascii.Error, ValueError):
+            raise BadRequest(400, f"{where} is not valid base64") from None
+    if not data:
+        raise BadRequest(400, f"{where} is empty")
+    return data
+
+
+def _limited(images: list[bytes]) -> list[bytes]:
+    if len(images) > MAX_IMAGES:
+        raise BadRequest(413, f"the request holds {len(images)} images; at most {MAX_IMAGES} per request")
+    return images
+
+
+def answer_type(accept: str | None, request: Request) -> str:
+    """The media type to answer in, from Accept (a list, with q-values ignored: the first one this
+    server writes wins)."""
+    wanted = [media_type(part) for part in (accept or "").split(",") if part.strip()]
+    for kind in wanted or ["application/jsonlines" if request.lines else JSON]:
+        if kind in (JSON, "*/*", "application/*"):
+            return "application/jsonlines" if request.lines and kind != JSON else JSON
+        if kind in JSON_LINES:
+            return "application/jsonlines"
+    raise BadRequest(406, f"cannot answer in {accept!r}: Accept application/json or application/jsonlines")
+
+
+def render(predictions: list[dict], kind: str, request: Request) -> bytes:
+    if kind == "application/jsonlines":
+        return b"".join(json.dumps(p).encode() + b"\n" for p in predictions)
+    if request.single:
+        return json.dumps(predictions[0]).encode()
+    return json.dumps({"predictions": predictions}).encode()
+
+
+def top_k_of(custom_attributes: str | None, default: int) -> int:
+    """top_k from SageMaker's X-Amzn-SageMaker-Custom-Attributes header ("top_k=3", among other
+    key=value pairs separated by ',' or ';'), else the default."""
+    for pair in (custom_attributes or "").replace(";", ",").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip().lower() == "top_k":
+            try:
+                k = int(value.strip())
+            except ValueError:
+                raise BadRequest(400, f"top_k in X-Amzn-SageMaker-Custom-Attributes must be a whole number, got "
+                                      f"{value.strip()[:40]!r}") from None
+            if k < 1:
+                raise BadRequest(400, f"top_k in X-Amzn-SageMaker-Custom-Attributes must be at least 1, got {k}")
+            return k
+    return default

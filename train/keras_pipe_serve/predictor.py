@@ -1,0 +1,117 @@
+"""The exported model, loaded once and called in-process: encoded images in, one prediction object
+per image out.
+
+It loads the SavedModel the job exported (model/1, TF Serving's layout) with TensorFlow alone: no
+Keras, no code of the job, so a worker starts in seconds and holds one graph. Each image is checked
+from its header first (keras_pipe_train.images: not an image, damaged, a decompression bomb), so
+a bad image is a 400 naming it instead of an error from inside the graph; the graph checks the
+same limits again (preprocess.checked) for callers that reach it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from keras_pipe_serve.payloads import BadRequest
+from keras_pipe_train import images as image_checks
+
+log = logging.getLogger("keras_pipe_serve")
+
+DEFAULT_TOP_K = 5
+
+
+class ModelError(Exception):
+    """The model folder cannot be served (said at startup, before any request)."""
+
+
+def saved_model_dir(model_dir: Path) -> Path:
+    """model_dir itself if it is a SavedModel, else its highest numbered version (TF Serving's rule)."""
+    if (model_dir / "saved_model.pb").is_file():
+        return model_dir
+    versions = sorted((int(p.name), p) for p in model_dir.glob("*") if p.name.isdigit()
+                      and (p / "saved_model.pb").is_file())
+    if not versions:
+        raise ModelError(f"{model_dir} holds no SavedModel (saved_model.pb, or a numbered folder holding one, as the "
+                         f"job exports it: model/1); it holds: {sorted(p.name for p in model_dir.glob('*'))[:20]}")
+    return versions[-1][1]
+
+
+class Predictor:
+    def __init__(self, model_dir: Path, threads: int | None = None):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # (TensorFlow's C++ startup chatter)
+        import tensorflow as tf  # (here: the request parsing above runs without it)
+
+        if threads:
+            # one worker's share of the cores: several workers each using all of them would only
+            # take turns (set before the first op runs, which is why it is here)
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        self._tf = tf
+        model_dir = Path(model_dir)
+        served = saved_model_dir(model_dir)
+        # serving.json, written by the export next to the SavedModel (older exports: defaults)
+        settings = _json_file(model_dir / "serving.json") or _json_file(served.parent / "serving.json") or {}
+        self.max_pixels = int(settings.get("max_image_pixels", image_checks.DEFAULT_MAX_PIXELS))
+        self.threshold = settings.get("threshold")
+        try:
+            self._serve = tf.saved_model.load(str(served)).signatures["serving_default"]
+        except (OSError, ValueError, KeyError, tf.errors.OpError) as err:
+            raise ModelError(f"{served} cannot be loaded as the job's SavedModel: {type(err).__name__}: "
+                             f"{str(err)[:300]}") from None
+        outputs = self._serve.structured_outputs
+        self.multi_label = "predicted" in outputs
+        if "probabilities" not in outputs:
+            raise ModelError(f"{served}'s serving_default signature has no 'probabilities' output (it has "
+                             f"{sorted(outputs)}): not a model exported by this job")
+        count = int(outputs["probabilities"].shape[-1])
+        names = _json_file(model_dir / "classes.json") or _json_file(served.parent / "classes.json")
+        if names is None:
+            log.warning("no classes.json beside the model: classes are named by their ids")
+            names = [str(i) for i in range(count)]
+        if len(names) != count:
+            raise ModelError(f"classes.json lists {len(names)} classes but the model has {count} outputs")
+        self.labels = [str(n) for n in names]
+        self.default_top_k = min(DEFAULT_TOP_K, count)
+        log.info("loaded %s: %d classes, %s", served, count,
+                 f"multi-label (threshold {self.threshold})" if self.multi_label else "single-label")
+
+    def predict(self, images: list[bytes], top_k: int | None = None) -> list[dict]:
+        for number, data in enumerate(images, 1):
+            problem = image_checks.problem(data, self.max_pixels)
+            if problem:
+                where = "the body" if len(images) == 1 else f"item {number}"
+                raise BadRequest(400, f"{where} {problem}")
+        tf = self._tf
+        try:
+            out = self._serve(image_bytes=tf.constant(images))
+        except tf.errors.InvalidArgumentError as err:  # what the header check above cannot see: a corrupt scan
+            raise BadRequest(400, f"an image cannot be decoded: {err.message.splitlines()[0][:300]}") from None
+        probabilities = out["probabilities"].numpy().tolist()
+        predicted = out["predicted"].numpy().tolist() if self.multi_label else None
+        k = min(top_k or self.default_top_k, len(self.labels))
+        return [self._prediction(row, predicted[i] if predicted else None, k) for i, row in enumerate(probabilities)]
+
+    def _prediction(self, probabilities: list[float], predicted: list[int] | None, k: int) -> dict:
+        order = sorted(range(len(probabilities)), key=lambda i: -probabilities[i])
+        answer: dict = {}
+        if predicted is None:
+            answer["predicted_label"] = self.labels[order[0]]
+        else:
+            answer["predicted_labels"] = [self.labels[i] for i, on in enumerate(predicted) if on]
+            answer["threshold"] = self.threshold
+        answer["top_k"] = [{"label": self.labels[i], "probability": probabilities[i]} for i in order[:k]]
+        answer["labels"] = self.labels
+        answer["probabilities"] = probabilities
+        return answer
+
+
+def _json_file(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise ModelError(f"{path} cannot be read: {err}") from None
