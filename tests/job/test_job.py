@@ -78,3 +78,18 @@ def test_phase_two_trains_exactly_the_top_layers_but_not_batchnorm(small_digits_
         assert changed(layer_before, layer_after) == bool(should_train), layer_before.name
         trained += [layer_before.name] if should_train else []
     assert trained, "phase 2 trained no layer"
+
+
+def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_phase_numbers_its_epochs_alike(capsys):
+    """Each phase numbers its epochs from 1: with early stopping, the exported model is the last
+    phase's best epoch's, and its row (reprinted last, for SageMaker's final metrics) is that
+    phase's, not the head phase's epoch of the same number."""
+    from types import SimpleNamespace
+
+    from keras_pipe_train.early_stopping import Rule
+
+    rows = [{"epoch": e, "phase": "head", "val_loss": loss} for e, loss in ((1, 0.5), (2, 0.6), (3, 0.7))]
+    rows += [{"epoch": e, "phase": "fine_tune", "val_loss": loss} for e, loss in ((1, 0.3), (2, 0.4), (3, 0.45))]
+    training = SimpleNamespace(epochs=SimpleNamespace(rows=rows), early_stopping=Rule("val_loss", 2, 0.0, 0.0, 1))
+    assert training_job.final_metrics(training) is rows[3]
+    assert capsys.readouterr().out.strip().endswith("epoch=1 phase=fine_tune val_loss=0.3")

@@ -73,8 +73,9 @@ class Training:
     early_stopping: Rule | None = None
     best: BestWeights | None = None  # early stopping's copy of the phase's best weights
     epochs: EpochLog | None = None
-    # each validated epoch's sums (examples, counts, detail counts), for evaluation.json: only the
-    # epochs whose model may still be the one exported are kept (the last, early stopping's best)
+    # each validated epoch's sums (examples, counts, detail counts) by (phase, epoch), for
+    # evaluation.json: only the epochs whose model may still be the one exported are kept (the
+    # last, early stopping's best)
     evaluations: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -249,11 +250,12 @@ def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
         raise validation.nothing_read(epoch)
     # (the per-class counts and confusion matrix ride along every validation pass: evaluation.json
     # then needs no pass of its own when the model exported is an epoch of this run)
-    keep = {epoch + 1}
+    # (by phase and epoch: each phase numbers its epochs from 1)
+    keep = {(phase.name, epoch + 1)}
     if t.early_stopping and t.epochs.rows:
-        keep.add(t.early_stopping.verdict(t.epochs.rows, phase.name).best_epoch)
-    t.evaluations = {e: found for e, found in t.evaluations.items() if e in keep}
-    t.evaluations[epoch + 1] = (scores, examples, counts, detail)
+        keep.add((phase.name, t.early_stopping.verdict(t.epochs.rows, phase.name).best_epoch))
+    t.evaluations = {key: found for key, found in t.evaluations.items() if key in keep}
+    t.evaluations[(phase.name, epoch + 1)] = (scores, examples, counts, detail)
     return scores
 
 
@@ -267,8 +269,10 @@ def final_metrics(training: Training) -> dict:
         return {}
     if not training.early_stopping:
         return rows[-1]
-    best = training.early_stopping.verdict(rows, rows[-1]["phase"]).best_epoch
-    final = next(row for row in rows if row["epoch"] == best)
+    phase = rows[-1]["phase"]
+    best = training.early_stopping.verdict(rows, phase).best_epoch
+    # (the last phase's row: each phase numbers its epochs from 1)
+    final = next(row for row in rows if row["phase"] == phase and row["epoch"] == best)
     if final is not rows[-1]:
         log.info("the model exported is epoch %d's (early stopping): its metrics again, as the job's final ones", best)
         print(metrics.format_line(final), flush=True)
@@ -285,8 +289,9 @@ def evaluate_exported(training: Training, final: dict) -> None:
     t = training
     if "validation" not in t.channels:
         return
-    if final.get("epoch") in t.evaluations:  # (validated in this run: its sums are at hand)
-        scores, examples, counts, detail = t.evaluations[final["epoch"]]
+    exported = (final.get("phase"), final.get("epoch"))
+    if exported in t.evaluations:  # (validated in this run: its sums are at hand)
+        scores, examples, counts, detail = t.evaluations[exported]
     else:  # (a resumed job that exports an epoch of an earlier run: one more pass)
         if t.trainer.stop_requested():
             log.warning("no evaluation.json: the job was asked to stop; the model is exported")
