@@ -52,8 +52,15 @@ class Predictor:
         self._tf = tf
         model_dir = Path(model_dir)
         served = saved_model_dir(model_dir)
-        # serving.json, written by the export next to the SavedModel (older exports: defaults)
-        settings = _json_file(model_dir / "serving.json") or _json_file(served.parent / "serving.json") or {}
+        # the export's JSON files lie beside its SavedModel folder (model/1): in model_dir, or
+        # beside the SavedModel folder given itself
+        folders = list(dict.fromkeys([model_dir, served.parent]))
+
+        def beside(name: str):
+            return next((found for found in (_json_file(f / name) for f in folders) if found is not None), None)
+
+        # serving.json (older exports have none: the defaults)
+        settings = beside("serving.json") or {}
         self.max_pixels = int(settings.get("max_image_pixels", image_checks.DEFAULT_MAX_PIXELS))
         self.threshold = settings.get("threshold")
         try:
@@ -67,7 +74,7 @@ class Predictor:
             raise ModelError(f"{served}'s serving_default signature has no 'probabilities' output (it has "
                              f"{sorted(outputs)}): not a model exported by this job")
         count = int(outputs["probabilities"].shape[-1])
-        names = _json_file(model_dir / "classes.json") or _json_file(served.parent / "classes.json")
+        names = beside("classes.json")
         if names is None:
             log.warning("no classes.json beside the model: classes are named by their ids")
             names = [str(i) for i in range(count)]
@@ -78,9 +85,13 @@ class Predictor:
         log.info("loaded %s: %d classes, %s", served, count,
                  f"multi-label (threshold {self.threshold})" if self.multi_label else "single-label")
 
+    def problem(self, data: bytes) -> str | None:
+        """Why `data` is not an image this model takes (from its header), or None."""
+        return image_checks.problem(data, self.max_pixels)
+
     def predict(self, images: list[bytes], top_k: int | None = None) -> list[dict]:
         for number, data in enumerate(images, 1):
-            problem = image_checks.problem(data, self.max_pixels)
+            problem = self.problem(data)
             if problem:
                 where = "the body" if len(images) == 1 else f"item {number}"
                 raise BadRequest(400, f"{where} {problem}")

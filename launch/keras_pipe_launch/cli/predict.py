@@ -14,6 +14,7 @@ cannot be read is listed on stderr and left out; the exit code is then 1 (2: not
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import sys
@@ -100,27 +101,20 @@ def _unpacked(archive: Path, work: Path) -> Path:
     return work
 
 
-class _opened:
-    def __init__(self, output: str):
-        self.output = output
-
-    def __enter__(self):
-        if self.output == "-":
-            return sys.stdout
-        try:
-            self.file = open(self.output, "w", newline="")
-        except OSError as err:
-            raise UsageError(f"--output {shown(self.output)}: {err.strerror}") from None
-        return self.file
-
-    def __exit__(self, *exc):
-        if self.output != "-":
-            self.file.close()
+@contextlib.contextmanager
+def _opened(output: str):
+    if output == "-":
+        yield sys.stdout
+        return
+    try:
+        file = open(output, "w", newline="")
+    except OSError as err:
+        raise UsageError(f"--output {shown(output)}: {err.strerror}") from None
+    with file:
+        yield file
 
 
 def predict(predictor, paths: list[Path], form: str, top_k: int | None, out) -> int:
-    from keras_pipe_serve.payloads import BadRequest
-
     writer = csv.writer(out) if form == "csv" else None
     if writer:
         writer.writerow(["path", "predicted", "probability", *predictor.labels])
@@ -129,11 +123,18 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out) -> 
         batch, data = [], []
         for path in paths[start : start + BATCH]:
             try:
-                data.append(path.read_bytes())
-                batch.append(path)
+                image = path.read_bytes()
             except OSError as err:
                 failed += _failed(path, err.strerror or str(err))
-        for path, _, prediction in _each(predictor, batch, data, top_k, BadRequest):
+                continue
+            # checked from its header first: an image that is not one costs the others' batch nothing
+            problem = predictor.problem(image)
+            if problem:
+                failed += _failed(path, problem)
+            else:
+                batch.append(path)
+                data.append(image)
+        for path, prediction in _each(predictor, batch, data, top_k):
             if isinstance(prediction, str):
                 failed += _failed(path, prediction)
             elif writer:
@@ -149,21 +150,24 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out) -> 
     return 1 if failed else 0
 
 
-def _each(predictor, paths, data, top_k, BadRequest):
-    """(path, image, prediction or the reason it has none), one image's problem not costing the
-    others theirs: a batch the model refuses is retried one image at a time."""
+def _each(predictor, paths, data, top_k):
+    """(path, prediction or the reason it has none). An image whose header passed but whose data
+    the model cannot decode (a corrupt scan) fails its whole batch: that batch is then retried one
+    image at a time, so that it costs the others nothing."""
+    from keras_pipe_serve.payloads import BadRequest
+
     if not paths:
         return
     try:
-        yield from zip(paths, data, predictor.predict(data, top_k))
+        yield from zip(paths, predictor.predict(data, top_k))
         return
     except BadRequest:
         pass
     for path, image in zip(paths, data):
         try:
-            yield path, image, predictor.predict([image], top_k)[0]
+            yield path, predictor.predict([image], top_k)[0]
         except BadRequest as err:
-            yield path, image, str(err).removeprefix("the body ")
+            yield path, str(err)
 
 
 def _failed(path: Path, reason: str) -> int:
