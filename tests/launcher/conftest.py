@@ -37,6 +37,8 @@ def sent_through_sdk(command: str, operation: str, args, env: dict, moto_endpoin
     version = "v3" if python == sys.executable else "v2"
     assert f"with SageMaker SDK {version}" in out.stderr
     (request,) = sent(moto_endpoint, operation)
+    # standard output holds the name alone, whichever SDK sent it (`name=$(keras-pipe submit ...)`)
+    assert out.stdout.strip() in request.values(), out.stdout
     return request, out
 
 

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from importlib import metadata
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,19 @@ def sdk_major_version() -> int:
     except metadata.PackageNotFoundError:
         raise RequestError("the SageMaker Python SDK is not installed: pip install 'sagemaker>=3' "
                            "(or 'sagemaker<3' for SDK v2)") from None
+
+
+def before_v2() -> None:
+    """What must be set before SDK v2 is imported: its deprecation warning off (the user chose v2),
+    and its config logger on standard error. v2 gives that logger a handler on standard output unless
+    it has one ("so logs don't show up with a red background in a notebook"), and its lines would
+    then come before the name we print there: `name=$(keras-pipe submit ...)` would take them too."""
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    config_log = logging.getLogger("sagemaker.config")
+    if not config_log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s %(levelname)-4s - %(message)s"))
+        config_log.addHandler(handler)
 
 
 def submit(spec: JobSpec, name: str) -> str:
@@ -83,6 +98,7 @@ def _v3_channel(c: ChannelSpec, configs):
 
 
 def _submit_v2(spec: JobSpec, name: str) -> str:
+    before_v2()
     estimator, inputs = _estimator(spec)
     estimator.fit(inputs=inputs, job_name=name, wait=False, logs=False)
     return name
@@ -90,7 +106,6 @@ def _submit_v2(spec: JobSpec, name: str) -> str:
 
 def _estimator(spec: JobSpec):
     """SDK v2: the Estimator for `spec`, and its inputs."""
-    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")  # chosen on purpose: the user has v2
     from sagemaker.debugger import TensorBoardOutputConfig
     from sagemaker.estimator import Estimator
     from sagemaker.inputs import ShuffleConfig, TrainingInput
@@ -182,6 +197,7 @@ def _tune_v3(spec: TuningSpec, name: str) -> None:
 
 
 def _tune_v2(spec: TuningSpec, name: str) -> None:
+    before_v2()
     from sagemaker.parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
     from sagemaker.tuner import HyperparameterTuner
 
@@ -243,7 +259,7 @@ def _process_v3(request: dict) -> None:
 
 
 def _process_v2(request: dict) -> None:
-    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    before_v2()
     import boto3
     import sagemaker
     from sagemaker.processing import ProcessingInput, ProcessingOutput, Processor
