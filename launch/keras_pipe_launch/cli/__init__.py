@@ -1,4 +1,5 @@
-"""The `keras-pipe` command (also `python -m keras_pipe_launch`): local, submit, tune, prepare, predict.
+"""The `keras-pipe` command (also `python -m keras_pipe_launch`): local, submit, tune, prepare, predict,
+deploy, transform.
 
 One module per command: its options (add_parser) and run(args), which turns what the user gave into
 calls of the launcher's programs below (local, prepare, sagemaker) and returns the exit code."""
@@ -7,7 +8,7 @@ import argparse
 import os
 import sys
 
-from keras_pipe_launch.cli import local, predict, prepare, submit, tune
+from keras_pipe_launch.cli import deploy, local, predict, prepare, submit, transform, tune
 
 
 def main(argv=None) -> int:
@@ -20,6 +21,8 @@ def main(argv=None) -> int:
     tune.add_parser(commands)
     prepare.add_parser(commands)
     predict.add_parser(commands)
+    deploy.add_parser(commands)
+    transform.add_parser(commands)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -66,7 +66,7 @@ def use_region(args: argparse.Namespace) -> None:
 
 def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings: list[str], request: dict,
                     create, follow) -> int:
-    """The end of `keras-pipe submit` and `keras-pipe tune`: prints the warnings, then --dry-run prints
+    """The end of `keras-pipe submit`, `tune`, `deploy` and `transform`: prints the warnings, then --dry-run prints
     `request` (with the secret-looking values of its environment and hyperparameters redacted); otherwise `create()`
     sends it through the installed SDK and returns the name, and --wait follows it with `follow`."""
     for warning in warnings:
@@ -95,7 +95,9 @@ def dry_run_or_send(command: str, what: str, args: argparse.Namespace, warnings:
     if not args.wait:
         return 0
     stop = {"training job": "stop-training-job --training-job-name",
-            "tuning job": "stop-hyper-parameter-tuning-job --hyper-parameter-tuning-job-name"}[what]
+            "tuning job": "stop-hyper-parameter-tuning-job --hyper-parameter-tuning-job-name",
+            "endpoint": "delete-endpoint --endpoint-name",
+            "transform job": "stop-transform-job --transform-job-name"}[what]
     try:
         with stopped_by_any_signal():
             return follow(name)

@@ -1,5 +1,6 @@
 """Following a SageMaker job until it ends: its status changes and every host's CloudWatch log
-lines (training and processing jobs), or a tuning job's counts and best training job."""
+lines (training, processing and transform jobs; an endpoint until it is in service), or a tuning
+job's counts and best training job."""
 
 from __future__ import annotations
 
@@ -31,13 +32,54 @@ def follow_training_job(name: str) -> int:
     return 1
 
 
-def watch(who: str, name: str, describe, kind: str, instance_count) -> dict:
-    """Prints a `kind` job's (TrainingJob, ProcessingJob) status changes and log lines until it
-    ends; returns its last description. `describe()` describes it, `instance_count(description)`
-    says how many hosts write logs (their lines are then prefixed with the host)."""
+def follow_transform_job(name: str) -> int:
+    """Prints the transform job's status changes and log lines until it ends; 0 if it completed."""
     import boto3
 
-    logs = JobLogs(boto3.client("logs"), name, f"/aws/sagemaker/{kind}s")
+    describe = boto3.client("sagemaker").describe_transform_job
+    job = watch("keras-pipe transform", name, lambda: describe(TransformJobName=name), "TransformJob",
+                lambda job: job.get("TransformResources", {}).get("InstanceCount", 1))
+    status = job["TransformJobStatus"]
+    if status == "Completed":
+        output = job.get("TransformOutput", {}).get("S3OutputPath", "?")
+        print(f"keras-pipe transform: answers under {shown(str(output))}", file=sys.stderr)
+        return 0
+    print(f"keras-pipe transform: {name} {status.lower()}: {shown(str(job.get('FailureReason', 'no reason given')))}",
+          file=sys.stderr)
+    return 1
+
+
+def follow_endpoint(name: str) -> int:
+    """Prints the endpoint's status changes and its server's log lines until it is in service or
+    failed; 0 if in service."""
+    import boto3
+
+    describe = boto3.client("sagemaker").describe_endpoint
+    # an endpoint logs to a group of its own, one stream per instance: VARIANT/INSTANCE-ID
+    logs = JobLogs(boto3.client("logs"), "AllTraffic", f"/aws/sagemaker/Endpoints/{name}")
+    endpoint = watch("keras-pipe deploy", name, lambda: describe(EndpointName=name), "Endpoint", lambda _: 1, logs)
+    status = endpoint["EndpointStatus"]
+    if status == "InService":
+        print(f"keras-pipe deploy: {name} is in service: aws sagemaker-runtime invoke-endpoint --endpoint-name "
+              f"{name} --content-type application/x-image --body fileb://photo.jpg answer.json", file=sys.stderr)
+        return 0
+    print(f"keras-pipe deploy: {name} {status.lower()}: {shown(str(endpoint.get('FailureReason', 'no reason given')))}",
+          file=sys.stderr)
+    return 1
+
+
+# where each kind's following ends: a job's end, an endpoint's creation's end
+_ENDED = ("Completed", "Failed", "Stopped", "InService", "OutOfService")
+
+
+def watch(who: str, name: str, describe, kind: str, instance_count, logs: JobLogs | None = None) -> dict:
+    """Prints a `kind` job's (TrainingJob, ProcessingJob, TransformJob; or an Endpoint) status
+    changes and log lines until it ends; returns its last description. `describe()` describes it,
+    `instance_count(description)` says how many hosts write logs (their lines are then prefixed with
+    the host); `logs`: where they are, if not in /aws/sagemaker/{kind}s, streams JOB/HOST-EPOCH."""
+    import boto3
+
+    logs = logs or JobLogs(boto3.client("logs"), name, f"/aws/sagemaker/{kind}s")
     status = None
     while True:
         job = describe()
@@ -47,7 +89,7 @@ def watch(who: str, name: str, describe, kind: str, instance_count) -> dict:
         several_hosts = instance_count(job) > 1
         for host, message in logs.new_lines():
             print(f"[{host}] {message}" if several_hosts else message)
-        if status in ("Completed", "Failed", "Stopped"):
+        if status in _ENDED:
             return job
         time.sleep(POLL_S)
 
@@ -61,8 +103,8 @@ class JobLogs:
     only in v2. What they do well, reading every page, boto3's paginator does here (one page is at
     most 10,000 lines or 1 MB: a busy job writes more between two polls)."""
 
-    def __init__(self, client, job_name: str, group: str = "/aws/sagemaker/TrainingJobs"):
-        self.client, self.job_name, self.group = client, job_name, group
+    def __init__(self, client, stream_prefix: str, group: str = "/aws/sagemaker/TrainingJobs"):
+        self.client, self.stream_prefix, self.group = client, stream_prefix, group
         self.since = 0  # ms: the newest timestamp printed
         self.printed_at_since: set[str] = set()  # event ids printed with that timestamp
 
@@ -72,7 +114,7 @@ class JobLogs:
         from botocore.exceptions import ClientError
 
         pages = self.client.get_paginator("filter_log_events").paginate(
-            logGroupName=self.group, logStreamNamePrefix=f"{self.job_name}/", startTime=self.since)
+            logGroupName=self.group, logStreamNamePrefix=f"{self.stream_prefix}/", startTime=self.since)
         try:
             events = [e for page in pages for e in page["events"] if e["eventId"] not in self.printed_at_since]
         except ClientError as err:  # tried again at the next poll: following must outlive a throttled call
