@@ -13,7 +13,8 @@ PNG = b"\x89PNG\r\n\x1a\n a png"
 B64 = base64.b64encode(JPEG).decode()
 
 
-@pytest.mark.parametrize("content_type", ["application/x-image", "image/jpeg", "image/png", "Image/JPEG; q=1"])
+@pytest.mark.parametrize("content_type", ["application/x-image", "image/jpeg", "image/png", "Image/JPEG; q=1",
+                                          "application/octet-stream"])
 def test_an_image_body_is_one_image(content_type):
     assert parse(content_type, JPEG) == payloads.Request([JPEG], lines=False, single=True)
 

@@ -4,6 +4,8 @@ model sees it, with the HTTP status that says whose fault it is and a message th
 
 Requests, as SageMaker's built-in image classifiers and TF Serving take them:
   application/x-image, image/jpeg, image/png (image/* in general)   the body is one image
+  application/octet-stream  the same (SDK v2's Predictor sends raw bytes so unless told otherwise);
+                          the image's own header says what it is
   application/json        TF Serving's {"instances": [{"b64": ...}, ...]} (also {"image_bytes":
                           {"b64": ...}} items and {"inputs": [...]}), a plain list of base64
                           strings or {"b64": ...} objects, or one such object: a list of images
@@ -21,7 +23,7 @@ import binascii
 import json
 from dataclasses import dataclass
 
-IMAGE_TYPES = ("application/x-image", "image/")
+IMAGE_TYPES = ("application/x-image", "image/", "application/octet-stream")
 JSON = "application/json"
 JSON_LINES = ("application/jsonlines", "application/x-jsonlines", "application/json-lines")
 ACCEPTED = "application/x-image, image/jpeg, image/png, application/json or application/jsonlines"
