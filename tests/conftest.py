@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# the image and the Docker Engine: fixtures tests/image and tests/docs share (one of each per session)
+pytest_plugins = ["tests.engine"]
+
 REPO = Path(__file__).resolve().parent.parent
 # SageMaker SDK v2 in its own virtualenv beside .venv (v3): `make test` creates it
 SDK2_PYTHON = REPO / ".venv-sdk2" / "bin" / "python"
@@ -30,6 +33,18 @@ def sdk2_python() -> Path:
     if not SDK2_PYTHON.exists():
         pytest.skip(f"{SDK2_PYTHON} is missing: `make test` creates it (requirements/sdk2.txt)")
     return SDK2_PYTHON
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two pytest-xdist workers (--dist loadgroup): the tests that need the image
+    (marked container, and the documents' commands, which run it) all go to one of them, so that the
+    image is built and the Docker Engine started once; so do the end-to-end jobs, which share a
+    backbone one of them pretrains for a minute. Every other test goes wherever a worker is free."""
+    for item in items:
+        if item.get_closest_marker("container") or item.nodeid.startswith("tests/docs/"):
+            item.add_marker(pytest.mark.xdist_group("engine"))
+        elif item.nodeid.startswith("tests/job/test_job_e2e.py"):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import REPO, SDK2_PYTHON
 from tests.docs import doc_blocks
-from tests.image.conftest import BASE, ENGINE, RUN_ARGS, TAG
+from tests.engine import BASE, ENGINE, RUN_ARGS, TAG
 from tests.launcher.conftest import recorded
 
 DOCUMENTS = sorted(str(p.relative_to(REPO)) for p in [REPO / "README.md", *REPO.glob("docs/*.md"),

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.conftest import QUICK
-from tests.image.conftest import ENGINE, RUN_ARGS, TAG
+from tests.engine import ENGINE, RUN_ARGS, TAG
 
 # the first test also builds the image (pip installs TensorFlow into it): minutes on CI
 pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
