@@ -7,6 +7,12 @@ tests/image/test_sdk_local.py under the SDK's virtualenv (v2 in .venv-sdk2, v3 i
 Hyperparameters are given as Python values and the SDK encodes them its own way. Prints one JSON
 line last: {"artifacts": folder holding model.tar.gz and output.tar.gz, "error": the exception the
 SDK raised, or null}.
+
+    python tests/image/sdk_local_run.py '{"sdk": "v2", "image": ..., "serve": {"model_data": TAR_GZ,
+                                    "images": [JPEG, ...], "transform": [INPUT_DIR, OUTPUT_DIR] (v2)}}'
+
+deploys a model.tar.gz to a local endpoint, sends it each image as the SDK's users do, and (v2) runs
+a local batch transform over a folder; prints {"answers": [each image's answer], "error": ...}.
 """
 
 import glob
@@ -43,8 +49,62 @@ def v3(job: dict) -> str:
     return os.path.join(job["output"], "compressed_artifacts")
 
 
+def v2_serve(job: dict) -> list:
+    """SDK v2: Model.deploy(instance_type="local") and predictor.predict(bytes), as its users host a
+    model (the Predictor's default serializer sends application/octet-stream); then a local batch
+    transform of a folder, one image per file (SingleRecord: v2 refuses MultiRecord on binary files)."""
+    from sagemaker.local import LocalSession
+    from sagemaker.model import Model
+    from sagemaker.predictor import Predictor
+
+    session = LocalSession()
+    session.config = {"local": {"local_code": True}}
+    serve = job["serve"]
+    model = Model(image_uri=job["image"], model_data=f"file://{serve['model_data']}", role=ROLE,
+                  sagemaker_session=session)
+    predictor = model.deploy(initial_instance_count=1, instance_type="local", predictor_cls=Predictor)
+    try:
+        answers = [json.loads(predictor.predict(open(path, "rb").read())) for path in serve["images"]]
+    finally:
+        predictor.delete_endpoint()
+    source, target = serve["transform"]
+    transformer = model.transformer(instance_count=1, instance_type="local", strategy="SingleRecord",
+                                    assemble_with="None", output_path=f"file://{target}",
+                                    accept="application/jsonlines")
+    transformer.transform(f"file://{source}", content_type="application/x-image", split_type="None", wait=True)
+    return answers
+
+
+def v3_serve(job: dict) -> list:
+    """SDK v3: its local session's CreateModel, CreateEndpointConfig, CreateEndpoint and
+    InvokeEndpoint (v3's ModelBuilder starts only AWS's own model servers locally)."""
+    from sagemaker.core.local import LocalSession
+
+    session = LocalSession()
+    client, runtime = session.sagemaker_client, session.sagemaker_runtime_client
+    client.create_model(ModelName="sdk-local-v3", ExecutionRoleArn=ROLE, PrimaryContainer={
+        "Image": job["image"], "ModelDataUrl": f"file://{job['serve']['model_data']}", "Environment": {}})
+    client.create_endpoint_config(EndpointConfigName="sdk-local-v3", ProductionVariants=[{
+        "VariantName": "AllTraffic", "ModelName": "sdk-local-v3", "InitialInstanceCount": 1, "InstanceType": "local"}])
+    client.create_endpoint(EndpointName="sdk-local-v3", EndpointConfigName="sdk-local-v3")
+    try:
+        return [json.loads(runtime.invoke_endpoint(Body=open(path, "rb").read(), EndpointName="sdk-local-v3",
+                                                   ContentType="image/jpeg", Accept="application/json")["Body"].read())
+                for path in job["serve"]["images"]]
+    finally:
+        client.delete_endpoint("sdk-local-v3")
+
+
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])
+    if "serve" in job:
+        answers, error = None, None
+        try:
+            answers = (v2_serve if job["sdk"] == "v2" else v3_serve)(job)
+        except Exception as err:  # reported to the test, which asserts on it
+            error = f"{type(err).__name__}: {err}"
+        print(json.dumps({"answers": answers, "error": error}), flush=True)
+        sys.exit(0)
     artifacts, error = None, None
     try:
         artifacts = (v2 if job["sdk"] == "v2" else v3)(job)

@@ -1,6 +1,8 @@
 """The built image driven by SageMaker's own SDKs in their local mode, as users run it before paying
 for instances: v2 Estimator with two hosts (one host: docs/image.md's snippet, run by tests/docs),
-v3 ModelTrainer in LOCAL_CONTAINER mode. The SDKs
+v3 ModelTrainer in LOCAL_CONTAINER mode; then each job's model.tar.gz hosted on the SDK's local
+endpoint (v2 Model.deploy, v3's local CreateEndpoint) answering JPEGs, and v2's local batch transform
+writing one answer per image file. The SDKs
 start the containers with docker-compose, on a real Docker Engine (the `docker_engine` fixture: over
 podman's Docker API, Compose missed a failing container's exit in 4 of 10 runs; docs/image.md).
 Each run must end with the SDK's model.tar.gz (a SavedModel that serves, classes.json) and
@@ -19,7 +21,7 @@ import tarfile
 import pytest
 
 from tests.conftest import REPO, sdk2_python
-from tests.image.conftest import TAG
+from tests.engine import TAG
 
 pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -83,7 +85,46 @@ def assert_complete_artifacts(folder, tmp_path) -> None:
     assert "failure" not in output
 
 
-def test_v2_estimator_local_mode_two_hosts_finish_together(docker_api, digit_folders, tmp_path):
+def served_with_sdk(python, sdk: str, env: dict, model_data: str, folder) -> None:
+    """The model.tar.gz on the SDK's local endpoint: each digit JPEG is answered with the class the
+    SavedModel itself gives it; (v2) a local batch transform of a folder of them writes, for each
+    file, FILE.out holding one JSON line, the same answer (SageMaker's documented output layout)."""
+    import tensorflow as tf
+
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    images, _ = load_digits()
+    jpegs = [digit_jpeg(pixels) for pixels in images[1600:1604]]
+    source, target = folder / "photos", folder / "answers"
+    source.mkdir()
+    target.mkdir()
+    paths = [source / f"{i}.jpg" for i in range(len(jpegs))]
+    for path, jpeg in zip(paths, jpegs):
+        path.write_bytes(jpeg)
+    job = {"sdk": sdk, "image": TAG, "serve": {"model_data": model_data, "images": [str(p) for p in paths],
+                                               "transform": [str(source), str(target)]}}
+    out = subprocess.run([str(python), str(REPO / "tests" / "image" / "sdk_local_run.py"), json.dumps(job)], cwd=folder,
+                         env=env, capture_output=True, text=True, timeout=900)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["error"] is None, log[-4000:]
+    with tarfile.open(model_data) as tar:
+        tar.extractall(folder / "served", filter="data")
+    expected = tf.saved_model.load(str(folder / "served" / "1")).signatures["serving_default"](
+        image_bytes=tf.constant(jpegs))["classes"].numpy()
+    labels = [label.decode() for label in expected]
+    assert [answer["predicted_label"] for answer in result["answers"]] == labels, result["answers"]
+    for answer in result["answers"]:
+        assert sorted(answer["labels"]) == sorted(CLASSES) and abs(sum(answer["probabilities"]) - 1) < 1e-4
+    if sdk == "v2":
+        assert sorted(os.listdir(target)) == sorted(f"{p.name}.out" for p in paths), os.listdir(target)
+        for path, label in zip(paths, labels):
+            (line,) = (target / f"{path.name}.out").read_text().splitlines()
+            assert json.loads(line)["predicted_label"] == label
+
+
+def test_v2_estimator_local_mode_two_hosts_finish_together_and_the_model_serves(docker_api, digit_folders, tmp_path):
     """(One host: docs/image.md's snippet, run by tests/docs.)"""
     result, log = run_with_sdk(sdk2_python(), "v2", docker_api, digit_folders, hosts=2)
     assert result["error"] is None, log[-4000:]
@@ -92,12 +133,14 @@ def test_v2_estimator_local_mode_two_hosts_finish_together(docker_api, digit_fol
     assert "MultiWorkerMirroredStrategy: 2 worker(s)" in log
     assert "waiting for the chief to export the model" in log
     assert_complete_artifacts(result["artifacts"], tmp_path)
+    served_with_sdk(sdk2_python(), "v2", docker_api, os.path.join(result["artifacts"], "model.tar.gz"), tmp_path)
 
 
-def test_v3_model_trainer_local_container(docker_api, digit_folders, tmp_path):
+def test_v3_model_trainer_local_container_and_the_model_serves(docker_api, digit_folders, tmp_path):
     result, log = run_with_sdk(sys.executable, "v3", docker_api, digit_folders)
     assert result["error"] is None, log[-4000:]
     assert_complete_artifacts(result["artifacts"], tmp_path)
+    served_with_sdk(sys.executable, "v3", docker_api, os.path.join(result["artifacts"], "model.tar.gz"), tmp_path)
 
 
 def test_a_failing_job_surfaces_its_reason_through_the_sdk(docker_api, digit_folders):
