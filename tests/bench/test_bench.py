@@ -76,3 +76,12 @@ def test_the_aws_comparison_times_pipemode_over_a_fifo_fed_by_cat(tmp_path, mode
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert (result["records"], result["bytes"]) == (3000, 3000 * 100) and result["seconds"] > 0
+
+
+@pytest.mark.slow
+def test_serve_benchmark_runs_the_server_and_its_limit_and_watches_memory():
+    out = quick_run("serve")
+    for clients in (1, 8):
+        assert f"{clients} client(s): server" in out and "server / in-process =" in out
+    assert "memory over 150 requests (8 clients)" in out
+    assert "serve stopped with exit code 0 on SIGTERM" in out
