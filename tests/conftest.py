@@ -35,6 +35,7 @@ def sdk2_python() -> Path:
     return SDK2_PYTHON
 
 
+@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist's own, which reads the groups)
 def pytest_collection_modifyitems(config, items):
     """`make test` runs two pytest-xdist workers (--dist loadgroup): the tests that need the image
     (marked container, and the documents' commands, which run it) all go to one of them, so that the
