@@ -24,20 +24,15 @@ TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
 
-# two pytest-xdist workers: most tests wait on one-threaded work (Python and TensorFlow starting in a
-# subprocess, a job's small steps), so two share two cores well (TEST_WORKERS=0: one process)
-TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
-
 test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # the quick tier, while working: every test but those of the image and the SDKs' local mode (marked
 # `container`); one folder alone: `make test-quick PYTEST_ARGS=tests/reader`
 test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(XDIST) -m "not container" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not container" $(PYTEST_ARGS)
 
 # the reader's property tests at length (20,000 streams per property instead of 250; minutes)
 fuzz: $(INSTALLED)

@@ -35,19 +35,6 @@ def sdk2_python() -> Path:
     return SDK2_PYTHON
 
 
-@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist's own, which reads the groups)
-def pytest_collection_modifyitems(config, items):
-    """`make test` runs two pytest-xdist workers (--dist loadgroup): the tests that need the image
-    (marked container, and the documents' commands, which run it) all go to one of them, so that the
-    image is built and the Docker Engine started once; so do the end-to-end jobs, which share a
-    backbone one of them pretrains for a minute. Every other test goes wherever a worker is free."""
-    for item in items:
-        if item.get_closest_marker("container") or item.nodeid.startswith("tests/docs/"):
-            item.add_marker(pytest.mark.xdist_group("engine"))
-        elif item.nodeid.startswith("tests/job/test_job_e2e.py"):
-            item.add_marker(pytest.mark.xdist_group("e2e"))
-
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # moto's request recorder (read when moto is imported): a temp file, not ./moto_recording
 os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording"))

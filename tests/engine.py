@@ -3,8 +3,7 @@ a Docker Engine of the tests' own for the SageMaker SDKs' local mode (docs/image
 
 A plugin of the root conftest (pytest_plugins), not a folder's conftest: tests/image and tests/docs
 both use these fixtures, and a fixture each folder imported was a fixture of each: two builds, two
-Docker Engines each loading the image. Here each is made once per session (per pytest-xdist worker;
-tests/conftest.py sends every test that uses them to one worker)."""
+Docker Engines each loading the image. Here each is made once per session."""
 
 from __future__ import annotations
 
