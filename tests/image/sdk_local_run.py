@@ -61,17 +61,19 @@ def v2_serve(job: dict) -> list:
     session.config = {"local": {"local_code": True}}
     serve = job["serve"]
     model = Model(image_uri=job["image"], model_data=f"file://{serve['model_data']}", role=ROLE,
-                  sagemaker_session=session)
-    predictor = model.deploy(initial_instance_count=1, instance_type="local", predictor_cls=Predictor)
+                  predictor_cls=Predictor, sagemaker_session=session)
     try:
+        predictor = model.deploy(initial_instance_count=1, instance_type="local")
         answers = [json.loads(predictor.predict(open(path, "rb").read())) for path in serve["images"]]
-    finally:
-        predictor.delete_endpoint()
+    finally:  # (the endpoint's container stopped whatever failed: it holds port 8080)
+        if model.endpoint_name:
+            session.sagemaker_client.delete_endpoint(EndpointName=model.endpoint_name)
     source, target = serve["transform"]
     transformer = model.transformer(instance_count=1, instance_type="local", strategy="SingleRecord",
                                     assemble_with="None", output_path=f"file://{target}",
                                     accept="application/jsonlines")
-    transformer.transform(f"file://{source}", content_type="application/x-image", split_type="None", wait=True)
+    transformer.transform(f"file://{source}", content_type="application/x-image", split_type="None", wait=True,
+                          logs=False)  # (logs=True reads CloudWatch, even in local mode)
     return answers
 
 
@@ -104,7 +106,9 @@ if __name__ == "__main__":
         except Exception as err:  # reported to the test, which asserts on it
             error = f"{type(err).__name__}: {err}"
         print(json.dumps({"answers": answers, "error": error}), flush=True)
-        sys.exit(0)
+        # (not sys.exit: a container the SDK failed to stop keeps a thread of its waiting for output,
+        # and Python would wait for that thread for ever)
+        os._exit(0)
     artifacts, error = None, None
     try:
         artifacts = (v2 if job["sdk"] == "v2" else v3)(job)
