@@ -1,7 +1,7 @@
 """The served model: requests per second and latency of `serve` (the image's server, started as the
 installed `keras-pipe-serve`) against the model called in this process, its limit.
 
-    python -m bench.serve            # ~10 minutes on 2 cores
+    python -m bench.serve            # ~4 minutes on 2 cores
     python -m bench.serve --quick    # tiny: a correctness check, not a benchmark
 
 The model is the job's export of mobilenet_v3_small at 224x224 (random weights: the cost is the
