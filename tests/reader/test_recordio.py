@@ -142,3 +142,53 @@ def test_a_record_check_rejects_payloads_by_number_and_offset():
     decoder = recordio.RecordIODecoder(CorruptionPolicy(1))
     assert [r for batch in decoder.records(stream_reader(data), WHERE, check) for r in batch] == [b"one1", b"three"]
     assert decoder.policy.skipped == 1
+
+
+# --- augmented manifests: one record per listed attribute, grouped by line ---------------------------
+
+
+def lines(data: bytes, size: int = 2, skips: int = 0, check=None):
+    """(the records RecordIODecoder.groups makes, the pass's policy): each line's payloads joined by '|'."""
+    def combine(payloads):
+        if payloads[-1] == b"bad":
+            raise ValueError("a bad label")
+        return b"|".join(payloads)
+
+    policy = CorruptionPolicy(skips)
+    got = recordio.RecordIODecoder(policy).groups(stream_reader(data), WHERE, size, combine, check)
+    return [r for batch in got for r in batch], policy
+
+
+def test_a_manifest_stream_is_grouped_by_line_in_the_attributes_order():
+    payloads = [b"jpeg-0", b"3", b"jpeg-1" + MAGIC + b"..", b"[0, 2]", b"", b'"7"']
+    got, _ = lines(recordio.encode(payloads))
+    assert got == [b"jpeg-0|3", b"jpeg-1" + MAGIC + b"..|[0, 2]", b'|"7"']
+
+
+def test_a_line_that_cannot_be_used_is_named_and_skipped_without_losing_the_alignment():
+    from pipemode.errors import UnusableRecordError
+
+    data = recordio.encode([b"a", b"1", b"b", b"bad", b"c", b"2"])
+    with pytest.raises(UnusableRecordError, match=r"unusable record #1 at byte offset 24 of test stream: manifest "
+                                                  r"line 2 \(RecordIO records #2-#3\): a bad label"):
+        lines(data)
+    got, policy = lines(data, skips=1)
+    assert got == [b"a|1", b"c|2"] and policy.skipped == 1
+    reject_c = lambda record: "no c" if record.startswith(b"c") else None  # noqa: E731
+    with pytest.raises(UnusableRecordError, match=r"manifest line 3 \(RecordIO records #4-#5\): no c"):
+        lines(recordio.encode([b"a", b"1", b"b", b"2", b"c", b"3"]), check=reject_c)
+
+
+def test_a_pass_that_ends_inside_a_line_is_an_error_naming_it():
+    data = recordio.encode([b"a", b"1", b"b", b"2", b"c"])
+    with pytest.raises(TruncatedRecordError, match=r"the pass ended after 1 of the 2 records of manifest line 3"):
+        lines(data)
+    got, policy = lines(data, skips=1)  # (skippable like any truncated record: the lines before it are kept)
+    assert got == [b"a|1", b"b|2"] and policy.skipped == 1
+
+
+def test_a_damaged_record_ends_the_pass_even_when_skipping_is_allowed():
+    data = bytearray(recordio.encode([b"aaaa", b"1111", b"bbbb", b"2222", b"cccc", b"3333"]))
+    data[12 * 2] ^= 0xFF  # the magic of record #2: after it, which record is which attribute is unknown
+    with pytest.raises(CorruptRecordError, match=r"cannot be matched to their manifest lines"):
+        lines(bytes(data), skips=5)

@@ -248,6 +248,49 @@ def _class_names(name, value):
     return tuple(names)
 
 
+@dataclasses.dataclass(frozen=True)
+class ManifestRoles:
+    """Where each part of a manifest line is among its attributes (indexes into attribute_names)."""
+    image: int
+    label: int
+    metadata: int | None
+
+
+def manifest_roles(names: tuple[str, ...]) -> ManifestRoles:
+    """The image (the one "-ref" attribute), the label (the one other) and its optional
+    "<label>-metadata", or a UserError saying what the list lacks or holds too much of."""
+    refs = [i for i, n in enumerate(names) if n.endswith("-ref")]
+    metadata = [i for i, n in enumerate(names) if n.endswith("-metadata")]
+    labels = [i for i, n in enumerate(names) if i not in refs and i not in metadata]
+    example = "e.g. source-ref,label or source-ref,label,label-metadata"
+    if len(refs) != 1:
+        raise UserError(f"hyperparameter attribute_names must list one image attribute, whose name ends in -ref; it "
+                        f"lists {len(refs)} ({', '.join(names)}): {example}")
+    if len(labels) != 1:
+        raise UserError(f"hyperparameter attribute_names must list one label attribute besides the image (and its "
+                        f"-metadata); it lists {len(labels)} ({', '.join(names[i] for i in labels) or 'none'}): "
+                        f"{example}")
+    label = names[labels[0]]
+    if metadata and (len(metadata) > 1 or names[metadata[0]] != f"{label}-metadata"):
+        raise UserError(f"hyperparameter attribute_names: the only -metadata attribute the job reads is the label's "
+                        f"({label}-metadata); it lists {', '.join(names[i] for i in metadata)}")
+    if len(set(names)) < len(names):
+        raise UserError(f"hyperparameter attribute_names lists a name twice ({', '.join(names)})")
+    return ManifestRoles(refs[0], labels[0], metadata[0] if metadata else None)
+
+
+def _attribute_names(name, value):
+    if _is_none(value):
+        return None
+    names = _list_of_text(name, value, '["source-ref", "label"]')
+    if names is None or any(not n for n in names):
+        raise UserError(f"hyperparameter {name} must list the manifest's attribute names, e.g. source-ref,label; got "
+                        f"{value!r}")
+    names = tuple(names)
+    manifest_roles(names)
+    return names
+
+
 def _optional(parse):
     def optional(name, value):
         return None if _is_none(value) else parse(name, value)
@@ -334,6 +377,10 @@ HYPERPARAMETERS = {
                        "classes are the same and replaces it otherwise; true always replaces it; false keeps it"),
         Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
         Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
+        Hyperparameter("attribute_names", None, _attribute_names,
+                       "the train and validation channels are augmented manifests (Ground Truth's output) streamed "
+                       "in Pipe mode: their AttributeNames, in order, e.g. source-ref,label (the image, its label, "
+                       "optionally label-metadata); keras-pipe local, submit and tune set it"),
         Hyperparameter("image_feature", "image/encoded", _text, "tf.train.Example feature holding the JPEG/PNG bytes"),
         Hyperparameter("label_feature", "image/class/label", _text, "tf.train.Example int64 feature holding the label"),
         Hyperparameter("augment", "true", _augment, "true (crop,flip,color), false, all, or some of crop, flip, "
@@ -447,6 +494,7 @@ class JobConfig:
     reinitialize_top_layer: str
     num_classes: int
     class_names: tuple[str, ...]
+    attribute_names: tuple[str, ...] | None
     image_feature: str
     label_feature: str
     augment: tuple[str, ...]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_pipe_train import example, preprocess
+from keras_pipe_train import example, manifest, preprocess
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
@@ -58,7 +58,9 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
                                              config.max_image_pixels, multi_label=config.multi_label,
                                              label_format=config.label_format),
     }
-    if channel.input_mode == "Pipe":
+    if config.attribute_names:
+        reader = manifest_reader(channel, layout, config, interrupt, options)
+    elif channel.input_mode == "Pipe":
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
                             wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
@@ -70,6 +72,22 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
         reader = FileReader(files, channel.name, **options)
     dataset = pipe_dataset(reader)
     return (dataset.shard(*shard) if shard else dataset), reader
+
+
+def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, interrupt, options: dict) -> PipeReader:
+    """An augmented manifest's channel: its records grouped by line into Examples (manifest.py)."""
+    names = ",".join(config.attribute_names)
+    if channel.input_mode != "Pipe":
+        raise UserError(f"channel {channel.name!r} is in {channel.input_mode} mode, but hyperparameter attribute_names "
+                        f"({names}) says the train and validation channels are augmented manifests, which SageMaker "
+                        "streams in Pipe mode only: set the channel's InputMode to Pipe, or unset attribute_names")
+    if channel.record_wrapper != "RecordIO":
+        raise UserError(f"channel {channel.name!r} has RecordWrapperType {channel.record_wrapper}: with "
+                        f"attribute_names ({names}) it must be RecordIO, or SageMaker streams each image and its "
+                        "label run together, with nothing to tell where one ends")
+    return PipeReader(channel.name, "RecordIO", pipe_dir=layout.input_data, config_dir=layout.input_config,
+                      wait_timeout=config.pipe_wait_timeout, interrupt=interrupt,
+                      group_records=len(config.attribute_names), combine=manifest.combiner(config), **options)
 
 
 def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) -> tuple[int, int] | None:

@@ -14,7 +14,7 @@ from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import Interrupted, PipeConfigError
 from pipemode.fifo import open_fifo
 from pipemode.passes import PassCounter
-from pipemode.recordio import RecordIODecoder
+from pipemode.recordio import Combine, RecordIODecoder
 from pipemode.textline import TextLineDecoder
 from pipemode.tfrecord import MAX_RECORD_BYTES, RecordCheck, TFRecordDecoder
 
@@ -56,6 +56,11 @@ class PipeReader:
         RecordIO       RecordIO           each S3 object wrapped        the objects (payloads)
         TextLine       None               text files, concatenated      the lines (no newline)
         TextLine       RecordIO           each text file wrapped        the lines of each file
+
+    An augmented manifest's channel (S3DataType AugmentedManifestFile, RecordWrapperType RecordIO)
+    streams one RecordIO record per listed attribute of each manifest line: read it as RecordIO
+    with `group_records` set to the number of attributes, and `combine` making each line's
+    payloads into one record (RecordIODecoder.groups).
     """
 
     def __init__(
@@ -73,11 +78,17 @@ class PipeReader:
         benchmark: bool = False,
         record_check: RecordCheck | None = None,
         interrupt: threading.Event | None = None,
+        group_records: int = 1,
+        combine: Combine | None = None,
     ):
         if record_format not in RECORD_FORMATS:
             raise PipeConfigError(
                 f"record_format {record_format!r} is not supported; use one of {', '.join(RECORD_FORMATS)}"
             )
+        if (group_records != 1 or combine) and (record_format != "RecordIO" or not combine or group_records < 1):
+            raise PipeConfigError("group_records and combine go together, with record_format RecordIO (one "
+                                  f"record per attribute of an augmented manifest's line); got {record_format}, "
+                                  f"group_records={group_records}, combine={combine!r}")
         max_corrupted_records_to_skip = options.max_corrupted_records_to_skip(max_corrupted_records_to_skip)
         max_record_bytes = options.max_record_bytes(max_record_bytes)
         if not wait_timeout > 0:
@@ -93,6 +104,7 @@ class PipeReader:
         self.benchmark = benchmark
         self.record_check = record_check
         self.interrupt = interrupt
+        self.group_records, self.combine = group_records, combine
         self.history: list[PassStats] = []
         self._passes = PassCounter(channel, self.pipe_dir, os.fspath(state_dir) if state_dir else None)
 
@@ -134,6 +146,9 @@ class PipeReader:
             print(stats.summary(), flush=True)
 
     def _decode(self, read, where: str, policy: CorruptionPolicy) -> Iterator[list[bytes]]:
+        if self.record_format == "RecordIO" and self.combine:
+            yield from RecordIODecoder(policy).groups(read, where, self.group_records, self.combine, self.record_check)
+            return
         if self.record_format == "RecordIO":
             yield from RecordIODecoder(policy).records(read, where, self.record_check)
             return

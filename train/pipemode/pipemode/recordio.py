@@ -31,6 +31,7 @@ _READ_BYTES = 1 << 20  # see tfrecord.CHUNK_BYTES for why not more
 _BATCH_RECORDS = 4096
 
 Read = Callable[[int], bytes]
+Combine = Callable[[list[bytes]], bytes]
 
 
 def _padding(length: int) -> int:
@@ -222,6 +223,63 @@ class RecordIODecoder:
                 batch, size = [], 0
         if batch:
             yield batch
+
+    def groups(self, read: Read, where: str, size: int, combine: Combine,
+               record_check=None) -> Iterator[list[bytes]]:
+        """Every `size` consecutive payloads made into one record by `combine`, in lists: what an
+        augmented manifest's channel streams, one RecordIO record per listed attribute of each
+        line, in the order listed. combine(payloads) returns the record, or raises ValueError
+        saying why the line cannot be used (skipped or raised as an UnusableRecordError naming
+        the line, under the same corruption policy as record_check's rejections).
+
+        A record that cannot be framed is an error even when corrupt records may be skipped: the
+        records after it can no longer be matched to their lines (nothing in a payload says which
+        attribute it holds). So is a pass that ends inside a line.
+        """
+        batch, nbytes, line, first_offset = [], 0, [], 0
+        lines = 0
+        expected = 0  # the next record's number: one skipped by streams() (a bad header) is a gap
+        for stream in self.streams(read, where):
+            if not line:
+                first_offset = stream.offset
+            payload = stream.read_all()
+            if stream.broken or stream.number != expected:
+                lost = stream.number if stream.broken else expected
+                raise CorruptRecordError(
+                    where, lines, stream.offset,
+                    f"RecordIO record #{lost} (attribute {len(line) + 1} of {size} of manifest line "
+                    f"{lines + 1}) is damaged, and the records after it cannot be matched to their manifest "
+                    "lines: the pass cannot go on")
+            expected += 1
+            line.append(payload)
+            if len(line) < size:
+                continue
+            lines += 1
+            payloads, line = line, []
+            try:
+                record = combine(payloads)
+                problem = record_check(record) if record_check else None
+            except ValueError as err:
+                problem = str(err)
+            if problem:
+                self.policy.skip_or_raise(UnusableRecordError(
+                    where, lines - 1, first_offset,
+                    f"manifest line {lines} (RecordIO records #{stream.number - size + 1}-#{stream.number}): "
+                    f"{problem}"))
+                continue
+            batch.append(record)
+            nbytes += len(record)
+            if len(batch) >= _BATCH_RECORDS or nbytes >= _READ_BYTES:
+                yield batch
+                batch, nbytes = [], 0
+        if batch:
+            yield batch
+        if line:
+            self.policy.skip_or_raise(TruncatedRecordError(
+                where, lines, first_offset,
+                f"the pass ended after {len(line)} of the {size} records of manifest line {lines + 1} (one per "
+                "attribute listed): the stream is cut short, or attribute_names lists more attributes than the "
+                "channel's AttributeNames"))
 
     def streams(self, read: Read, where: str) -> Iterator[RecordStream]:
         inp = _Input(read)
