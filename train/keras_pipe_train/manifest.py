@@ -57,9 +57,8 @@ def combiner(config: JobConfig) -> Callable[[list[bytes]], bytes]:
             elif names_in and not unnamed_warning.is_set():
                 unnamed_warning.set()
                 log.warning("the manifest names the classes (%s in its %s) but hyperparameter class_names is not "
-                            "set: the model will call them 0 to %d. Set class_names (keras-pipe local, submit and "
-                            "tune set it from the manifest)", ", ".join(f"{k}: {v!r}" for k, v in
-                                                                      sorted(names_in.items())[:5]),
+                            "set: the model will call them 0 to %d. Set class_names to name them in the model",
+                            ", ".join(f"{k}: {v!r}" for k, v in sorted(names_in.items())[:5]),
                             names[roles.metadata], config.num_classes - 1)
         feature = {config.image_feature: feature_pb2.Feature(
             bytes_list=feature_pb2.BytesList(value=[payloads[roles.image]]))}

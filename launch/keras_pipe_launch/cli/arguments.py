@@ -13,11 +13,13 @@ get their own defaults (common.channels.WHOLE_FILE_DEFAULTS); --channel-option c
 from __future__ import annotations
 
 import argparse
+import json
 import re
 
 from keras_pipe_launch.common.channels import (
     COMPRESSIONS,
     DISTRIBUTIONS,
+    MANIFEST_CHANNELS,
     WHOLE_FILE_CHANNELS,
     WHOLE_FILE_DEFAULTS,
     ChannelError,
@@ -48,6 +50,10 @@ def add_channel_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--distribution", default="FullyReplicated", choices=DISTRIBUTIONS)
     group.add_argument("--shuffle-seed", type=int, default=None,
                        help="shuffle the S3 keys of every pass with this seed")
+    group.add_argument("--attribute-names", default=None, metavar="NAMES",
+                       help="the train and validation sources are augmented manifests (Ground Truth's output, JSON "
+                            "Lines), streamed in Pipe mode with these AttributeNames, e.g. source-ref,label or "
+                            "source-ref,label,label-metadata (the image, its label, optionally its metadata)")
     group.add_argument("--channel-option", action="append", default=[], metavar="NAME:OPTION=VALUE",
                        help="override one option for one channel, e.g. validation:input-mode=File")
 
@@ -72,6 +78,7 @@ def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
             raise ChannelError(f"--channel-option {item!r}: there is no channel {shown(name)} "
                                f"(channels: {shown(', '.join(sources)) or 'none'})")
         overrides[name][_OPTIONS[option]] = value
+    attribute_names = _attribute_names(getattr(args, "attribute_names", None))
     specs = []
     for name, source in sources.items():
         values = {"input_mode": args.input_mode, "record_wrapper": args.record_wrapper,
@@ -83,11 +90,33 @@ def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
         except ValueError:
             raise ChannelError(
                 f"channel {shown(name)}: shuffle-seed must be an integer, got {values['shuffle_seed']!r}") from None
+        if attribute_names and name in MANIFEST_CHANNELS:
+            values = {"record_wrapper": "RecordIO", **values, "data_type": "AugmentedManifestFile",
+                      "attribute_names": attribute_names}
+            if "record_wrapper" not in overrides[name]:
+                values["record_wrapper"] = "RecordIO"
         specs.append(ChannelSpec(name=name, source=source, **values))
     if not specs:
         raise ChannelError("no channels: give at least --train SOURCE")
     check_names_apart(specs)
     return specs
+
+
+def _attribute_names(text: str | None) -> tuple[str, ...] | None:
+    """--attribute-names: comma-separated, or a JSON list (a name may hold a comma)."""
+    if text is None:
+        return None
+    try:
+        names = json.loads(text) if text.strip().startswith("[") else [n.strip() for n in text.split(",")]
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not names or any(not isinstance(n, str) or not n for n in names):
+        raise ChannelError(f"--attribute-names {shown(text)}: expected names separated by commas, e.g. "
+                           "source-ref,label, or a JSON list")
+    if len(names) > 16 or any(len(n) > 256 for n in names):  # (S3DataSource.AttributeNames' limits)
+        raise ChannelError(f"--attribute-names {shown(text)}: SageMaker takes at most 16 names of at most 256 "
+                           "characters")
+    return tuple(names)
 
 
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")

@@ -11,6 +11,7 @@ import sys
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
 from keras_pipe_launch.common import hyperparameters, secrets
+from keras_pipe_launch.common.channels import manifest_hyperparameters
 from keras_pipe_launch.common.processes import stopped_by_any_signal
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import key_values
@@ -45,12 +46,14 @@ def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def spec_from(args: argparse.Namespace) -> JobSpec:
+    channels = channels_from(args)
+    values = manifest_hyperparameters(channels, hyperparameters.parse(args.hp))
     return JobSpec(
-        image_uri=args.image_uri, role=args.role, channels=tuple(channels_from(args)),
+        image_uri=args.image_uri, role=args.role, channels=tuple(channels),
         output_path=args.output_path, instance_type=args.instance_type, instance_count=args.instance_count,
         input_mode=args.input_mode, volume_size_gb=args.volume_size, max_run_s=args.max_run, spot=args.spot,
         max_wait_s=args.max_wait, checkpoint_s3_uri=args.checkpoint_s3_uri,
-        tensorboard_s3_uri=args.tensorboard_s3_uri, hyperparameters=tuple(hyperparameters.parse(args.hp).items()),
+        tensorboard_s3_uri=args.tensorboard_s3_uri, hyperparameters=tuple(values.items()),
         environment=tuple(key_values(args.env, "--env").items()), tags=tuple(key_values(args.tag, "--tag").items()),
         network_isolation=args.network_isolation, base_job_name=args.base_job_name, allow_cpu=args.allow_cpu,
     )

@@ -11,6 +11,7 @@ them, they are in File mode, FullyReplicated, neither compressed nor wrapped (un
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 from keras_pipe_launch.common import container_config
@@ -18,6 +19,8 @@ from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_train.contract import INPUT_MODES, RECORD_WRAPPERS
 
 COMPRESSIONS = ("None", "Gzip")
+DATA_TYPES = ("S3Prefix", "AugmentedManifestFile")
+MANIFEST_CHANNELS = ("train", "validation")  # what --attribute-names makes augmented manifests
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # SageMaker's ChannelName pattern
 
@@ -36,6 +39,10 @@ class ChannelSpec:
     distribution: str = "FullyReplicated"
     shuffle_seed: int | None = None
     content_type: str | None = None
+    # AugmentedManifestFile: `source` is one JSON Lines file (Ground Truth's output manifest), and
+    # SageMaker streams the listed attributes of each line, one RecordIO record each
+    data_type: str = "S3Prefix"
+    attribute_names: tuple[str, ...] | None = None
 
     def __post_init__(self):
         # SageMaker's pattern lets '.' and '..' through: as folders under input/data they would be
@@ -49,6 +56,26 @@ class ChannelSpec:
                                       ("distribution", self.distribution, DISTRIBUTIONS)):
             if value not in allowed:
                 raise ChannelError(f"channel {self.name}: --{field} {value!r} is not one of {', '.join(allowed)}")
+        if self.data_type not in DATA_TYPES:
+            raise ChannelError(f"channel {self.name}: S3DataType {self.data_type!r} is not one of "
+                               f"{', '.join(DATA_TYPES)}")
+        if self.data_type == "AugmentedManifestFile":
+            if self.input_mode != "Pipe":
+                raise ChannelError(f"channel {self.name}: an augmented manifest streams in Pipe mode only (SageMaker "
+                                   f"refuses it in {self.input_mode} mode)")
+            if self.record_wrapper != "RecordIO":
+                raise ChannelError(f"channel {self.name}: an augmented manifest needs --record-wrapper RecordIO: with "
+                                   "None, SageMaker streams each image and its label run together, with nothing to "
+                                   "tell where one ends")
+            if self.compression != "None":
+                raise ChannelError(f"channel {self.name}: --compression {self.compression} is not for an augmented "
+                                   "manifest (its lines point to the images; nothing says how SageMaker would "
+                                   "decompress them)")
+            if not self.attribute_names:
+                raise ChannelError(f"channel {self.name}: an augmented manifest needs its attribute names "
+                                   "(--attribute-names source-ref,label)")
+        elif self.attribute_names:
+            raise ChannelError(f"channel {self.name}: attribute names are for an augmented manifest channel only")
         if self.input_mode != "Pipe" and self.compression != "None":
             raise ChannelError(f"channel {self.name}: --compression Gzip works in Pipe mode only "
                                "(SageMaker decompresses while streaming)")
@@ -66,6 +93,33 @@ class ChannelSpec:
         return container_config.channel_entry(self.input_mode, distribution=self.distribution,
                                               record_wrapper=self.record_wrapper, compression=self.compression,
                                               content_type=self.content_type)
+
+
+    @property
+    def is_manifest(self) -> bool:
+        return self.data_type == "AugmentedManifestFile"
+
+
+def manifest_hyperparameters(channels: list[ChannelSpec], values: dict[str, str]) -> dict[str, str]:
+    """The job's hyperparameters with attribute_names set from the manifest channels' AttributeNames
+    (the job reads them there: inputdataconfig.json does not say), so that the two cannot drift."""
+    manifests = [c for c in channels if c.is_manifest]
+    names = {c.attribute_names for c in manifests}
+    if len(names) > 1:
+        raise ChannelError("the manifest channels list different attribute names; the job reads one list for all")
+    given = values.get("attribute_names")
+    if not manifests:
+        if given is not None:
+            raise ChannelError("--hp attribute_names: give --attribute-names instead, which also makes the train and "
+                               "validation channels augmented manifests")
+        return values
+    if [c.name for c in channels if c.name in MANIFEST_CHANNELS and not c.is_manifest]:
+        raise ChannelError("the train and validation channels must both be augmented manifests, or neither")
+    listed = json.dumps(list(manifests[0].attribute_names))
+    if given is not None and given != listed:
+        raise ChannelError(f"--hp attribute_names={given} differs from the channels' attribute names ({listed}): leave "
+                           "it out, --attribute-names sets it")
+    return {**values, "attribute_names": listed}
 
 
 WHOLE_FILE_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",

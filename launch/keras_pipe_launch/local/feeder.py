@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from keras_pipe_launch.common.channels import ChannelSpec
 from keras_pipe_launch.common.objects import StoredObject, list_objects
 from keras_pipe_launch.common.untrusted import shown
+from keras_pipe_launch.local.manifest import ManifestLine
 from pipemode import recordio, tfrecord
 from pipemode.fifo import grow_pipe
 
@@ -161,7 +162,10 @@ class PipeFeeder:
         grow_pipe(fd)
         return fd
 
-    def _object_bytes(self, obj: StoredObject) -> Iterator[bytes]:
+    def _object_bytes(self, obj: StoredObject | ManifestLine) -> Iterator[bytes]:
+        if isinstance(obj, ManifestLine):
+            yield from self._line_records(obj)
+            return
         try:
             chunks = obj.chunks()
             if self.spec.compression == "Gzip":
@@ -174,6 +178,22 @@ class PipeFeeder:
             if isinstance(err, BrokenPipeError):
                 raise
             raise FeedError(f"cannot feed {shown(obj.location)}: {shown(str(err))}") from err
+
+    def _line_records(self, line: ManifestLine) -> Iterator[bytes]:
+        """An augmented manifest's line: one RecordIO record per listed attribute (local.manifest)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        for value in line.values:
+            if isinstance(value, bytes):
+                yield recordio.encode_record(value)
+                continue
+            try:
+                yield from self._recordio_wrapped(value, value.chunks())
+            except (OSError, ClientError, BotoCoreError) as err:
+                if isinstance(err, BrokenPipeError):
+                    raise
+                raise FeedError(f"cannot feed {shown(line.location)}: {shown(value.location)}: "
+                                f"{shown(str(err))}") from err
 
     def _recordio_wrapped(self, obj: StoredObject, chunks: Iterator[bytes]) -> Iterator[bytes]:
         local = obj.store.local_path(obj) if self.spec.compression == "None" else None

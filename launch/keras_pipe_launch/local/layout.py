@@ -14,6 +14,7 @@ from keras_pipe_launch.common.channels import ChannelSpec
 from keras_pipe_launch.common.objects import StoredObject, case_insensitive, list_objects, stage, staging_plan
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_launch.local.manifest import read_manifest
 
 
 class JobFolders:
@@ -42,6 +43,11 @@ class JobFolders:
         ignore_case = case_insensitive(self.job_dir)
         objects, staging = {}, {}
         for spec in channels:
+            if spec.is_manifest:  # (its lines, each the listed attributes: streamed as SageMaker does)
+                objects[spec.name] = read_manifest(spec.source, spec.attribute_names)
+                say(f"channel {spec.name} ({spec.input_mode}, augmented manifest): {len(objects[spec.name])} lines "
+                    f"from {shown(spec.source)}")
+                continue
             objects[spec.name] = list_objects(spec.source)
             if spec.input_mode != "Pipe":  # checked before anything is written
                 staging[spec.name] = staging_plan(objects[spec.name], ignore_case)

@@ -204,10 +204,12 @@ def create_training_job_request(spec: JobSpec, name: str | None = None) -> dict:
 def channel_request(channel: ChannelSpec) -> dict:
     entry = {
         "ChannelName": channel.name,
-        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": channel.source,
+        "DataSource": {"S3DataSource": {"S3DataType": channel.data_type, "S3Uri": channel.source,
                                         "S3DataDistributionType": channel.distribution}},
         "InputMode": channel.input_mode,
     }
+    if channel.attribute_names:
+        entry["DataSource"]["S3DataSource"]["AttributeNames"] = list(channel.attribute_names)
     if channel.compression != "None":
         entry["CompressionType"] = channel.compression
     if channel.record_wrapper != "None":

@@ -94,7 +94,8 @@ def _v3_channel(c: ChannelSpec, configs):
         record_wrapper_type=None if c.record_wrapper == "None" else c.record_wrapper,
         shuffle_config=configs.ShuffleConfig(seed=c.shuffle_seed) if c.shuffle_seed is not None else None,
         data_source=configs.DataSource(s3_data_source=configs.S3DataSource(
-            s3_data_type="S3Prefix", s3_uri=c.source, s3_data_distribution_type=c.distribution)))
+            s3_data_type=c.data_type, s3_uri=c.source, s3_data_distribution_type=c.distribution,
+            attribute_names=list(c.attribute_names) if c.attribute_names else None)))
 
 
 def _submit_v2(spec: JobSpec, name: str) -> str:
@@ -140,7 +141,8 @@ def _estimator(spec: JobSpec):
             c.source, distribution=c.distribution, input_mode=c.input_mode, content_type=c.content_type,
             compression=None if c.compression == "None" else c.compression,
             record_wrapping=None if c.record_wrapper == "None" else c.record_wrapper,
-            shuffle_config=ShuffleConfig(c.shuffle_seed) if c.shuffle_seed is not None else None)
+            shuffle_config=ShuffleConfig(c.shuffle_seed) if c.shuffle_seed is not None else None,
+            s3_data_type=c.data_type, attribute_names=list(c.attribute_names) if c.attribute_names else None)
         for c in spec.channels
     }
     return estimator, inputs
