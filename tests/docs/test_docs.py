@@ -380,6 +380,9 @@ OUTCOMES = {
                         "s3://my-bucket/datasets/local-scale-digits/ is complete already (run "],
     "docs/image.md": ["launch | algo-1 completed", sdk_local_mode_made_a_model],
     "docs/tuning.md": ['"HyperParameterTuningJobName"'],
+    "docs/sources.md": ["launch | channel train (Pipe, augmented manifest): 270 lines from s3://my-bucket/labelled/",
+                        "launch | fed algo-2/train pass 0: 135 objects", "algo-2 | metrics: epoch=1",
+                        '"S3DataType": "AugmentedManifestFile"', '"AttributeNames": [', "launch | algo-1 completed"],
     "train/pipemode/README.md": ["bad data: corrupt record #299", "600 records", jobs_in_pipe_mode(2)],
 }
 
