@@ -18,7 +18,10 @@ JOB = ["--image-uri", IMAGE, "--role", ROLE, "--train", "s3://data/train/", "--v
        "--output-path", "s3://data/tuning/", "--hp", "num_classes=10"]
 RANGES = ["--range", "learning_rate=1e-4:1e-2:log", "--range", "batch_size=32,64,128", "--range", "dropout=0:0.5",
           "--range", "fine_tune_epochs=1:4", "--range", "backbone=mobilenet_v3_small,efficientnet_v2_b0"]
-FULL = [*JOB, *RANGES, "--instance-type", "ml.g5.2xlarge", "--instance-count", "2", "--distribution", "ShardedByS3Key",
+# (its channels Ground Truth manifests: augmented manifest channels, tuned through both SDKs)
+FULL = ["--image-uri", IMAGE, "--role", ROLE, "--train", "s3://data/labels/train.manifest",
+        "--validation", "s3://data/labels/validation.manifest", "--attribute-names", "source-ref,label,label-metadata",
+        "--output-path", "s3://data/tuning/", "--hp", "num_classes=10", *RANGES, "--instance-type", "ml.g5.2xlarge", "--instance-count", "2", "--distribution", "ShardedByS3Key",
         "--spot", "--max-run", "2h", "--checkpoint-s3-uri", "s3://data/checkpoints/", "--env", "LOG_LEVEL=debug",
         "--tag", "team=vision", "--network-isolation", "--hp", "weights=pretrained",
         "--pretrained", "s3://data/weights/backbone.weights.h5", "--objective", "validation:loss",
@@ -68,6 +71,10 @@ def test_trials_share_the_checkpoint_prefix_each_resuming_only_its_own():
     assert definition["StaticHyperParameters"]["other_checkpoints"] == "ignore"
     assert definition["CheckpointConfig"] == {"S3Uri": "s3://data/checkpoints/", "LocalPath": "/opt/ml/checkpoints"}
     assert request["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]["Type"] == "Minimize"
+    manifests = [c for c in definition["InputDataConfig"] if c["ChannelName"] in ("train", "validation")]
+    assert [c["DataSource"]["S3DataSource"]["AttributeNames"] for c in manifests] == [
+        ["source-ref", "label", "label-metadata"]] * 2
+    assert definition["StaticHyperParameters"]["attribute_names"] == '["source-ref", "label", "label-metadata"]'
 
 
 @pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
