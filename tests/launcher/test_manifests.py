@@ -154,7 +154,7 @@ def test_a_manifest_in_s3_needs_s3_refs_and_is_one_object(s3_bucket):
     client.put_object(Bucket=bucket, Key="m/out.manifest", Body=b'{"source-ref": "img.jpg", "digit": 1}\n')
     with pytest.raises(SourceError, match=r"line 1: source-ref img.jpg is not an s3:// URI; in a manifest in S3"):
         read_manifest(f"s3://{bucket}/m/out.manifest", ("source-ref", "digit"))
-    with pytest.raises(SourceError, match="an augmented manifest is one S3 object"):
+    with pytest.raises(SourceError, match="a manifest is one S3 object"):
         read_manifest(f"s3://{bucket}/m/", ("source-ref", "digit"))
 
 
@@ -259,3 +259,57 @@ def test_a_multi_label_ground_truth_manifest_trains_locally_and_serves_every_cla
     prediction = json.loads(answer.stdout.splitlines()[0])
     assert prediction["labels"] == NAMES and len(prediction["probabilities"]) == 10  # every class's
     assert "predicted_labels" in prediction and prediction["threshold"] == 0.5  # (those above it: multi-label)
+
+
+# --- keras-pipe prepare from a manifest ------------------------------------------------------------
+
+
+def prepared_records(out) -> set[bytes]:
+    from pipemode import tfrecord
+
+    return {record for part in ("train", "validation") for path in sorted((out / part).glob("*.tfrecord"))
+            for batch in tfrecord.TFRecordDecoder(CorruptionPolicy(0)).decode(stream_reader(path.read_bytes()),
+                                                                               str(path)) for record in batch}
+
+
+def test_prepare_makes_of_a_manifest_in_s3_the_examples_the_job_streams_from_it(tmp_path, s3_manifests, digits):
+    """The same images through prepare + TFRecord, or streamed from the manifest: the same Examples."""
+    from keras_pipe_launch.prepare.dataset import prepare
+    from keras_pipe_train import manifest
+    from keras_pipe_train.config import JobConfig
+
+    bucket, _ = s3_manifests
+    summary = prepare(f"s3://{bucket}/labels/train.manifest", tmp_path / "out", validation_fraction=0.2)
+    assert summary["classes"] == NAMES and summary["train"] + summary["validation"] == 240
+    config = JobConfig.from_hyperparameters({"class_names": json.dumps(NAMES), "attribute_names": ",".join(SINGLE)})
+    combine = manifest.combiner(config)
+    streamed_lines = read_manifest(f"s3://{bucket}/labels/train.manifest", SINGLE)
+    expected = {combine([b"".join(line.values[0].chunks()), *line.values[1:]]) for line in streamed_lines}
+    assert prepared_records(tmp_path / "out") == expected
+
+
+def test_prepare_reads_a_multi_label_manifest_and_lists_the_lines_it_cannot_use(tmp_path, capsys):
+    from keras_pipe_launch.prepare.dataset import PrepareError, prepare
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    images, _ = load_digits()
+    (tmp_path / "imgs").mkdir()
+    tags = [[0, 2], [1], [2, 1], [0]] * 8
+    lines = []
+    for i, labels in enumerate(tags):
+        (tmp_path / "imgs" / f"{i}.jpg").write_bytes(digit_jpeg(images[i]))
+        lines.append(multi_label_line(f"imgs/{i}.jpg", labels))
+    failed = multi_label_line("imgs/0.jpg", [])
+    del failed["digits"]
+    failed["source-ref"] = "imgs/missing-label.jpg"
+    failed["digits-metadata"] = {"failure-reason": "ClientError: annotation timed out", "type":
+                                 "groundtruth/image-classification-multilabel"}
+    outside = multi_label_line("../elsewhere.jpg", [1])
+    (tmp_path / "out.manifest").write_bytes(write_lines([*lines, failed, outside]))
+    summary = prepare(tmp_path / "out.manifest", tmp_path / "out", validation_fraction=0.25, multi_label=True)
+    assert summary["classes"] == ["zero", "one", "two"] and summary["train"] + summary["validation"] == 32
+    rejected = (tmp_path / "out" / "rejected.txt").read_text()
+    assert "line 33: no label 'digits' (Ground Truth: ClientError: annotation timed out)" in rejected
+    assert "line 34: leads out of the manifest's folder" in rejected
+    with pytest.raises(PrepareError, match=r"line 1: label 'digits' is a list \(\[0, 2\]\): for a multi-label manifest"):
+        prepare(tmp_path / "out.manifest", tmp_path / "again")

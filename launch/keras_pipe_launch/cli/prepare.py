@@ -4,9 +4,12 @@
     keras-pipe prepare labels.csv ./prepared          # CSV rows: path,label (paths relative to it)
     keras-pipe prepare s3://bucket/photos/ ./prepared --max-side 512
     keras-pipe prepare tags.csv ./prepared --multi-label   # rows: path,label,label,... (any number)
+    keras-pipe prepare s3://bucket/labels/output.manifest ./prepared   # a Ground Truth job's output
 
 SOURCE is a folder with one subfolder per class, a CSV of path,label (paths relative to it, or
-s3:// URIs), or either of them in S3 (an s3:// prefix of class folders, an s3:// .csv): images
+s3:// URIs), a SageMaker Ground Truth output manifest (.manifest or .jsonl: each line's source-ref,
+its label, the classes' names from the label's metadata), or any of them in S3 (an s3:// prefix of
+class folders, an s3:// .csv or manifest): images
 are read from S3 one by one as workers need them, never copied to disk first. The images are
 shuffled (seeded) and split per class into train and validation as listed, then each is checked
 by decoding it; unreadable or corrupt ones are listed in OUT/rejected.txt and counted, never
@@ -62,7 +65,8 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("prepare", help="images -> sharded TFRecords, optionally uploaded to S3",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", nargs="?",
-                        help="a folder of class folders, a CSV of path,label, or either in S3 (s3://...)")
+                        help="a folder of class folders, a CSV of path,label, a Ground Truth output manifest, or "
+                             "any of them in S3 (s3://...)")
     parser.add_argument("out", nargs="?", help="the output folder (new or empty, or see --overwrite); with "
                                                "--instance-count, a new s3:// prefix")
     parser.add_argument("--validation-fraction", type=float, default=0.1)
@@ -79,6 +83,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--multi-label", action="store_true",
                         help="SOURCE is a CSV of path,label,label,... rows: each image has any number of the classes "
                              "(train with --hp multi_label=true)")
+    parser.add_argument("--label-attribute", default=None, metavar="NAME",
+                        help="SOURCE is a SageMaker Ground Truth output manifest (an augmented manifest; .manifest or "
+                             ".jsonl: this is found from its metadata) and NAME its label attribute")
     parser.add_argument("--max-image-pixels", type=whole_number, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
                         help="larger images (width x height, from their header) are rejected before decoding, as "
                              f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
@@ -125,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
                 seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
                 max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite,
-                multi_label=args.multi_label)
+                multi_label=args.multi_label, label_attribute=args.label_attribute)
         if args.upload:
             from keras_pipe_launch.prepare.upload import upload
 

@@ -20,13 +20,11 @@ import dataclasses
 import json
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
-from keras_pipe_launch.common.objects import LocalStore, S3Store, SourceError, StoredObject, parse_s3_uri, store_for
+from keras_pipe_launch.common.manifests import entries, manifest_object, short
+from keras_pipe_launch.common.objects import LocalStore, S3Store, SourceError, StoredObject, parse_s3_uri
 from keras_pipe_launch.common.untrusted import shown
-
-MAX_LINE_BYTES = 16 << 20  # a line of Ground Truth's output is well under a kilobyte or two
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,44 +42,15 @@ class ManifestLine:
 def read_manifest(source: str, attribute_names: tuple[str, ...]) -> list[ManifestLine]:
     """Every line of the manifest at `source` with its listed attributes, in order (blank lines
     skipped); a SourceError naming the line for anything that cannot be streamed."""
-    store = store_for(source)
-    if isinstance(store, S3Store):
-        _, key = parse_s3_uri(source)
-        if not key or key.endswith("/"):
-            raise SourceError(f"{shown(source)}: an augmented manifest is one S3 object (s3://bucket/path/to/file."
-                              "manifest), not a prefix")
-        manifest = StoredObject(key, -1, source, store)
-        refs = _Refs(None, store)
+    manifest = manifest_object(source)
+    if isinstance(manifest.store, S3Store):
+        refs = _Refs(None, manifest.store)
     else:
-        path = Path(source).expanduser()
-        if not path.is_file():
-            raise SourceError(f"{shown(source)}: an augmented manifest is one file (JSON Lines), "
-                              + ("not a folder" if path.is_dir() else "and there is none"))
-        manifest = LocalStore(str(path)).list()[0]
-        refs = _Refs(path.parent, None)
-    lines = []
-    for number, text in _numbered_lines(manifest):
-        if text.strip():
-            lines.append(_line(number, text, attribute_names, refs, f"{source} line {number}"))
+        refs = _Refs(Path(manifest.location).parent, None)
+    lines = [_line(number, entry, attribute_names, refs, where) for number, where, entry in entries(manifest)]
     if not lines:
         raise SourceError(f"{shown(source)} holds no manifest lines")
     return lines
-
-
-def _numbered_lines(manifest: StoredObject) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) for every line, each at most MAX_LINE_BYTES, read as it streams."""
-    pending, number = b"", 0
-    for chunk in manifest.chunks():
-        pending += chunk
-        *whole, pending = pending.split(b"\n")
-        for line in whole:
-            number += 1
-            yield number, line
-        if len(pending) > MAX_LINE_BYTES:
-            raise SourceError(f"{shown(manifest.location)} line {number + 1} is longer than {MAX_LINE_BYTES >> 20} MB: "
-                              "is it a manifest (JSON Lines)?")
-    if pending:
-        yield number + 1, pending
 
 
 class _Refs:
@@ -95,7 +64,7 @@ class _Refs:
 
     def object(self, ref, where: str, name: str) -> StoredObject:
         if not isinstance(ref, str) or not ref:
-            raise SourceError(f"{where}: attribute {shown(name)} must be a path or s3:// URI, got {_short(ref)}")
+            raise SourceError(f"{where}: attribute {shown(name)} must be a path or s3:// URI, got {short(ref)}")
         if ref.lower().startswith("s3:"):
             try:
                 bucket, key = parse_s3_uri(ref)
@@ -131,13 +100,7 @@ class _Refs:
 _LOCAL = LocalStore("/")
 
 
-def _line(number: int, text: bytes, attribute_names: tuple[str, ...], refs: _Refs, where: str) -> ManifestLine:
-    try:
-        entry = json.loads(text)
-    except (ValueError, RecursionError):
-        raise SourceError(f"{shown(where)} is not JSON: {shown(text[:80].decode('utf-8', 'replace'))}") from None
-    if not isinstance(entry, dict):
-        raise SourceError(f"{shown(where)} is not a JSON object but {_short(entry)}")
+def _line(number: int, entry: dict, attribute_names: tuple[str, ...], refs: _Refs, where: str) -> ManifestLine:
     values: list[StoredObject | bytes] = []
     for name in attribute_names:
         if name not in entry:
@@ -149,8 +112,3 @@ def _line(number: int, text: bytes, attribute_names: tuple[str, ...], refs: _Ref
         else:
             values.append(json.dumps(entry[name]).encode())
     return ManifestLine(number, tuple(values), where)
-
-
-def _short(value) -> str:
-    text = json.dumps(value)
-    return shown(text if len(text) <= 60 else text[:57] + "...")

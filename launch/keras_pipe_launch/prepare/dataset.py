@@ -144,9 +144,10 @@ class ShardWriter:
             self._file = None
 
 
-def read_listing(source: str, reader: sources.Reader, multi_label: bool = False) -> Listing:
+def read_listing(source: str, reader: sources.Reader, multi_label: bool = False,
+                 label_attribute: str | None = None) -> Listing:
     try:
-        return sources.list_source(source, reader, multi_label)
+        return sources.list_source(source, reader, multi_label, label_attribute)
     except ListingError as err:
         raise PrepareError(str(err)) from None
 
@@ -302,13 +303,15 @@ def keep_rejected_list(work: Path, out: Path) -> None:
 def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, shard_mb: float = 100,
             seed: int = 0, workers: int | None = None, strict: bool = False,
             max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
-            quality: int = images.DEFAULT_QUALITY, overwrite: bool = False, multi_label: bool = False) -> dict:
-    """`multi_label`: SOURCE is a CSV of path,label,label,... rows; each Example holds its image's
-    class ids (the job's multi_label=true, label_format=index)."""
+            quality: int = images.DEFAULT_QUALITY, overwrite: bool = False, multi_label: bool = False,
+            label_attribute: str | None = None) -> dict:
+    """`multi_label`: SOURCE is a CSV of path,label,label,... rows, or a multi-label Ground Truth
+    manifest; each Example holds its image's class ids (the job's multi_label=true,
+    label_format=index). `label_attribute`: a manifest's label (default: found from its metadata)."""
     check_out(out, overwrite)
     check_options(validation_fraction, max_side)
     reader = sources.Reader()
-    listing = read_listing(str(source), reader, multi_label)
+    listing = read_listing(str(source), reader, multi_label, label_attribute)
     train, validation = split(listing.items, validation_fraction, seed)
     queue = ([(where, label, "train") for where, label in train]
              + [(where, label, "validation") for where, label in validation])

@@ -14,6 +14,7 @@ import io
 import os
 from pathlib import Path, PurePosixPath
 
+from keras_pipe_launch.common.manifests import entries, manifest_object, short
 from keras_pipe_launch.common.objects import S3Store, SourceError, parse_s3_uri
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_train.contract import is_hidden
@@ -49,8 +50,11 @@ class Listing:
         return cls(classes, items, rejected)
 
 
-def list_source(source: str, reader: Reader, multi_label: bool = False) -> Listing:
-    """`multi_label`: the source is a CSV whose rows give each image any number of labels."""
+def list_source(source: str, reader: Reader, multi_label: bool = False, label_attribute: str | None = None) -> Listing:
+    """`multi_label`: the source is a CSV whose rows give each image any number of labels, or a
+    multi-label Ground Truth manifest."""
+    if source.lower().endswith(MANIFEST_SUFFIXES) or label_attribute:
+        return list_manifest(source, reader, multi_label, label_attribute)
     is_csv = source.lower().endswith(".csv")
     if multi_label and not is_csv:
         raise ListingError(f"{shown(source)}: --multi-label reads a CSV of path,label,label,... rows (an image of "
@@ -184,6 +188,119 @@ def list_csv(data, name: str, relative_to, multi_label: bool = False) -> Listing
     else:
         items = [(where, index[labels[0]]) for where, (_, labels) in rows.items()]
     return Listing.of(names, items, [])
+
+
+MANIFEST_SUFFIXES = (".manifest", ".jsonl")
+GROUND_TRUTH_TYPES = ("groundtruth/image-classification", "groundtruth/image-classification-multilabel")
+
+
+def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_attribute: str | None = None
+                  ) -> Listing:
+    """A SageMaker Ground Truth output manifest (an augmented manifest): each line's source-ref and
+    label, the classes named by the labels' metadata (class-name; class-map for multi-label).
+
+    The label attribute is `label_attribute`, else the one attribute whose metadata says it is a
+    Ground Truth image classification label. Refs are s3:// URIs, or in a local manifest paths
+    relative to its folder (one leading out of it is rejected, never read). A line without a label
+    (Ground Truth writes one for an image its workers failed to label, its metadata saying why) or
+    with a label that is not a class id is rejected; a line that is not a JSON object, or an image
+    listed twice, is an error naming the line."""
+    manifest = manifest_object(source, reader.s3 if source.lower().startswith("s3:") else None)
+    local_folder = None if source.lower().startswith("s3:") else Path(manifest.location).parent
+    items: list[tuple[Location, Labels]] = []
+    rejected: list[tuple[Location, str]] = []
+    names: dict[int, str] = {}
+    seen: dict[Location, str] = {}
+    for _, where, entry in entries(manifest):
+        if label_attribute is None:
+            label_attribute = _label_attribute(entry, where)
+        ref = entry.get("source-ref")
+        location = _manifest_ref(ref, local_folder, where)
+        if isinstance(location, tuple):  # (a ref that is rejected, and why)
+            rejected.append(location)
+            continue
+        if location in seen:
+            raise ListingError(f"{shown(where)}: {shown(location)} is listed again (first on {shown(seen[location])}); "
+                               "list each image once")
+        seen[location] = where
+        metadata = entry.get(f"{label_attribute}-metadata")
+        if label_attribute not in entry:
+            reason = metadata.get("failure-reason") if isinstance(metadata, dict) else None
+            rejected.append((location, f"{where}: no label {label_attribute!r}"
+                             + (f" (Ground Truth: {shown(str(reason)[:200])})" if reason else "")))
+            continue
+        labels = _manifest_labels(entry[label_attribute], multi_label)
+        if isinstance(labels, str):
+            if labels.startswith("a list"):
+                raise ListingError(f"{shown(where)}: label {label_attribute!r} is {labels}: for a multi-label "
+                                   "manifest, give --multi-label")
+            rejected.append((location, f"{where}: label {label_attribute!r} {labels}"))
+            continue
+        for label, name in _metadata_names(metadata, labels).items():
+            if names.setdefault(label, name) != name:
+                raise ListingError(f"{shown(where)}: class {label} is called {shown(name)} in its metadata, but "
+                                   f"{shown(names[label])} before")
+        items.append((location, labels))
+    ids = {label for _, labels in items for label in (labels if isinstance(labels, tuple) else (labels,))}
+    count = max(ids | set(names), default=-1) + 1
+    if count < 2:
+        raise ListingError(f"{shown(source)} labels {count} class(es); a classifier needs at least two")
+    classes = [names.get(i, str(i)) for i in range(count)]
+    if len(set(classes)) < len(classes):
+        raise ListingError(f"{shown(source)}: two classes have the same name in the metadata ({shown(str(classes))})")
+    return Listing.of(classes, items, rejected)
+
+
+def _label_attribute(entry: dict, where: str) -> str:
+    found = [name[:-len("-metadata")] for name, value in entry.items()
+             if name.endswith("-metadata") and isinstance(value, dict) and value.get("type") in GROUND_TRUTH_TYPES]
+    if len(found) != 1:
+        raise ListingError(f"{shown(where)}: cannot tell which attribute is the label ("
+                           + (f"{len(found)} Ground Truth image classification labels: {shown(', '.join(found))}"
+                              if found else "no Ground Truth image classification label's metadata")
+                           + "): give --label-attribute NAME")
+    return found[0]
+
+
+def _manifest_ref(ref, local_folder: Path | None, where: str) -> Location | tuple[Location, str]:
+    if not isinstance(ref, str) or not ref:
+        raise ListingError(f"{shown(where)}: source-ref must be a path or s3:// URI, got {short(ref)}")
+    if ref.startswith("s3://"):
+        return ref
+    if local_folder is None:
+        return ref, f"{where}: not an s3:// URI (a manifest in S3 refers to images in S3)"
+    path = Path(os.path.normpath(local_folder / ref))
+    if not path.resolve().is_relative_to(local_folder.resolve()):
+        return path, f"{where}: leads out of the manifest's folder"
+    return path
+
+
+def _manifest_labels(value, multi_label: bool) -> Labels | str:
+    """The class id(s), or why the value is not one: a class id, its text, or a list of them."""
+    def class_id(item) -> int | None:
+        if isinstance(item, str) and item.strip().isdigit():
+            return int(item)
+        return item if isinstance(item, int) and not isinstance(item, bool) and item >= 0 else None
+
+    if isinstance(value, list) and not multi_label:
+        return f"a list ({short(value)})"
+    items = value if isinstance(value, list) else [value]
+    ids = [class_id(item) for item in items]
+    if None in ids or len(set(ids)) < len(ids):
+        return f"is {short(value)}, not {'class ids, each once' if multi_label else 'a class id'}"
+    return tuple(sorted(ids)) if multi_label else ids[0]
+
+
+def _metadata_names(metadata, labels: Labels) -> dict[int, str]:
+    if not isinstance(metadata, dict):
+        return {}
+    if isinstance(metadata.get("class-map"), dict):
+        return {int(k): v for k, v in metadata["class-map"].items()
+                if isinstance(k, str) and k.isdigit() and isinstance(v, str) and shown(v) == v}
+    name = metadata.get("class-name")
+    if isinstance(name, str) and shown(name) == name and isinstance(labels, int):
+        return {labels: name}
+    return {}
 
 
 class Reader:
