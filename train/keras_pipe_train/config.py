@@ -31,6 +31,8 @@ OTHER_CHECKPOINTS = ("refuse", "resume", "ignore")  # (train/keras_pipe_train/ch
 OPTIMIZERS = ("adam", "adamw", "sgd", "nesterov", "rmsprop", "adagrad", "adadelta")  # (recipe.py builds them)
 SCHEDULES = ("constant", "cosine", "step")
 LABEL_FORMATS = ("index", "multi_hot")
+# what the train and validation channels hold (Ground Truth manifests: attribute_names)
+RECORD_FORMATS = ("tfrecord", "class_folders", "recordio")
 # what early stopping may watch (each only where the job reports it: _reported_metrics)
 EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "val_top_k_accuracy", "val_f1_micro", "val_f1_macro",
                           "val_precision_micro", "val_recall_micro", "val_auc")
@@ -377,6 +379,11 @@ HYPERPARAMETERS = {
                        "classes are the same and replaces it otherwise; true always replaces it; false keeps it"),
         Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
         Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
+        Hyperparameter("record_format", "tfrecord", _choice(RECORD_FORMATS),
+                       "what the train and validation channels hold: tfrecord (tf.train.Examples), class_folders "
+                       "(File/FastFile: images in one folder per class, the built-in TensorFlow algorithm's layout; "
+                       "class_names default to the train channel's folder names, sorted) or recordio (MXNet RecordIO "
+                       "image files, im2rec's .rec, the built-in MXNet algorithm's)"),
         Hyperparameter("attribute_names", None, _attribute_names,
                        "the train and validation channels are augmented manifests (Ground Truth's output) streamed "
                        "in Pipe mode: their AttributeNames, in order, e.g. source-ref,label (the image, its label, "
@@ -494,6 +501,7 @@ class JobConfig:
     reinitialize_top_layer: str
     num_classes: int
     class_names: tuple[str, ...]
+    record_format: str
     attribute_names: tuple[str, ...] | None
     image_feature: str
     label_feature: str
@@ -565,7 +573,12 @@ class JobConfig:
             )
         # defaults go through the same parsing as given values ("true" -> all augmentations)
         values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
-        values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
+        # class folders name their classes: the job reads them from the train channel (main.py),
+        # the launcher checks the rest without them
+        deferred = values["record_format"] == "class_folders" and values["class_names"] is None
+        if not deferred or values["num_classes"] is not None:
+            values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
+        _check_record_format(values)
         values["class_weights"] = _weights_per_label(values["class_weights"], values["class_names"])
         if values["lr_schedule"] == "step" and not values["lr_scheduler_step"]:
             raise UserError("hyperparameter lr_schedule=step needs lr_scheduler_step: the epochs after which the "
@@ -579,7 +592,7 @@ class JobConfig:
             needs = ("top_k set (single-label)" if "top_k" in watched else "multi_label=true")
             raise UserError(f"hyperparameter early_stopping_metric={watched}: the job reports it only with {needs}; "
                             f"with these settings it reports {', '.join(reported_metrics(values, 'val_'))}")
-        if values["top_k"] is not None and values["top_k"] >= values["num_classes"]:
+        if values["top_k"] is not None and values["num_classes"] and values["top_k"] >= values["num_classes"]:
             raise UserError(f"hyperparameter top_k must be below the number of classes ({values['num_classes']}): "
                             f"the top {values['top_k']} hold every class; got {values['top_k']}")
         backbone = BACKBONE_TABLE[values["backbone"]]
@@ -656,8 +669,21 @@ def _canonical_names(raw: dict) -> dict:
     return renamed
 
 
-def _weights_per_label(weights, class_names: tuple[str, ...]) -> tuple[float, ...] | str | None:
-    if weights is None or weights == "balanced":
+def _check_record_format(values: dict) -> None:
+    fmt = values["record_format"]
+    if values["attribute_names"] and fmt != "tfrecord":
+        raise UserError(f"hyperparameter attribute_names makes the channels Ground Truth manifests; record_format="
+                        f"{fmt} says they hold something else: give one")
+    if fmt != "tfrecord" and values["multi_label"] and fmt == "class_folders":
+        raise UserError("hyperparameter record_format=class_folders gives each image the one class of its folder: "
+                        "for multi_label, prepare a CSV of path,label,label,... (keras-pipe prepare --multi-label)")
+    if fmt == "recordio" and values["multi_label"] and values["label_format"] != "multi_hot":
+        raise UserError("hyperparameter record_format=recordio with multi_label: im2rec stores one value per class "
+                        "(0 or 1): set label_format=multi_hot")
+
+
+def _weights_per_label(weights, class_names: tuple[str, ...] | None) -> tuple[float, ...] | str | None:
+    if weights is None or weights == "balanced" or class_names is None:
         return weights
     if weights and isinstance(weights[0], tuple):  # {name or label: weight}
         given = dict(weights)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import threading
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_pipe_train import example, manifest, preprocess
+from keras_pipe_train import example, manifest, mxnet_records, preprocess
+from keras_pipe_train.class_folders import ClassFolderReader
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
@@ -29,6 +31,7 @@ from pipemode import PipeReader, pipe_dataset
 from pipemode.files import FileReader
 
 AUTOTUNE = tf.data.AUTOTUNE
+log = logging.getLogger(__name__)
 
 
 def channel_files(folder: Path) -> list[str]:
@@ -60,16 +63,39 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     }
     if config.attribute_names:
         reader = manifest_reader(channel, layout, config, interrupt, options)
+    elif config.record_format == "class_folders" and channel.input_mode == "Pipe":
+        raise UserError(f"channel {channel.name!r} is in Pipe mode, but record_format=class_folders: a Pipe stream "
+                        "does not say which folder each image came from. Use File or FastFile mode, or prepare the "
+                        "images into TFRecords (keras-pipe prepare) for Pipe mode")
+    elif config.record_format == "recordio" and channel.input_mode == "Pipe":
+        if channel.record_wrapper != "None":
+            raise UserError(f"channel {channel.name!r} has RecordWrapperType {channel.record_wrapper}, but "
+                            "record_format=recordio: the .rec files are RecordIO already, and wrapped again each "
+                            "would be one record. Set RecordWrapperType None")
+        reader = PipeReader(channel.name, "RecordIO", pipe_dir=layout.input_data, config_dir=layout.input_config,
+                            wait_timeout=config.pipe_wait_timeout, interrupt=interrupt,
+                            combine=mxnet_records.combiner(config), **options)
     elif channel.input_mode == "Pipe":
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
                             wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
         files = channel_files(layout.input_data / channel.name)
+        if config.record_format == "recordio":
+            files = rec_files(files, channel.name)
         if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
             random.Random(seed).shuffle(files)
         if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
             files, shard = files[shard[1]::shard[0]], None
-        reader = FileReader(files, channel.name, **options)
+        if config.record_format == "class_folders":
+            reader = ClassFolderReader(layout.input_data / channel.name, files, config.class_names, channel.name,
+                                       encode=lambda image, label: example.encode_example(
+                                           image, label, image_feature=config.image_feature,
+                                           label_feature=config.label_feature), **options)
+        elif config.record_format == "recordio":
+            reader = FileReader(files, channel.name, record_format="RecordIO", combine=mxnet_records.combiner(config),
+                                **options)
+        else:
+            reader = FileReader(files, channel.name, **options)
     dataset = pipe_dataset(reader)
     return (dataset.shard(*shard) if shard else dataset), reader
 
@@ -88,6 +114,17 @@ def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, in
     return PipeReader(channel.name, "RecordIO", pipe_dir=layout.input_data, config_dir=layout.input_config,
                       wait_timeout=config.pipe_wait_timeout, interrupt=interrupt,
                       group_records=len(config.attribute_names), combine=manifest.combiner(config), **options)
+
+
+def rec_files(files: list[str], channel: str) -> list[str]:
+    """A channel's MXNet RecordIO files: its .rec files; im2rec's .idx and .lst beside them are not
+    data (said in the log). Any other file is read as one: it may be a .rec file named otherwise."""
+    data = [f for f in files if not f.endswith((".idx", ".lst"))]
+    if len(data) < len(files):
+        log.info("channel %r: %d .idx/.lst files (im2rec's index and list) not read", channel, len(files) - len(data))
+    if not data:
+        raise UserError(f"channel {channel!r} holds only .idx/.lst files: record_format=recordio reads the .rec files")
+    return data
 
 
 def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) -> tuple[int, int] | None:

@@ -84,11 +84,13 @@ def main(argv: list[str] | None = None) -> int:
 
             raise UserError(f"train takes no arguments, got {' '.join(argv)!r}: the job reads its settings "
                             "from /opt/ml/input/config (train --help says more)")
+        from keras_pipe_train.class_folders import with_folder_classes
         from keras_pipe_train.config import JobConfig
 
-        config = JobConfig.from_hyperparameters(contract.read_hyperparameters(layout.hyperparameters))
+        hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
         channels = contract.read_input_data_config(layout.input_config)
         resources = contract.read_resource_config(layout.resource_config)
+        config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources))
         log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
                  ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
         log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))

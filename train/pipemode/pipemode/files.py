@@ -1,4 +1,4 @@
-"""TFRecord files (File and FastFile mode) read with the Pipe reader's own decoder.
+"""TFRecord (or RecordIO) files, File and FastFile mode, read with the Pipe reader's own decoders.
 
 tf.data.TFRecordDataset allocates whatever a record's length field says: a crafted length of 2**60
 with a valid CRC crashes the whole process (exit 139, no failure file). Read here, the files get
@@ -17,6 +17,7 @@ from pipemode import options
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import UnreadableError
 from pipemode.reader import PassStats
+from pipemode.recordio import Combine, RecordIODecoder
 from pipemode.tfrecord import MAX_RECORD_BYTES, RecordCheck, TFRecordDecoder
 
 # Files read at once, their records taken in turn a chunk (~1 MiB) at a time: records of several
@@ -41,11 +42,18 @@ class FileReader:
         max_record_bytes: int = MAX_RECORD_BYTES,
         record_check: RecordCheck | None = None,
         cycle_length: int = CYCLE_LENGTH,
+        record_format: str = "TFRecord",
+        combine: Combine | None = None,
     ):
+        if record_format not in ("TFRecord", "RecordIO"):
+            raise ValueError(f"record_format must be TFRecord or RecordIO, got {record_format!r}")
         self.files, self.channel = list(files), channel
         self.max_skips = options.max_corrupted_records_to_skip(max_corrupted_records_to_skip)
         self.check_crc, self.max_record_bytes = check_crc, options.max_record_bytes(max_record_bytes)
         self.record_check, self.cycle_length = record_check, cycle_length
+        # RecordIO files: each record's payload, or with `combine`, what combine makes of it
+        # (RecordIODecoder.groups, one record at a time)
+        self.record_format, self.combine = record_format, combine
         self.history: list[PassStats] = []
 
     def read_pass(self) -> Iterator[list[bytes]]:
@@ -90,6 +98,12 @@ class FileReader:
             stats.bytes += len(data)
             return data
 
+        if self.record_format == "RecordIO":
+            decoder = RecordIODecoder(policy)
+            batches = (decoder.groups(read, f"file {name}", 1, self.combine, self.record_check) if self.combine
+                       else decoder.records(read, f"file {name}", self.record_check))
+            reading.append((stream, batches))
+            return
         decoder = TFRecordDecoder(policy, check_crc=self.check_crc, max_record_bytes=self.max_record_bytes,
                                   record_check=self.record_check)
         # (its size known: a damaged length that reaches past the file's end is corrupt at once)

@@ -232,9 +232,11 @@ class RecordIODecoder:
         saying why the line cannot be used (skipped or raised as an UnusableRecordError naming
         the line, under the same corruption policy as record_check's rejections).
 
-        A record that cannot be framed is an error even when corrupt records may be skipped: the
-        records after it can no longer be matched to their lines (nothing in a payload says which
-        attribute it holds). So is a pass that ends inside a line.
+        With `size` > 1, a record that cannot be framed is an error even when corrupt records may be
+        skipped: the records after it can no longer be matched to their lines (nothing in a payload
+        says which attribute it holds). So is a pass that ends inside a line. With `size` 1 (a
+        transform of each record, say MXNet's image records into Examples), it is skipped or raised
+        as any corrupt record is.
         """
         batch, nbytes, line, first_offset = [], 0, [], 0
         lines = 0
@@ -243,7 +245,9 @@ class RecordIODecoder:
             if not line:
                 first_offset = stream.offset
             payload = stream.read_all()
-            if stream.broken or stream.number != expected:
+            if size == 1 and stream.broken:
+                continue  # (the policy counted it, or raised)
+            if size > 1 and (stream.broken or stream.number != expected):
                 lost = stream.number if stream.broken else expected
                 raise CorruptRecordError(
                     where, lines, stream.offset,
@@ -262,10 +266,10 @@ class RecordIODecoder:
             except ValueError as err:
                 problem = str(err)
             if problem:
-                self.policy.skip_or_raise(UnusableRecordError(
-                    where, lines - 1, first_offset,
-                    f"manifest line {lines} (RecordIO records #{stream.number - size + 1}-#{stream.number}): "
-                    f"{problem}"))
+                line_said = (f"manifest line {lines} (RecordIO records #{stream.number - size + 1}-#{stream.number}): "
+                             if size > 1 else "")
+                number = lines - 1 if size > 1 else stream.number
+                self.policy.skip_or_raise(UnusableRecordError(where, number, first_offset, line_said + problem))
                 continue
             batch.append(record)
             nbytes += len(record)

@@ -1,0 +1,119 @@
+"""File and FastFile channels of images in class folders (record_format=class_folders), read as
+they are: the layout SageMaker's built-in Image Classification - TensorFlow algorithm trains on
+(`train/cat/*.jpg`, `train/dog/*.jpg`), with no `keras-pipe prepare` first.
+
+Each image becomes the tf.train.Example the rest of the pipeline reads (its bytes, the class id of
+its folder), checked as prepare checks it and as every record is checked (example.record_check:
+an image by its header, not too many pixels) before any TensorFlow op sees it. A file outside the
+class folders, in a folder that is not a class, too large, or not an image is an error naming it,
+or skipped and counted under max_corrupted_records_to_skip.
+
+The classes are hyperparameter class_names, or else the train channel's folder names, sorted
+(main.py reads them before the configuration is checked: with_folder_classes). With several hosts
+and ShardedByS3Key a host may miss a class's folder altogether, so class_names is required there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig, is_hidden
+from keras_pipe_train.errors import UserError
+from pipemode import options
+from pipemode.corruption import CorruptionPolicy
+from pipemode.errors import UnreadableError, UnusableRecordError
+from pipemode.reader import PassStats
+
+_BATCH_BYTES = 1 << 20
+
+
+def folder_classes(folder: Path) -> list[str]:
+    """The class folders of a channel folder: its subfolders but hidden ones, sorted."""
+    if not folder.is_dir():
+        raise UserError(f"channel folder {folder} does not exist (record_format=class_folders reads File/FastFile "
+                        "channels)")
+    return sorted(p.name for p in folder.iterdir() if p.is_dir() and not is_hidden([p.name]))
+
+
+def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelConfig],
+                        resources: ResourceConfig) -> dict:
+    """The hyperparameters, with class_names set to the train channel's class folders when
+    record_format=class_folders leaves them to the folders."""
+    from keras_pipe_train.config import HYPERPARAMETERS
+
+    record_format = HYPERPARAMETERS["record_format"].parse("record_format", raw.get("record_format", "tfrecord"))
+    given = HYPERPARAMETERS["class_names"].parse("class_names", raw.get("class_names"))
+    if record_format != "class_folders" or given is not None or "train" not in channels:
+        return raw
+    train = channels["train"]
+    if len(resources.hosts) > 1 and train.distribution == "ShardedByS3Key":
+        raise UserError("record_format=class_folders on several hosts with ShardedByS3Key: a host may get none of a "
+                        "class's images, and name the classes otherwise than the others: give hyperparameter "
+                        "class_names")
+    names = folder_classes(layout.input_data / "train")
+    if len(names) < 2:
+        raise UserError(f"record_format=class_folders: channel 'train' ({layout.input_data / 'train'}) must hold one "
+                        f"folder per class, at least two; it holds {len(names)} ({', '.join(names) or 'none'})")
+    return {**raw, "class_names": json.dumps(names)}
+
+
+class ClassFolderReader:
+    """Reads `files` (under `folder`) in the order given, once per `read_pass()`: each one the
+    serialized Example of its bytes and its folder's class id, in lists of about 1 MiB."""
+
+    def __init__(self, folder: Path, files: list[str], class_names: tuple[str, ...], channel: str, *,
+                 encode: Callable[[bytes, int], bytes], record_check: Callable[[bytes], str | None],
+                 max_corrupted_records_to_skip: int = 0, max_record_bytes: int = 1 << 30):
+        self.folder, self.files, self.channel = folder, list(files), channel
+        self.labels = {name: label for label, name in enumerate(class_names)}
+        self.encode, self.record_check = encode, record_check
+        self.max_skips = options.max_corrupted_records_to_skip(max_corrupted_records_to_skip)
+        self.max_record_bytes = max_record_bytes
+        self.history: list[PassStats] = []
+
+    def read_pass(self) -> Iterator[list[bytes]]:
+        stats = PassStats(self.channel, len(self.history), f"{len(self.files)} images in {self.folder}")
+        self.history.append(stats)
+        policy = CorruptionPolicy(self.max_skips)
+        batch, size, started = [], 0, time.perf_counter()
+        try:
+            for number, name in enumerate(self.files):
+                record, problem = self._example(name)
+                if problem:
+                    policy.skip_or_raise(UnusableRecordError(f"channel {self.channel!r}", number, 0,
+                                                             f"file {name}: {problem}"))
+                    continue
+                stats.bytes += len(record)
+                stats.records += 1
+                batch.append(record)
+                size += len(record)
+                if size >= _BATCH_BYTES:
+                    yield batch
+                    batch, size = [], 0
+            if batch:
+                yield batch
+        finally:
+            stats.seconds = time.perf_counter() - started
+            stats.skipped = policy.skipped
+
+    def _example(self, name: str) -> tuple[bytes, str | None]:
+        parts = Path(os.path.relpath(name, self.folder)).parts
+        if len(parts) < 2:
+            return b"", "not in a class folder (record_format=class_folders: CHANNEL/CLASS/IMAGE)"
+        if parts[0] not in self.labels:
+            shown = ", ".join(list(self.labels)[:10]) + (", ..." if len(self.labels) > 10 else "")
+            return b"", f"its folder {parts[0]!r} is not one of the job's classes ({shown})"
+        try:
+            with open(name, "rb") as f:
+                if os.fstat(f.fileno()).st_size > self.max_record_bytes:
+                    return b"", (f"{os.fstat(f.fileno()).st_size} bytes, more than an image of max_image_pixels "
+                                 "can take")
+                data = f.read()
+        except OSError as err:
+            raise UnreadableError(f"cannot read file {name} of channel {self.channel!r}: {err.strerror}") from err
+        record = self.encode(data, self.labels[parts[0]])
+        return record, self.record_check(record)
