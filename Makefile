@@ -48,6 +48,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.prepare_at_scale $(BENCH_ARGS)
 	$(BIN)/python -m bench.resync $(BENCH_ARGS)
 	$(BIN)/python -m bench.serve $(BENCH_ARGS)
+	$(BIN)/python -m bench.sources $(BENCH_ARGS)
 
 # pipemode against AWS's PipeModeDataset (needs `bash bench/aws/setup.sh` once: docs/speed.md)
 bench-aws: $(INSTALLED)

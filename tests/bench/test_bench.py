@@ -85,3 +85,9 @@ def test_serve_benchmark_runs_the_server_and_its_limit_and_watches_memory():
         assert f"{clients} client(s): server" in out and "server / in-process =" in out
     assert "memory over 150 requests (8 clients)" in out
     assert "serve stopped with exit code 0 on SIGTERM" in out
+
+
+def test_sources_benchmark_reads_every_source_to_the_same_count():
+    out = quick_run("sources")  # (it asserts each source's epoch holds every photo)
+    for kind in ("tfrecord-pipe", "tfrecord-file", "class-folders", "manifest-pipe", "mxnet-rec-pipe"):
+        assert f"{kind}:" in out and "x tfrecord-pipe" in out

@@ -1,7 +1,8 @@
-"""Augmented manifests (Ground Truth's output) as a channel: `keras-pipe local` streams them as
-SageMaker does (the listed attributes of each line, one RecordIO record each; lines shuffled and
-sharded), from a manifest in moto's S3 on 127.0.0.1 or a local one; every bad line is an error
-naming it; `submit` requests them through both SDKs; the job trains on them and serves."""
+"""The data users have, through the launcher: Ground Truth manifests as a channel (`keras-pipe local`
+streams them as SageMaker does: the listed attributes of each line, one RecordIO record each; lines
+shuffled and sharded), from a manifest in moto's S3 on 127.0.0.1 or a local one; every bad line is
+an error naming it; `submit` requests them through both SDKs; `prepare` takes them; the job trains
+on them and serves. MXNet RecordIO image files fed in Pipe mode, trained and served."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from keras_pipe_launch.local.feeder import PipeFeeder
 from keras_pipe_launch.local.manifest import read_manifest
 from pipemode import recordio
 from pipemode.corruption import CorruptionPolicy
-from tests.conftest import QUICK, launch_local, sdk2_python, stream_reader
+from tests.conftest import QUICK, REPO, launch_local, sdk2_python, stream_reader
 from tests.launcher.conftest import dry_run_request, launch_cli, sent_through_sdk
 from tests.launcher.test_local_runner import feed_in_background, read_passes
 from tests.launcher.test_submit import IMAGE, ROLE, same_request
@@ -210,29 +211,7 @@ def test_both_sdks_send_the_dry_run_request_for_manifest_channels(aws, moto_endp
 # --- trained through `keras-pipe local`, then served ----------------------------------------------
 
 
-@pytest.mark.slow
-def test_a_ground_truth_manifest_in_s3_trains_on_two_sharded_hosts_and_serves(tmp_path, s3_manifests, digits):
-    bucket, refs = s3_manifests
-    out = launch_local("--train", f"s3://{bucket}/labels/train.manifest",
-                       "--validation", f"s3://{bucket}/labels/validation.manifest",
-                       "--attribute-names", ",".join(SINGLE), "--distribution", "ShardedByS3Key",
-                       "--channel-option", "validation:distribution=FullyReplicated", "--shuffle-seed", "1",
-                       "--instance-count", "2", "--hp", f"class_names={json.dumps(NAMES)}", "--hp", "epochs=2",
-                       *QUICK, "--job-dir", "job", cwd=tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    for line in ("channel train (Pipe, augmented manifest): 240 lines from s3://",
-                 "fed algo-1/train pass 0: 120 objects", "fed algo-2/train pass 0: 120 objects",
-                 "fed algo-1/validation pass 0: 60 objects", "algo-1 completed; model in"):
-        assert line in out.stdout, line
-    model = tmp_path / "job" / "algo-1" / "model"
-    assert json.loads((model / "classes.json").read_text()) == NAMES
-    images, labels = digits
-    (tmp_path / "ask").mkdir()
-    for i in range(4):
-        (tmp_path / "ask" / f"{i}.jpg").write_bytes(images[i])
-    answer = launch_cli("predict", str(model), str(tmp_path / "ask"))
-    assert answer.returncode == 0, answer.stderr
-    assert answer.stdout.count(".jpg") == 4 and any(name in answer.stdout for name in NAMES)
+# (a single-label manifest in S3 on two sharded hosts, then predicted: docs/sources.md, run by tests/docs)
 
 
 @pytest.mark.slow
@@ -313,3 +292,18 @@ def test_prepare_reads_a_multi_label_manifest_and_lists_the_lines_it_cannot_use(
     assert "line 34: leads out of the manifest's folder" in rejected
     with pytest.raises(PrepareError, match=r"line 1: label 'digits' is a list \(\[0, 2\]\): for a multi-label manifest"):
         prepare(tmp_path / "out.manifest", tmp_path / "again")
+
+
+@pytest.mark.slow
+def test_an_mxnet_rec_file_streams_in_pipe_mode_trains_and_serves(tmp_path):
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    data = REPO / "tests" / "data" / "digits-mxnet.rec"
+    out = launch_local("--train", str(data), "--validation", str(data), "--hp", "record_format=recordio",
+                       "--hp", "epochs=1", *QUICK, "--job-dir", "job", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "launch | channel train (Pipe): 1 objects from" in out.stdout and "val_accuracy" in out.stdout
+    images, _ = load_digits()
+    (tmp_path / "seven.jpg").write_bytes(digit_jpeg(images[0], 32))
+    answer = launch_cli("predict", str(tmp_path / "job" / "algo-1" / "model"), str(tmp_path / "seven.jpg"))
+    assert answer.returncode == 0 and "seven.jpg" in answer.stdout, answer.stderr
