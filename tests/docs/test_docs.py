@@ -382,7 +382,9 @@ OUTCOMES = {
     "docs/tuning.md": ['"HyperParameterTuningJobName"'],
     "docs/sources.md": ["launch | channel train (Pipe, augmented manifest): 270 lines from s3://my-bucket/labelled/",
                         "launch | fed algo-2/train pass 0: 135 objects", "algo-2 | metrics: epoch=1",
-                        '"S3DataType": "AugmentedManifestFile"', '"AttributeNames": [', "launch | algo-1 completed"],
+                        '"S3DataType": "AugmentedManifestFile"', '"AttributeNames": [', "launch | algo-1 completed",
+                        "class_names=('eight', 'five', 'four', 'nine', 'one', 'seven', 'six', 'three', 'two', 'zero')",
+                        '"record_format": "recordio"'],
     "train/pipemode/README.md": ["bad data: corrupt record #299", "600 records", jobs_in_pipe_mode(2)],
 }
 
