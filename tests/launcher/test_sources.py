@@ -215,15 +215,18 @@ def test_both_sdks_send_the_dry_run_request_for_manifest_channels(aws, moto_endp
 
 
 @pytest.mark.slow
-def test_a_multi_label_ground_truth_manifest_trains_locally_and_serves_every_class(tmp_path, digits):
+def test_a_multi_label_ground_truth_manifest_trains_locally_and_serves_every_class(tmp_path, s3_bucket):
+    """Images in S3, the manifests here (a local manifest's refs may be s3:// URIs); one host."""
     from keras_pipe_launch.sample_data import digit_jpeg, digit_pairs, load_digits
 
+    client, bucket = s3_bucket
     pairs, classes = digit_pairs(*load_digits(), count=200, seed=2)
-    (tmp_path / "gt" / "images").mkdir(parents=True)
+    (tmp_path / "gt").mkdir()
     lines = []
     for i, (image, labels) in enumerate(zip(pairs, classes)):
-        (tmp_path / "gt" / "images" / f"pair-{i}.jpg").write_bytes(digit_jpeg(image, 32))
-        lines.append(multi_label_line(f"images/pair-{i}.jpg", list(labels)))
+        client.put_object(Bucket=bucket, Key=f"pairs/pair-{i}.jpg", Body=digit_jpeg(image, 32))
+        lines.append(multi_label_line(f"s3://{bucket}/pairs/pair-{i}.jpg", list(labels)))
+    (tmp_path / "gt" / "pair-0.jpg").write_bytes(digit_jpeg(pairs[0], 32))
     (tmp_path / "gt" / "train.manifest").write_bytes(write_lines(lines[:160]))
     (tmp_path / "gt" / "validation.manifest").write_bytes(write_lines(lines[160:]))
     out = launch_local("--train", "gt/train.manifest", "--validation", "gt/validation.manifest",
@@ -232,8 +235,8 @@ def test_a_multi_label_ground_truth_manifest_trains_locally_and_serves_every_cla
                        cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "val_f1_micro" in out.stdout
-    answer = launch_cli("predict", str(tmp_path / "job" / "algo-1" / "model"), str(tmp_path / "gt" / "images" /
-                                                                                   "pair-0.jpg"), "--format", "jsonl")
+    answer = launch_cli("predict", str(tmp_path / "job" / "algo-1" / "model"), str(tmp_path / "gt" / "pair-0.jpg"),
+                        "--format", "jsonl")
     assert answer.returncode == 0, answer.stderr
     prediction = json.loads(answer.stdout.splitlines()[0])
     assert prediction["labels"] == NAMES and len(prediction["probabilities"]) == 10  # every class's
