@@ -107,6 +107,18 @@ def test_multi_label_lines_as_ground_truth_and_mxnet_write_them():
     assert list(record.features.feature["image/class/label"].float_list.value) == [1, 0, 1, 0, 0, 0, 0, 0, 0, 0]
 
 
+def test_multi_label_ids_are_kept_sorted_as_prepare_writes_them_and_deep_json_is_refused():
+    from tensorflow.core.example import example_pb2
+
+    combine = manifest.combiner(config(multi_label="true", attribute_names="source-ref,class"))
+    record = example_pb2.Example.FromString(combine([b"jpeg", b'[2, "0"]']))
+    assert list(record.features.feature["image/class/label"].int64_list.value) == [0, 2]
+    with pytest.raises(ValueError, match="lists a class id twice"):
+        combine([b"jpeg", b"[2, 2.0]"])
+    with pytest.raises(ValueError, match="nested too deeply"):
+        combine([b"jpeg", b"[" * 100000 + b"]" * 100000])
+
+
 def test_metadata_that_names_a_class_otherwise_than_class_names_is_refused():
     combine = manifest.combiner(config(class_names=json.dumps(NAMES)))
     line = [b"jpeg", b"3", json.dumps({"class-name": "cat"}).encode()]
@@ -147,10 +159,10 @@ def test_a_bad_label_is_a_data_error_naming_the_manifest_line(job, digit_images)
     stream_manifest(job, "train", lines)
     write_hyperparameters(job, attribute_names=ATTRIBUTES, num_classes=10, image_size=32, epochs=1, weights="none")
     failed(job, run_train(job), DATA,
-           f"Data error: UnusableRecordError: unusable record #13 at byte offset "
+           f"Data error: UnusableRecordError: unusable record #39 at byte offset "
            f"{sum(len(v) + 8 + (-len(v) % 4) for line in lines[:13] for v in line)} of channel 'train' pass 0 (FIFO "
-           f"{job.data_dir}/train_0): manifest line 14 (RecordIO records #39-#41): label attribute 'digit' holds "
-           "'thirteen', not a class id")
+           f"{job.data_dir}/train_0): manifest line 14 of this pass (RecordIO records #39-#41): label attribute "
+           "'digit' holds 'thirteen', not a class id")
 
 
 def test_a_stream_cut_inside_a_line_is_a_data_error(job, digit_images):
@@ -158,4 +170,4 @@ def test_a_stream_cut_inside_a_line_is_a_data_error(job, digit_images):
     lines = ground_truth_lines(images[:40], labels[:40])
     stream_manifest(job, "train", lines[:-1] + [lines[-1][:2]])
     write_hyperparameters(job, attribute_names=ATTRIBUTES, num_classes=10, image_size=32, epochs=1, weights="none")
-    failed(job, run_train(job), DATA, "Data error: TruncatedRecordError: corrupt record #39 at byte offset")
+    failed(job, run_train(job), DATA, "Data error: TruncatedRecordError: corrupt record #117 at byte offset")

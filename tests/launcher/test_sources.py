@@ -310,3 +310,40 @@ def test_an_mxnet_rec_file_streams_in_pipe_mode_trains_and_serves(tmp_path):
     (tmp_path / "seven.jpg").write_bytes(digit_jpeg(images[0], 32))
     answer = launch_cli("predict", str(tmp_path / "job" / "algo-1" / "model"), str(tmp_path / "seven.jpg"))
     assert answer.returncode == 0 and "seven.jpg" in answer.stdout, answer.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hp", "record_format=class_folders"], "channel train is in Pipe mode, but --hp record_format=class_folders"),
+    (["--hp", "record_format=recordio", "--record-wrapper", "RecordIO"],
+     "--record-wrapper RecordIO with --hp record_format=recordio: the .rec files are RecordIO already"),
+])
+def test_a_record_format_the_channels_cannot_carry_is_refused_before_anything_runs(tmp_path, args, message):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.rec").write_bytes(b"")
+    out = launch_cli("local", "--train", str(tmp_path / "data"), "--job-dir", str(tmp_path / "job"), *args,
+                     "--hp", "num_classes=3")
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (tmp_path / "job").exists()
+
+
+def test_prepare_rejects_labels_that_are_not_class_ids_and_refuses_absurd_class_counts(tmp_path):
+    from keras_pipe_launch.prepare.dataset import PrepareError, prepare
+    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
+
+    images, labels = load_digits()
+    lines = []
+    for i in range(80):
+        (tmp_path / f"{i}.jpg").write_bytes(digit_jpeg(images[i]))
+        lines.append(ground_truth_line(f"{i}.jpg", int(labels[i])))
+    lines[3]["digit"], lines[4]["digit"], lines[5]["digit"] = "²", "9" * 5000, "3.0"  # (the last one is 3)
+    lines[5]["digit-metadata"]["class-name"] = "three"
+    (tmp_path / "out.manifest").write_bytes(write_lines(lines))
+    summary = prepare(tmp_path / "out.manifest", tmp_path / "out", validation_fraction=0.1)
+    assert summary["train"] + summary["validation"] == 78
+    rejected = (tmp_path / "out" / "rejected.txt").read_text()
+    assert "line 4: label attribute 'digit' holds '²', not a class id" in rejected
+    assert "line 5: label attribute 'digit' holds '99999" in rejected
+    lines[6]["digit"] = 10**9
+    (tmp_path / "huge.manifest").write_bytes(write_lines(lines))
+    with pytest.raises(PrepareError, match="has class id 1000000000: more than 100000 classes"):
+        prepare(tmp_path / "huge.manifest", tmp_path / "out2")

@@ -169,22 +169,34 @@ def test_a_line_that_cannot_be_used_is_named_and_skipped_without_losing_the_alig
     from pipemode.errors import UnusableRecordError
 
     data = recordio.encode([b"a", b"1", b"b", b"bad", b"c", b"2"])
-    with pytest.raises(UnusableRecordError, match=r"unusable record #1 at byte offset 24 of test stream: manifest "
-                                                  r"line 2 \(RecordIO records #2-#3\): a bad label"):
+    with pytest.raises(UnusableRecordError, match=r"unusable record #2 at byte offset 24 of test stream: manifest "
+                                                  r"line 2 of this pass \(RecordIO records #2-#3\): a bad label"):
         lines(data)
     got, policy = lines(data, skips=1)
     assert got == [b"a|1", b"c|2"] and policy.skipped == 1
     reject_c = lambda record: "no c" if record.startswith(b"c") else None  # noqa: E731
-    with pytest.raises(UnusableRecordError, match=r"manifest line 3 \(RecordIO records #4-#5\): no c"):
+    with pytest.raises(UnusableRecordError, match=r"manifest line 3 of this pass \(RecordIO records #4-#5\): no c"):
         lines(recordio.encode([b"a", b"1", b"b", b"2", b"c", b"3"]), check=reject_c)
 
 
-def test_a_pass_that_ends_inside_a_line_is_an_error_naming_it():
+def test_a_pass_that_ends_inside_a_line_is_an_error_naming_it_whatever_the_skip_limit():
     data = recordio.encode([b"a", b"1", b"b", b"2", b"c"])
-    with pytest.raises(TruncatedRecordError, match=r"the pass ended after 1 of the 2 records of manifest line 3"):
-        lines(data)
-    got, policy = lines(data, skips=1)  # (skippable like any truncated record: the lines before it are kept)
-    assert got == [b"a|1", b"b|2"] and policy.skipped == 1
+    for skips in (0, 5):
+        with pytest.raises(TruncatedRecordError, match=r"corrupt record #4 at byte offset 48 of test stream: the pass "
+                                                       r"ended after 1 of the 2 records of manifest line 3 of this"):
+            lines(data, skips=skips)
+
+
+def test_a_record_longer_than_the_limit_is_not_read_and_its_line_is_unusable():
+    from pipemode.errors import UnusableRecordError
+
+    data = recordio.encode([b"a" * 100, b"1", b"b" * 10, b"2"])
+    policy = CorruptionPolicy(1)
+    got = recordio.RecordIODecoder(policy).groups(stream_reader(data), WHERE, 2, b"|".join, max_bytes=50)
+    assert [r for batch in got for r in batch] == [b"b" * 10 + b"|2"] and policy.skipped == 1
+    with pytest.raises(UnusableRecordError, match="a record is longer than 50 bytes"):
+        list(recordio.RecordIODecoder(CorruptionPolicy(0)).groups(stream_reader(data), WHERE, 2, b"|".join,
+                                                                  max_bytes=50))
 
 
 def test_a_damaged_record_ends_the_pass_even_when_skipping_is_allowed():

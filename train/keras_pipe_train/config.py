@@ -674,7 +674,7 @@ def _check_record_format(values: dict) -> None:
     if values["attribute_names"] and fmt != "tfrecord":
         raise UserError(f"hyperparameter attribute_names makes the channels Ground Truth manifests; record_format="
                         f"{fmt} says they hold something else: give one")
-    if fmt != "tfrecord" and values["multi_label"] and fmt == "class_folders":
+    if fmt == "class_folders" and values["multi_label"]:
         raise UserError("hyperparameter record_format=class_folders gives each image the one class of its folder: "
                         "for multi_label, prepare a CSV of path,label,label,... (keras-pipe prepare --multi-label)")
     if fmt == "recordio" and values["multi_label"] and values["label_format"] != "multi_hot":

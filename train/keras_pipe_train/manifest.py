@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 from collections.abc import Callable
 
 from tensorflow.core.example import example_pb2, feature_pb2
 
+from keras_pipe_train import manifest_labels as labels_of
 from keras_pipe_train.config import JobConfig, manifest_roles
 
 log = logging.getLogger(__name__)
@@ -45,10 +45,12 @@ def combiner(config: JobConfig) -> Callable[[list[bytes]], bytes]:
 
     def combine(payloads: list[bytes]) -> bytes:
         label_name = names[roles.label]
-        labels = _labels(_value(payloads[roles.label], label_name), label_name, config)
+        value = _value(payloads[roles.label], label_name)
+        labels = (labels_of.multi_hot(value, label_name, config.num_classes) if config.label_format == "multi_hot"
+                  else labels_of.class_ids(value, label_name, config.multi_label))
         if roles.metadata is not None:
-            names_in = _class_names(_value(payloads[roles.metadata], names[roles.metadata]), names[roles.metadata],
-                                    labels, config)
+            names_in = labels_of.metadata_names(_value(payloads[roles.metadata], names[roles.metadata]),
+                                                names[roles.metadata], labels)
             if named:
                 for label, name in names_in.items():
                     if 0 <= label < config.num_classes and config.class_names[label] != name:
@@ -62,7 +64,7 @@ def combiner(config: JobConfig) -> Callable[[list[bytes]], bytes]:
                             names[roles.metadata], config.num_classes - 1)
         feature = {config.image_feature: feature_pb2.Feature(
             bytes_list=feature_pb2.BytesList(value=[payloads[roles.image]]))}
-        if isinstance(labels, list) and config.label_format == "multi_hot":
+        if config.label_format == "multi_hot":
             feature[config.label_feature] = feature_pb2.Feature(float_list=feature_pb2.FloatList(value=labels))
         else:
             ids = labels if isinstance(labels, list) else [labels]
@@ -82,56 +84,7 @@ def _value(payload: bytes, name: str):
                          "in the order of the channel's AttributeNames?") from None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"attribute {name!r} is JSON nested too deeply to read") from None
     except ValueError:
         return text.strip()
-
-
-def _class_id(value, name: str) -> int:
-    if isinstance(value, str):
-        try:
-            value = float(value) if value.strip() else value
-        except ValueError:
-            pass
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"label attribute {name!r} holds {_short(value)}, not a class id (an integer, or its text)")
-    return value
-
-
-def _labels(value, name: str, config: JobConfig) -> int | list:
-    if not config.multi_label:
-        if isinstance(value, list):
-            raise ValueError(f"label attribute {name!r} holds a list ({_short(value)}): a multi-label manifest needs "
-                             "hyperparameter multi_label=true")
-        return _class_id(value, name)
-    items = value if isinstance(value, list) else [value]
-    if config.label_format == "multi_hot":
-        if not isinstance(value, list) or len(value) != config.num_classes:
-            raise ValueError(f"label attribute {name!r} holds {_short(value)}; label_format=multi_hot needs a list of "
-                             f"{config.num_classes} values (one 0 or 1 per class)")
-        return [float(_class_id(item, name)) for item in items]
-    return [_class_id(item, name) for item in items]
-
-
-def _class_names(value, name: str, labels, config: JobConfig) -> dict[int, str]:
-    """{class id: name} from Ground Truth's metadata: class-name (single-label), class-map
-    (multi-label: {"0": "cat", ...}); {} when it names none."""
-    if not isinstance(value, dict):
-        raise ValueError(f"attribute {name!r} holds {_short(value)}, not Ground Truth's metadata (a JSON object)")
-    if "class-map" in value:
-        mapping = value["class-map"]
-        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
-            raise ValueError(f"the class-map of attribute {name!r} is {_short(mapping)}, not an object of class id to "
-                             "name")
-        return {_class_id(key, f"{name} class-map"): text for key, text in mapping.items()}
-    if "class-name" in value and not isinstance(labels, list):
-        if not isinstance(value["class-name"], str):
-            raise ValueError(f"the class-name of attribute {name!r} is {_short(value['class-name'])}, not a name")
-        return {labels: value["class-name"]}
-    return {}
-
-
-def _short(value) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -90,11 +90,9 @@ def channels_from(args: argparse.Namespace) -> list[ChannelSpec]:
         except ValueError:
             raise ChannelError(
                 f"channel {shown(name)}: shuffle-seed must be an integer, got {values['shuffle_seed']!r}") from None
-        if attribute_names and name in MANIFEST_CHANNELS:
-            values = {"record_wrapper": "RecordIO", **values, "data_type": "AugmentedManifestFile",
-                      "attribute_names": attribute_names}
-            if "record_wrapper" not in overrides[name]:
-                values["record_wrapper"] = "RecordIO"
+        if attribute_names and name in MANIFEST_CHANNELS:  # (RecordIO, unless --channel-option says otherwise)
+            values = {**values, "data_type": "AugmentedManifestFile", "attribute_names": attribute_names,
+                      "record_wrapper": overrides[name].get("record_wrapper", "RecordIO")}
         specs.append(ChannelSpec(name=name, source=source, **values))
     if not specs:
         raise ChannelError("no channels: give at least --train SOURCE")

@@ -11,7 +11,7 @@ import sys
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
 from keras_pipe_launch.common import hyperparameters, secrets
-from keras_pipe_launch.common.channels import manifest_hyperparameters
+from keras_pipe_launch.common.channels import channel_hyperparameters
 from keras_pipe_launch.common.processes import stopped_by_any_signal
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import key_values
@@ -47,7 +47,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 def spec_from(args: argparse.Namespace) -> JobSpec:
     channels = channels_from(args)
-    values = manifest_hyperparameters(channels, hyperparameters.parse(args.hp))
+    values = channel_hyperparameters(channels, hyperparameters.parse(args.hp))
     return JobSpec(
         image_uri=args.image_uri, role=args.role, channels=tuple(channels),
         output_path=args.output_path, instance_type=args.instance_type, instance_count=args.instance_count,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from
 from keras_pipe_launch.common import hyperparameters, secrets
-from keras_pipe_launch.common.channels import manifest_hyperparameters
+from keras_pipe_launch.common.channels import channel_hyperparameters
 from keras_pipe_launch.common.engine import Engine, EngineError
 from keras_pipe_launch.common.objects import SourceError
 from keras_pipe_launch.common.untrusted import shown
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if not JOB_NAME.match(name):  # it names folders and containers: SageMaker's rule keeps it a plain name
             raise UsageError(f"--name {name!r}: 1-63 letters, digits and hyphens, as SageMaker names jobs")
         channels = channels_from(args)
-        values = manifest_hyperparameters(channels, hyperparameters.parse(args.hp))
+        values = channel_hyperparameters(channels, hyperparameters.parse(args.hp))
         if not args.no_validate:
             hyperparameters.check(values)
         engine = Engine.from_environment(args.engine)

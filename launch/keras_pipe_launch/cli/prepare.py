@@ -117,9 +117,10 @@ def run(args: argparse.Namespace) -> int:
         if args.instance_count is not None:
             if args.overwrite:
                 raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
-            if args.multi_label:
-                raise PrepareError("--multi-label reads a CSV, which is prepared on one machine: at scale, SOURCE is a "
-                                   "prefix of class folders")
+            if args.multi_label or args.label_attribute:
+                raise PrepareError(f"--{'multi-label' if args.multi_label else 'label-attribute'} reads a CSV or a "
+                                   "manifest, which is prepared on one machine: at scale, SOURCE is a prefix of class "
+                                   "folders")
 
             return run_at_scale(args)
         for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):

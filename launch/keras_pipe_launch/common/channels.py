@@ -100,9 +100,11 @@ class ChannelSpec:
         return self.data_type == "AugmentedManifestFile"
 
 
-def manifest_hyperparameters(channels: list[ChannelSpec], values: dict[str, str]) -> dict[str, str]:
+def channel_hyperparameters(channels: list[ChannelSpec], values: dict[str, str]) -> dict[str, str]:
     """The job's hyperparameters with attribute_names set from the manifest channels' AttributeNames
-    (the job reads them there: inputdataconfig.json does not say), so that the two cannot drift."""
+    (the job reads them there: inputdataconfig.json does not say), so that the two cannot drift;
+    and a record_format the channels cannot carry refused here rather than by the job once started."""
+    _check_record_format(channels, values)
     manifests = [c for c in channels if c.is_manifest]
     names = {c.attribute_names for c in manifests}
     if len(names) > 1:
@@ -120,6 +122,25 @@ def manifest_hyperparameters(channels: list[ChannelSpec], values: dict[str, str]
         raise ChannelError(f"--hp attribute_names={given} differs from the channels' attribute names ({listed}): leave "
                            "it out, --attribute-names sets it")
     return {**values, "attribute_names": listed}
+
+
+def _check_record_format(channels: list[ChannelSpec], values: dict[str, str]) -> None:
+    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.errors import UserError
+
+    try:
+        record_format = HYPERPARAMETERS["record_format"].parse("record_format", values.get("record_format", "tfrecord"))
+    except UserError:
+        return  # (the hyperparameters' own check says what is wrong)
+    for c in channels:
+        if c.name not in MANIFEST_CHANNELS:
+            continue
+        if record_format == "class_folders" and c.input_mode == "Pipe":
+            raise ChannelError(f"channel {c.name} is in Pipe mode, but --hp record_format=class_folders: a Pipe stream "
+                               "does not say which folder an image came from. Give --input-mode File (or FastFile)")
+        if record_format == "recordio" and c.record_wrapper != "None":
+            raise ChannelError(f"channel {c.name}: --record-wrapper {c.record_wrapper} with --hp "
+                               "record_format=recordio: the .rec files are RecordIO already (leave the wrapper None)")
 
 
 WHOLE_FILE_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",

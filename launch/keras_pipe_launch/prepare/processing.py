@@ -120,9 +120,10 @@ def write_plan(plan: Plan, client, out: str) -> None:
 
 
 def source_prefix(source: str) -> str:
-    if not source.startswith("s3://") or source.lower().endswith(".csv"):
+    if not source.startswith("s3://") or source.lower().endswith((".csv", ".manifest", ".jsonl")):
         raise PrepareError(f"{shown(source)}: a Processing job prepares an s3:// prefix of class folders (its "
-                           "instances share the objects under it); prepare a CSV on one machine")
+                           "instances share the objects under it); prepare a CSV or a manifest on one machine (a "
+                           "manifest also trains as it is: docs/sources.md)")
     return source if source.endswith("/") else source + "/"
 
 

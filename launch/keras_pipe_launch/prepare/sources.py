@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from keras_pipe_launch.common.manifests import entries, manifest_object, short
 from keras_pipe_launch.common.objects import S3Store, SourceError, parse_s3_uri
 from keras_pipe_launch.common.untrusted import shown
+from keras_pipe_train import manifest_labels as labels_of
 from keras_pipe_train.contract import is_hidden
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}
@@ -192,6 +193,7 @@ def list_csv(data, name: str, relative_to, multi_label: bool = False) -> Listing
 
 MANIFEST_SUFFIXES = (".manifest", ".jsonl")
 GROUND_TRUTH_TYPES = ("groundtruth/image-classification", "groundtruth/image-classification-multilabel")
+MAX_CLASSES = 100_000
 
 
 def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_attribute: str | None = None
@@ -207,15 +209,14 @@ def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_
     listed twice, is an error naming the line."""
     manifest = manifest_object(source, reader.s3 if source.lower().startswith("s3:") else None)
     local_folder = None if source.lower().startswith("s3:") else Path(manifest.location).parent
+    lines = list(entries(manifest))
+    label_attribute = label_attribute or _label_attribute(lines, source)
     items: list[tuple[Location, Labels]] = []
     rejected: list[tuple[Location, str]] = []
     names: dict[int, str] = {}
     seen: dict[Location, str] = {}
-    for _, where, entry in entries(manifest):
-        if label_attribute is None:
-            label_attribute = _label_attribute(entry, where)
-        ref = entry.get("source-ref")
-        location = _manifest_ref(ref, local_folder, where)
+    for _, where, entry in lines:
+        location = _manifest_ref(entry.get("source-ref"), local_folder, where)
         if isinstance(location, tuple):  # (a ref that is rejected, and why)
             rejected.append(location)
             continue
@@ -229,20 +230,28 @@ def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_
             rejected.append((location, f"{where}: no label {label_attribute!r}"
                              + (f" (Ground Truth: {shown(str(reason)[:200])})" if reason else "")))
             continue
-        labels = _manifest_labels(entry[label_attribute], multi_label)
-        if isinstance(labels, str):
-            if labels.startswith("a list"):
-                raise ListingError(f"{shown(where)}: label {label_attribute!r} is {labels}: for a multi-label "
-                                   "manifest, give --multi-label")
-            rejected.append((location, f"{where}: label {label_attribute!r} {labels}"))
+        if isinstance(entry[label_attribute], list) and not multi_label:
+            raise ListingError(f"{shown(where)}: label {label_attribute!r} is a list "
+                               f"({shown(labels_of.short(entry[label_attribute]))}): for a multi-label manifest, give "
+                               "--multi-label")
+        try:
+            ids = labels_of.class_ids(entry[label_attribute], label_attribute, multi_label)
+            named = labels_of.metadata_names(metadata, f"{label_attribute}-metadata", ids) if metadata else {}
+        except ValueError as err:
+            rejected.append((location, f"{where}: {shown(str(err))}"))
             continue
-        for label, name in _metadata_names(metadata, labels).items():
+        for label, name in named.items():
+            if shown(name) != name:
+                raise ListingError(f"{shown(where)}: the metadata's name of class {label} is not printable text")
             if names.setdefault(label, name) != name:
                 raise ListingError(f"{shown(where)}: class {label} is called {shown(name)} in its metadata, but "
                                    f"{shown(names[label])} before")
-        items.append((location, labels))
-    ids = {label for _, labels in items for label in (labels if isinstance(labels, tuple) else (labels,))}
-    count = max(ids | set(names), default=-1) + 1
+        items.append((location, tuple(ids) if multi_label else ids))
+    ids_seen = {label for _, labels in items for label in (labels if isinstance(labels, tuple) else (labels,))}
+    count = max(ids_seen | set(names), default=-1) + 1
+    if count > MAX_CLASSES:
+        raise ListingError(f"{shown(source)} has class id {count - 1}: more than {MAX_CLASSES} classes; class ids "
+                           "count from 0")
     if count < 2:
         raise ListingError(f"{shown(source)} labels {count} class(es); a classifier needs at least two")
     classes = [names.get(i, str(i)) for i in range(count)]
@@ -251,21 +260,30 @@ def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_
     return Listing.of(classes, items, rejected)
 
 
-def _label_attribute(entry: dict, where: str) -> str:
-    found = [name[:-len("-metadata")] for name, value in entry.items()
-             if name.endswith("-metadata") and isinstance(value, dict) and value.get("type") in GROUND_TRUTH_TYPES]
-    if len(found) != 1:
-        raise ListingError(f"{shown(where)}: cannot tell which attribute is the label ("
-                           + (f"{len(found)} Ground Truth image classification labels: {shown(', '.join(found))}"
-                              if found else "no Ground Truth image classification label's metadata")
-                           + "): give --label-attribute NAME")
-    return found[0]
+def _label_attribute(lines: list[tuple[int, str, dict]], source: str) -> str:
+    """The label attribute: the one attribute whose metadata says it is a Ground Truth image
+    classification label, in the first line that has one (a line Ground Truth could not label may
+    lack it)."""
+    for _, where, entry in lines:
+        found = [name[:-len("-metadata")] for name, value in entry.items()
+                 if name.endswith("-metadata") and isinstance(value, dict) and value.get("type") in GROUND_TRUTH_TYPES]
+        if len(found) > 1:
+            raise ListingError(f"{shown(where)}: {len(found)} Ground Truth image classification labels "
+                               f"({shown(', '.join(found))}): give --label-attribute NAME")
+        if found:
+            return found[0]
+    raise ListingError(f"{shown(source)}: no line has a Ground Truth image classification label's metadata, to tell "
+                       "which attribute is the label: give --label-attribute NAME")
 
 
 def _manifest_ref(ref, local_folder: Path | None, where: str) -> Location | tuple[Location, str]:
     if not isinstance(ref, str) or not ref:
         raise ListingError(f"{shown(where)}: source-ref must be a path or s3:// URI, got {short(ref)}")
-    if ref.startswith("s3://"):
+    if ref.lower().startswith("s3:"):
+        try:
+            parse_s3_uri(ref)
+        except SourceError as err:
+            return ref, f"{where}: {err}"
         return ref
     if local_folder is None:
         return ref, f"{where}: not an s3:// URI (a manifest in S3 refers to images in S3)"
@@ -273,34 +291,6 @@ def _manifest_ref(ref, local_folder: Path | None, where: str) -> Location | tupl
     if not path.resolve().is_relative_to(local_folder.resolve()):
         return path, f"{where}: leads out of the manifest's folder"
     return path
-
-
-def _manifest_labels(value, multi_label: bool) -> Labels | str:
-    """The class id(s), or why the value is not one: a class id, its text, or a list of them."""
-    def class_id(item) -> int | None:
-        if isinstance(item, str) and item.strip().isdigit():
-            return int(item)
-        return item if isinstance(item, int) and not isinstance(item, bool) and item >= 0 else None
-
-    if isinstance(value, list) and not multi_label:
-        return f"a list ({short(value)})"
-    items = value if isinstance(value, list) else [value]
-    ids = [class_id(item) for item in items]
-    if None in ids or len(set(ids)) < len(ids):
-        return f"is {short(value)}, not {'class ids, each once' if multi_label else 'a class id'}"
-    return tuple(sorted(ids)) if multi_label else ids[0]
-
-
-def _metadata_names(metadata, labels: Labels) -> dict[int, str]:
-    if not isinstance(metadata, dict):
-        return {}
-    if isinstance(metadata.get("class-map"), dict):
-        return {int(k): v for k, v in metadata["class-map"].items()
-                if isinstance(k, str) and k.isdigit() and isinstance(v, str) and shown(v) == v}
-    name = metadata.get("class-name")
-    if isinstance(name, str) and shown(name) == name and isinstance(labels, int):
-        return {labels: name}
-    return {}
 
 
 class Reader:

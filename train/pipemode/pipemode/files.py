@@ -100,7 +100,8 @@ class FileReader:
 
         if self.record_format == "RecordIO":
             decoder = RecordIODecoder(policy)
-            batches = (decoder.groups(read, f"file {name}", 1, self.combine, self.record_check) if self.combine
+            batches = (decoder.groups(read, f"file {name}", 1, self.combine, self.record_check, self.max_record_bytes)
+                       if self.combine
                        else decoder.records(read, f"file {name}", self.record_check))
             reading.append((stream, batches))
             return

@@ -147,7 +147,8 @@ class PipeReader:
 
     def _decode(self, read, where: str, policy: CorruptionPolicy) -> Iterator[list[bytes]]:
         if self.record_format == "RecordIO" and self.combine:
-            yield from RecordIODecoder(policy).groups(read, where, self.group_records, self.combine, self.record_check)
+            yield from RecordIODecoder(policy).groups(read, where, self.group_records, self.combine, self.record_check,
+                                                      self.max_record_bytes)
             return
         if self.record_format == "RecordIO":
             yield from RecordIODecoder(policy).records(read, where, self.record_check)

@@ -192,6 +192,21 @@ class RecordStream:
         )
 
 
+def _read_at_most(stream: RecordStream, max_bytes: int) -> bytes | None:
+    """The payload; None (the rest drained, unread) when it is longer than max_bytes."""
+    if stream.size is not None and stream.size > max_bytes:
+        stream.drain()
+        return None
+    pieces, total = [], 0
+    while piece := stream.read(_READ_BYTES):
+        total += len(piece)
+        if total > max_bytes:
+            stream.drain()
+            return None
+        pieces.append(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
 class RecordIODecoder:
     """Splits a RecordIO stream into records.
 
@@ -225,7 +240,7 @@ class RecordIODecoder:
             yield batch
 
     def groups(self, read: Read, where: str, size: int, combine: Combine,
-               record_check=None) -> Iterator[list[bytes]]:
+               record_check=None, max_bytes: int = MAX_PART_BYTES) -> Iterator[list[bytes]]:
         """Every `size` consecutive payloads made into one record by `combine`, in lists: what an
         augmented manifest's channel streams, one RecordIO record per listed attribute of each
         line, in the order listed. combine(payloads) returns the record, or raises ValueError
@@ -236,7 +251,10 @@ class RecordIODecoder:
         skipped: the records after it can no longer be matched to their lines (nothing in a payload
         says which attribute it holds). So is a pass that ends inside a line. With `size` 1 (a
         transform of each record, say MXNet's image records into Examples), it is skipped or raised
-        as any corrupt record is.
+        as any corrupt record is. A payload longer than `max_bytes` is not read into memory: its
+        line is unusable.
+
+        Lines are counted in the pass's stream: with ShuffleConfig, not the manifest file's order.
         """
         batch, nbytes, line, first_offset = [], 0, [], 0
         lines = 0
@@ -244,13 +262,13 @@ class RecordIODecoder:
         for stream in self.streams(read, where):
             if not line:
                 first_offset = stream.offset
-            payload = stream.read_all()
+            payload = _read_at_most(stream, max_bytes)
             if size == 1 and stream.broken:
                 continue  # (the policy counted it, or raised)
             if size > 1 and (stream.broken or stream.number != expected):
                 lost = stream.number if stream.broken else expected
                 raise CorruptRecordError(
-                    where, lines, stream.offset,
+                    where, lost, stream.offset,
                     f"RecordIO record #{lost} (attribute {len(line) + 1} of {size} of manifest line "
                     f"{lines + 1}) is damaged, and the records after it cannot be matched to their manifest "
                     "lines: the pass cannot go on")
@@ -261,15 +279,18 @@ class RecordIODecoder:
             lines += 1
             payloads, line = line, []
             try:
+                if any(p is None for p in payloads):
+                    raise ValueError(f"a record is longer than {max_bytes} bytes, more than the job takes (an "
+                                     "image of max_image_pixels)")
                 record = combine(payloads)
                 problem = record_check(record) if record_check else None
             except ValueError as err:
                 problem = str(err)
             if problem:
-                line_said = (f"manifest line {lines} (RecordIO records #{stream.number - size + 1}-#{stream.number}): "
+                first = stream.number - size + 1
+                line_said = (f"manifest line {lines} of this pass (RecordIO records #{first}-#{stream.number}): "
                              if size > 1 else "")
-                number = lines - 1 if size > 1 else stream.number
-                self.policy.skip_or_raise(UnusableRecordError(where, number, first_offset, line_said + problem))
+                self.policy.skip_or_raise(UnusableRecordError(where, first, first_offset, line_said + problem))
                 continue
             batch.append(record)
             nbytes += len(record)
@@ -278,12 +299,12 @@ class RecordIODecoder:
                 batch, nbytes = [], 0
         if batch:
             yield batch
-        if line:
-            self.policy.skip_or_raise(TruncatedRecordError(
-                where, lines, first_offset,
-                f"the pass ended after {len(line)} of the {size} records of manifest line {lines + 1} (one per "
-                "attribute listed): the stream is cut short, or attribute_names lists more attributes than the "
-                "channel's AttributeNames"))
+        if line:  # (whatever the skip limit: the lines before may be misaligned too)
+            raise TruncatedRecordError(
+                where, expected - len(line), first_offset,
+                f"the pass ended after {len(line)} of the {size} records of manifest line {lines + 1} of this pass "
+                "(one per attribute listed): the stream is cut short, or attribute_names lists more attributes than "
+                "the channel's AttributeNames")
 
     def streams(self, read: Read, where: str) -> Iterator[RecordStream]:
         inp = _Input(read)
