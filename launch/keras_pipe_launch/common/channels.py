@@ -94,7 +94,6 @@ class ChannelSpec:
                                               record_wrapper=self.record_wrapper, compression=self.compression,
                                               content_type=self.content_type)
 
-
     @property
     def is_manifest(self) -> bool:
         return self.data_type == "AugmentedManifestFile"
@@ -118,10 +117,21 @@ def channel_hyperparameters(channels: list[ChannelSpec], values: dict[str, str])
     if [c.name for c in channels if c.name in MANIFEST_CHANNELS and not c.is_manifest]:
         raise ChannelError("the train and validation channels must both be augmented manifests, or neither")
     listed = json.dumps(list(manifests[0].attribute_names))
-    if given is not None and given != listed:
+    if given is not None and _attribute_names(given) != manifests[0].attribute_names:
         raise ChannelError(f"--hp attribute_names={given} differs from the channels' attribute names ({listed}): leave "
                            "it out, --attribute-names sets it")
     return {**values, "attribute_names": listed}
+
+
+def _attribute_names(value: str) -> tuple[str, ...] | None:
+    """--hp attribute_names as the job reads it (None: a value it cannot read, which its check says)."""
+    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.errors import UserError
+
+    try:
+        return HYPERPARAMETERS["attribute_names"].parse("attribute_names", value)
+    except UserError:
+        return None
 
 
 def _check_record_format(channels: list[ChannelSpec], values: dict[str, str]) -> None:
