@@ -108,8 +108,11 @@ def test_the_output_prefix_must_be_new_and_the_source_a_prefix_of_class_folders(
     client.put_object(Bucket=bucket, Key="used/x", Body=b"x")
     with pytest.raises(PrepareError, match=f"s3://{bucket}/used/ already holds objects"):
         prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/used/", instance_count=2, job_dir=tmp_path / "a")
-    with pytest.raises(PrepareError, match="prepare a CSV on one machine"):
+    with pytest.raises(PrepareError, match="prepare a CSV or a manifest on one machine"):
         prepare_locally(f"s3://{bucket}/labels.csv", f"s3://{bucket}/new/", instance_count=2, job_dir=tmp_path / "b")
+    with pytest.raises(PrepareError, match="prepare a CSV or a manifest on one machine"):
+        prepare_locally(f"s3://{bucket}/gt/output.manifest", f"s3://{bucket}/new/", instance_count=2,
+                        job_dir=tmp_path / "c")
     # the output inside the source (its plan and shards would be source objects) or around it
     for out in (f"s3://{bucket}/photos/prepared/", f"s3://{bucket}/"):
         with pytest.raises(PrepareError, match="the output prefix must be outside the source prefix"):
