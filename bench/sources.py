@@ -1,6 +1,6 @@
 """One epoch of the job's training input from each source it reads, on the same photos.
 
-    python -m bench.sources            # ~5 minutes on 2 cores
+    python -m bench.sources            # ~2 minutes on 2 cores
     python -m bench.sources --quick    # tiny: a correctness check, not a benchmark
 
 The same JPEG photos (500x375, quality 90, 10 classes), read by the job's training pipeline
