@@ -24,11 +24,10 @@ from pathlib import Path
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig, is_hidden
 from keras_pipe_train.errors import UserError
 from pipemode import options
+from pipemode.batches import in_batches
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import UnreadableError, UnusableRecordError
 from pipemode.reader import PassStats
-
-_BATCH_BYTES = 1 << 20
 
 
 def folder_classes(folder: Path) -> list[str]:
@@ -63,7 +62,7 @@ def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelCon
 
 class ClassFolderReader:
     """Reads `files` (under `folder`) in the order given, once per `read_pass()`: each one the
-    serialized Example of its bytes and its folder's class id, in lists of about 1 MiB."""
+    serialized Example of its bytes and its folder's class id, in lists (pipemode.batches)."""
 
     def __init__(self, folder: Path, files: list[str], class_names: tuple[str, ...], channel: str, *,
                  encode: Callable[[bytes, int], bytes], record_check: Callable[[bytes], str | None],
@@ -79,26 +78,23 @@ class ClassFolderReader:
         stats = PassStats(self.channel, len(self.history), f"{len(self.files)} images in {self.folder}")
         self.history.append(stats)
         policy = CorruptionPolicy(self.max_skips)
-        batch, size, started = [], 0, time.perf_counter()
+        started = time.perf_counter()
         try:
-            for number, name in enumerate(self.files):
-                record, problem = self._example(name)
-                if problem:
-                    policy.skip_or_raise(UnusableRecordError(f"channel {self.channel!r}", number, 0,
-                                                             f"file {name}: {problem}"))
-                    continue
-                stats.bytes += len(record)
-                stats.records += 1
-                batch.append(record)
-                size += len(record)
-                if size >= _BATCH_BYTES:
-                    yield batch
-                    batch, size = [], 0
-            if batch:
-                yield batch
+            yield from in_batches(self._examples(policy, stats))
         finally:
             stats.seconds = time.perf_counter() - started
             stats.skipped = policy.skipped
+
+    def _examples(self, policy: CorruptionPolicy, stats: PassStats) -> Iterator[bytes]:
+        for number, name in enumerate(self.files):
+            record, problem = self._example(name)
+            if problem:
+                policy.skip_or_raise(UnusableRecordError(f"channel {self.channel!r}", number, 0,
+                                                         f"file {name}: {problem}"))
+                continue
+            stats.bytes += len(record)
+            stats.records += 1
+            yield record
 
     def _example(self, name: str) -> tuple[bytes, str | None]:
         parts = Path(os.path.relpath(name, self.folder)).parts

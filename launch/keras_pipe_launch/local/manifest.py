@@ -34,10 +34,6 @@ class ManifestLine:
     values: tuple[StoredObject | bytes, ...]
     location: str  # "MANIFEST line N", for messages
 
-    @property
-    def key(self) -> str:  # (feeders order and report objects by key)
-        return self.location
-
 
 def read_manifest(source: str, attribute_names: tuple[str, ...]) -> list[ManifestLine]:
     """Every line of the manifest at `source` with its listed attributes, in order (blank lines

@@ -16,6 +16,7 @@ import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator
 
+from pipemode.batches import in_batches
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import CorruptRecordError, TruncatedRecordError, UnusableRecordError
 
@@ -28,7 +29,6 @@ HEADER_BYTES = 8
 WHOLE, FIRST, MIDDLE, LAST = 0, 1, 2, 3
 MAX_PART_BYTES = (1 << 29) - 1
 _READ_BYTES = 1 << 20  # see tfrecord.CHUNK_BYTES for why not more
-_BATCH_RECORDS = 4096
 
 Read = Callable[[int], bytes]
 Combine = Callable[[list[bytes]], bytes]
@@ -223,7 +223,9 @@ class RecordIODecoder:
     def records(self, read: Read, where: str, record_check=None) -> Iterator[list[bytes]]:
         """The payloads, in lists; `record_check(payload)` may reject one by saying why (see
         TFRecordDecoder), under the same corruption policy."""
-        batch, size = [], 0
+        return in_batches(self._payloads(read, where, record_check))
+
+    def _payloads(self, read: Read, where: str, record_check) -> Iterator[bytes]:
         for stream in self.streams(read, where):
             payload = stream.read_all()
             if stream.broken:
@@ -231,13 +233,7 @@ class RecordIODecoder:
             if record_check and (problem := record_check(payload)):
                 self.policy.skip_or_raise(UnusableRecordError(where, stream.number, stream.offset, problem))
                 continue
-            batch.append(payload)
-            size += len(payload)
-            if len(batch) >= _BATCH_RECORDS or size >= _READ_BYTES:
-                yield batch
-                batch, size = [], 0
-        if batch:
-            yield batch
+            yield payload
 
     def groups(self, read: Read, where: str, size: int, combine: Combine,
                record_check=None, max_bytes: int = MAX_PART_BYTES) -> Iterator[list[bytes]]:
@@ -256,7 +252,14 @@ class RecordIODecoder:
 
         Lines are counted in the pass's stream: with ShuffleConfig, not the manifest file's order.
         """
-        batch, nbytes, line, first_offset = [], 0, [], 0
+        cut: list[TruncatedRecordError] = []  # (a line the pass ended inside: raised once the lines before are out)
+        yield from in_batches(self._lines(read, where, size, combine, record_check, max_bytes, cut))
+        if cut:  # (whatever the skip limit: the lines before may be misaligned too)
+            raise cut[0]
+
+    def _lines(self, read: Read, where: str, size: int, combine: Combine, record_check, max_bytes: int,
+               cut: list) -> Iterator[bytes]:
+        line, first_offset = [], 0
         lines = 0
         expected = 0  # the next record's number: one skipped by streams() (a bad header) is a gap
         for stream in self.streams(read, where):
@@ -292,19 +295,13 @@ class RecordIODecoder:
                              if size > 1 else "")
                 self.policy.skip_or_raise(UnusableRecordError(where, first, first_offset, line_said + problem))
                 continue
-            batch.append(record)
-            nbytes += len(record)
-            if len(batch) >= _BATCH_RECORDS or nbytes >= _READ_BYTES:
-                yield batch
-                batch, nbytes = [], 0
-        if batch:
-            yield batch
-        if line:  # (whatever the skip limit: the lines before may be misaligned too)
-            raise TruncatedRecordError(
+            yield record
+        if line:
+            cut.append(TruncatedRecordError(
                 where, expected - len(line), first_offset,
                 f"the pass ended after {len(line)} of the {size} records of manifest line {lines + 1} of this pass "
                 "(one per attribute listed): the stream is cut short, or attribute_names lists more attributes than "
-                "the channel's AttributeNames")
+                "the channel's AttributeNames"))
 
     def streams(self, read: Read, where: str) -> Iterator[RecordStream]:
         inp = _Input(read)
