@@ -24,15 +24,20 @@ TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
 
+# The tests run in TEST_WORKERS processes (pytest-xdist; tests/scheduling.py says how they share the
+# work): 2 on CI's two cores, where most of a test's time is TensorFlow's import, tracing, or waiting
+# on a writer, a server or a container. TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= 2
+
 test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # the quick tier, while working: every test but those of the image and the SDKs' local mode (marked
 # `container`); one folder alone: `make test-quick PYTEST_ARGS=tests/reader`
 test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "not container" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not container" $(PYTEST_ARGS)
 
 # the reader's property tests at length (20,000 streams per property instead of 250; minutes)
 fuzz: $(INSTALLED)

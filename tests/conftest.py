@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 # the image and the Docker Engine: fixtures tests/image and tests/docs share (one of each per session)
-pytest_plugins = ["tests.engine"]
+pytest_plugins = ["tests.engine", "tests.scheduling"]
 
 REPO = Path(__file__).resolve().parent.parent
 # SageMaker SDK v2 in its own virtualenv beside .venv (v3): `make test` creates it
@@ -36,8 +36,9 @@ def sdk2_python() -> Path:
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# moto's request recorder (read when moto is imported): a temp file, not ./moto_recording
-os.environ.setdefault("MOTO_RECORDER_FILEPATH", os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording"))
+# moto's request recorder (read when moto is imported): a temp file, not ./moto_recording, and one
+# per process: `make test`'s workers (tests/scheduling.py) each record their own server's requests
+os.environ["MOTO_RECORDER_FILEPATH"] = os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording")
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import scheduling
 from tests.conftest import REPO, SDK2_PYTHON
 from tests.docs import doc_blocks
 from tests.engine import BASE, ENGINE, RUN_ARGS, TAG
@@ -263,8 +264,7 @@ for path in sorted(p for p in root.rglob("*") if p.is_file()):
 def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request) -> str:
     """Runs the document's blocks in order; returns what they printed."""
     blocks, shell = runnable(document)
-    if any(ENGINE_COMMAND.search(c.text) and c.skip_reason is None for c in shell) or any(
-            "docker" in b.directives.get("python", []) for b in blocks):
+    if needs_the_engine(document):
         engine_env = request.getfixturevalue("docker_engine")
         env = {**env, "DOCKER_HOST": engine_env["DOCKER_HOST"]}
         # the image under the name the documents use, on podman too
@@ -395,9 +395,23 @@ def documents_to_run() -> list:
     for document in DOCUMENTS:
         blocks, shell = runnable(document)
         if any(c.skip_reason is None for c in shell) or any(b.lang == "python" for b in blocks):
-            needs_image = any(ENGINE_COMMAND.search(c.text) and c.skip_reason is None for c in shell)
-            found.append(pytest.param(document, marks=pytest.mark.container) if needs_image else document)
+            found.append(pytest.param(document, marks=pytest.mark.container) if needs_the_engine(document) else document)
     return found
+
+
+def needs_the_engine(document: str) -> bool:
+    """Whether the document runs image commands, or a snippet that drives a Docker Engine."""
+    blocks, shell = runnable(document)
+    return any(ENGINE_COMMAND.search(c.text) and c.skip_reason is None for c in shell) or any(
+        "docker" in b.directives.get("python", []) for b in blocks)
+
+
+def test_the_documents_that_need_the_engine_run_on_the_workers_engine():
+    """`make test`'s workers share one image and one Docker Engine only if the tests that use them
+    are those tests/scheduling.py keeps together."""
+    for document in DOCUMENTS:
+        nodeid = f"tests/docs/test_docs.py::test_the_documents_commands_run_as_written[{document}]"
+        assert scheduling.needs_the_engine(nodeid) == needs_the_engine(document), document
 
 
 @pytest.mark.slow

@@ -1,0 +1,42 @@
+"""How `make test` shares the tests between its worker processes (pytest-xdist, `-n 2`).
+
+Most tests spend their time in things one core cannot speed up: importing TensorFlow, tracing a
+train step, waiting on a writer process, a container or a server. Two workers on CI's two cores
+finish the suite in a little over half the time of one.
+
+Every test is its own unit of work, handed to whichever worker is free, except the tests that
+need the training image and the Docker Engine (tests/engine.py): those run one after the other on
+one worker. Their session fixtures build the image and start a dockerd of their own; two workers
+would each build the image and start a second daemon beside the first.
+
+xdist's own way to keep tests together (`--dist loadgroup` and the `xdist_group` mark) does nothing
+under pytest 9: xdist 3.8 renames the test's `_nodeid`, which pytest 9 no longer reads. So the
+grouping is done here, by test id, through xdist's scheduler hook.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Test ids (or their beginnings) of the tests that use the image or the Docker Engine: everything in
+# tests/image, and the documents that run image commands (tests/docs checks this list is theirs).
+ENGINE_TESTS = ("tests/image/", "tests/docs/test_docs.py::test_the_documents_commands_run_as_written[docs/image.md]")
+
+
+def needs_the_engine(nodeid: str) -> bool:
+    return nodeid.startswith(ENGINE_TESTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineTestsTogether(LoadScopeScheduling):
+        """xdist's scope scheduler, a scope being one test, or all the engine's tests. It hands out
+        the biggest scope first (the engine's), then the others in the order collected: the long
+        end-to-end tests of tests/bench, docs and job before the short ones of reader and serve."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "engine" if needs_the_engine(nodeid) else nodeid
+
+    return EngineTestsTogether(config, log)
