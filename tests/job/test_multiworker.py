@@ -6,8 +6,10 @@ import hashlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -78,8 +80,25 @@ def test_two_hosts_train_one_model_on_disjoint_shards_and_only_the_chief_exports
     waiting = index_of(lines, "algo-2 | ", "waiting for the chief to export the model")
     exported = index_of(lines, "algo-1 | ", "exported the model to")
     assert waiting < exported < lines.index("launch | algo-2 completed"), out.stdout[-3000:]
+    # and leaves after the chief: a host gone right after the last collective once failed its peer
+    assert index_of(lines, "algo-2 | ", "done: waiting for the chief (127.0.0.1:") > exported
+    assert index_of(lines, "launch | ", "algo-1 completed") < lines.index("launch | algo-2 completed")
     assert (digit_folders / "job/algo-1/model/1/saved_model.pb").is_file()
     assert not any((digit_folders / "job/algo-2/model").iterdir())
+
+
+def test_a_worker_leaves_once_nothing_answers_at_the_chiefs_address():
+    from keras_pipe_train.distribute import wait_until_gone
+
+    chief = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{chief.getsockname()[1]}"
+    started = time.monotonic()
+    assert not wait_until_gone(address, wait_s=0.6, every_s=0.1)  # (answering: waited for, then given up)
+    assert 0.6 <= time.monotonic() - started < 5
+    threading.Timer(0.5, chief.close).start()
+    started = time.monotonic()
+    assert wait_until_gone(address, wait_s=30, every_s=0.1)
+    assert 0.5 <= time.monotonic() - started < 5
 
 
 def test_a_host_that_dies_fails_the_job_promptly_with_a_cluster_error(digit_folders):

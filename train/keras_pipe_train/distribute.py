@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import time
 
 import tensorflow as tf
 
@@ -32,6 +34,7 @@ class Cluster:
     workers: int
     worker_index: int
     is_chief: bool
+    chief_address: str | None = None  # host:port of the chief's TensorFlow server (several hosts)
     _any: object = dataclasses.field(default=None, init=False, repr=False)  # the traced collective
 
     @property
@@ -57,6 +60,27 @@ class Cluster:
                 "sum", strategy.run(lambda: tf.identity(value)), axis=None))
         return float(self._any(tf.constant(1.0 if flag else 0.0))) > 0
 
+    def leave_together(self, wait_s: float) -> None:
+        """The last step of a multi-host job, on every host, before it exits. A collective can be
+        over on one host while a peer still fetches its last part from it: a host that exited right
+        after the job's last collective failed its peer with "Socket closed" (CI saw the chief fail
+        so, after its export, with two local hosts). So: one more collective, which no host passes
+        before every host has finished the one before; then the chief leaves, and the others leave
+        only once its TensorFlow server is gone (up to wait_s), answering its last fetches until
+        then. A worker's part of this one may fail as the chief leaves: nothing is lost then."""
+        if not self.multi_worker:
+            return
+        try:
+            self.any_worker(False)
+        except tf.errors.OpError as err:
+            if self.is_chief:
+                raise
+            log.info("the chief left during the last collective (%s): leaving too", type(err).__name__)
+        if not self.is_chief and self.chief_address:
+            log.info("done: waiting for the chief (%s) to exit", self.chief_address)
+            if not wait_until_gone(self.chief_address, wait_s):
+                log.warning("the chief (%s) still answers after %.0f s: leaving anyway", self.chief_address, wait_s)
+
     def per_replica_batch(self, global_batch: int) -> int:
         if global_batch % self.replicas:
             raise UserError(
@@ -64,6 +88,23 @@ class Cluster:
                 f"replicas ({self.replicas}: {self.workers} host(s) x {self.local_replicas} device(s))"
             )
         return global_batch // self.replicas
+
+
+def wait_until_gone(address: str, wait_s: float, every_s: float = 0.2) -> bool:
+    """Waits until nothing accepts connections at host:port (refused, unreachable or silent: a
+    live process's listening socket is accepted by its kernel however busy the process is).
+    Returns False if something still does after wait_s."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+                pass
+        except OSError:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
 
 
 def keep_python_sigterm_handler() -> None:
@@ -89,7 +130,8 @@ def cluster_for(resources: ResourceConfig, addresses: dict[str, str], collective
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout_s)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         keep_python_sigterm_handler()
-        cluster, name = Cluster(strategy, len(hosts), index, index == 0), "MultiWorkerMirroredStrategy"
+        cluster = Cluster(strategy, len(hosts), index, index == 0, chief_address=addresses[hosts[0]])
+        name = "MultiWorkerMirroredStrategy"
     elif len(gpus) > 1:
         cluster, name = Cluster(tf.distribute.MirroredStrategy(), 1, 0, True), "MirroredStrategy"
     else:

@@ -123,19 +123,24 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     training = set_up(config, layout, channels, resources, stop)
     start = resume(training)
     training.epochs = EpochLog(layout, training.cluster.is_chief, start.history)
-    for phase in training.plan:
-        first = max(start.epoch, phase.start)
-        if first >= phase.end:
-            continue
-        if phase is not start.configured:
-            training.configure(phase)
-        for epoch in range(first, phase.end):
-            if train_epoch(training, phase, epoch, start.step if epoch == start.epoch else 0) >= phase.end:
-                break  # stopped early
+    try:
+        for phase in training.plan:
+            first = max(start.epoch, phase.start)
+            if first >= phase.end:
+                continue
+            if phase is not start.configured:
+                training.configure(phase)
+            for epoch in range(first, phase.end):
+                if train_epoch(training, phase, epoch, start.step if epoch == start.epoch else 0) >= phase.end:
+                    break  # stopped early
+    except Stopped:  # (every host stops at the same step: the request is a collective)
+        training.cluster.leave_together(config.collective_timeout)
+        raise
     if training.trainer.stop.is_set():
         log.warning("the stop request came after training ended: exporting the model first")
     final = final_metrics(training)
     export_together(training, final)
+    training.cluster.leave_together(config.collective_timeout)  # (the chief's evaluation.json written)
     return final
 
 
@@ -310,7 +315,6 @@ def evaluate_exported(training: Training, final: dict) -> None:
                 t.epochs.rows)
         except Exception as err:  # (the model and metrics.json are written: the job's result stands)
             log.warning("could not write evaluation.json (%s: %s)", type(err).__name__, err, exc_info=True)
-    t.cluster.any_worker(False)  # the others wait for the chief's writing: a host that exits ends the job
 
 
 def export_together(training: Training, final: dict) -> None:
