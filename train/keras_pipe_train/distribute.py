@@ -67,7 +67,8 @@ class Cluster:
         so, after its export, with two local hosts). So: one more collective, which no host passes
         before every host has finished the one before; then the chief leaves, and the others leave
         only once its TensorFlow server is gone (up to wait_s), answering its last fetches until
-        then. A worker's part of this one may fail as the chief leaves: nothing is lost then."""
+        then. A worker's part of this one may fail as the chief leaves: nothing is lost then (and
+        if the chief failed instead, its own exit code fails the job)."""
         if not self.multi_worker:
             return
         try:
@@ -75,7 +76,7 @@ class Cluster:
         except tf.errors.OpError as err:
             if self.is_chief:
                 raise
-            log.info("the chief left during the last collective (%s): leaving too", type(err).__name__)
+            log.info("the chief left, or failed (its log says), during the last collective (%s)", type(err).__name__)
         if not self.is_chief and self.chief_address:
             log.info("done: waiting for the chief (%s) to exit", self.chief_address)
             if not wait_until_gone(self.chief_address, wait_s):
