@@ -34,7 +34,9 @@ class Cluster:
     workers: int
     worker_index: int
     is_chief: bool
-    chief_address: str | None = None  # host:port of the chief's TensorFlow server (several hosts)
+    # several hosts: host:port of the chief's TensorFlow server, and how long a collective waits
+    chief_address: str | None = None
+    collective_timeout_s: float | None = None
     _any: object = dataclasses.field(default=None, init=False, repr=False)  # the traced collective
 
     @property
@@ -60,13 +62,13 @@ class Cluster:
                 "sum", strategy.run(lambda: tf.identity(value)), axis=None))
         return float(self._any(tf.constant(1.0 if flag else 0.0))) > 0
 
-    def leave_together(self, wait_s: float) -> None:
+    def leave_together(self) -> None:
         """The last step of a multi-host job, on every host, before it exits. A collective can be
         over on one host while a peer still fetches its last part from it: a host that exited right
         after the job's last collective failed its peer with "Socket closed" (CI saw the chief fail
         so, after its export, with two local hosts). So: one more collective, which no host passes
         before every host has finished the one before; then the chief leaves, and the others leave
-        only once its TensorFlow server is gone (up to wait_s), answering its last fetches until
+        only once its TensorFlow server is gone (up to collective_timeout_s), answering its last fetches until
         then. A worker's part of this one may fail as the chief leaves: nothing is lost then (and
         if the chief failed instead, its own exit code fails the job)."""
         if not self.multi_worker:
@@ -77,10 +79,11 @@ class Cluster:
             if self.is_chief:
                 raise
             log.info("the chief left, or failed (its log says), during the last collective (%s)", type(err).__name__)
-        if not self.is_chief and self.chief_address:
+        if not self.is_chief:
             log.info("done: waiting for the chief (%s) to exit", self.chief_address)
-            if not wait_until_gone(self.chief_address, wait_s):
-                log.warning("the chief (%s) still answers after %.0f s: leaving anyway", self.chief_address, wait_s)
+            if not wait_until_gone(self.chief_address, self.collective_timeout_s):
+                log.warning("the chief (%s) still answers after %.0f s: leaving anyway", self.chief_address,
+                            self.collective_timeout_s)
 
     def per_replica_batch(self, global_batch: int) -> int:
         if global_batch % self.replicas:
@@ -131,7 +134,8 @@ def cluster_for(resources: ResourceConfig, addresses: dict[str, str], collective
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout_s)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         keep_python_sigterm_handler()
-        cluster = Cluster(strategy, len(hosts), index, index == 0, chief_address=addresses[hosts[0]])
+        cluster = Cluster(strategy, len(hosts), index, index == 0, chief_address=addresses[hosts[0]],
+                          collective_timeout_s=collective_timeout_s)
         name = "MultiWorkerMirroredStrategy"
     elif len(gpus) > 1:
         cluster, name = Cluster(tf.distribute.MirroredStrategy(), 1, 0, True), "MirroredStrategy"

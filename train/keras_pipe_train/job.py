@@ -134,13 +134,13 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
                 if train_epoch(training, phase, epoch, start.step if epoch == start.epoch else 0) >= phase.end:
                     break  # stopped early
     except Stopped:  # (every host stops at the same step: the request is a collective)
-        training.cluster.leave_together(config.collective_timeout)
+        training.cluster.leave_together()
         raise
     if training.trainer.stop.is_set():
         log.warning("the stop request came after training ended: exporting the model first")
     final = final_metrics(training)
     export_together(training, final)
-    training.cluster.leave_together(config.collective_timeout)  # (the chief's evaluation.json written)
+    training.cluster.leave_together()  # (the chief's evaluation.json written)
     return final
 
 
