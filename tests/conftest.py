@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-# the image and the Docker Engine: fixtures tests/image and tests/docs share (one of each per session)
-pytest_plugins = ["tests.engine", "tests.scheduling"]
+# the image and the Docker Engine: fixtures tests/image and tests/docs share (one of each per session);
+# how the workers share the tests; strict mode, where a skip fails (CI)
+pytest_plugins = ["tests.engine", "tests.scheduling", "tests.strict"]
 
 REPO = Path(__file__).resolve().parent.parent
 # SageMaker SDK v2 in its own virtualenv beside .venv (v3): `make test` creates it

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import REPO
+from tests.strict import NOT_FOR_THIS_MACHINE
 
 PROBE = """
 import ctypes, os, sys
@@ -23,7 +24,7 @@ assert got == records, [len(r) for r in got]
 print(allocator.keep_freed_memory())
 """
 
-glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason=NOT_FOR_THIS_MACHINE + "mallopt is glibc's")
 
 
 def probe(kind: str, **env) -> str:
