@@ -18,6 +18,12 @@ SDK2_INSTALLED := $(SDK2)/.installed
 # nothing of this project: the tests install the reader's wheel into it, as a user would
 TOOLKIT := .venv-toolkit
 TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
+# The pinned requirements as wheels (and sdists), for the tests that install as a new user does
+# with the index off: `make demo` from an empty checkout, the reader's install snippet in a virtualenv
+# of its own (tests/docs). Downloaded here, as the virtualenvs' packages are; the tests never reach
+# the internet.
+WHEELHOUSE := .wheelhouse
+WHEELHOUSE_DOWNLOADED := $(WHEELHOUSE)/.downloaded
 
 .PHONY: demo test test-quick fuzz lint bench bench-aws venv container-base clean
 
@@ -29,7 +35,7 @@ demo: $(INSTALLED)
 # on a writer, a server or a container. TEST_WORKERS=0 runs them in this one process.
 TEST_WORKERS ?= 2
 
-test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
+test: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED) $(WHEELHOUSE_DOWNLOADED)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
@@ -81,11 +87,16 @@ $(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt $(PROJECTS) $(C
 	$(SDK2)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $(EDITABLE)
 	touch $@
 
+$(WHEELHOUSE_DOWNLOADED): $(REQUIREMENTS) Makefile | $(BIN)/python
+	rm -rf $(WHEELHOUSE)
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --dest $(WHEELHOUSE) -r requirements/dev.txt
+	touch $@
+
 $(TOOLKIT_INSTALLED): requirements/toolkit.txt Makefile
 	$(PYTHON) -m venv $(TOOLKIT)
 	$(TOOLKIT)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/toolkit.txt
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(SDK2) $(TOOLKIT) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info \
+	rm -rf $(VENV) $(SDK2) $(TOOLKIT) $(WHEELHOUSE) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info \
 	  train/pipemode/build train/pipemode/pipemode/_framing.*.so

@@ -2,7 +2,8 @@
 
 A fenced ```bash block is a list of commands (lines joined at a trailing backslash); a command that
 cannot run in the tests says so where users read it, in a comment on its last line or on a comment
-line just before it: `# ... (not tested here: REASON)` or `# not tested here: REASON`.
+line just before it: `# ... (not tested here: REASON)` or `# not tested here: REASON`, REASON
+beginning with one of REASONS (what the tests lack), then saying what exactly.
 A fenced ```python block is a snippet, run as a script. An HTML comment just before a block, which
 Markdown does not show, tells the tests what the block needs around it:
 
@@ -19,8 +20,10 @@ Markdown does not show, tells the tests what the block needs around it:
                                   the built-in digits (or a stream with a damaged record)
   environment tfrecord-file PATH  a TFRecord file of the digits at PATH
   environment fresh-venv          the document's commands run in a new virtualenv (a user's own),
-                                  first on PATH, where pip installs offline
-  upload LOCAL S3_URI             LOCAL (made by earlier commands) is in S3 at S3_URI first
+                                  first on PATH, where pip installs offline from the pinned
+                                  requirements' wheels (`make test` downloads them) and nothing else
+
+Nothing here does a step for the reader: what a user must do is a command in the document.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from pathlib import Path
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<text>.*?)\s*-->\s*$")
 NOT_TESTED = re.compile(r"not tested here:\s*(?P<reason>[^)]*[^)\s])")
+# What a command the tests cannot run may need, and they lack (every other command runs)
+REASONS = ("needs AWS", "needs a GPU", "needs the internet", "takes longer than CI allows")
 
 
 @dataclasses.dataclass

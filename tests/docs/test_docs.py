@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.launcher.conftest import recorded
 DOCUMENTS = sorted(str(p.relative_to(REPO)) for p in [REPO / "README.md", *REPO.glob("docs/*.md"),
                                                       *REPO.glob("train/**/README.md"), *REPO.glob("launch/**/README.md")]
                    if ".egg-info" not in str(p))
+WHEELHOUSE = REPO / ".wheelhouse"
 ENGINE_COMMAND = re.compile(r"(^|\s)(docker|podman)\s|--image\s|LAUNCH_ENGINE=")
 
 
@@ -50,7 +52,34 @@ def test_every_block_is_one_the_tests_know_how_to_run():
                 assert not re.match(r"(keras-pipe|python|pip|make|docker|podman)\b", first), \
                     f"{block.where}: commands belong in a ```bash block, which the tests run"
             for command in doc_blocks.commands(block) if block.lang == "bash" else []:
-                assert command.skip_reason is None or len(command.skip_reason) > 5, command
+                reason = command.skip_reason
+                assert reason is None or reason.startswith(doc_blocks.REASONS) and len(reason) > 30, \
+                    f"{block.where}: a command the tests do not run must say why, beginning with one of " \
+                    f"{doc_blocks.REASONS} and saying what exactly: {reason!r}"
+            # what a block needs around it, never a step the reader must do (doc_blocks.py)
+            assert set(block.directives) <= {"python", "environment"}, f"{block.where}: {block.directives}"
+
+
+def untested_commands() -> dict[str, list[str]]:
+    """Each reason's commands that the tests do not run, over every document: 'README.md:19'."""
+    found: dict[str, list[str]] = {}
+    for document in DOCUMENTS:
+        for command in runnable(document)[1]:
+            if command.skip_reason:
+                reason = next(r for r in doc_blocks.REASONS if command.skip_reason.startswith(r))
+                found.setdefault(reason, []).append(f"{document}:{command.line}")
+    return found
+
+
+def test_the_readme_says_how_many_commands_are_not_tested_and_why():
+    commands = sum(len(runnable(document)[1]) for document in DOCUMENTS)
+    untested = untested_commands()
+    sentence = " ".join((REPO / "README.md").read_text().split())
+    counts = ", ".join(f"{len(untested[r])} {r.replace('needs', 'need').replace('takes', 'take')}"
+                       for r in doc_blocks.REASONS if r in untested)
+    expected = (f"Of the {commands} commands in the documentation, "
+                f"{sum(map(len, untested.values()))} are not run by the tests: {counts}")
+    assert expected in sentence, f"README.md should say: {expected!r} ({untested})"
 
 
 def test_the_documents_link_to_what_exists_and_nothing_outside_the_repository():
@@ -203,9 +232,6 @@ class Script:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(block.text)
 
-    def upload(self, local: str, s3_uri: str) -> None:
-        self.lines.append(f"{REPO / '.venv/bin/python'} -c {shlex.quote(_UPLOAD)} {shlex.quote(local)} {s3_uri}")
-
     def _recorder(self, call: str) -> str:
         request = f"urllib.request.urlopen(urllib.request.Request('{self.moto}/moto-api/recorder/{call}', method='POST'))"
         return f"{REPO / '.venv/bin/python'} -c \"import urllib.request; {request}\""
@@ -243,22 +269,33 @@ class Script:
         path.write_bytes(bytes(data))
 
     def run(self, timeout: float) -> subprocess.CompletedProcess:
+        """Runs the session in a process group of its own, its output in a file: a server a
+        document starts in the background (`keras-pipe-serve ... &`) and leaves running when a
+        later command fails would hold a pipe open, and its port, after the session ends; the
+        group is killed then."""
         (self.work / "doc.sh").write_text("\n".join(self.lines) + "\n")
-        try:
-            return subprocess.run(["bash", str(self.work / "doc.sh")], cwd=self.checkout, env=self.env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as err:
-            output = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
-            raise AssertionError(f"the document's commands did not finish in {timeout} s:\n{output[-6000:]}") from None
+        log = self.work / "doc.log"
+        with open(log, "wb") as output:
+            session = subprocess.Popen(["bash", str(self.work / "doc.sh")], cwd=self.checkout, env=self.env,
+                                       stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                session.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                try:
+                    os.killpg(session.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                session.wait()
+        ran = log.read_text(errors="replace")
+        if session.returncode == -signal.SIGKILL:
+            raise AssertionError(f"the document's commands did not finish in {timeout} s:\n{ran[-6000:]}")
+        return subprocess.CompletedProcess(session.args, session.returncode, ran)
 
 
 _SAVE_RECORDING = """import sys, urllib.request
 open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1] + "/moto-api/recorder/download-recording").read())"""
-_UPLOAD = """import sys, pathlib, boto3
-root, uri = pathlib.Path(sys.argv[1]), sys.argv[2]
-bucket, _, prefix = uri[len("s3://"):].partition("/")
-for path in sorted(p for p in root.rglob("*") if p.is_file()):
-    boto3.client("s3").upload_file(str(path), bucket, prefix + path.relative_to(root).as_posix())"""
 
 
 def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request) -> str:
@@ -272,18 +309,20 @@ def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request
     if any("sdk-v2" in b.directives.get("python", []) for b in blocks) and not SDK2_PYTHON.exists():
         pytest.skip(f"{SDK2_PYTHON} is missing: `make test` creates it")
     if any("fresh-venv" in b.directives.get("environment", []) for b in blocks):
-        env = {**env, **fresh_virtualenv(checkout.parent / "user-venv")}
+        env = fresh_virtualenv(checkout.parent / "user-venv", env)
     script = Script(checkout, env, moto_endpoint)
     for block in blocks:
-        for local, uri in zip(*[iter(block.directives.get("upload", []))] * 2):
-            script.upload(local, uri)
         if block.lang == "bash":
             for command in doc_blocks.commands(block):
                 if command.skip_reason is None:
                     script.add_command(command, f"{Path(document).name}:{command.line}")
         elif block.lang == "python":
             script.add_snippet(block)
-    out = script.run(timeout=1700)
+    try:
+        out = script.run(timeout=1700)
+    finally:
+        if needs_the_engine(document):  # a container the document left running (it failed first)
+            remove_containers(env)
     ran = out.stdout
     if os.environ.get("DOC_TEST_SHOW"):  # (to read what a document's commands print)
         print(ran)
@@ -295,15 +334,38 @@ def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request
     return ran
 
 
-def fresh_virtualenv(folder: Path) -> dict:
-    """A user's new virtualenv, first on PATH; pip installs offline there, from what this one has
-    (no index, no isolated build environment to download setuptools into)."""
-    import sysconfig
+def from_an_empty_checkout(checkout: Path, env: dict) -> dict:
+    """The README's commands as a new user runs them: its `make demo` creates .venv (no .venv here,
+    as in a fresh clone) and installs the pinned requirements into it, with pip's index off (from
+    the wheelhouse); the commands after it run in that .venv."""
+    (checkout / ".venv").unlink()
+    path = env["PATH"].split(os.pathsep, 1)[1]  # (without the documents' shared .venv)
+    return offline_pip({**env, "PATH": f"{checkout / '.venv' / 'bin'}{os.pathsep}{path}"})
 
+
+def wheelhouse() -> Path:
+    """The pinned requirements' wheels, which `make test` downloads (Makefile: WHEELHOUSE)."""
+    if not (WHEELHOUSE / ".downloaded").exists():
+        pytest.skip(f"{WHEELHOUSE} is missing: `make test` downloads it")
+    return WHEELHOUSE
+
+
+def offline_pip(env: dict) -> dict:
+    """pip as a user's, but with the index off: it installs from the wheelhouse, or fails."""
+    return {**env, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse())}
+
+
+def remove_containers(env: dict) -> None:
+    listed = subprocess.run(["docker", "ps", "-aq"], env=env, capture_output=True, text=True, timeout=60)
+    if listed.stdout.split():
+        subprocess.run(["docker", "rm", "-f", *listed.stdout.split()], env=env, capture_output=True, timeout=120)
+
+
+def fresh_virtualenv(folder: Path, env: dict) -> dict:
+    """A user's new virtualenv, first on PATH, holding only what its pip installs (offline): a
+    dependency the project forgot to declare is missing there."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True)
-    (site,) = (folder / "lib").glob("python3*/site-packages")
-    (site / "zz-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return {"PATH": f"{folder / 'bin'}:{os.environ['PATH']}", "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
+    return offline_pip({**env, "PATH": f"{folder / 'bin'}:{env['PATH']}"})
 
 
 def assert_same_request(where: str, dry_run: dict, recording: Path, sdk: str, moto_endpoint: str) -> None:
@@ -372,13 +434,13 @@ def sdk_local_mode_made_a_model(output: str, checkout: Path, new_jobs: list[dict
 OUTCOMES = {
     "README.md": [demo_learned, "prepare: 1618 train and 179 validation examples of 10 classes",
                   "launch | algo-1 completed; model in", "keras-pipe submit: model: s3://", jobs_in_pipe_mode(1)],
-    "docs/sagemaker.md": [jobs_in_pipe_mode(2)],
-    "docs/local.md": ["resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
+    "docs/sagemaker.md": [jobs_in_pipe_mode(2), "keras-pipe submit: model: s3://my-bucket/jobs/"],
+    "docs/local.md": ['"predicted_label": ', "resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
                       "launch | fed algo-1/train pass 0: 119 records", "launch | fed algo-2/train pass 0: 62 records"],
     "docs/prepare.md": ["upload: 0 files uploaded, 3 already there unchanged", "prepare: 360 train and 40 "
                         "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
                         "s3://my-bucket/datasets/local-scale-digits/ is complete already (run "],
-    "docs/image.md": ["launch | algo-1 completed", sdk_local_mode_made_a_model],
+    "docs/image.md": ["launch | algo-1 completed", '"predicted_label": ', sdk_local_mode_made_a_model],
     "docs/tuning.md": ['"HyperParameterTuningJobName"'],
     "docs/sources.md": ["launch | channel train (Pipe, augmented manifest): 270 lines from s3://my-bucket/labelled/",
                         "launch | fed algo-2/train pass 0: 135 objects", "algo-2 | metrics: epoch=1",
@@ -419,6 +481,8 @@ def test_the_documents_that_need_the_engine_run_on_the_workers_engine():
 @pytest.mark.parametrize("document", documents_to_run())
 def test_the_documents_commands_run_as_written(document, user_machine, moto_endpoint, request):
     checkout, env = user_machine
+    if document == "README.md":
+        env = from_an_empty_checkout(checkout, env)
     if BASE and document == "docs/image.md":
         request.getfixturevalue("image")  # (skips with the reason where no engine works)
     before = training_jobs(moto_endpoint)
