@@ -42,9 +42,11 @@ class TextLineDecoder:
                     lines = lines[1:]
                 else:
                     lines[0] = b"".join(parts) + head if parts else head
-                records, offset, number = self._checked(lines, offset, number, where)
+                records, offset, number, error = self._checked(lines, offset, number, where)
                 if records:
                     yield records
+                if error is not None:
+                    raise error
                 parts, size, dropping = [], 0, False
             if tail:
                 parts.append(tail)
@@ -57,23 +59,29 @@ class TextLineDecoder:
                 offset += size
                 parts, size = [], 0
         if parts and not dropping:
-            records, _, _ = self._checked([b"".join(parts)], offset, number, where)
+            records, _, _, error = self._checked([b"".join(parts)], offset, number, where)
             if records:
                 yield records
+            if error is not None:
+                raise error
 
     def _checked(self, lines: list[bytes], offset: int, number: int, where: str):
-        """(the usable lines, the stream offset and line number after them)."""
+        """(the usable lines, the stream offset and line number after them, the error of the first
+        line not skipped or None): the lines before a bad one are handed on before its error."""
         records = []
         for line in lines:
-            if len(line) > self.max_record_bytes:
-                self._too_long(where, number, offset)
-            elif self.record_check and (problem := self.record_check(line)):
-                self.policy.skip_or_raise(UnusableRecordError(where, number, offset, problem))
-            else:
-                records.append(line)
+            try:
+                if len(line) > self.max_record_bytes:
+                    self._too_long(where, number, offset)
+                elif self.record_check and (problem := self.record_check(line)):
+                    self.policy.skip_or_raise(UnusableRecordError(where, number, offset, problem))
+                else:
+                    records.append(line)
+            except CorruptRecordError as error:  # (unusable ones are a kind of it)
+                return records, offset, number, error
             number += 1
             offset += len(line) + 1
-        return records, offset, number
+        return records, offset, number, None
 
     def _too_long(self, where: str, number: int, offset: int) -> None:
         self.policy.skip_or_raise(CorruptRecordError(
