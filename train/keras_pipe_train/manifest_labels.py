@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 MAX_CLASS_ID = (1 << 31) - 1
 
@@ -21,14 +22,16 @@ def short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# The text of a number as JSON (or a CSV) writes it, around spaces: ASCII digits only. Python's float()
+# reads more (digits of any script, "1_0", "nan", "infinity"), none of which is a class id's text.
+NUMBER_TEXT = re.compile(r"[ \t\r\n]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t\r\n]*")
+
+
 def class_id(value, name: str) -> int:
     """A class id from an integer, an integral float, or the text of one; ValueError otherwise."""
     number = value
-    if isinstance(value, str):
-        try:
-            number = float(value)  # (digits of any script, "1e400", "nan": refused below)
-        except ValueError:
-            pass
+    if isinstance(value, str) and NUMBER_TEXT.fullmatch(value):
+        number = float(value)  # ("1e400" is inf, 5,000 digits too: refused below)
     if isinstance(number, float) and math.isfinite(number) and number.is_integer():
         number = int(number)
     if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= MAX_CLASS_ID:

@@ -17,7 +17,10 @@ def shown(location: str | os.PathLike | bytes, keep: str = "") -> str:
     """A path, key or message as text that can be printed and written anywhere: file names are
     bytes, and one that is not UTF-8 (or holds a tab, a newline or a terminal's escape code) would
     break rejected.txt or the terminal. The characters of `keep` are kept as they are."""
-    text = os.fsencode(location).decode("utf-8", "backslashreplace")
+    try:
+        text = os.fsencode(location).decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a str with a lone surrogate (JSON's "\ud800"), which no bytes stand for
+        text = os.fspath(location).encode("utf-8", "backslashreplace").decode()
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
