@@ -11,7 +11,8 @@ import time
 import pytest
 
 from keras_pipe_launch.prepare import run_state
-from keras_pipe_launch.prepare.plan import Plan, PlanError, Report, merge, report_name
+from keras_pipe_launch.prepare.plan import Plan, PlanError
+from keras_pipe_launch.prepare.reports import Report, merge, report_name
 from keras_pipe_launch.prepare.run_state import RunState
 from tests.conftest import image_bytes
 from tests.launcher.conftest import launch_cli

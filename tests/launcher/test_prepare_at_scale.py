@@ -47,14 +47,18 @@ def local_examples_by_part(folder: Path) -> dict[str, collections.Counter]:
         for part in ("train", "validation")}
 
 
-def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(photos, tmp_path, s3_bucket):
+def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(photos, tmp_path, s3_bucket, capsys):
     root, _ = photos
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
+    client.put_object(Bucket=bucket, Key="photos/README.txt", Body=b"in no class folder: skipped, as one machine does")
     one = prepare(root, tmp_path / "one", validation_fraction=0.2)
     many = prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=3,
                            job_dir=tmp_path / "jobs", validation_fraction=0.2, arguments=["--shard-mb", "0.02"])
     assert many["classes"] == one["classes"]
+    said = capsys.readouterr().err
+    assert f"1 file at the top of s3://{bucket}/photos/ is in no class folder: skipped (README.txt)" in said, said
+    assert "after it was listed" not in said, said
     assert (many["train"], many["validation"], many["rejected"]) == (one["train"], one["validation"], 2)
     # the same examples, each once, in the same part (the split is the plan's, made as one machine makes it)
     assert examples_by_part(client, bucket, "prepared/", tmp_path) == local_examples_by_part(tmp_path / "one")
@@ -182,6 +186,13 @@ def test_both_sdks_send_exactly_the_dry_run_request(sdk, aws, moto_endpoint):
     ([*AT_SCALE, "--shard-mb", "nan"], "argument --shard-mb: 'nan': give a size in MB, more than 0"),
     ([*AT_SCALE, "--shard-mb", "-1"], "argument --shard-mb: '-1': give a size in MB"),
     ([*AT_SCALE[:3], "1000", *AT_SCALE[4:]], "--instance-count must be 1 to 100"),
+    # what the real run refuses before it sends anything, the dry run refuses too
+    (["s3://photos-bucket/photos/", "s3://photos-bucket/photos/prepared/", *AT_SCALE[2:]],
+     "the output prefix must be outside the source prefix"),
+    (["s3://photos-bucket/photos/", "s3://photos-bucket/photos/", *AT_SCALE[2:]],
+     "the output prefix must be outside the source prefix"),
+    (["s3://photos-bucket/labels.csv", *AT_SCALE[1:]], "prepare a CSV or a manifest on one machine"),
+    ([*AT_SCALE, "--local"], "--local runs the instances here and sends none: give one of them"),
     (["s3://b-b-b/photos/", "s3://b-b-b/out/", "--finish", "s3://b-b-b/out/"], "--finish OUT takes no SOURCE"),
     (["s3://b-b-b/photos/"], "give SOURCE and OUT (or --finish OUT)"),
 ])

@@ -4,6 +4,7 @@ not add up or were tampered with, what a container leaves behind, interruptions,
 import collections
 import dataclasses
 import gzip
+import io
 import json
 import os
 import re
@@ -21,12 +22,14 @@ import pytest
 from keras_pipe_launch.common import untrusted
 from keras_pipe_launch.prepare import run_state
 from keras_pipe_launch.prepare.dataset import PrepareError
-from keras_pipe_launch.prepare.plan import Plan, PlanError, Report, max_report_bytes, merge, report_name
-from keras_pipe_launch.prepare.processing import prepare_locally, start_run
+from keras_pipe_launch.prepare.plan import Plan, PlanError
+from keras_pipe_launch.prepare.processing import merged_or_incomplete, prepare_locally, start_run, write_plan
+from keras_pipe_launch.prepare.reports import Merger, Report, merge, read_entries, report_name
 from keras_pipe_launch.prepare.run_state import RunState
 from tests.conftest import REPO, image_bytes
 from tests.launcher.conftest import launch_cli
 from tests.launcher.test_prepare_at_scale import upload_folder
+from tests.timeouts import wait_s
 
 HERE = Path(__file__).parent
 
@@ -110,7 +113,7 @@ def test_two_commands_started_together_on_one_out_one_prepares_it_and_the_other_
         [sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/",
          "--instance-count", "2", "--local", "--validation-fraction", "0.34", "--job-dir", str(tmp_path / name)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")}
-    said = {name: run.communicate(timeout=240) for name, run in runs.items()}
+    said = {name: run.communicate(timeout=wait_s(240)) for name, run in runs.items()}
     codes = {name: run.returncode for name, run in runs.items()}
     won = [name for name, code in codes.items() if code == 0]
     assert len(won) == 1, said
@@ -140,11 +143,11 @@ def test_two_commands_started_together_on_one_out_one_prepares_it_and_the_other_
         in_shards[key.split("/")[1]] += tfrecords_in(client.get_object(Bucket=bucket, Key=key)["Body"].read())
     reported = collections.Counter()
     for host in ("algo-1", "algo-2"):
-        report = json.loads(gzip.decompress(client.get_object(
-            Bucket=bucket, Key=f"prepared/reports/{run}-{host}.json.gz")["Body"].read()))
-        assert (report["run"], report["host"]) == (run, host)
-        for part, by_label in report["counts"].items():
-            reported[part] += sum(by_label.values())
+        header, *lines = map(json.loads, gzip.decompress(client.get_object(
+            Bucket=bucket, Key=f"prepared/reports/{run}-{host}.json.gz")["Body"].read()).splitlines())
+        assert (header["run"], header["host"]) == (run, host)
+        for kind, part, *count in lines:
+            reported[part] += count[-1] if kind == "count" else 0
     assert (in_shards["train"], in_shards["validation"], len(shards)) == tuple(map(int, told.groups()))
     assert reported == in_shards and in_shards.total() == 6
 
@@ -184,7 +187,8 @@ def setting(report: str, **fields):
 TAMPERED = {
     "invented counts": (setting(A1, counts={"train": {0: 5}, "validation": {0: 1}}),
                         r"algo-1's train counts per label \{0: 5\} are not those of the images it lists \(\{0: 1\}\)"),
-    "a label beyond the classes": (setting(A2, counts={"train": {7: 1}}), "algo-2's train counts per label"),
+    "a label beyond the classes": (setting(A2, counts={"train": {7: 1}}),
+                                   r"algo-2's report: line 2 is not a report's line \(\['count', 'train', 7, 1\]\)"),
     "a validation key reported as train": (
         setting(A1, prepared={"train": ["cat/1.jpg", "cat/2.jpg"], "validation": []},
                 counts={"train": {0: 2}}), "algo-1 reports s3://b/photos/cat/2.jpg in train; the plan has it in "
@@ -217,7 +221,7 @@ TAMPERED = {
 def test_honest_reports_merge():
     merged = merge(PLAN, *tampered(lambda r, s: None))
     assert merged.counts == {"train": {0: 1, 1: 1}, "validation": {0: 1}}
-    assert merged.unplanned == ["s3://b/photos/dog/5.jpg"]
+    assert (merged.unplanned, merged.unplanned_count) == (["s3://b/photos/dog/5.jpg"], 1)
     assert sorted(merged.rejected) == [("s3://b/photos/dog/4.jpg", "cannot decode"),
                                        ("s3://b/photos/notes.txt", "not an image")]
 
@@ -229,30 +233,105 @@ def test_reports_that_do_not_add_up_are_refused_naming_what(case):
         merge(PLAN, *tampered(change))
 
 
-def report_bytes(document) -> bytes:
-    return gzip.compress(json.dumps(document).encode())
+def report_lines(*lines, end: bytes = b"") -> bytes:
+    return gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode() + end)
 
 
-def test_a_report_is_read_with_limits_and_its_shape_checked():
-    good = dataclasses.asdict(honest()[A1])
-    assert Report.read(report_bytes(good), "a", 1 << 20) == honest()[A1]
-    limit = max_report_bytes(PLAN)
-    bomb = gzip.compress(b"[" + b" " * (64 << 20) + b"]")  # 64 KB that expands to 64 MB
+def test_a_report_is_read_line_by_line_each_line_as_an_instance_writes_it(tmp_path):
+    for report in honest().values():
+        report.write(tmp_path)
+    files = {name: (tmp_path / name).read_bytes() for name in honest()}
+
+    def merged(reports: dict[str, bytes]):
+        merger = Merger(PLAN, reports, STORED)
+        for name, data in sorted(reports.items()):
+            merger.add(name, read_entries(io.BytesIO(data), f"algo-N's report {name}"))
+        return merger.result()
+
+    assert merged(files) == merge(PLAN, *tampered(lambda r, s: None))
+    header, *lines = honest()[A1].entries()
     cases = {
-        "expands to more than": bomb,
-        "is truncated": report_bytes(good)[:-12],
         "is not a gzip file": b"{}",
-        "is not valid JSON": gzip.compress(b'{"run": "0a1b2c3d",'),
-        r"unknown: \['cpu_seconds'\]": report_bytes({**good, "cpu_seconds": 3}),
-        r"missing: \['shards'\]": report_bytes({k: v for k, v in good.items() if k != "shards"}),
-        "counts.train must be a map of class label to a count": report_bytes({**good, "counts": {"train": {"x": 1}}}),
-        "prepared must be a map of 'train' and 'validation'": report_bytes({**good, "prepared": {"test": []}}),
-        "rejected must be a list of": report_bytes({**good, "rejected": [["k"]]}),
-        "run must be a string": report_bytes({**good, "run": 1}),
+        "is not a gzip file, or a damaged or truncated one": files[A1][:-12],
+        # 64 KB that expands to 64 MB on one line: refused once a line is longer than any report's
+        "line 1 is longer than any line of a report": gzip.compress(b"[" + b" " * (64 << 20) + b"]\n"),
+        r"line 1 is not JSON text \(RecursionError\)": gzip.compress(b"[" * 10_000 + b"]" * 10_000 + b"\n"),
+        r"line 1 is not JSON text \(JSONDecodeError\)": gzip.compress(b'{"run": "0a1b2c3d",\n'),
+        "line 2 is cut short": report_lines(header, end=b'["count", "train", 0, 1]'),
+        "line 2 is not a line as an instance writes it": report_lines(header, end=b'["count",  "train", 0, 1]\n'),
+        "does not start as a report does": report_lines({**header, "cpu_seconds": 3}, *lines),
+        "is a report of version 1, not 2": report_lines({**header, "version": 1}, *lines),
+        r"line 2 is not a report's line \(\['count', 'test', 0, 1\]\)": report_lines(header, ["count", "test", 0, 1]),
+        "line 2 is not a report's line": report_lines(header, ["rejected", "cat/1.jpg", "x" * 501]),
+        "line 3 is not a report's line": report_lines(header, *lines[:1], ["prepared", "train"]),
+        "counts its train examples of class 0 twice": report_lines(header, *lines[:1], *lines[:1]),
+        "names more unplanned objects than its report counts": report_lines(header, ["unplanned", "cat/9.jpg"]),
+        "reports s3://b/photos/cat/1.jpg twice": report_lines(header, ["prepared", "train", "cat/1.jpg"],
+                                                             ["prepared", "train", "cat/1.jpg"]),
     }
     for message, data in cases.items():
-        with pytest.raises(PlanError, match=f"report a.*{message}"):
-            Report.read(data, "a", limit)
+        with pytest.raises(PlanError, match=message):
+            merged({**files, A1: data})
+
+
+def planned_run(client, bucket: str, images: int, out: str = "prepared/") -> tuple[RunState, Plan]:
+    """OUT as a run of 2 hosts leaves it once its plan is written: its state (claimed) and its plan."""
+    plan = Plan("0a1b2c3d", ["algo-1", "algo-2"], f"s3://{bucket}/photos/", ["cat", "dog"],
+                {f"{('cat', 'dog')[i % 2]}/{i:06d}.jpg": (i % 2, "train") for i in range(images)}, [])
+    state = RunState(plan.run, plan.source, f"s3://{bucket}/{out}", 2, "local", 0.1, False)
+    state.claim(client)
+    write_plan(plan, client, state.out)
+    return state, plan
+
+
+def put_reports(client, bucket: str, plan: Plan, data: bytes, out: str = "prepared/") -> None:
+    for host in plan.hosts:
+        client.put_object(Bucket=bucket, Key=f"{out}reports/{report_name(plan.run, host)}", Body=data)
+
+
+def test_a_report_that_cannot_be_parsed_is_a_clean_error_naming_its_instance_and_finish_cleans_up(s3_bucket):
+    client, bucket = s3_bucket
+    state, plan = planned_run(client, bucket, 4)
+    nested = gzip.compress(b"[" * 200_000 + b"]" * 200_000)  # (a few hundred bytes: far under any size limit)
+    put_reports(client, bucket, plan, nested)
+    with pytest.raises(PrepareError, match=r"algo-1's report .* is marked incomplete; `keras-pipe prepare --finish"):
+        merged_or_incomplete(plan, state)
+    assert state_of(client, bucket)["state"] == "incomplete"
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "algo-1's report" in out.stderr and "which can be used again" in out.stderr, out.stderr
+    assert not keys_under(client, bucket, "prepared/")
+
+
+def test_a_report_costs_no_more_memory_than_its_lines_honestly_take(s3_bucket):
+    """A plan of 20,000 images, and a report forged to hold 20 MB of JSON (a 1,000-character reason
+    for each image: more than the whole plan could honestly produce, though under the bound a
+    report once had): refused as soon as a line is more than an honest one, in a few MB."""
+    import tracemalloc
+
+    def peak_of_merging(state: RunState, plan: Plan) -> tuple[int, str]:
+        tracemalloc.start()  # (moto's server runs in this process: what it allocates is counted too)
+        try:
+            with pytest.raises(PrepareError) as refused:
+                merged_or_incomplete(plan, state)
+            return tracemalloc.get_traced_memory()[1], str(refused.value)
+        finally:
+            tracemalloc.stop()
+
+    client, bucket = s3_bucket
+    # what the merge costs beside any report (an S3 client, the requests, moto's side of them)
+    small, plan = planned_run(client, bucket, 4, "small/")
+    put_reports(client, bucket, plan, report_lines({"format": "keras-pipe prepare report"}), "small/")
+    baseline, _ = peak_of_merging(small, plan)
+    state, plan = planned_run(client, bucket, 20_000)
+    forged = {"run": plan.run, "host": "algo-1", "prepared": {}, "counts": {},
+              "rejected": [[key, "x" * 1000] for key in plan.items], "unplanned": [], "shards": {}}
+    text = json.dumps(forged).encode()
+    assert len(text) > 20_000_000
+    put_reports(client, bucket, plan, gzip.compress(text))
+    peak, said = peak_of_merging(state, plan)
+    assert peak - baseline < 2_000_000, f"+{(peak - baseline) / 1e6:.1f} MB to read a report of {len(text) / 1e6:.1f} MB"
+    assert "algo-1's report" in said
 
 
 def test_an_instance_keeps_only_its_share_of_the_plan(tmp_path):
@@ -376,6 +455,30 @@ def test_ctrl_c_during_local_instances_is_an_interruption_and_finish_then_frees_
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
     assert out.returncode == 1 and "which can be used again" in out.stderr, out.stderr
     assert not keys_under(client, bucket, "prepared/")
+
+
+def test_ctrl_c_while_the_shares_are_staged_says_that_out_is_incomplete_and_how_to_free_it(s3_bucket, tmp_path):
+    client, bucket = s3_bucket
+    for index in range(400):  # (tiny objects, but enough that staging them takes a while)
+        client.put_object(Bucket=bucket, Key=f"photos/{('cat', 'dog')[index % 2]}/{index:03d}.jpg", Body=b"x")
+    command = [sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
+               f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--job-dir", str(tmp_path / "jobs")]
+    job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    staging = tmp_path / "jobs" / "algo-1" / "processing" / "input" / "source"
+    deadline = time.monotonic() + 120
+    while not staging.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    job.send_signal(signal.SIGINT)
+    shown, _ = job.communicate(timeout=120)
+    assert job.returncode == 130, shown
+    assert "algo-2: " not in shown, shown  # (stopped while staging: no instance had started)
+    assert (f"interrupted: nothing was merged, and s3://{bucket}/prepared/ is marked incomplete; `keras-pipe "
+            f"prepare --finish s3://{bucket}/prepared/`") in shown, shown
+    state = state_of(client, bucket)
+    assert (state["state"], state["reason"]) == ("incomplete", "interrupted"), state
+    out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
+    assert out.returncode == 1 and "which can be used again" in out.stderr, out.stderr
 
 
 def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with(photos, tmp_path, s3_bucket):

@@ -223,7 +223,12 @@ def check_at_scale(args) -> None:
                            "the objects under SOURCE); on one machine, leave --instance-count out")
     if args.upload:
         raise PrepareError("--upload is for a one-machine prepare: with --instance-count, OUT is already in S3")
+    if args.dry_run and args.local:
+        raise PrepareError("--dry-run prints a SageMaker Processing job's request; --local runs the instances here "
+                           "and sends none: give one of them")
     check_options(args.validation_fraction, args.max_side)
+    # (what start_run checks before it claims OUT, checked here too: --dry-run refuses what the run would)
+    processing.check_apart(processing.source_prefix(args.source), args.out)
     if args.instance_count > processing.PROCESSING_LIMITS["instance_count"]:
         raise RequestError(f"--instance-count must be 1 to {processing.PROCESSING_LIMITS['instance_count']} (a "
                            "Processing job's limit)")
@@ -238,7 +243,7 @@ def processing_request(args, name: str, arguments: list[str]) -> dict:
         raise RequestError("a Processing job needs --role and --image-uri (or --local to run it here)")
     check_image_and_role(args.image_uri, args.role)
     processing.check_processing_resources(args.instance_type, args.instance_count, args.volume_size, args.max_run)
-    source = args.source if args.source.endswith("/") else args.source + "/"
+    source = processing.source_prefix(args.source)
     request = processing.processing_job_request(name, source, args.out, image_uri=args.image_uri, role=args.role,
                                              instance_count=args.instance_count, instance_type=args.instance_type,
                                              volume_size_gb=args.volume_size, max_run_s=args.max_run,

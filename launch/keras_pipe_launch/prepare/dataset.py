@@ -146,10 +146,17 @@ class ShardWriter:
 
 def read_listing(source: str, reader: sources.Reader, multi_label: bool = False,
                  label_attribute: str | None = None) -> Listing:
+    """The source's listing; files at its top, in no class folder, are said to be skipped."""
     try:
-        return sources.list_source(source, reader, multi_label, label_attribute)
+        listing = sources.list_source(source, reader, multi_label, label_attribute)
     except ListingError as err:
         raise PrepareError(str(err)) from None
+    if listing.outside:
+        count, where = len(listing.outside), source if source.endswith("/") else source + "/"
+        named = ", ".join(shown(name) for name in listing.outside[:3]) + (", ..." if count > 3 else "")
+        print(f"prepare: {count} file{'s' if count > 1 else ''} at the top of {shown(where)} "
+              f"{'are' if count > 1 else 'is'} in no class folder: skipped ({named})", file=sys.stderr)
+    return listing
 
 
 def report_rejected(out: Path, rejected: list[tuple[Location, str]], files: int, strict: bool,

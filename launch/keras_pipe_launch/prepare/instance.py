@@ -26,7 +26,8 @@ from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.prepare import images, sources
 from keras_pipe_launch.prepare.dataset import ImageOptions, default_workers, write_examples
 from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
-from keras_pipe_launch.prepare.plan import PARTS, PLAN_FILE, REPORTS, Plan, Report, shard_prefix
+from keras_pipe_launch.prepare.plan import PARTS, PLAN_FILE, REPORTS, Plan, shard_prefix
+from keras_pipe_launch.prepare.reports import Report
 from keras_pipe_train.contract import is_hidden
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
@@ -99,8 +100,9 @@ def prepare_share(base: Path, args: argparse.Namespace) -> Report:
                   for part in ("train", "validation")},
         counts={part: dict(counter) for part, counter in written.counts.items()},
         rejected=[(keys[path], why) for path, why in written.rejected],
-        # (files the listing refused, not images by their name, are in the plan's own rejected list)
-        unplanned=[key for key, _ in given if key not in order and key not in refused],
+        # (files the listing refused, not images by their name, are in the plan's own rejected list;
+        # files at the top of the source are in no class folder: the listing said they are skipped)
+        unplanned=[key for key, _ in given if key not in order and key not in refused and "/" in key],
         shards={part: [p.name for p in paths] for part, paths in written.shards.items()})
     report.write(output / REPORTS)
     print(f"prepare {host}: {len(queue)} images given, {sum(map(len, report.prepared.values()))} prepared, "

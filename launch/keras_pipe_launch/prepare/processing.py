@@ -35,16 +35,20 @@ from keras_pipe_launch.prepare.plan import (
     REPORTS,
     Plan,
     PlanError,
-    Report,
-    host_of_report,
     make_plan,
-    max_report_bytes,
-    merge,
     new_run_id,
-    report_name,
     shard_names,
 )
-from keras_pipe_launch.prepare.run_state import COMPLETE, INCOMPLETE, RUNNING, RunState, output_prefix, output_uri
+from keras_pipe_launch.prepare.reports import Merged, Merger, read_entries, report_name
+from keras_pipe_launch.prepare.run_state import (
+    COMPLETE,
+    INCOMPLETE,
+    RUNNING,
+    RunState,
+    RunStateError,
+    output_prefix,
+    output_uri,
+)
 from keras_pipe_launch.prepare.sources import Reader, shown
 from keras_pipe_launch.sagemaker.request import RequestError
 
@@ -160,16 +164,30 @@ class RunFailed(PrepareError):
     option is to blame; the message says why and what OUT is left as."""
 
 
+def interrupted(state: RunState) -> Interrupted:
+    return Interrupted(f"interrupted: nothing was merged, and {shown(state.out)} is marked incomplete; `keras-pipe "
+                       f"prepare --finish {shown(state.out)}` removes what the run left")
+
+
 @contextlib.contextmanager
 def incomplete_on_failure(state: RunState, client) -> Iterator[None]:
-    """Whatever stops the run inside (an error, Ctrl-C) is written into OUT's state first."""
+    """Whatever stops the run inside (an error, Ctrl-C) is written into OUT's state first; Ctrl-C
+    (wherever it comes: staging the shares, creating the job, merging) is then said as an
+    Interrupted naming OUT and the --finish that frees it."""
     try:
         yield
     except BaseException as err:
         stopped = isinstance(err, (KeyboardInterrupt, Interrupted))
         reason = "interrupted" if stopped else f"{type(err).__name__}: {err}"
-        with contextlib.suppress(Exception):  # (the original error matters more than this one)
+        unsaved = None
+        try:
             state.save(client, INCOMPLETE, reason)
+        except Exception as saving:  # (the original error matters more than this one)
+            unsaved = saving
+        if isinstance(err, KeyboardInterrupt):
+            raise (interrupted(state) if unsaved is None else Interrupted(
+                f"interrupted; {shown(state.out)} could not be marked incomplete ({type(unsaved).__name__}: "
+                f"{shown(str(unsaved))})")) from None
         raise
 
 
@@ -258,20 +276,7 @@ def finish(plan: Plan, state: RunState) -> dict:
     bucket, prefix = output_prefix(state.out)
     said_out = shown(f"s3://{bucket}/{prefix}")  # (OUT, as messages say it)
     state.save(client, state.state, state.reason, ended=False)  # (still OUT's owner? before anything is written)
-    stored: dict[str, dict[str, int]] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            folder, _, name = item["Key"][len(prefix):].partition("/")
-            stored.setdefault(folder, {})[name] = item["Size"]
-    limit = max_report_bytes(plan)
-    reports = {}
-    for name, size in stored.get(REPORTS, {}).items():
-        host_of_report(plan, name)  # (before any is read: there may be any number of other objects there)
-        if size > limit:
-            raise PlanError(f"report {shown(name)} is {size} bytes, more than any report of this plan: refused")
-        data = client.get_object(Bucket=bucket, Key=f"{prefix}{REPORTS}/{name}")["Body"].read(limit + 1)
-        reports[name] = Report.read(data, shown(name), limit)
-    merged = merge(plan, reports, {part: set(stored.get(part, {})) for part in PARTS})
+    merged = merge_reports(client, plan, bucket, prefix)
     total = len(plan.items) + len(plan.rejected)
     if merged.rejected:
         text = "".join(f"{shown(where)}\t{shown(why)}\n" for where, why in merged.rejected)
@@ -280,8 +285,8 @@ def finish(plan: Plan, state: RunState) -> dict:
               file=sys.stderr)
         for where, why in merged.rejected[:10]:
             print(f"  {shown(where)}: {shown(why)}", file=sys.stderr)
-    if merged.unplanned:
-        print(f"prepare: warning: {len(merged.unplanned)} objects appeared under {shown(plan.source)} after it was "
+    if merged.unplanned_count:
+        print(f"prepare: warning: {merged.unplanned_count} objects appeared under {shown(plan.source)} after it was "
               f"listed and were left out (e.g. {shown(merged.unplanned[0])})", file=sys.stderr)
     if state.strict and merged.rejected:
         raise PrepareError(f"{len(merged.rejected)} images could not be used (--strict)")
@@ -295,6 +300,24 @@ def finish(plan: Plan, state: RunState) -> dict:
     return {"classes": plan.classes, **counts, "rejected": len(merged.rejected),
             "shards": {part: [f"s3://{bucket}/{prefix}{part}/{name}" for name in names]
                        for part, names in merged.shards.items() if names}}
+
+
+def merge_reports(client, plan: Plan, bucket: str, prefix: str) -> Merged:
+    """The instances' reports under OUT/reports/, each read from S3 and merged in turn, line by line
+    (prepare.reports), checked against the plan and what OUT's train/ and validation/ hold."""
+    stored: dict[str, set[str]] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            folder, _, name = item["Key"][len(prefix):].partition("/")
+            stored.setdefault(folder, set()).add(name)
+    names = sorted(stored.get(REPORTS, ()))
+    # (every name checked before any report is read: there may be any number of other objects there)
+    merger = Merger(plan, names, {part: stored.get(part, set()) for part in PARTS})
+    for name in names:
+        body = client.get_object(Bucket=bucket, Key=f"{prefix}{REPORTS}/{name}")["Body"]
+        with contextlib.closing(body):
+            merger.add(name, read_entries(body, f"{merger.hosts[name]}'s report {REPORTS}/{shown(name)}"))
+    return merger.result()
 
 
 def merged_or_incomplete(plan: Plan, state: RunState) -> dict:
@@ -323,8 +346,7 @@ def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path
     with incomplete_on_failure(state, client):
         code = run_locally(plan, objects, state.out, job_dir, list(arguments), out_stream, image)
         if code == INTERRUPTED:
-            raise Interrupted(f"interrupted: nothing was merged, and {shown(state.out)} is marked incomplete; "
-                              f"`keras-pipe prepare --finish {shown(state.out)}` removes what the run left")
+            raise interrupted(state)
         if code:
             raise RunFailed(f"an instance failed (its reason above); nothing was merged, and {shown(state.out)} is "
                             f"marked incomplete: `keras-pipe prepare --finish {shown(state.out)}` removes what the run "
@@ -443,23 +465,35 @@ def finish_later(out: str) -> int:
                            "ended by its state: run --finish there (this machine cannot tell whether it still runs)")
     elif state.state == RUNNING:
         print(f"keras-pipe prepare: run {state.run} did not end by itself (killed?); finishing it", file=sys.stderr)
-    if status in (None, "Completed"):
-        try:
-            plan = read_plan(client, out)
-            if plan.run != state.run:
-                raise PlanError(f"the plan in {shown(out)}plan/ is run {shown(plan.run)}'s, not {state.run}'s")
-            finish(plan, state)
-            return 0
-        except (PlanError, PrepareError) as err:  # (PrepareError: --strict, or a class without examples)
-            reason = str(err)
-    else:
-        reason = f"job {state.job} {status.lower()}"
+    reason = f"job {state.job} {status.lower()}" if status not in (None, "Completed") else merge_later(client, state)
+    if reason is None:
+        return 0
     left = run_state.clean_up(client, state)
     print(f"keras-pipe prepare: run {state.run} cannot be merged ({shown(reason or 'no reason recorded')}): removed "
           f"what it left in {shown(out)}" + (f"; {len(left)} other objects are still there (e.g. {left[0]}): remove "
                                              "them to use it again" if left else ", which can be used again"),
           file=sys.stderr)
     return 1
+
+
+def merge_later(client, state: RunState) -> str | None:
+    """finish() for --finish: None once merged, else why the run cannot be merged. Whatever its
+    plan and reports hold, that is a reason, never an error that would leave OUT stuck; only what
+    may pass (S3 unreachable, OUT taken over by another command) stops --finish itself."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        plan = read_plan(client, state.out)
+        if plan.run != state.run:
+            raise PlanError(f"the plan in {shown(state.out)}plan/ is run {shown(plan.run)}'s, not {state.run}'s")
+        finish(plan, state)
+        return None
+    except (PlanError, PrepareError) as err:  # (PrepareError: --strict, or a class without examples)
+        return str(err)
+    except (BotoCoreError, ClientError, RunStateError):
+        raise
+    except Exception as err:  # (what no check here foresaw)
+        return f"{type(err).__name__}: {err}"
 
 
 def processing_job_status(name: str) -> str:

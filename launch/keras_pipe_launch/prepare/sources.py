@@ -41,14 +41,16 @@ class Listing:
     classes: list[str]
     items: list[tuple[Location, Labels]]  # (image, label), to be read
     rejected: list[tuple[Location, str]]  # (file, why), never read
+    outside: list[str] = dataclasses.field(default_factory=list)  # files at the top, in no class folder: skipped
 
     @classmethod
-    def of(cls, classes: list[str], labelled: list[tuple[Location, Labels]], refused: list[tuple[Location, str]]):
+    def of(cls, classes: list[str], labelled: list[tuple[Location, Labels]], refused: list[tuple[Location, str]],
+           outside: list[str] = ()):
         """Files that are not images by their name are rejected here, before anyone reads them."""
         items = [(where, label) for where, label in labelled if suffix(where) in IMAGE_SUFFIXES]
         rejected = refused + [(where, f"not an image file (suffix {shown(suffix(where)) or 'none'})")
                               for where, _ in labelled if suffix(where) not in IMAGE_SUFFIXES]
-        return cls(classes, items, rejected)
+        return cls(classes, items, rejected, list(outside))
 
 
 def list_source(source: str, reader: Reader, multi_label: bool = False, label_attribute: str | None = None) -> Listing:
@@ -85,7 +87,8 @@ def _check_class_names(names: list[str], where: str) -> None:
 def list_folder(source: Path) -> Listing:
     """A folder of class folders. Symbolic links are followed only where they stay inside the
     source folder: a link out of it is listed as rejected, never read (a dataset is often shared by
-    people who did not make it). Hidden files and folders are skipped, as are files at the top."""
+    people who did not make it). Hidden files and folders are skipped, as are files at the top (in
+    no class folder: named in the listing's `outside`)."""
     root = source.resolve()
     folders = sorted(p for p in source.iterdir() if p.is_dir() and not is_hidden([p.name]))
     _check_class_names([f.name for f in folders], f"{shown(source)}/")
@@ -106,7 +109,8 @@ def list_folder(source: Path) -> Listing:
                     refused.append((path, f"a symbolic link to {shown(path.resolve())}, outside the source folder"))
                 else:
                     items.append((path, label))
-    return Listing.of([f.name for f in folders], items, refused)
+    outside = sorted(p.name for p in source.iterdir() if not p.is_dir() and not is_hidden([p.name]))
+    return Listing.of([f.name for f in folders], items, refused, outside)
 
 
 def _unlistable(err: OSError) -> None:
@@ -116,16 +120,21 @@ def _unlistable(err: OSError) -> None:
 
 def list_s3_prefix(source: str, reader: Reader) -> Listing:
     """An s3:// prefix of class folders, listed as the local folder is: the first part of each key
-    after the prefix is its class; hidden parts and keys at the top are skipped."""
+    after the prefix is its class; hidden parts are skipped, and keys at the top (in no class
+    folder) too, named in the listing's `outside`."""
     store = S3Store(source if source.endswith("/") else source + "/", client=reader.s3)
     by_class: dict[str, list[str]] = {}
+    outside = []
     for obj in store.list():  # (keys relative to the prefix; folder markers left out)
         parts = obj.key.split("/")
         if len(parts) >= 2 and not is_hidden(parts):
             by_class.setdefault(parts[0], []).append(obj.location)
+        elif not is_hidden(parts):
+            outside.append(obj.key)
     classes = sorted(by_class)
     _check_class_names(classes, shown(store.uri))
-    return Listing.of(classes, [(uri, label) for label, name in enumerate(classes) for uri in by_class[name]], [])
+    return Listing.of(classes, [(uri, label) for label, name in enumerate(classes) for uri in by_class[name]], [],
+                      outside)
 
 
 def list_s3_csv(source: str, reader: Reader, multi_label: bool = False) -> Listing:
