@@ -1,6 +1,7 @@
 """TFRecord framing: byte-exact writing, decoding at every chunk boundary, every corruption."""
 
 import logging
+import os
 import struct
 
 import pytest
@@ -272,3 +273,97 @@ def test_any_max_record_bytes_is_accepted_even_beyond_what_a_length_field_holds(
     records = [b"a" * 10, b"b" * 5000]
     got, _ = decode(tfrecord.encode(records), max_record_bytes=2**70)
     assert got == records
+
+
+# A reader process: one pass of channel train through PipeReader, one corrupt record allowed, then
+# its peak RSS as the kernel counts it (VmHWM) and what it read, as JSON.
+_READ_ONE_PASS = """
+import json, sys
+from pipemode import PipeReader
+reader = PipeReader("train", "TFRecord", pipe_dir=sys.argv[1], config_dir=sys.argv[2], state_dir=sys.argv[3],
+                    max_corrupted_records_to_skip=1)
+records = sum(len(batch) for batch in reader.read_pass())
+with open("/proc/self/status") as status:
+    peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
+print(json.dumps({"records": records, "skipped": reader.history[-1].skipped, "peak": peak}))
+"""
+
+# realloc() as an allocator that cannot grow a large block where it lies has it: a new block, the
+# bytes copied, the old one freed (glibc's grows a large block in place, with mremap).
+_MOVING_REALLOC = """
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *realloc(void *old, size_t size) {
+    if (old == NULL) return malloc(size);
+    if (size == 0) { free(old); return NULL; }
+    void *moved = malloc(size);
+    if (moved != NULL) {
+        size_t kept = malloc_usable_size(old);
+        memcpy(moved, old, kept < size ? kept : size);
+        free(old);
+    }
+    return moved;
+}
+"""
+
+
+def moving_realloc(folder) -> dict:
+    """The environment that preloads _MOVING_REALLOC, built here with the C compiler (or a skip)."""
+    import shutil
+    import subprocess
+
+    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not compiler:
+        pytest.skip("no C compiler to build a realloc that moves blocks")
+    folder.mkdir(parents=True)
+    (folder / "moving_realloc.c").write_text(_MOVING_REALLOC)
+    build = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(folder / "moving_realloc.so"),
+                            str(folder / "moving_realloc.c")], capture_output=True, text=True)
+    if build.returncode:
+        pytest.skip(f"{compiler} cannot build a shared library: {build.stderr[-500:]}")
+    return {"LD_PRELOAD": str(folder / "moving_realloc.so")}
+
+
+def peak_rss_of_a_pass(folder, stream: bytes, env: dict) -> dict:
+    """A PipeReader process (with `env`) reading `stream` from a FIFO that its writer, another
+    process (tests/pipe_writer.py), feeds."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    for sub in ("config", "data", "state"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "config" / "inputdataconfig.json").write_text(json.dumps({"train": {"TrainingInputMode": "Pipe"}}))
+    (folder / "stream.tfrecord").write_bytes(stream)
+    writer = subprocess.Popen([sys.executable, str(REPO / "tests" / "pipe_writer.py"), "--dir", str(folder / "data"),
+                               "--channel", "train", "--passes", "1", str(folder / "stream.tfrecord")])
+    try:
+        out = subprocess.run([sys.executable, "-c", _READ_ONE_PASS, str(folder / "data"), str(folder / "config"),
+                              str(folder / "state")], capture_output=True, text=True, timeout=120, cwd=REPO,
+                             env={**os.environ, **env})
+    finally:
+        assert writer.wait(timeout=60) == 0
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("allocator", ["glibc's", "a realloc that moves blocks"])
+def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, tmp_path):
+    """A CRC-valid header claiming 2 GB, then 150 MB and the stream's end: the reader's peak RSS
+    (the kernel's count, not Python's) grows by about those 150 MB over the same program reading a
+    small stream; not by 1.9x that, as it did where realloc moves a block to grow it (a buffer
+    grown by appends: the old block and the new one at once)."""
+    env = moving_realloc(tmp_path / "allocator") if allocator != "glibc's" else {}
+    header = struct.pack("<Q", tfrecord.MAX_RECORD_BYTES)
+    forged = tfrecord.encode(RECORDS) + header + struct.pack("<I", masked_crc32c(header))
+    arrived = 150 << 20
+    small = peak_rss_of_a_pass(tmp_path / "small", forged + b"x" * (1 << 20), env)
+    large = peak_rss_of_a_pass(tmp_path / "large", forged + b"x" * arrived, env)
+    for run in (small, large):  # (the records before it, then the forged one skipped: the stream ended in it)
+        assert (run["records"], run["skipped"]) == (len(RECORDS), 1), run
+    grown = large["peak"] - small["peak"]
+    assert grown < 1.1 * arrived, f"peak RSS +{grown / 1e6:.0f} MB for {arrived / 1e6:.0f} MB that arrived"

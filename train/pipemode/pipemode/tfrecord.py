@@ -65,7 +65,7 @@ Read = Callable[[int], bytes]
 RecordCheck = Callable[[bytes], "str | None"]  # why a record is unusable, or None
 
 
-# A record that straddles a chunk's end is completed with reads of this size into a growing buffer:
+# A record that straddles a chunk's end is completed with reads of this size, kept as they come:
 # memory follows the bytes really there, so a damaged but CRC-valid length of 2 GiB costs what
 # arrives before the stream ends (and one chunk), not 2 GiB, nor that data twice.
 _PIECE_BYTES = CHUNK_BYTES
@@ -251,27 +251,31 @@ class TFRecordDecoder:
             status = _PAST_THE_END
         if status is not None:
             return tail, base, 0, status  # reported, or skipped, with its position
-        record = self._complete(read, tail, OVERHEAD_BYTES + length)
-        if len(record) < OVERHEAD_BYTES + length:
-            return (*self._truncated(where, base, len(record), length), None)
+        record, got = self._complete(read, tail, OVERHEAD_BYTES + length)
+        if record is None:
+            return (*self._truncated(where, base, got, length), None)
         return record, base, 0, None
 
     @staticmethod
-    def _complete(read: Read, tail: bytes, total: int) -> bytes:
-        """The record that starts with `tail`, `total` bytes long (fewer: the stream ended first).
-        A long one grows in a buffer a piece at a time and becomes bytes once whole: a stream
-        that ends early has cost only the bytes that came (a forged 2 GB length followed by
-        150 MB: about 170 MB), and a whole record is copied once more, not joined from pieces."""
+    def _complete(read: Read, tail: bytes, total: int) -> tuple[bytes | None, int]:
+        """(the record that starts with `tail`, `total` bytes long, its size); (None, the bytes
+        that came) when the stream ended first. A long one is read a piece at a time, the pieces
+        kept as they came and joined once it is whole: a stream that ends early has cost the
+        bytes that came, as the kernel counts them (a forged 2 GB length followed by 150 MB:
+        150 MB), never a buffer grown by reallocation, which an allocator may grow by copying it
+        elsewhere: the old block and the new one at once, 1.9x what came."""
         missing = total - len(tail)
         if missing <= _PIECE_BYTES:
-            return tail + read(missing)
-        buffer = bytearray(tail)
-        while len(buffer) < total:
-            piece = read(min(total - len(buffer), _PIECE_BYTES))
+            record = tail + read(missing)
+            return (record, total) if len(record) == total else (None, len(record))
+        pieces, got = [tail], len(tail)
+        while got < total:
+            piece = read(min(total - got, _PIECE_BYTES))
             if not piece:
-                return buffer  # (short: the caller reports it truncated and drops it)
-            buffer += piece
-        return bytes(buffer)
+                return None, got  # (short: the caller reports it truncated)
+            pieces.append(piece)
+            got += len(piece)
+        return b"".join(pieces), total
 
     def _truncated(self, where: str, offset: int, got: int, length: int | None):
         expected = f"{OVERHEAD_BYTES + length}-byte record" if length is not None else "record header"
