@@ -123,3 +123,18 @@ def test_what_cannot_be_served_is_said_before_any_worker_starts(setting, message
                          text=True, timeout=60, env={**os.environ, **setting.get("env", {})})
     assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_the_model_is_found_where_the_job_writes_it_under_sagemaker_base_dir(tmp_path):
+    """The job writes model/ under $SAGEMAKER_BASE_DIR (contract.paths): serve reads it from there."""
+    import os
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key != "SM_MODEL_DIR"}
+    out = subprocess.run([SERVE], capture_output=True, text=True, timeout=60,
+                         env={**env, "SAGEMAKER_BASE_DIR": str(tmp_path)})
+    assert out.returncode != 0 and f"serve: {tmp_path}/model holds no SavedModel" in out.stderr, out.stderr[-2000:]
+    # SM_MODEL_DIR (then --model-dir) still says another
+    out = subprocess.run([SERVE], capture_output=True, text=True, timeout=60,
+                         env={**env, "SAGEMAKER_BASE_DIR": str(tmp_path), "SM_MODEL_DIR": str(tmp_path / "other")})
+    assert f"serve: {tmp_path}/other holds no SavedModel" in out.stderr, out.stderr[-2000:]

@@ -16,7 +16,8 @@ Settings, from the environment as SageMaker and its SDKs set them:
   SAGEMAKER_MODEL_SERVER_TIMEOUT  seconds a request may take before its worker is restarted (60)
   SAGEMAKER_MAX_PAYLOAD_IN_MB     the largest body taken (batch transform sets it; default 6 MB,
                                   real-time inference's own limit)
-  SM_MODEL_DIR                    the model (default /opt/ml/model)
+  SM_MODEL_DIR                    the model (default: model/ under the job's base folder, where the
+                                  training job writes it: /opt/ml/model, or under $SAGEMAKER_BASE_DIR)
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ import sys
 from pathlib import Path
 
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
+from keras_pipe_train import contract  # (no TensorFlow: the master never loads it)
 
 log = logging.getLogger("keras_pipe_serve")
 
-MODEL_DIR = "/opt/ml/model"
 DEFAULT_PAYLOAD_MB = 6
 # SageMaker sends SIGKILL 30 s after SIGTERM: requests in flight get most of that to finish
 GRACEFUL_S = 25
@@ -63,7 +64,7 @@ def _positive(name: str, default: float, kind=int):
 
 def settings(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="serve", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR", MODEL_DIR))
+    parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR") or contract.paths().model)
     parser.add_argument("--port", type=int, default=_positive("SAGEMAKER_BIND_TO_PORT", 8080))
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--workers", type=int,
