@@ -378,7 +378,8 @@ HYPERPARAMETERS = {
                        "with a 'model' channel (incremental training): auto keeps the previous classifier when the "
                        "classes are the same and replaces it otherwise; true always replaces it; false keeps it"),
         Hyperparameter("num_classes", None, _optional(_integer(2)), "number of classes (or give class_names)"),
-        Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes)"),
+        Hyperparameter("class_names", None, _class_names, "class names, in label order (implies num_classes); "
+                       "without it, a Ground Truth manifest's label metadata names the classes"),
         Hyperparameter("record_format", "tfrecord", _choice(RECORD_FORMATS),
                        "what the train and validation channels hold: tfrecord (tf.train.Examples), class_folders "
                        "(File/FastFile: images in one folder per class, the built-in TensorFlow algorithm's layout; "

@@ -50,10 +50,11 @@ def channel_files(folder: Path) -> list[str]:
 
 def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
             shuffle_files: bool = False, shard: tuple[int, int] | None = None,
-            interrupt: threading.Event | None = None):
+            interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None):
     """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
     With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
-    Pipe pass ends at once, even while waiting for its FIFO or data."""
+    Pipe pass ends at once, even while waiting for its FIFO or data. `seen` gathers the class
+    names a manifest's lines give."""
     options = {
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
         "max_record_bytes": example.max_record_bytes(config.max_image_pixels),
@@ -62,7 +63,7 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
                                              label_format=config.label_format),
     }
     if config.attribute_names:
-        reader = manifest_reader(channel, layout, config, interrupt, options)
+        reader = manifest_reader(channel, layout, config, interrupt, options, seen)
     elif config.record_format == "class_folders" and channel.input_mode == "Pipe":
         raise UserError(f"channel {channel.name!r} is in Pipe mode, but record_format=class_folders: a Pipe stream "
                         "does not say which folder each image came from. Use File or FastFile mode, or prepare the "
@@ -100,7 +101,8 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     return (dataset.shard(*shard) if shard else dataset), reader
 
 
-def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, interrupt, options: dict) -> PipeReader:
+def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, interrupt, options: dict,
+                    seen: manifest.ClassNames | None = None) -> PipeReader:
     """An augmented manifest's channel: its records grouped by line into Examples (manifest.py)."""
     names = ",".join(config.attribute_names)
     if channel.input_mode != "Pipe":
@@ -113,7 +115,7 @@ def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, in
                         "label run together, with nothing to tell where one ends")
     return PipeReader(channel.name, "RecordIO", pipe_dir=layout.input_data, config_dir=layout.input_config,
                       wait_timeout=config.pipe_wait_timeout, interrupt=interrupt,
-                      group_records=len(config.attribute_names), combine=manifest.combiner(config), **options)
+                      group_records=len(config.attribute_names), combine=manifest.combiner(config, seen), **options)
 
 
 def rec_files(files: list[str], channel: str) -> list[str]:
@@ -169,16 +171,17 @@ class EpochInput:
 
     def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
                  epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None,
-                 interrupt: threading.Event | None = None):
+                 interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None):
         self.channel, self.layout, self.config = channel, layout, config
         self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
-        self.interrupt = interrupt
+        self.interrupt, self.seen = interrupt, seen
         self.reader: PipeReader | FileReader | None = None
 
     def __call__(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
         config, seed = self.config, epoch_seed(self.config, self.epoch)
         dataset, self.reader = records(self.channel, self.layout, config, seed=seed, shuffle_files=self.training,
-                                       shard=worker_shard(self.channel, context), interrupt=self.interrupt)
+                                       shard=worker_shard(self.channel, context), interrupt=self.interrupt,
+                                       seen=self.seen)
         if self.training and config.shuffle_buffer:
             # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
             # shuffling batches would keep every batch's records together. Seeded per epoch, so a
@@ -223,14 +226,15 @@ class EpochInput:
 
 
 def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
-                   audit: Audit | None = None, interrupt: threading.Event | None = None) -> EpochInput:
+                   audit: Audit | None = None, interrupt: threading.Event | None = None,
+                   seen: manifest.ClassNames | None = None) -> EpochInput:
     return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit,
-                      interrupt=interrupt)
+                      interrupt=interrupt, seen=seen)
 
 
 def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,
-                     interrupt: threading.Event | None = None) -> EpochInput:
-    return EpochInput(channel, layout, config, training=False, interrupt=interrupt)
+                     interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None) -> EpochInput:
+    return EpochInput(channel, layout, config, training=False, interrupt=interrupt, seen=seen)
 
 
 def decoded(batches: tf.data.Dataset, config: JobConfig, transform, seeded: bool = False) -> tf.data.Dataset:

@@ -20,6 +20,7 @@ import signal
 import socket
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.contract import ResourceConfig
@@ -37,7 +38,8 @@ class Cluster:
     # several hosts: host:port of the chief's TensorFlow server, and how long a collective waits
     chief_address: str | None = None
     collective_timeout_s: float | None = None
-    _any: object = dataclasses.field(default=None, init=False, repr=False)  # the traced collective
+    _any: object = dataclasses.field(default=None, init=False, repr=False)  # the traced collectives
+    _gather: object = dataclasses.field(default=None, init=False, repr=False)
 
     @property
     def replicas(self) -> int:
@@ -61,6 +63,22 @@ class Cluster:
             self._any = tf.function(lambda value: strategy.reduce(
                 "sum", strategy.run(lambda: tf.identity(value)), axis=None))
         return float(self._any(tf.constant(1.0 if flag else 0.0))) > 0
+
+    def all_texts(self, text: str) -> list[str]:
+        """Every worker's `text`, in worker order: the same list on every worker. A collective (two:
+        the lengths, then the texts padded to the longest), called by every worker at the same point."""
+        if not self.multi_worker:
+            return [text]
+        if self._gather is None:
+            strategy = self.strategy
+            self._gather = tf.function(lambda value: strategy.gather(
+                strategy.run(lambda: tf.identity(value)), axis=0), reduce_retracing=True)
+        data = list(text.encode())
+        # (each of a worker's replicas gives the same value: one row per replica, workers in order)
+        lengths = self._gather(tf.constant([len(data)], tf.int64)).numpy()[::self.local_replicas]
+        width = max(1, int(lengths.max()))
+        rows = self._gather(tf.constant([data + [0] * (width - len(data))], tf.int32)).numpy()[::self.local_replicas]
+        return [bytes(row[:length].astype(np.uint8)).decode() for row, length in zip(rows, lengths)]
 
     def leave_together(self) -> None:
         """The last step of a multi-host job, on every host, before it exits. A collective can be

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import contract, datasets, distribute, evaluation, incremental, metrics
+from keras_pipe_train import contract, datasets, distribute, evaluation, incremental, manifest, metrics
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
@@ -77,6 +77,9 @@ class Training:
     # evaluation.json: only the epochs whose model may still be the one exported are kept (the
     # last, early stopping's best)
     evaluations: dict = dataclasses.field(default_factory=dict)
+    host: str = "algo-1"
+    # the class names a manifest's lines give, read on this host (the model's, without class_names)
+    seen: manifest.ClassNames = dataclasses.field(default_factory=manifest.ClassNames)
 
     @property
     def model(self) -> keras.Model:
@@ -179,7 +182,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
-                    phases(config, from_scratch), from_scratch, audit, rule, best)
+                    phases(config, from_scratch), from_scratch, audit, rule, best, host=resources.current_host)
 
 
 def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
@@ -225,7 +228,8 @@ def stop_early(training: Training, phase: Phase, epoch: int) -> int:
 def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple[dict, int]:
     """Trains on the epoch's pass from step `step`: (its metrics, the steps of the epoch done)."""
     t, config = training, training.config
-    train_input = datasets.training_input(t.channels["train"], t.layout, config, epoch, step, t.audit, t.trainer.stop)
+    train_input = datasets.training_input(t.channels["train"], t.layout, config, epoch, step, t.audit, t.trainer.stop,
+                                          t.seen)
     train = t.cluster.strategy.distribute_datasets_from_function(train_input)
     on_step = (lambda steps: t.audit.write({"epoch": epoch, "trained_steps": steps})) if t.audit else None
     results, steps, stopped = t.trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
@@ -244,7 +248,7 @@ def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple
 def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
     """The validation metrics after the epoch's `steps` steps."""
     t = training
-    validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
+    validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop, t.seen)
     scores, examples, counts, detail = t.trainer.evaluate_in_detail(
         t.cluster.strategy.distribute_datasets_from_function(validation))
     if t.trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
@@ -301,7 +305,7 @@ def evaluate_exported(training: Training, final: dict) -> None:
         if t.trainer.stop_requested():
             log.warning("no evaluation.json: the job was asked to stop; the model is exported")
             return
-        validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop)
+        validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop, t.seen)
         scores, examples, counts, detail = t.trainer.evaluate_in_detail(
             t.cluster.strategy.distribute_datasets_from_function(validation))
         if t.trainer.stop_requested() or not examples:  # (the same on every worker)
@@ -319,9 +323,13 @@ def evaluate_exported(training: Training, final: dict) -> None:
 
 def export_together(training: Training, final: dict) -> None:
     """The chief exports the model and writes metrics.json; every host then learns whether it
-    did, and they evaluate the model exported together (evaluate_exported) before they exit."""
+    did, and they evaluate the model exported together (evaluate_exported) before they exit. The
+    class names are settled first, on every host (manifest.class_names: a manifest's lines may
+    name them, and each host has read its share of the lines)."""
     t, exported = training, False
     try:
+        names = manifest.class_names(t.config, t.seen, t.host, t.cluster.all_texts)
+        t.config = dataclasses.replace(t.config, class_names=names)
         if t.cluster.is_chief:
             threshold = t.config.multi_label_threshold if t.config.multi_label else None
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,

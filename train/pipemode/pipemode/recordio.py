@@ -12,6 +12,7 @@ payloads; this module follows dmlc.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +33,27 @@ _READ_BYTES = 1 << 20  # see tfrecord.CHUNK_BYTES for why not more
 
 Read = Callable[[int], bytes]
 Combine = Callable[[list[bytes]], bytes]
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """Where the records of one line lie in a pass: what groups() gives a combine function that
+    asks for it (`combine.wants_line = True`: it is then called as combine(payloads, line)), to
+    say where a line was when a later one needs naming it (a class named otherwise there, say)."""
+
+    where: str  # the pass (channel, pass number, FIFO)
+    number: int  # the line's number in the pass's stream, from 1
+    first: int  # its first RecordIO record's number in the pass, from 0
+    last: int
+    offset: int  # its first record's byte offset
+
+    def __str__(self) -> str:
+        return f"manifest line {self.number} of {self.where} (RecordIO records #{self.first}-#{self.last})"
+
+    @property
+    def in_pass(self) -> str:
+        """The line as an error about a record of this very pass names it (its pass said before)."""
+        return f"manifest line {self.number} of this pass (RecordIO records #{self.first}-#{self.last})"
 
 
 def _padding(length: int) -> int:
@@ -241,7 +263,9 @@ class RecordIODecoder:
         augmented manifest's channel streams, one RecordIO record per listed attribute of each
         line, in the order listed. combine(payloads) returns the record, or raises ValueError
         saying why the line cannot be used (skipped or raised as an UnusableRecordError naming
-        the line, under the same corruption policy as record_check's rejections).
+        the line, under the same corruption policy as record_check's rejections); any other error
+        ends the pass. A combine function with `wants_line` set is also told where the line is
+        (a Line).
 
         With `size` > 1, a record that cannot be framed is an error even when corrupt records may be
         skipped: the records after it can no longer be matched to their lines (nothing in a payload
@@ -281,19 +305,18 @@ class RecordIODecoder:
                 continue
             lines += 1
             payloads, line = line, []
+            at = Line(where, lines, stream.number - size + 1, stream.number, first_offset)
             try:
                 if any(p is None for p in payloads):
                     raise ValueError(f"a record is longer than {max_bytes} bytes, more than the job takes (an "
                                      "image of max_image_pixels)")
-                record = combine(payloads)
+                record = combine(payloads, at) if getattr(combine, "wants_line", False) else combine(payloads)
                 problem = record_check(record) if record_check else None
             except ValueError as err:
                 problem = str(err)
             if problem:
-                first = stream.number - size + 1
-                line_said = (f"manifest line {lines} of this pass (RecordIO records #{first}-#{stream.number}): "
-                             if size > 1 else "")
-                self.policy.skip_or_raise(UnusableRecordError(where, first, first_offset, line_said + problem))
+                line_said = f"{at.in_pass}: " if size > 1 else ""
+                self.policy.skip_or_raise(UnusableRecordError(where, at.first, first_offset, line_said + problem))
                 continue
             yield record
         if line:
