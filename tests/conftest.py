@@ -15,15 +15,16 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 import zlib
 from pathlib import Path
 
 import pytest
 
-# the image and the Docker Engine: fixtures tests/image and tests/docs share (one of each per session);
-# how the workers share the tests; strict mode, where a skip fails (CI)
-pytest_plugins = ["tests.engine", "tests.scheduling", "tests.strict"]
+# each test's waits ending before its pytest timeout (tests/timeouts.py: wait_s; first, as the others
+# import it); the image and the Docker Engine: fixtures tests/image and tests/docs share (one of each per
+# session); how the workers share the tests; strict mode, where a skip fails (CI)
+pytest_plugins = ["tests.timeouts", "tests.engine", "tests.scheduling", "tests.strict"]
 
 REPO = Path(__file__).resolve().parent.parent
 # SageMaker SDK v2 in its own virtualenv beside .venv (v3): `make test` creates it
@@ -76,8 +77,10 @@ class FakeJob:
             (self.config_dir / f"{name}.json").write_text(json.dumps(content, indent=2) + "\n")
 
     def feed(self, channel: str, files, *, passes=None, wrapper="None", chunk_bytes=0, pause=0.0,
-             die_after_bytes=None) -> subprocess.Popen:
-        """Starts a real writer process feeding `channel` pass after pass (as SageMaker does)."""
+             die_after_bytes=None, hold_pass=None) -> subprocess.Popen:
+        """Starts a real writer process feeding `channel` pass after pass (as SageMaker does).
+        `hold_pass`: pass N's FIFO is opened and never written; the writer's standard output (a
+        pipe, text) then says "holding CHANNEL_N", once the job has opened it."""
         cmd = [sys.executable, str(REPO / "tests" / "pipe_writer.py"), "--dir", str(self.data_dir),
                "--channel", channel, "--record-wrapper", wrapper]
         if passes is not None:
@@ -86,7 +89,10 @@ class FakeJob:
             cmd += ["--chunk-bytes", str(chunk_bytes), "--pause", str(pause)]
         if die_after_bytes is not None:
             cmd += ["--die-after-bytes", str(die_after_bytes)]
-        proc = subprocess.Popen(cmd + [str(f) for f in files], cwd=REPO, stderr=subprocess.DEVNULL)
+        if hold_pass is not None:
+            cmd += ["--hold-pass", str(hold_pass)]
+        proc = subprocess.Popen(cmd + [str(f) for f in files], cwd=REPO, stderr=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE if hold_pass is not None else None, text=True)
         self._feeders.append(proc)
         return proc
 
@@ -123,8 +129,12 @@ def job(tmp_path, monkeypatch):
 
 
 def run_logged(command: list[str], timeout: float, **options) -> subprocess.CompletedProcess:
-    """subprocess.run capturing text output; a process that outlives `timeout` is killed and the
-    test fails showing what it printed (a bare pytest timeout shows nothing of it)."""
+    """subprocess.run capturing text output; a process that outlives `timeout` (or what is left of
+    the test's time: tests/timeouts.py) is killed and the test fails showing what it printed (a bare
+    pytest timeout shows nothing of it)."""
+    from tests.timeouts import wait_s  # (here: the plugin is imported first by pytest_plugins, as one)
+
+    timeout = wait_s(timeout)
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **options)
     except subprocess.TimeoutExpired as err:
@@ -132,18 +142,35 @@ def run_logged(command: list[str], timeout: float, **options) -> subprocess.Comp
             text = data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
             return text[-4000:]
 
-        raise AssertionError(f"{' '.join(map(str, command))} did not finish within {timeout} s.\n"
+        raise AssertionError(f"{' '.join(map(str, command))} did not finish within {timeout:.0f} s.\n"
                              f"stdout:\n{tail(err.stdout)}\nstderr:\n{tail(err.stderr)}") from None
 
 
-def read_until(process: subprocess.Popen, marker: str, timeout: float = 300) -> list[str]:
-    """The lines `process` printed up to the first holding `marker` (it keeps running)."""
-    lines, deadline = [], time.monotonic() + timeout
-    for line in process.stdout:
-        lines.append(line)
-        if marker in line:
-            return lines
-        assert time.monotonic() < deadline, f"no {marker!r} in {timeout} s"
+def read_until(process: subprocess.Popen, marker: str, timeout: float = 270) -> list[str]:
+    """The lines `process` printed up to the first holding `marker` (it keeps running). One that
+    has not printed it within `timeout` (or what is left of the test's time: tests/timeouts.py),
+    silent or not, is killed and the test fails showing what it printed."""
+    from tests.timeouts import wait_s
+
+    timeout = wait_s(timeout)
+    lines, found = [], threading.Event()
+
+    def read() -> None:  # (in a thread: a process that prints nothing blocks the read, not the test)
+        for line in process.stdout:
+            lines.append(line)
+            if marker in line:
+                found.set()
+                return
+
+    reader = threading.Thread(target=read, daemon=True, name="read_until")
+    reader.start()
+    reader.join(timeout)
+    if found.is_set():
+        return lines
+    if reader.is_alive():
+        process.kill()  # (its output then ends, and the thread with it)
+        reader.join(10)
+        raise AssertionError(f"no {marker!r} in {timeout:.0f} s:\n" + "".join(lines[-40:]))
     raise AssertionError(f"the job ended before {marker!r}:\n" + "".join(lines[-40:]))
 
 
@@ -246,7 +273,7 @@ def s3_bucket(moto_endpoint, monkeypatch, request):
 
 # --- keras-pipe local on the digits ------------------------------------------------------------------
 
-def launch_local(*args, cwd, timeout=280, env=None):
+def launch_local(*args, cwd, timeout=270, env=None):
     return run_logged([sys.executable, "-m", "keras_pipe_launch", "local", *args], timeout, cwd=cwd, env=env)
 
 

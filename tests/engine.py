@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.timeouts import wait_s
 
 ENGINE = os.environ.get("LAUNCH_ENGINE") or "podman --runtime runc"
 RUN_ARGS = os.environ.get("LAUNCH_ENGINE_ARGS") or "--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network none"
@@ -49,7 +50,7 @@ def image():
         [*shlex.split(ENGINE), "build", "--network", "host", "--ulimit", "nofile=1024:1024",
          "--ulimit", "nproc=1024:1024", "-v", "/etc/ssl/certs:/etc/ssl/certs:ro",
          "--build-arg", f"BASE_IMAGE={BASE}", "--build-arg", "REQUIREMENTS=requirements/cpu.txt",
-         "-t", TAG, str(REPO)], capture_output=True, text=True, timeout=1800)
+         "-t", TAG, str(REPO)], capture_output=True, text=True, timeout=wait_s(1800))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return TAG
 
@@ -83,7 +84,7 @@ def docker_engine(image):
             time.sleep(0.5)
         saved = subprocess.Popen([*shlex.split(ENGINE), "save", TAG], stdout=subprocess.PIPE)
         loaded = subprocess.run(["docker", "load"], stdin=saved.stdout, env=env, capture_output=True, text=True,
-                                timeout=900)
+                                timeout=wait_s(900))
         saved.stdout.close()
         assert saved.wait(timeout=60) == 0 and loaded.returncode == 0, loaded.stderr[-2000:]
         name = loaded.stdout.strip().rsplit("Loaded image: ", 1)[-1]  # (podman names it localhost/...)

@@ -7,7 +7,9 @@ with the launcher), so that the reader's tests run with the reader alone.
 
     python tests/pipe_writer.py --dir JOB/input/data --channel train [--passes N] FILE...
 
---chunk-bytes and --pause make a slow writer; --die-after-bytes one that dies (SIGKILL) in the middle.
+--chunk-bytes and --pause make a slow writer; --die-after-bytes one that dies (SIGKILL) in the middle;
+--hold-pass N one that, once the job has opened pass N's FIFO, prints "holding CHANNEL_N" and writes
+nothing more until it is killed (a test then knows that the job waits for that pass's data).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-bytes", type=int, default=0)
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--die-after-bytes", type=int, default=None)
+    parser.add_argument("--hold-pass", type=int, default=None)
     args = parser.parse_args(argv)
     objects = []
     for name in args.files:
@@ -57,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         if not os.path.exists(path):
             os.mkfifo(path)
         with open(path, "wb", buffering=0) as fifo:  # blocks until the job opens it
+            if number == args.hold_pass:
+                print(f"holding {args.channel}_{number}", flush=True)
+                signal.pause()  # (until killed)
             try:
                 for data in objects:
                     for piece in pieces(data, args.chunk_bytes):

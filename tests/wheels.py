@@ -21,7 +21,7 @@ def build_wheel(project: str, out: Path, **env: str) -> Path:
     source = out / "source"
     shutil.copytree(REPO / project, source, ignore=shutil.ignore_patterns("*.egg-info", "build", "__pycache__", "*.so"))
     run_logged([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                "--wheel-dir", str(out), str(source)], 300, env={**os.environ, **env}).check_returncode()
+                "--wheel-dir", str(out), str(source)], 270, env={**os.environ, **env}).check_returncode()
     (wheel,) = out.glob(f"{WHEEL_NAMES[project]}-*.whl")
     return wheel
 

@@ -6,13 +6,12 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_logged
 
 
 def quick_run(benchmark: str) -> str:
     """The benchmark's --quick run's output, once it exited 0."""
-    out = subprocess.run([sys.executable, "-m", f"bench.{benchmark}", "--quick"], cwd=REPO,
-                         capture_output=True, text=True, timeout=900)
+    out = run_logged([sys.executable, "-m", f"bench.{benchmark}", "--quick"], 270, cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 

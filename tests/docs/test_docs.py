@@ -27,6 +27,7 @@ from tests.conftest import REPO, SDK2_PYTHON
 from tests.docs import doc_blocks
 from tests.engine import BASE, ENGINE, RUN_ARGS, TAG
 from tests.launcher.conftest import recorded
+from tests.timeouts import wait_s
 
 DOCUMENTS = sorted(str(p.relative_to(REPO)) for p in [REPO / "README.md", *REPO.glob("docs/*.md"),
                                                       *REPO.glob("train/**/README.md"), *REPO.glob("launch/**/README.md")]
@@ -319,7 +320,7 @@ def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request
         elif block.lang == "python":
             script.add_snippet(block)
     try:
-        out = script.run(timeout=1700)
+        out = script.run(timeout=max(60.0, wait_s(1700) - 180))  # (180 s kept for remove_containers)
     finally:
         if needs_the_engine(document):  # a container the document left running (it failed first)
             remove_containers(env)
@@ -356,9 +357,10 @@ def offline_pip(env: dict) -> dict:
 
 
 def remove_containers(env: dict) -> None:
-    listed = subprocess.run(["docker", "ps", "-aq"], env=env, capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(["docker", "ps", "-aq"], env=env, capture_output=True, text=True, timeout=wait_s(60))
     if listed.stdout.split():
-        subprocess.run(["docker", "rm", "-f", *listed.stdout.split()], env=env, capture_output=True, timeout=120)
+        subprocess.run(["docker", "rm", "-f", *listed.stdout.split()], env=env, capture_output=True,
+                       timeout=wait_s(120))
 
 
 def fresh_virtualenv(folder: Path, env: dict) -> dict:

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import REPO, sdk2_python
 from tests.engine import TAG
+from tests.timeouts import wait_s
 
 pytestmark = [pytest.mark.container, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -50,7 +51,7 @@ def run_with_sdk(python, sdk: str, env: dict, folder, hosts: int = 1, **hyperpar
            "hyperparameters": {**HYPERPARAMETERS, **hyperparameters}}
     (folder / "out").mkdir()
     out = subprocess.run([str(python), str(REPO / "tests" / "image" / "sdk_local_run.py"), json.dumps(job)], cwd=folder,
-                         env=env, capture_output=True, text=True, timeout=1200)
+                         env=env, capture_output=True, text=True, timeout=wait_s(1200))
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]
     return json.loads(out.stdout.strip().splitlines()[-1]), log
@@ -104,7 +105,7 @@ def served_with_sdk(python, sdk: str, env: dict, model_data: str, folder) -> Non
     job = {"sdk": sdk, "image": TAG, "serve": {"model_data": model_data, "images": [str(p) for p in paths],
                                                "transform": [str(source), str(target)]}}
     out = subprocess.run([str(python), str(REPO / "tests" / "image" / "sdk_local_run.py"), json.dumps(job)], cwd=folder,
-                         env=env, capture_output=True, text=True, timeout=900)
+                         env=env, capture_output=True, text=True, timeout=wait_s(900))
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-4000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -14,6 +14,7 @@ import pytest
 from keras_pipe_train.checkpoints import KEEP, CheckpointError, Checkpoints, Progress
 from tests.conftest import REPO, FakeJob, run_logged
 from tests.job.conftest import file_channel, start_train, write_hyperparameters
+from tests.timeouts import wait_s
 
 CONFIG = 2
 HPS = dict(num_classes=10, image_size=32, epochs=1, batch_size=32, augment="false")
@@ -31,10 +32,8 @@ def job_on(folder, shared, digit_records, **changes) -> FakeJob:
 def train(fake: FakeJob, name: str, head_only_weights, preexec_fn=None, **hps):
     write_hyperparameters(fake, **{**HPS, "weights": str(head_only_weights), **hps})
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake.base), "TRAINING_JOB_NAME": name}
-    if preexec_fn is None:
-        return run_logged([sys.executable, str(REPO / "container" / "train")], 280, env=env, cwd=fake.base)
-    return subprocess.run([sys.executable, str(REPO / "container" / "train")], env=env, cwd=fake.base,
-                          capture_output=True, text=True, timeout=280, preexec_fn=preexec_fn)
+    return run_logged([sys.executable, str(REPO / "container" / "train")], 270, env=env, cwd=fake.base,
+                      preexec_fn=preexec_fn)
 
 
 def first_line(fake: FakeJob) -> str:
@@ -84,7 +83,7 @@ def test_two_jobs_at_once_on_one_folder_each_keep_their_own_checkpoints(tmp_path
     for fake in jobs.values():
         write_hyperparameters(fake, **{**HPS, "weights": str(head_only_weights), "epochs": 5, "other_checkpoints": "ignore"})
     running = [start_train(fake, TRAINING_JOB_NAME=name) for name, fake in jobs.items()]
-    outputs = [p.communicate(timeout=280)[0] for p in running]
+    outputs = [p.communicate(timeout=wait_s(270))[0] for p in running]
     assert [p.returncode for p in running] == [0, 0], [o[-2000:] for o in outputs]
     for name in jobs:
         (own,) = shared.glob(f"{name}-*")
@@ -109,7 +108,7 @@ def test_the_same_job_saving_twice_at_once_never_collides(tmp_path):
     computed the same next number and one crashed renaming onto the other's checkpoint."""
     savers = [subprocess.Popen([sys.executable, "-c", SAVER, str(tmp_path), "12"], cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
-    outputs = [s.communicate(timeout=240)[0] for s in savers]
+    outputs = [s.communicate(timeout=wait_s(240))[0] for s in savers]
     assert [s.returncode for s in savers] == [0, 0], [o[-2000:] for o in outputs]
     (own,) = tmp_path.glob("same-job-*")
     names = sorted(p.name for p in own.glob("ckpt-*"))

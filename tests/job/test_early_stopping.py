@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import read_until
 from tests.job.conftest import file_channel, run_train, start_train, write_hyperparameters
+from tests.timeouts import wait_s
 
 pytestmark = pytest.mark.slow
 RECIPE = dict(num_classes=10, image_size=32, batch_size=16, augment="false", shuffle_buffer=0)
@@ -75,10 +76,10 @@ def test_stopped_mid_run_and_resumed_it_ends_and_exports_as_if_never_stopped(
     first = start_train(job)
     lines = read_until(first, "metrics: epoch=2 ")  # epoch 1 is the best; epoch 3 is under way
     first.send_signal(signal.SIGTERM)
-    output = "".join(lines) + first.communicate(timeout=120)[0]
+    output = "".join(lines) + first.communicate(timeout=wait_s(120))[0]
     assert first.returncode == 143, output[-3000:]
     second = start_train(job)
-    output2 = second.communicate(timeout=280)[0]
+    output2 = second.communicate(timeout=wait_s(270))[0]
     assert second.returncode == 0, output2[-3000:]
     assert "resuming from checkpoint" in output2 and "phase head ends after epoch 3 of 6" in output2
     assert epochs_in_metrics(job) == [1, 2, 3]

@@ -3,6 +3,7 @@
 import json
 import signal
 import struct
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from pipemode import tfrecord
 from pipemode.crc import masked_crc32c
 from tests.conftest import png_bomb, read_until
 from tests.job.conftest import file_channel, run_train, start_train, write_hyperparameters
+from tests.timeouts import wait_s
 
 CONFIG, DATA, INTERNAL = 2, 3, 1
 # vgg16: the backbone quickest to build and trace (16 plain layers, 6 s here against 16 s for the
@@ -262,8 +264,28 @@ def stop_when(process, marker: str, wait: float = 2.0) -> tuple[str, float]:
     time.sleep(wait)
     process.send_signal(signal.SIGTERM)
     sent = time.monotonic()
-    rest = process.communicate(timeout=150)[0]
+    rest = process.communicate(timeout=wait_s(150))[0]
     return "".join(seen) + rest, time.monotonic() - sent
+
+
+def stop_once_held(process, writer) -> tuple[str, float]:
+    """SIGTERM once `writer` (FakeJob.feed's, with hold_pass) says the job opened the pass it holds,
+    the job's output read meanwhile; (the whole output, seconds from SIGTERM to exit)."""
+    output: list[str] = []
+    drain = threading.Thread(target=lambda: output.extend(process.stdout), daemon=True)
+    drain.start()
+    try:
+        read_until(writer, "holding ")
+    except AssertionError as err:
+        process.kill()
+        drain.join(10)
+        raise AssertionError(f"{err}\nthe job:\n{''.join(output)[-3000:]}") from None
+    process.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    process.wait(timeout=wait_s(150))
+    seconds = time.monotonic() - sent
+    drain.join(10)
+    return "".join(output), seconds
 
 
 def test_sigterm_while_waiting_for_a_fifo_that_never_comes_stops_at_once(job):
@@ -279,10 +301,14 @@ def test_sigterm_while_waiting_for_a_fifo_that_never_comes_stops_at_once(job):
 
 def test_sigterm_while_waiting_for_the_next_pass_stops_with_a_checkpoint(job, digit_records):
     job.add_channel("train")
-    job.feed("train", [job.write("train.tfrecord", tfrecord.encode(digit_records[0][:64]))], passes=1)
+    # pass 0, then pass 1's FIFO, which the writer holds open and never writes: the SIGTERM comes once the
+    # job has opened it (sent 2 s after epoch 1's metrics instead, it came during the checkpoint on a slow
+    # machine, and the job stopped after epoch 1, before waiting for anything)
+    writer = job.feed("train", [job.write("train.tfrecord", tfrecord.encode(digit_records[0][:64]))], passes=2,
+                      hold_pass=1)
     write_hyperparameters(job, **dict(OK, epochs=3))
     process = start_train(job)
-    output, seconds = stop_when(process, "metrics: epoch=1 ")  # then it waits for pass 1, which never comes
+    output, seconds = stop_once_held(process, writer)
     assert process.returncode == 143, output[-3000:]
     assert seconds < 30, seconds
     assert "interrupted channel 'train' pass 1" in output

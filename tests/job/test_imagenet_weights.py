@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import REPO, FakeJob
 from tests.job.conftest import file_channel, write_hyperparameters
+from tests.timeouts import wait_s
 
 IMAGE_SIZE = 96  # one of MobileNetV2's ImageNet sizes: Keras names the file by it
 WEIGHTS_FILE = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{IMAGE_SIZE}_no_top.h5"
@@ -58,7 +59,7 @@ def run_job(fake_job: FakeJob, keras_home) -> subprocess.CompletedProcess:
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base), "KERAS_HOME": str(keras_home),
            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
     return subprocess.run([sys.executable, str(REPO / "container" / "train")], env=env, cwd=fake_job.base,
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=wait_s(240))
 
 
 @pytest.mark.slow
@@ -74,7 +75,7 @@ def test_the_default_weights_are_the_imagenet_weights_in_keras_home(tmp_path, ke
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     compared = subprocess.run([sys.executable, "-c", COMPARE, str(keras_home / "models" / WEIGHTS_FILE),
                                str(fake_job.base / "model" / "backbone.weights.h5"), str(IMAGE_SIZE)],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=wait_s(120))
     assert compared.returncode == 0, compared.stderr[-3000:]
 
 

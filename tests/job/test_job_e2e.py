@@ -18,6 +18,7 @@ import pytest
 from pipemode import tfrecord
 from tests.conftest import FakeJob, png_bomb
 from tests.job.conftest import file_channel, run_train, write_hyperparameters
+from tests.timeouts import wait_s
 
 TRAIN = 1400  # digits 0..1399 train, 1400.. (397 images) are held out
 MIN_ACCURACY = 0.5
@@ -69,7 +70,7 @@ print(json.dumps({"accuracy": right / total, "total": total, "refused": refused}
     (tmp_path / "page.jpg").write_bytes(b"<!DOCTYPE html><html>Not Found</html>")
     out = subprocess.run([sys.executable, "-c", script, str(model_dir), str(validation_file),
                           str(tmp_path / "bomb.png"), str(tmp_path / "page.jpg")], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=wait_s(270))
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["total"] == 397

@@ -15,6 +15,7 @@ from keras_pipe_train.loop import Trainer
 from keras_pipe_train.recipe import Loss
 from keras_pipe_train.tasks import auc
 from tests.conftest import image_bytes
+from tests.timeouts import wait_s
 
 
 def config(**values) -> JobConfig:
@@ -241,7 +242,7 @@ def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_
     validation = job.write("served.tfrecord", tfrecord.encode(records[256:272]))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     served = subprocess.run([sys.executable, "-c", SERVE, str(job.base / "model" / "1"), str(validation)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=wait_s(270))
     assert served.returncode == 0, served.stderr[-3000:]
     answer = json.loads(served.stdout.strip().splitlines()[-1])
     probabilities = np.array(answer["probabilities"])
@@ -295,7 +296,7 @@ def test_counts_weights_and_metrics_are_the_same_on_one_and_on_two_replicas():
     found = {}
     for replicas in (1, 2):
         out = subprocess.run([sys.executable, "-c", COUNTED_ON_REPLICAS, str(replicas)], cwd=REPO, capture_output=True,
-                             text=True, timeout=300)
+                             text=True, timeout=wait_s(270))
         assert out.returncode == 0, out.stderr[-3000:]
         found[replicas] = json.loads(out.stdout.split("FOUND ", 1)[1])
     for name in ("multi", "single"):

@@ -15,6 +15,7 @@ import pytest
 from pipemode import tfrecord
 from tests.conftest import read_until
 from tests.job.conftest import audited, file_channel, start_train, trained_records, write_hyperparameters
+from tests.timeouts import wait_s
 
 pytestmark = pytest.mark.slow
 RECORDS = 320
@@ -42,7 +43,7 @@ def test_sigterm_mid_epoch_then_restart_trains_each_record_of_that_epoch_exactly
     lines = read_until(first, "progress: epoch=2 step=10")
     stopped_at = time.monotonic()
     first.send_signal(signal.SIGTERM)
-    output = "".join(lines) + first.communicate(timeout=120)[0]
+    output = "".join(lines) + first.communicate(timeout=wait_s(120))[0]
     assert first.returncode == 143, output[-3000:]
     assert time.monotonic() - stopped_at < 60  # well within SageMaker's 120 s
     assert "SIGTERM received: stopping after the current step" in output
@@ -59,7 +60,7 @@ def test_sigterm_mid_epoch_then_restart_trains_each_record_of_that_epoch_exactly
             fifo.unlink()
         job.feed("train", [source])
     second = start_train(job, TRAIN_AUDIT_DIR=str(audit))
-    output2 = second.communicate(timeout=600)[0]
+    output2 = second.communicate(timeout=wait_s(270))[0]
     assert second.returncode == 0, output2[-3000:]
     assert (f"resuming from checkpoint {saved.name}: epoch 2 of 2, after {progress['steps']} steps "
             f"({progress['steps'] * BATCH} records of its pass)") in output2
@@ -79,14 +80,14 @@ def test_a_truncated_checkpoint_is_ignored_and_the_previous_one_used(job, digit_
     write_hyperparameters(job, num_classes=10, image_size=32, epochs=3, batch_size=BATCH,
                           weights=str(head_only_weights), augment="false")
     first = start_train(job, TRAIN_AUDIT_DIR=str(tmp_path / "audit"))
-    assert first.wait(timeout=600) == 0, first.stdout.read()[-3000:]
+    assert first.wait(timeout=wait_s(270)) == 0, first.stdout.read()[-3000:]
     *_, previous, newest = sorted(job.base.glob("checkpoints/*/ckpt-*"))
     data = next(newest.glob("state.data-*"))
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # as if its upload was cut short
     write_hyperparameters(job, num_classes=10, image_size=32, epochs=4, batch_size=BATCH,
                           weights=str(head_only_weights), augment="false")
     second = start_train(job, TRAIN_AUDIT_DIR=str(tmp_path / "audit"))
-    output = second.communicate(timeout=600)[0]
+    output = second.communicate(timeout=wait_s(270))[0]
     assert second.returncode == 0, output[-3000:]
     assert f"checkpoint {newest.name} is unreadable" in output and "using the previous one" in output
     assert f"resuming from checkpoint {previous.name}: epoch 3 of 4, after 0 steps" in output

@@ -12,13 +12,14 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_logged
 
 
-def launch_cli(command: str, *args, python=sys.executable, env=None) -> subprocess.CompletedProcess:
-    """`python -m keras_pipe_launch COMMAND ARGS...` in a subprocess, as a user runs it."""
-    return subprocess.run([str(python), "-m", "keras_pipe_launch", command, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=env)
+def launch_cli(command: str, *args, python=sys.executable, env=None, timeout: float = 270
+               ) -> subprocess.CompletedProcess:
+    """`python -m keras_pipe_launch COMMAND ARGS...` in a subprocess, as a user runs it; one that
+    hangs fails the test with what it printed (run_logged)."""
+    return run_logged([str(python), "-m", "keras_pipe_launch", command, *args], timeout, cwd=REPO, env=env)
 
 
 def dry_run_request(command: str, *args) -> dict:

@@ -9,12 +9,16 @@ instance leaves behind, as code in a container could:
     zero-message          output/message linked to /dev/zero, and exit 1
     fifo-message          output/message a FIFO nobody writes, and exit 1
     drop-bucket:NAME      the S3 bucket NAME emptied and removed (where the output was to go)
+    hold                  nothing done to what it leaves, but the "container" does not end with the
+                          instance: it says "hold: ..." and waits to be stopped (SIGTERM, exit 143),
+                          so that a test stops a run whose instances are surely still running
 """
 
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 
@@ -31,6 +35,13 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: instance.send_signal(signum))
     code = instance.wait()
     act, _, target = image.partition(":")
+    if act == "hold":
+        stopped = threading.Event()
+        signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+        print(f"hold: the instance exited with code {code}; held until stopped", flush=True)
+        while not stopped.wait(0.1):
+            pass
+        return 128 + signal.SIGTERM
     output = base / "processing" / "output"
     if act == "link-file":
         (output / "train").mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ def fresh_virtualenv_with_the_wheels(folder: Path) -> Path:
     venv = folder / "venv"
     run_logged([sys.executable, "-m", "venv", str(venv)], 120).check_returncode()
     run_logged([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                "--no-index", "--no-deps", *map(str, wheels)], 300).check_returncode()
+                "--no-index", "--no-deps", *map(str, wheels)], 270).check_returncode()
     (site,) = (venv / "lib").glob("python3*/site-packages")
     (site / "zz-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return venv / "bin"

@@ -16,7 +16,8 @@ import tensorflow as tf
 from keras_pipe_launch.prepare.dataset import PrepareError, prepare
 from keras_pipe_launch.prepare.upload import upload
 from keras_pipe_launch.sample_data import digit_jpeg, load_digits
-from tests.conftest import REPO, prepared_features
+from tests.conftest import REPO, prepared_features, run_logged
+from tests.timeouts import wait_s
 
 FEATURES = prepared_features()
 
@@ -74,7 +75,7 @@ def test_an_example_is_the_same_bytes_in_every_process():
     reference = encode_example(b"an image", 3)
     sorted_keys = example_pb2.Example.FromString(reference).SerializeToString(deterministic=True)
     assert reference == sorted_keys
-    runs = {subprocess.run([sys.executable, "-c", ENCODE], capture_output=True, text=True, timeout=120,
+    runs = {subprocess.run([sys.executable, "-c", ENCODE], capture_output=True, text=True, timeout=wait_s(120),
                            check=True).stdout.strip() for _ in range(5)}
     assert runs == {hashlib.sha256(reference).hexdigest()}
 
@@ -86,7 +87,7 @@ def test_separate_processes_with_any_number_of_workers_write_the_same_bytes(phot
     for run, workers in enumerate((1, 3)):
         out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", str(root), str(tmp_path / f"{run}"),
                               "--max-side", "16", "--shard-mb", "0.01", "--workers", str(workers)], cwd=REPO,
-                             capture_output=True, text=True, timeout=300,
+                             capture_output=True, text=True, timeout=wait_s(270),
                              env={**os.environ, "PYTHONHASHSEED": str(run)})  # (set hashes differ too)
         assert out.returncode == 0, out.stderr[-2000:]
     first = digests(tmp_path / "0")
@@ -262,7 +263,7 @@ def test_prepared_records_train_with_the_job_unchanged(photos, tmp_path):
     out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "out/train", "--validation",
                           "out/validation", "--hp", f"class_names={classes}", "--hp", "image_size=32",
                           "--hp", "epochs=1", "--hp", "weights=none", "--hp", "batch_size=16", "--job-dir", "job"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                         cwd=tmp_path, capture_output=True, text=True, timeout=wait_s(270))
     assert out.returncode == 0, out.stdout[-3000:]
     assert "algo-1 | metrics: epoch=1" in out.stdout
     assert json.loads((tmp_path / "job/algo-1/model/classes.json").read_text()) == classes.split(",")
@@ -290,7 +291,7 @@ def test_file_names_that_are_not_utf8_are_prepared_or_listed_never_a_crash(tmp_p
     (root / "a").joinpath(os.fsdecode(b"\xff\xfe.jpg")).write_bytes(digit_jpeg(images[50]))
     (root / "b").joinpath(os.fsdecode(b"bad\xff\tname.jpg")).write_bytes(b"garbage")
     out = subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", str(root), str(tmp_path / "out")], cwd=REPO,
-                         capture_output=True, timeout=300)
+                         capture_output=True, timeout=270)
     assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
     assert json.loads((tmp_path / "out/classes.json").read_text()) == ["a", "b"]
     assert len(read_examples(tmp_path / "out/train")) + len(read_examples(tmp_path / "out/validation")) == 11
@@ -482,8 +483,7 @@ def test_an_s3_source_that_cannot_be_listed_is_an_error_naming_it(tmp_path, s3_b
 
 
 def launch_prepare(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "keras_pipe_launch", "prepare", *map(str, args)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return run_logged([sys.executable, "-m", "keras_pipe_launch", "prepare", *map(str, args)], 270, cwd=REPO)
 
 
 MEMORY_PROBE = """
@@ -510,7 +510,7 @@ def test_memory_stays_bounded_whatever_the_size_of_the_photo_set(tmp_path):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / f"{i}.jpg").write_bytes(photo)
         out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(root), str(tmp_path / f"out{count}")],
-                             cwd=REPO, capture_output=True, text=True, timeout=600)
+                             cwd=REPO, capture_output=True, text=True, timeout=wait_s(270))
         assert out.returncode == 0, out.stderr[-2000:]
         peaks[count] = int(out.stdout.split()[-1])
     (few, small), (many, large) = sorted(peaks.items())

@@ -435,21 +435,30 @@ def test_ctrl_c_during_local_instances_is_an_interruption_and_finish_then_frees_
     root, _ = photos
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
+    # each instance in a "container" of hostile_engine.py that holds it, once it has done its share, until it is
+    # stopped: the Ctrl-C always comes while both run (sent after a fixed sleep instead, it came after the end
+    # on a machine quick enough to prepare 200 images in that time)
     command = [sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
-               f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--job-dir", str(tmp_path / "jobs")]
+               f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--image", "hold",
+               "--job-dir", str(tmp_path / "jobs")]
     job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    lines = []
-    for line in job.stdout:  # the instances are started once both shares are staged
+                           env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO),
+                                "LAUNCH_ENGINE": f"{sys.executable} {HERE / 'hostile_engine.py'}"})
+    lines, held = [], set()
+    for line in job.stdout:
         lines.append(line)
-        if line.startswith("launch | algo-2:"):
-            break
-    time.sleep(1)
+        if " | hold: " in line:
+            held.add(line.split(" | ", 1)[0])
+            if held == {"algo-1", "algo-2"}:
+                break
+    assert held == {"algo-1", "algo-2"}, "".join(lines)
     job.send_signal(signal.SIGINT)
     rest, _ = job.communicate(timeout=120)
     shown = "".join(lines) + rest
     assert job.returncode == 130, shown
     assert "interrupted: nothing was merged" in shown and "failed with exit code" not in shown, shown
+    # (both instances had done their share: nothing of it was uploaded)
+    assert not keys_under(client, bucket, "prepared/train/") and not keys_under(client, bucket, "prepared/validation/")
     state = state_of(client, bucket)
     assert (state["state"], state["reason"]) == ("incomplete", "interrupted"), state
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")

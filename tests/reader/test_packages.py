@@ -16,6 +16,7 @@ import pytest
 
 from pipemode import tfrecord
 from tests.conftest import REPO, run_logged
+from tests.timeouts import wait_s
 from tests.wheels import build_wheel, metadata
 
 TOOLKIT_PYTHON = REPO / ".venv-toolkit" / "bin" / "python"
@@ -146,9 +147,9 @@ def test_users_train_py_runs_under_the_sagemaker_training_toolkit(tmp_path, job)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env.update(SAGEMAKER_BASE_DIR=str(job.base), PATH=f"{TOOLKIT_PYTHON.parent}:{env['PATH']}")
-    out = run_logged([str(TOOLKIT_PYTHON.parent / "train")], 600, env=env, cwd=tmp_path)
+    out = run_logged([str(TOOLKIT_PYTHON.parent / "train")], 270, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    assert feeder.wait(timeout=60) == 0
+    assert feeder.wait(timeout=wait_s(60)) == 0
     assert (job.base / "model" / "result.json").exists(), out.stdout[-4000:] + out.stderr[-4000:]
     result = json.loads((job.base / "model" / "result.json").read_text())
     assert result["batches"] == [16, 16]  # two epochs, each one whole pass of 512 records

@@ -21,6 +21,7 @@ from pipemode import (
 )
 from pipemode.passes import state_file_name
 from tests.conftest import REPO, random_records
+from tests.timeouts import wait_s
 
 
 def records_of(dataset) -> list[bytes]:
@@ -253,7 +254,7 @@ def test_an_interrupt_ends_a_wait_for_the_fifo_or_its_data_at_once(job, writer):
         silent = open(os.open(job.data_dir / "train_0", os.O_RDWR), "wb", buffering=0)
         silent.write(tfrecord.encode([b"only one"]))
     interrupt = threading.Event()
-    reader = PipeReader("train", "TFRecord", wait_timeout=600, interrupt=interrupt)
+    reader = PipeReader("train", "TFRecord", wait_timeout=240, interrupt=interrupt)
     threading.Timer(0.5, interrupt.set).start()
     started = time.monotonic()
     got = [r for batch in reader.read_pass() for r in batch]
@@ -270,7 +271,7 @@ def test_state_dir_defaults_to_aws_pipe_state_so_a_new_process_reads_the_next_fi
     env = {**os.environ, "SAGEMAKER_BASE_DIR": str(job.base)}
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True,
-                             text=True, timeout=120)
+                             text=True, timeout=wait_s(120))
         assert out.returncode == 0 and out.stdout.strip().endswith("2"), out.stderr[-2000:]
     assert (job.base / "pipe_state" / state_file_name("train", job.data_dir)).read_text() == "2"
     # another folder's FIFOs of the same channel name start at their own pass 0

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_logged
+from tests.timeouts import wait_s
 
 pytestmark = pytest.mark.slow
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g", "-O1"]
@@ -45,7 +46,7 @@ def sanitized_copy(folder: Path, change=None) -> Path:
         source.write_text(change(source.read_text()))
     target = folder / "pipemode" / f"_framing{sysconfig.get_config_var('EXT_SUFFIX')}"
     build = subprocess.run([compiler(), "-shared", "-fPIC", *SANITIZE, f"-I{sysconfig.get_paths()['include']}",
-                            str(source), "-o", str(target)], capture_output=True, text=True, timeout=300)
+                            str(source), "-o", str(target)], capture_output=True, text=True, timeout=wait_s(120))
     if build.returncode:
         pytest.skip(f"{compiler()} cannot build with the sanitizers: {build.stderr[-500:]}")
     return folder
@@ -64,7 +65,8 @@ def run_sanitized(folder: Path, *args: str) -> subprocess.CompletedProcess:
            # Python itself leaks on purpose at exit; halt on the first error of either sanitizer
            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
            "PIPEMODE_PURE_PYTHON": "0"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    # (the properties take ~30 s under the sanitizers on 2 cores: time to spare, and the output if it hangs)
+    return run_logged([sys.executable, *args], 270, env=env, cwd=REPO)
 
 
 def test_the_sanitized_build_is_the_one_that_runs(sanitized_reader):

@@ -11,6 +11,7 @@ from pipemode.corruption import CorruptionPolicy
 from pipemode.crc import masked_crc32c
 from pipemode.errors import CorruptRecordError, TruncatedRecordError
 from tests.conftest import random_records, stream_reader
+from tests.timeouts import wait_s
 
 WHERE = "test stream"
 
@@ -343,10 +344,10 @@ def peak_rss_of_a_pass(folder, stream: bytes, env: dict) -> dict:
                                "--channel", "train", "--passes", "1", str(folder / "stream.tfrecord")])
     try:
         out = subprocess.run([sys.executable, "-c", _READ_ONE_PASS, str(folder / "data"), str(folder / "config"),
-                              str(folder / "state")], capture_output=True, text=True, timeout=120, cwd=REPO,
+                              str(folder / "state")], capture_output=True, text=True, timeout=wait_s(120), cwd=REPO,
                              env={**os.environ, **env})
     finally:
-        assert writer.wait(timeout=60) == 0
+        assert writer.wait(timeout=wait_s(60)) == 0
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 

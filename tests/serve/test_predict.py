@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import image_bytes
+from tests.conftest import image_bytes, run_logged
 from tests.serve.conftest import CLASSES
 
 pytestmark = pytest.mark.slow
@@ -21,8 +21,7 @@ KERAS_PIPE = str(Path(sys.executable).parent / "keras-pipe")
 
 
 def keras_pipe(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run([KERAS_PIPE, "predict", *map(str, args)], capture_output=True, text=True, timeout=300,
-                          cwd=cwd)
+    return run_logged([KERAS_PIPE, "predict", *map(str, args)], 270, cwd=cwd)
 
 
 @pytest.fixture
