@@ -556,22 +556,7 @@ class JobConfig:
         # MXNet's step schedule has no switch: its steps alone turn it on
         if "lr_scheduler_step" in raw and "lr_schedule" not in raw and not _is_none(raw["lr_scheduler_step"]):
             raw["lr_schedule"] = "step"
-        unknown = sorted(
-            name for name in raw
-            if name not in HYPERPARAMETERS
-            and name not in _PLATFORM_NAMES
-            and not name.startswith(_PLATFORM_PREFIXES)
-        )
-        if unknown:
-            # (the names it takes are too many to list in a failure reason SageMaker cuts at 1 KB)
-            known = [*HYPERPARAMETERS, *ALIASES, *TRANSLATED]
-            guesses = [f"{name} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(
-                name.lower(), known, n=2, cutoff=0.75)) else name for name in unknown]
-            raise UserError(
-                f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(guesses)}; the job accepts "
-                f"{len(HYPERPARAMETERS)} (docs/job.md, Hyperparameters), and the built-in algorithms' names for "
-                f"some: {', '.join([*ALIASES, *TRANSLATED])}"
-            )
+        _check_known(raw)
         # defaults go through the same parsing as given values ("true" -> all augmentations)
         values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
         # class folders name their classes: the job reads them from the train channel (main.py),
@@ -581,28 +566,55 @@ class JobConfig:
             values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
         _check_record_format(values)
         values["class_weights"] = _weights_per_label(values["class_weights"], values["class_names"])
-        if values["lr_schedule"] == "step" and not values["lr_scheduler_step"]:
-            raise UserError("hyperparameter lr_schedule=step needs lr_scheduler_step: the epochs after which the "
-                            "learning rate drops, e.g. 10,20")
-        if values["lr_schedule"] != "step" and values["lr_scheduler_step"]:
-            raise UserError(f"hyperparameter lr_scheduler_step is for lr_schedule=step; lr_schedule is "
-                            f"{values['lr_schedule']}: give one or the other")
-        _check_multi_label(values)
-        watched = values["early_stopping_metric"]
-        if watched not in reported_metrics(values, "val_"):
-            needs = ("top_k set (single-label)" if "top_k" in watched else "multi_label=true")
-            raise UserError(f"hyperparameter early_stopping_metric={watched}: the job reports it only with {needs}; "
-                            f"with these settings it reports {', '.join(reported_metrics(values, 'val_'))}")
-        if values["top_k"] is not None and values["num_classes"] and values["top_k"] >= values["num_classes"]:
-            raise UserError(f"hyperparameter top_k must be below the number of classes ({values['num_classes']}): "
-                            f"the top {values['top_k']} hold every class; got {values['top_k']}")
-        backbone = BACKBONE_TABLE[values["backbone"]]
-        if values["image_size"] < backbone.min_size:
-            raise UserError(f"hyperparameter image_size must be at least {backbone.min_size} for backbone "
-                            f"{backbone.name} (the smallest input its application takes); got {values['image_size']}")
-        if values["epochs"] + values["fine_tune_epochs"] == 0:
-            raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
+        _check_training(values)
         return cls(**values)
+
+
+def _check_known(raw: dict) -> None:
+    """Every hyperparameter given is the job's, one of the built-in algorithms' names for one, or
+    SageMaker's own; else a UserError naming the unknown ones (with what they may have meant)."""
+    unknown = sorted(
+        name for name in raw
+        if name not in HYPERPARAMETERS
+        and name not in _PLATFORM_NAMES
+        and not name.startswith(_PLATFORM_PREFIXES)
+    )
+    if unknown:
+        # (the names it takes are too many to list in a failure reason SageMaker cuts at 1 KB)
+        known = [*HYPERPARAMETERS, *ALIASES, *TRANSLATED]
+        guesses = [f"{name} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(
+            name.lower(), known, n=2, cutoff=0.75)) else name for name in unknown]
+        raise UserError(
+            f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(guesses)}; the job accepts "
+            f"{len(HYPERPARAMETERS)} (docs/job.md, Hyperparameters), and the built-in algorithms' names for "
+            f"some: {', '.join([*ALIASES, *TRANSLATED])}"
+        )
+
+
+def _check_training(values: dict) -> None:
+    """The training recipe's values, checked together: the schedule, the metric early stopping
+    watches, top_k, the image size for the backbone, something to train."""
+    if values["lr_schedule"] == "step" and not values["lr_scheduler_step"]:
+        raise UserError("hyperparameter lr_schedule=step needs lr_scheduler_step: the epochs after which the "
+                        "learning rate drops, e.g. 10,20")
+    if values["lr_schedule"] != "step" and values["lr_scheduler_step"]:
+        raise UserError(f"hyperparameter lr_scheduler_step is for lr_schedule=step; lr_schedule is "
+                        f"{values['lr_schedule']}: give one or the other")
+    _check_multi_label(values)
+    watched = values["early_stopping_metric"]
+    if watched not in reported_metrics(values, "val_"):
+        needs = ("top_k set (single-label)" if "top_k" in watched else "multi_label=true")
+        raise UserError(f"hyperparameter early_stopping_metric={watched}: the job reports it only with {needs}; "
+                        f"with these settings it reports {', '.join(reported_metrics(values, 'val_'))}")
+    if values["top_k"] is not None and values["num_classes"] and values["top_k"] >= values["num_classes"]:
+        raise UserError(f"hyperparameter top_k must be below the number of classes ({values['num_classes']}): "
+                        f"the top {values['top_k']} hold every class; got {values['top_k']}")
+    backbone = BACKBONE_TABLE[values["backbone"]]
+    if values["image_size"] < backbone.min_size:
+        raise UserError(f"hyperparameter image_size must be at least {backbone.min_size} for backbone "
+                        f"{backbone.name} (the smallest input its application takes); got {values['image_size']}")
+    if values["epochs"] + values["fine_tune_epochs"] == 0:
+        raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
 
 
 MULTI_LABEL_METRICS = ("accuracy", "precision_micro", "recall_micro", "f1_micro", "precision_macro", "recall_macro",

@@ -80,25 +80,31 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
                             wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
-        files = channel_files(layout.input_data / channel.name)
-        if config.record_format == "recordio":
-            files = rec_files(files, channel.name)
-        if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
-            random.Random(seed).shuffle(files)
-        if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
-            files, shard = files[shard[1]::shard[0]], None
-        if config.record_format == "class_folders":
-            reader = ClassFolderReader(layout.input_data / channel.name, files, config.class_names, channel.name,
-                                       encode=lambda image, label: example.encode_example(
-                                           image, label, image_feature=config.image_feature,
-                                           label_feature=config.label_feature), **options)
-        elif config.record_format == "recordio":
-            reader = FileReader(files, channel.name, record_format="RecordIO", combine=mxnet_records.combiner(config),
-                                **options)
-        else:
-            reader = FileReader(files, channel.name, **options)
+        reader, shard = file_reader(channel, layout, config, options, seed, shuffle_files, shard)
     dataset = pipe_dataset(reader)
     return (dataset.shard(*shard) if shard else dataset), reader
+
+
+def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int,
+                shuffle_files: bool, shard: tuple[int, int] | None) -> tuple:
+    """A File/FastFile channel's reader, and the shard of its records still to take (None when each
+    worker reads only files of its own)."""
+    files = channel_files(layout.input_data / channel.name)
+    if config.record_format == "recordio":
+        files = rec_files(files, channel.name)
+    if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
+        random.Random(seed).shuffle(files)
+    if shard and len(files) >= shard[0]:  # enough files: each worker reads only its own
+        files, shard = files[shard[1]::shard[0]], None
+    if config.record_format == "class_folders":
+        return ClassFolderReader(layout.input_data / channel.name, files, config.class_names, channel.name,
+                                 encode=lambda image, label: example.encode_example(
+                                     image, label, image_feature=config.image_feature,
+                                     label_feature=config.label_feature), **options), shard
+    if config.record_format == "recordio":
+        return FileReader(files, channel.name, record_format="RecordIO", combine=mxnet_records.combiner(config),
+                          **options), shard
+    return FileReader(files, channel.name, **options), shard
 
 
 def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, interrupt, options: dict,

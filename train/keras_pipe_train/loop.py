@@ -155,15 +155,7 @@ class Trainer:
             context = tf.distribute.get_replica_context()
             # the global mean: replicas (and, at a pass's end, workers) may hold fewer examples
             global_examples = context.all_reduce("sum", examples)
-            # With several workers, one whose share of the pass has run out gets empty batches
-            # while the others finish theirs (tf.distribute's get_next_as_optional). Every replica
-            # must still run the same ops (the gradient all-reduce), and Keras layers fail on empty
-            # batches, so an empty batch becomes one blank image that weighs nothing in the loss.
-            # (Only a backbone trained from scratch, BatchNorm in training mode, sees it at all: in
-            # its moving statistics, for the few steps at the end of an uneven pass.)
-            weight = tf.cast(count > 0, tf.float32)
-            images = tf.cond(count > 0, lambda: images, lambda: tf.zeros([1, *images.shape[1:]], images.dtype))
-            labels = tf.cond(count > 0, lambda: labels, lambda: task.blank_labels(labels))
+            images, labels, weight = self._never_empty(images, labels, count)
             if train:
                 task.observe(labels[:count], examples, context)
             with tf.GradientTape() as tape:
@@ -192,6 +184,19 @@ class Trainer:
             return strategy.reduce("sum", outputs, axis=None)
 
         return step
+
+    def _never_empty(self, images, labels, count):
+        """(images, labels, the weight of their loss): with several workers, one whose share of the
+        pass has run out gets empty batches while the others finish theirs (tf.distribute's
+        get_next_as_optional). Every replica must still run the same ops (the gradient
+        all-reduce), and Keras layers fail on empty batches, so an empty batch becomes one blank
+        image that weighs nothing in the loss. (Only a backbone trained from scratch, BatchNorm in
+        training mode, sees it at all: in its moving statistics, for the few steps at the end of an
+        uneven pass.)"""
+        weight = tf.cast(count > 0, tf.float32)
+        images = tf.cond(count > 0, lambda: images, lambda: tf.zeros([1, *images.shape[1:]], images.dtype))
+        labels = tf.cond(count > 0, lambda: labels, lambda: self.task.blank_labels(labels))
+        return images, labels, weight
 
     def _clipped(self, gradients, context):
         """The replica's gradients scaled so that their sum over replicas (what the optimizer

@@ -84,16 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
             raise UserError(f"train takes no arguments, got {' '.join(argv)!r}: the job reads its settings "
                             "from /opt/ml/input/config (train --help says more)")
-        from keras_pipe_train.class_folders import with_folder_classes
-        from keras_pipe_train.config import JobConfig
-
-        hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
-        channels = contract.read_input_data_config(layout.input_config)
-        resources = contract.read_resource_config(layout.resource_config)
-        config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources))
-        log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
-                 ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
-        log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))
+        config, channels, resources = read_job(layout, log)
 
         from keras_pipe_train import job  # TensorFlow loads here, after the cheap checks
         from keras_pipe_train.loop import Stopped
@@ -107,6 +98,23 @@ def main(argv: list[str] | None = None) -> int:
         return failure.report(err, layout.failure)
     log.info("training complete: %s", ", ".join(f"{k}={v}" for k, v in final.items()))
     return 0
+
+
+def read_job(layout, log: logging.Logger) -> tuple:
+    """(the job's settings, its channels, its hosts) from /opt/ml/input/config, each checked, and said
+    in the log: the cheap checks, before TensorFlow loads."""
+    from keras_pipe_train import contract
+    from keras_pipe_train.class_folders import with_folder_classes
+    from keras_pipe_train.config import JobConfig
+
+    hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
+    channels = contract.read_input_data_config(layout.input_config)
+    resources = contract.read_resource_config(layout.resource_config)
+    config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources))
+    log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
+             ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
+    log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))
+    return config, channels, resources
 
 
 def run() -> None:

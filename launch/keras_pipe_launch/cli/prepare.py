@@ -114,30 +114,7 @@ def run(args: argparse.Namespace) -> int:
             return processing.finish_later(args.finish)
         if not (args.source and args.out):
             raise PrepareError("give SOURCE and OUT (or --finish OUT)")
-        if args.instance_count is not None:
-            if args.overwrite:
-                raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
-            if args.multi_label or args.label_attribute:
-                raise PrepareError(f"--{'multi-label' if args.multi_label else 'label-attribute'} reads a CSV or a "
-                                   "manifest, which is prepared on one machine: at scale, SOURCE is a prefix of class "
-                                   "folders")
-
-            return run_at_scale(args)
-        for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
-            if getattr(args, option):
-                raise PrepareError(f"--{option.replace('_', '-')} is for a prepare at scale: give --instance-count")
-        if args.upload:
-            from keras_pipe_launch.common.objects import parse_s3_uri
-
-            parse_s3_uri(args.upload)  # before the work, not after
-        prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
-                seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
-                max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite,
-                multi_label=args.multi_label, label_attribute=args.label_attribute)
-        if args.upload:
-            from keras_pipe_launch.prepare.upload import upload
-
-            upload(Path(args.out), args.upload)
+        return run_at_scale(args) if args.instance_count is not None else run_here(args)
     except processing.Interrupted as err:
         print(f"keras-pipe prepare: {shown(str(err))}", file=sys.stderr)
         return processing.INTERRUPTED
@@ -155,6 +132,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"keras-pipe prepare: {'upload' if args.upload else 'a call to AWS'} failed: {shown(str(err))}",
               file=sys.stderr)
         return 1
+
+
+def run_here(args: argparse.Namespace) -> int:
+    """`keras-pipe prepare SOURCE OUT` on this machine, then --upload."""
+    for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
+        if getattr(args, option):
+            raise PrepareError(f"--{option.replace('_', '-')} is for a prepare at scale: give --instance-count")
+    if args.upload:
+        from keras_pipe_launch.common.objects import parse_s3_uri
+
+        parse_s3_uri(args.upload)  # before the work, not after
+    prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
+            seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
+            max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite,
+            multi_label=args.multi_label, label_attribute=args.label_attribute)
+    if args.upload:
+        from keras_pipe_launch.prepare.upload import upload
+
+        upload(Path(args.out), args.upload)
     return 0
 
 
@@ -218,6 +214,11 @@ def run_at_scale(args) -> int:
 def check_at_scale(args) -> None:
     from keras_pipe_launch.sagemaker.request import RequestError
 
+    if args.overwrite:
+        raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
+    if args.multi_label or args.label_attribute:
+        raise PrepareError(f"--{'multi-label' if args.multi_label else 'label-attribute'} reads a CSV or a manifest, "
+                           "which is prepared on one machine: at scale, SOURCE is a prefix of class folders")
     if not (args.source.startswith("s3://") and args.out.startswith("s3://")):
         raise PrepareError("--instance-count prepares an s3:// SOURCE into an s3:// OUT (the instances share "
                            "the objects under SOURCE); on one machine, leave --instance-count out")

@@ -203,19 +203,12 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
     (ShardedByS3Key: the i-th of every N objects in key order, as the local training runner
     shares them); then each one's output uploaded under OUT, as SageMaker does at the end.
     Returns 0, 1 when an instance failed, or INTERRUPTED."""
-    hosts, count = plan.hosts, len(plan.hosts)
     console = Console(out_stream or sys.stdout)
+    stage_instances(plan, objects, job_dir, console)
     supervisor = Supervisor(console)
     engine = Engine.from_environment() if image else None  # (found: prepare_locally required it)
-    for index, host in enumerate(hosts):
-        base = job_dir / host
-        container_config.write(base / "config", resources=container_config.resource_config(host, hosts))
-        stage(objects[index::count], base / "processing/input/source")
-        (base / "processing/input/plan").mkdir(parents=True)
-        plan.write(base / "processing/input/plan" / PLAN_FILE)
-        console.say(f"{host}: {len(objects[index::count])} source objects")
     with supervisor.forwarding_signals():
-        for host in hosts:
+        for host in plan.hosts:
             if engine:  # (no AWS credentials, no network needed: the instance reads and writes its /opt/ml)
                 # the entry point replaced as SageMaker replaces it with ContainerEntrypoint
                 command = [*engine.command, "run", "--rm", "--name", f"{job_dir.name}-{host}", "--hostname", host,
@@ -235,9 +228,29 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
         console.say(f"{host} failed with exit code {code}: {(reason or 'no message').strip()}")
     if failed:
         return 1
-    # what the instances left is checked whole before anything is uploaded (S3UploadMode EndOfJob)
+    upload_outputs(plan, job_dir, out)
+    return 0
+
+
+def stage_instances(plan: Plan, objects: list, job_dir: Path, console: Console) -> None:
+    """Each instance's /opt/ml under job_dir/algo-N, as a Processing instance gets it: its config,
+    its share of the source objects, the plan."""
+    hosts, count = plan.hosts, len(plan.hosts)
+    for index, host in enumerate(hosts):
+        base = job_dir / host
+        container_config.write(base / "config", resources=container_config.resource_config(host, hosts))
+        stage(objects[index::count], base / "processing/input/source")
+        (base / "processing/input/plan").mkdir(parents=True)
+        plan.write(base / "processing/input/plan" / PLAN_FILE)
+        console.say(f"{host}: {len(objects[index::count])} source objects")
+
+
+def upload_outputs(plan: Plan, job_dir: Path, out: str) -> None:
+    """What each instance left in its processing/output, uploaded to the same folders of OUT, as
+    SageMaker does when the job ends; all of it checked first (S3UploadMode EndOfJob): only regular
+    files named as the instance's own shards or report, else a RunFailed and nothing uploaded."""
     try:
-        outputs = {host: untrusted.regular_files(job_dir / host / "processing/output") for host in hosts}
+        outputs = {host: untrusted.regular_files(job_dir / host / "processing/output") for host in plan.hosts}
     except untrusted.UntrustedFileError as err:
         raise RunFailed(f"an instance left something that is not uploaded: {err}; nothing was uploaded") from None
     uploads = []
@@ -263,7 +276,6 @@ def run_locally(plan: Plan, objects: list, out: str, job_dir: Path, arguments: l
         except (OSError, S3UploadFailedError, BotoCoreError, ClientError) as err:
             raise RunFailed(f"cannot upload {shown(path)} to s3://{shown(bucket)}/{shown(prefix + relative)}: "
                             f"{shown(str(err))}") from None
-    return 0
 
 
 # --- at the end ----------------------------------------------------------------------------------
@@ -286,8 +298,9 @@ def finish(plan: Plan, state: RunState) -> dict:
         for where, why in merged.rejected[:10]:
             print(f"  {shown(where)}: {shown(why)}", file=sys.stderr)
     if merged.unplanned_count:
+        example = f" (e.g. {shown(merged.unplanned[0])})" if merged.unplanned else ""
         print(f"prepare: warning: {merged.unplanned_count} objects appeared under {shown(plan.source)} after it was "
-              f"listed and were left out (e.g. {shown(merged.unplanned[0])})", file=sys.stderr)
+              f"listed and were left out{example}", file=sys.stderr)
     if state.strict and merged.rejected:
         raise PrepareError(f"{len(merged.rejected)} images could not be used (--strict)")
     check_classes(plan.classes, merged.counts["train"], merged.counts["validation"], state.validation_fraction)

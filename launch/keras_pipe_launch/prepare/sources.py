@@ -256,6 +256,12 @@ def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_
                 raise ListingError(f"{shown(where)}: class {label} is called {shown(name)} in its metadata, but "
                                    f"{shown(names[label])} before")
         items.append((location, tuple(ids) if multi_label else ids))
+    return Listing.of(_manifest_classes(source, items, names), items, rejected)
+
+
+def _manifest_classes(source: str, items: list[tuple[Location, Labels]], names: dict[int, str]) -> list[str]:
+    """The classes of a manifest's lines: 0 to the highest class id a label or the metadata holds,
+    each called what the metadata calls it, else by its number."""
     ids_seen = {label for _, labels in items for label in (labels if isinstance(labels, tuple) else (labels,))}
     count = max(ids_seen | set(names), default=-1) + 1
     if count > MAX_CLASSES:
@@ -266,7 +272,7 @@ def list_manifest(source: str, reader: Reader, multi_label: bool = False, label_
     classes = [names.get(i, str(i)) for i in range(count)]
     if len(set(classes)) < len(classes):
         raise ListingError(f"{shown(source)}: two classes have the same name in the metadata ({shown(str(classes))})")
-    return Listing.of(classes, items, rejected)
+    return classes
 
 
 def _label_attribute(lines: list[tuple[int, str, dict]], source: str) -> str:
