@@ -45,8 +45,8 @@ test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not container" $(PYTEST_ARGS)
 
-# the property tests at length (20,000 examples per property instead of 250; about half an hour on 2
-# cores, a property up to a few minutes: hence a test limit of an hour, not pyproject.toml's 300 s):
+# the property tests at length (20,000 examples per property instead of 250; about 40 minutes on 2 busy
+# cores, a property up to 3 minutes: hence a test limit of an hour, not pyproject.toml's 300 s):
 # the TFRecord, RecordIO and TextLine decoders, the Ground Truth manifest lines (tests/hypothesis_profiles.py)
 PROPERTIES := tests/reader/test_tfrecord_properties.py tests/reader/test_recordio_properties.py \
   tests/reader/test_textline_properties.py tests/job/test_manifest_properties.py
