@@ -33,10 +33,18 @@ def test_a_loss_that_becomes_nan_stops_training_with_the_step_and_the_rate_to_ch
 
 
 def test_a_finite_epoch_reports_its_mean_loss_and_accuracy():
+    """At a rate of 0 the model stays as it was: the epoch's loss and accuracy are its own on the
+    16 images, computed here from its answers."""
     images = np.random.default_rng(0).random((16, 4, 4, 3))
-    results, steps, stopped = tiny_trainer().train_epoch(batches(images, np.arange(16) % 3), 0, 0, 4)
+    labels = np.arange(16) % 3
+    trainer = tiny_trainer(learning_rate=0.0)
+    probabilities = trainer.model(images.astype(np.float32)).numpy()
+    results, steps, stopped = trainer.train_epoch(batches(images, labels), 0, 0, 4)
     assert steps == 4 and not stopped
-    assert np.isfinite(results["train_loss"]) and 0 <= results["train_accuracy"] <= 1
+    right = probabilities.argmax(axis=1) == labels
+    assert 0 < right.sum() < 16  # (neither 0 nor 1: an accuracy that is always either would fail)
+    assert results["train_accuracy"] == pytest.approx(right.mean())
+    assert results["train_loss"] == pytest.approx(-np.log(probabilities[np.arange(16), labels]).mean(), rel=1e-5)
 
 
 def train_twice(steps_per_execution, stop_after_steps=None):

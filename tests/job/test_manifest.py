@@ -13,6 +13,7 @@ from keras_pipe_train import manifest
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.errors import UserError
 from keras_pipe_train.example import encode_example
+from tests.held_out import LEARNS, TRAINED, assert_the_model_learned_each_digit
 from tests.job.conftest import run_train, write_hyperparameters
 from tests.job.test_failures import CONFIG, DATA, failed
 
@@ -40,28 +41,26 @@ def digit_images(digit_records):
     from keras_pipe_launch.sample_data import digit_jpeg, load_digits
 
     images, labels = load_digits()
-    return [digit_jpeg(image, 32) for image in images[:240]], [int(y) for y in labels[:240]]
+    return [digit_jpeg(image, 32) for image in images[:TRAINED + 60]], [int(y) for y in labels[:TRAINED + 60]]
 
 
 def config(**values) -> JobConfig:
     return JobConfig.from_hyperparameters({"num_classes": "10", "attribute_names": ATTRIBUTES, **values})
 
 
-def test_the_container_trains_on_a_ground_truth_manifest_stream_and_exports_its_classes(job, digit_images):
+def test_the_container_trains_on_a_ground_truth_manifest_stream_and_each_line_is_its_class(job, digit_images):
     images, labels = digit_images
-    stream_manifest(job, "train", ground_truth_lines(images[:192], labels[:192]))
-    stream_manifest(job, "validation", ground_truth_lines(images[192:], labels[192:]))
+    stream_manifest(job, "train", ground_truth_lines(images[:TRAINED], labels[:TRAINED]))
+    stream_manifest(job, "validation", ground_truth_lines(images[TRAINED:], labels[TRAINED:]))
     write_hyperparameters(job, attribute_names=json.dumps(ATTRIBUTES.split(",")), class_names=json.dumps(NAMES),
-                          image_size=32, epochs=2, weights="none", batch_size=32, augment="false")
+                          **LEARNS)
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:]
     assert "train_loss" in out.stdout and "val_accuracy" in out.stdout
     assert json.loads((job.base / "model" / "classes.json").read_text()) == NAMES
-    import tensorflow as tf
-
-    served = tf.saved_model.load(str(job.base / "model" / "1")).signatures["serving_default"]
-    answer = served(image_bytes=tf.constant(images[:4]))
-    assert [name.decode() for name in answer["classes"].numpy()] == [NAMES[i] for i in answer["class_ids"].numpy()]
+    # each held-out digit comes back as its class's name: each class's at least 30 % right, all of
+    # them 70 % (chance: 10 %; tests/held_out.py)
+    print("held out, each class:", assert_the_model_learned_each_digit(job.base / "model"))
 
 
 def test_a_manifest_line_makes_the_example_prepare_writes_for_the_same_image(digit_images):
