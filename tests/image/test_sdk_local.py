@@ -62,8 +62,9 @@ def members(archive) -> dict[str, bytes]:
         return {m.name.removeprefix("./"): tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
-def assert_complete_artifacts(folder, tmp_path) -> None:
-    """model.tar.gz: a SavedModel under model/1 that serves, classes.json; output.tar.gz: metrics.json."""
+def assert_complete_artifacts(folder, tmp_path, validation) -> None:
+    """model.tar.gz: a SavedModel under model/1 that serves, classes.json; output.tar.gz: metrics.json,
+    whose val_accuracy is the one the SavedModel earns on the `validation` folder's records."""
     import numpy as np
     import tensorflow as tf
     from PIL import Image
@@ -79,10 +80,23 @@ def assert_complete_artifacts(folder, tmp_path) -> None:
     answer = served(tf.constant([png.getvalue()]))
     assert sorted(answer) == ["class_ids", "classes", "probabilities"], sorted(answer)
     assert answer["probabilities"].shape == (1, 10)
-    assert answer["classes"].numpy()[0].decode() in CLASSES
+    (class_id,) = answer["class_ids"].numpy()
+    assert class_id == answer["probabilities"].numpy()[0].argmax() and answer["classes"].numpy()[0].decode() == CLASSES[
+        class_id], answer
     output = members(os.path.join(folder, "output.tar.gz"))
     metrics = json.loads(output["data/metrics.json"])
-    assert metrics["final"]["epoch"] == 1 and 0 <= metrics["final"]["val_accuracy"] <= 1, metrics
+    # scored here, image by image against the records' labels (one epoch from scratch is near
+    # chance: a number in [0, 1] is no check, the same number as the model's answers is)
+    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+                "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+    right = total = 0
+    for batch in tf.data.TFRecordDataset(sorted(str(p) for p in validation.glob("*.tfrecord"))).batch(64):
+        parsed = tf.io.parse_example(batch, features)
+        ids = served(image_bytes=parsed["image/encoded"])["class_ids"]
+        right += int(tf.reduce_sum(tf.cast(tf.cast(ids, tf.int64) == parsed["image/class/label"], tf.int32)))
+        total += int(batch.shape[0])
+    assert total == 200 and metrics["final"]["epoch"] == 1, (total, metrics)
+    assert metrics["final"]["val_accuracy"] == pytest.approx(right / total, abs=0.0051), (right, metrics)  # 1 image
     assert "failure" not in output
 
 
@@ -133,14 +147,14 @@ def test_v2_estimator_local_mode_two_hosts_finish_together_and_the_model_serves(
     assert "class_names=('zero', 'one', 'two'" in log and "mixed_precision=false" in log, log[-4000:]
     assert "MultiWorkerMirroredStrategy: 2 worker(s)" in log
     assert "waiting for the chief to export the model" in log
-    assert_complete_artifacts(result["artifacts"], tmp_path)
+    assert_complete_artifacts(result["artifacts"], tmp_path, digit_folders / "validation")
     served_with_sdk(sdk2_python(), "v2", docker_api, os.path.join(result["artifacts"], "model.tar.gz"), tmp_path)
 
 
 def test_v3_model_trainer_local_container_and_the_model_serves(docker_api, digit_folders, tmp_path):
     result, log = run_with_sdk(sys.executable, "v3", docker_api, digit_folders)
     assert result["error"] is None, log[-4000:]
-    assert_complete_artifacts(result["artifacts"], tmp_path)
+    assert_complete_artifacts(result["artifacts"], tmp_path, digit_folders / "validation")
     served_with_sdk(sys.executable, "v3", docker_api, os.path.join(result["artifacts"], "model.tar.gz"), tmp_path)
 
 
