@@ -47,7 +47,7 @@ def synthetic_photo(rng: np.random.Generator, height=240, width=320) -> np.ndarr
 def make_records(count: int, folder: Path, shards: int = 4) -> list[str]:
     import tensorflow as tf
 
-    from keras_pipe_train.example import encode_example
+    from keras_pipe_train.sources.example import encode_example
     from pipemode import tfrecord
 
     rng = np.random.default_rng(0)

@@ -10,7 +10,7 @@ import pytest
 
 from keras_pipe_train import failure
 from keras_pipe_train.errors import DataError, UserError
-from keras_pipe_train.example import encode_example
+from keras_pipe_train.sources.example import encode_example
 from pipemode import tfrecord
 from pipemode.crc import masked_crc32c
 from tests.conftest import png_bomb, read_until

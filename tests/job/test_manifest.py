@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from keras_pipe_train import manifest
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.errors import UserError
-from keras_pipe_train.example import encode_example
+from keras_pipe_train.sources import manifest
+from keras_pipe_train.sources.example import encode_example
 from tests.held_out import LEARNS, TRAINED, assert_the_model_learned_each_digit
 from tests.job.conftest import run_train, write_hyperparameters
 from tests.job.test_failures import CONFIG, DATA, failed

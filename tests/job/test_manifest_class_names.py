@@ -9,9 +9,9 @@ import logging
 
 import pytest
 
-from keras_pipe_train import manifest
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.errors import DataError
+from keras_pipe_train.sources import manifest
 from tests.job.conftest import run_train, write_hyperparameters
 from tests.job.test_failures import DATA, failed
 
@@ -88,7 +88,7 @@ def test_the_names_every_host_read_are_merged_and_must_agree(caplog):
     chief.named = {0: ("red", "manifest line 1 of channel 'train' pass 0"),
                    1: ("green", "manifest line 2 of channel 'train' pass 0")}
     other = seen_on("algo-2", {1: "green", 3: "white"})
-    with caplog.at_level(logging.INFO, logger="keras_pipe_train.manifest"):
+    with caplog.at_level(logging.INFO, logger="keras_pipe_train.sources.manifest"):
         names = manifest.class_names(config(), chief, "algo-1", lambda text: [text, other])
     assert names == ("red", "green", "2", "white")
     assert "class names: red, green, 2, white, from the manifest lines' label-metadata (class-name, class-map); no " \

@@ -1,7 +1,7 @@
 """Ground Truth's augmented-manifest lines against a reference written from the documentation
-(manifest_labels.py, manifest.py, docs/sources.md), on lines Hypothesis makes: labels of every JSON
+(sources/manifest_labels.py, sources/manifest.py, docs/sources.md), on lines Hypothesis makes: labels of every JSON
 type and text, metadata right and wrong, bytes that are not text, JSON nested too deep, streams cut
-short. Three readers share the TF-free label parser (keras_pipe_train.manifest_labels):
+short. Three readers share the TF-free label parser (keras_pipe_train.sources.manifest_labels):
 
 - the parser itself: a label is a class id (an integer from 0, an integral float, or the ASCII
   text of one), or for a multi-label job a list of them (sorted, none twice), or with
@@ -31,7 +31,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tests.hypothesis_profiles  # noqa: F401  (the "quick" profile, or HYPOTHESIS_PROFILE's)
-from keras_pipe_train import manifest_labels
+from keras_pipe_train.sources import manifest_labels
 from pipemode import recordio
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import CorruptRecordError, TruncatedRecordError, UnusableRecordError
@@ -246,7 +246,7 @@ lines = st.tuples(st.one_of(st.just(JPEG), st.just(JPEG), st.just(b"not an image
 def test_each_streamed_line_is_the_references_example_or_an_error_naming_it(kind, stream, dropped, cut, max_skips):
     """The records of the lines (the last `dropped` of them lost, the bytes maybe `cut` anywhere),
     grouped, combined and checked as the job does."""
-    from keras_pipe_train import example, manifest
+    from keras_pipe_train.sources import example, manifest
 
     config = job_config(kind)
     payloads = [payload for line in stream for payload in line]

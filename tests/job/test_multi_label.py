@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_pipe_train import example
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.datasets import parser
 from keras_pipe_train.distribute import Cluster
 from keras_pipe_train.errors import UserError
 from keras_pipe_train.loop import Trainer
 from keras_pipe_train.recipe import Loss
+from keras_pipe_train.sources import example
 from keras_pipe_train.tasks import auc
 from tests.conftest import image_bytes
 from tests.timeouts import wait_s

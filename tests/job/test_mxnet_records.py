@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_pipe_train import mxnet_records
 from keras_pipe_train.config import JobConfig
+from keras_pipe_train.sources import mxnet_records
 from pipemode import recordio
 from pipemode.corruption import CorruptionPolicy
 from tests.conftest import REPO, stream_reader
@@ -35,7 +35,7 @@ def listed(name: str) -> list[list[str]]:
 
 
 def test_mxnet_image_records_become_examples_with_their_labels_and_images():
-    from keras_pipe_train.example import record_check
+    from keras_pipe_train.sources.example import record_check
 
     combine = mxnet_records.combiner(JobConfig.from_hyperparameters(QUICK))
     check = record_check("image/encoded", "image/class/label", 10, 10**6)

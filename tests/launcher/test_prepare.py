@@ -58,7 +58,7 @@ def test_same_inputs_give_identical_shards(photos, tmp_path):
     assert digests(tmp_path / "a") == digests(tmp_path / "b")
 
 
-ENCODE = ("import hashlib; from keras_pipe_train.example import encode_example; "
+ENCODE = ("import hashlib; from keras_pipe_train.sources.example import encode_example; "
           "print(hashlib.sha256(encode_example(b'an image', 3)).hexdigest())")
 
 
@@ -70,7 +70,7 @@ def test_an_example_is_the_same_bytes_in_every_process():
     hiding it (and the separate runs of prepare below a 1/2)."""
     from tensorflow.core.example import example_pb2
 
-    from keras_pipe_train.example import encode_example
+    from keras_pipe_train.sources.example import encode_example
 
     reference = encode_example(b"an image", 3)
     sorted_keys = example_pb2.Example.FromString(reference).SerializeToString(deterministic=True)
@@ -161,7 +161,7 @@ def test_errors(photos, tmp_path):
 def test_a_multi_label_csv_becomes_examples_holding_each_images_class_ids(tmp_path, capsys):
     """Rows of any number of labels (a header, an image of none, short rows padded by a
     spreadsheet); every image's ids in its Example, the classes sorted, each class in both parts."""
-    from keras_pipe_train.example import record_check
+    from keras_pipe_train.sources.example import record_check
 
     images, _ = load_digits()
     rows = ["path,label,label,label"]

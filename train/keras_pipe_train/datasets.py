@@ -22,11 +22,12 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_pipe_train import example, manifest, mxnet_records, preprocess
-from keras_pipe_train.class_folders import ClassFolderReader
+from keras_pipe_train import preprocess
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
+from keras_pipe_train.sources import example, manifest, mxnet_records
+from keras_pipe_train.sources.class_folders import ClassFolderReader
 from pipemode import PipeReader, pipe_dataset
 from pipemode.files import FileReader
 
@@ -109,7 +110,7 @@ def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, option
 
 def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, interrupt, options: dict,
                     seen: manifest.ClassNames | None = None) -> PipeReader:
-    """An augmented manifest's channel: its records grouped by line into Examples (manifest.py)."""
+    """An augmented manifest's channel: its records grouped by line into Examples (sources/manifest.py)."""
     names = ",".join(config.attribute_names)
     if channel.input_mode != "Pipe":
         raise UserError(f"channel {channel.name!r} is in {channel.input_mode} mode, but hyperparameter attribute_names "

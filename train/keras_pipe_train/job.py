@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import contract, datasets, distribute, evaluation, incremental, manifest, metrics
+from keras_pipe_train import contract, datasets, distribute, evaluation, incremental, metrics
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
@@ -23,6 +23,7 @@ from keras_pipe_train.export import export
 from keras_pipe_train.loop import Stopped, Trainer
 from keras_pipe_train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
 from keras_pipe_train.recipe import Loss, epoch_factor, make_optimizer
+from keras_pipe_train.sources import manifest
 
 log = logging.getLogger(__name__)
 

@@ -104,8 +104,8 @@ def read_job(layout, log: logging.Logger) -> tuple:
     """(the job's settings, its channels, its hosts) from /opt/ml/input/config, each checked, and said
     in the log: the cheap checks, before TensorFlow loads."""
     from keras_pipe_train import contract
-    from keras_pipe_train.class_folders import with_folder_classes
     from keras_pipe_train.config import JobConfig
+    from keras_pipe_train.sources.class_folders import with_folder_classes
 
     hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
     channels = contract.read_input_data_config(layout.input_config)

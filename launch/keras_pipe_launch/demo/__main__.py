@@ -43,7 +43,7 @@ def make_data(out: Path = OUT) -> list[tuple[np.ndarray, bytes, int]]:
     """Writes the TFRecords of both steps under out/data; returns the held-out (8x8 image, JPEG,
     digit) of step 2: its validation images, which no job trains on."""
     from keras_pipe_launch.sample_data import digit_jpeg, load_digits
-    from keras_pipe_train.example import encode_example
+    from keras_pipe_train.sources.example import encode_example
 
     images, labels = load_digits()
     jpegs = [digit_jpeg(image, 32) for image in images]

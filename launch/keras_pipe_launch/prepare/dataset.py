@@ -224,7 +224,7 @@ def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Re
     ones, in the queue's order, to the shards of folder/part/."""
     from tqdm import tqdm
 
-    from keras_pipe_train.example import encode_example
+    from keras_pipe_train.sources.example import encode_example
 
     writers = {part: ShardWriter(folder / part, shard_bytes, shard_prefix) for part in ("train", "validation")}
     written = Written({}, {part: collections.Counter() for part in writers}, [])

@@ -30,7 +30,7 @@ def digit_jpeg(image: np.ndarray, size: int = 32) -> bytes:
 
 
 def digit_examples(images: np.ndarray, labels: np.ndarray, size: int = 32) -> list[bytes]:
-    from keras_pipe_train.example import encode_example
+    from keras_pipe_train.sources.example import encode_example
 
     return [encode_example(digit_jpeg(im, size), int(y)) for im, y in zip(images, labels)]
 
@@ -50,6 +50,6 @@ def digit_pairs(images: np.ndarray, labels: np.ndarray, count: int, seed: int = 
 
 
 def pair_examples(images: np.ndarray, classes: list[tuple[int, int]], size: int = 32) -> list[bytes]:
-    from keras_pipe_train.example import encode_example
+    from keras_pipe_train.sources.example import encode_example
 
     return [encode_example(digit_jpeg(im, size), pair) for im, pair in zip(images, classes)]
