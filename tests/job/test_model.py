@@ -43,9 +43,12 @@ def test_each_backbones_input_scaling_is_its_keras_preprocess_input(name):
     """The model scales [0, 255] RGB as the application's own preprocess_input does; for those that
     scale inside the application (builtin), Keras' preprocess_input passes the images through."""
     images = np.random.default_rng(0).uniform(0, 255, (2, 5, 5, 3)).astype(np.float32)
-    module = getattr(keras.applications, getattr(keras.applications, BACKBONES[name].application).__module__
-                     .rsplit(".", 1)[-1])
-    expected = module.preprocess_input(images.copy())
+    if BACKBONES[name].built_here:  # (no application of its own: Keras' preprocess_input in its table's mode)
+        expected = keras.applications.imagenet_utils.preprocess_input(images.copy(), mode=BACKBONES[name].preprocessing)
+    else:
+        module = getattr(keras.applications, getattr(keras.applications, BACKBONES[name].application).__module__
+                         .rsplit(".", 1)[-1])
+        expected = module.preprocess_input(images.copy())
     scaling = M.input_scaling(name)
     if BACKBONES[name].preprocessing == "builtin":
         assert scaling is None
@@ -55,12 +58,18 @@ def test_each_backbones_input_scaling_is_its_keras_preprocess_input(name):
         np.testing.assert_allclose(scaling(images).numpy(), expected, rtol=1e-5, atol=1e-4)
 
 
-def test_the_backbone_table_is_keras_applications():
-    """Every name builds a Keras application, and every Keras application has a name."""
+def test_the_backbone_table_is_keras_applications_and_the_resnets_built_here():
+    """Every name builds a Keras application, and every Keras application has a name; the others
+    are the ResNets built here, which Keras has not."""
+    from keras_pipe_train import resnets
+
     applications = {name for name in dir(keras.applications) if name[0].isupper()}
-    assert sorted(b.application for b in BACKBONES.values()) == sorted(applications)
+    assert sorted(b.application for b in BACKBONES.values() if not b.built_here) == sorted(applications)
     for backbone in BACKBONES.values():
         assert backbone.name == backbone.name.lower() and " " not in backbone.name
+        if backbone.built_here:
+            assert backbone.name.startswith("resnet") and backbone.application not in applications
+            assert callable(getattr(resnets, backbone.application))
 
 
 def test_a_backbone_that_cannot_load_a_weights_file_says_so(weights_file):
@@ -124,10 +133,12 @@ def test_every_family_builds_trains_a_step_and_saves_a_model_that_loads_with_pla
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mobilenet_v3_small", "mobilenet", "vgg16"])  # (scaled: builtin, tf, caffe)
+# (scaled: builtin, tf, caffe; torch, and the layers of the ResNets built here)
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "mobilenet", "vgg16", "resnet20"])
 def test_the_exported_savedmodel_answers_a_jpeg_as_the_keras_model_does(name, tmp_path):
     """The export's SavedModel, one backbone for each way of scaling the input (torch's is the
-    same layer as tf's and caffe's, with other numbers: test_each_backbones_input_scaling...)."""
+    same layer as tf's and caffe's, with other numbers: test_each_backbones_input_scaling...), and
+    one built here (resnets.py: plain Keras layers, as the applications')."""
     import tensorflow as tf
 
     from keras_pipe_train.export import export

@@ -1,6 +1,7 @@
-"""The backbones a job can fine-tune: every Keras application, named in snake case, with what
-each needs around it. No TensorFlow here: the config checks a job's backbone and image size
-against this table before anything is built, and the docs' table is made from it.
+"""The backbones a job can fine-tune: every Keras application, named in snake case, and the ResNet
+depths of MXNet's built-in algorithm that Keras lacks (built here: resnets.py), with what each needs
+around it. No TensorFlow here: the config checks a job's backbone and image size against this table
+before anything is built, and the docs' table is made from it.
 
 Each family scales its input its own way, and the model holds that scaling (model.py), so the
 exported model takes plain [0, 255] RGB and serving cannot drift from training:
@@ -18,11 +19,11 @@ import dataclasses
 @dataclasses.dataclass(frozen=True)
 class Backbone:
     name: str  # the hyperparameter's value
-    application: str  # the keras.applications constructor
+    application: str  # the keras.applications constructor (keras_pipe_train.resnets' where built_here)
     family: str
     preprocessing: str  # builtin, tf, caffe or torch
     min_size: int  # the smallest image_size the application accepts
-    default_size: int  # the size its ImageNet weights were trained at
+    default_size: int  # the size its ImageNet weights were trained at (built here: the size it is designed for)
     # Whether it takes include_preprocessing (else its builtin scaling is always there)
     include_preprocessing: bool = False
     # Whether a weights *file* (weights=pretrained, or a path) restores it exactly. EfficientNet
@@ -31,6 +32,13 @@ class Backbone:
     # it, and its weights would see inputs at about half the scale they were trained on. Its ImageNet
     # weights come through weights=imagenet (downloaded, or baked into the image) instead.
     loads_weight_files: bool = True
+    # Not a Keras application: built here, from plain Keras layers (resnets.py), without ImageNet weights
+    built_here: bool = False
+
+    @property
+    def imagenet_weights(self) -> bool:
+        """Whether weights=imagenet gives it pretrained weights (the ones built here have none)."""
+        return not self.built_here
 
 
 def _family(family: str, preprocessing: str, min_size: int, members: dict[str, tuple[str, int]],
@@ -54,6 +62,17 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
         for i, size in enumerate((224, 240, 260, 300, 380, 456, 528, 600))}, loads_weight_files=False),
     *_family("ResNet", "caffe", 32, {"resnet50": ("ResNet50", 224), "resnet101": ("ResNet101", 224),
                                      "resnet152": ("ResNet152", 224)}),
+    # MXNet's other ResNet depths, built here (resnets.py says after which paper and implementation). Their
+    # input scaling is "torch": RGB minus the ImageNet mean, over its deviation. That is how MXNet normalises
+    # for its ResNets: its image-classification training subtracts the RGB mean (123.68, 116.78, 103.94 =
+    # 255 x (0.485, 0.456, 0.406): example/image-classification/common/data.py) and its Gluon model zoo's
+    # pretrained ResNets also divide by the deviation 255 x (0.229, 0.224, 0.225); torchvision's ResNet-18
+    # and 34, whose weights a weights file would most likely be converted from, take the same. Inputs of
+    # unit scale also suit training from scratch, which these backbones, without ImageNet weights, start from.
+    *_family("ResNetV1", "torch", 32, {"resnet18": ("ResNet18", 224), "resnet34": ("ResNet34", 224),
+                                       "resnet200": ("ResNet200", 224)}, built_here=True),
+    *_family("ResNetCIFAR", "torch", 32, {f"resnet{depth}": (f"ResNet{depth}CIFAR", 32)
+                                          for depth in (20, 32, 44, 56, 110)}, built_here=True),
     *_family("ResNetV2", "tf", 32, {"resnet50_v2": ("ResNet50V2", 224), "resnet101_v2": ("ResNet101V2", 224),
                                     "resnet152_v2": ("ResNet152V2", 224)}),
     *_family("ConvNeXt", "builtin", 32, {
@@ -69,5 +88,8 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
     *_family("VGG", "caffe", 32, {"vgg16": ("VGG16", 224), "vgg19": ("VGG19", 224)}),
 ]}
 
-# MXNet's built-in algorithm picks its ResNet by depth (num_layers); these depths are Keras'
-RESNET_DEPTHS = (50, 101, 152)
+# MXNet's built-in algorithm picks its ResNet by depth (num_layers): each of its depths, for ImageNet-sized
+# images (18 to 200) and for small, CIFAR-sized ones (20 to 110), and the backbone it names
+RESNET_DEPTHS: dict[int, str] = {depth: f"resnet{depth}" for depth in (18, 34, 50, 101, 152, 200, 20, 32, 44, 56, 110)}
+# The depths whose backbone has ImageNet weights (Keras' ResNet50, ResNet101, ResNet152); the others are built here
+IMAGENET_RESNET_DEPTHS = tuple(depth for depth, name in RESNET_DEPTHS.items() if BACKBONES[name].imagenet_weights)

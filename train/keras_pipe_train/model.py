@@ -15,7 +15,8 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_pipe_train.backbones import BACKBONES
+from keras_pipe_train import resnets
+from keras_pipe_train.backbones import BACKBONES, IMAGENET_RESNET_DEPTHS
 from keras_pipe_train.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,14 @@ _SCALING = {
 def build_backbone(name: str, image_size: int, weights: str | None) -> keras.Model:
     """The backbone without its ImageNet classifier. `weights`: "imagenet", None, or a file."""
     spec = BACKBONES[name]
-    constructor = getattr(keras.applications, spec.application)
+    if weights == "imagenet" and not spec.imagenet_weights:
+        raise UserError(
+            f"backbone {name} has no ImageNet weights (it is built here: Keras has no such ResNet); of MXNet's "
+            f"ResNet depths (num_layers) only {', '.join(map(str, IMAGENET_RESNET_DEPTHS))} have them ("
+            f"{', '.join(f'resnet{depth}' for depth in IMAGENET_RESNET_DEPTHS)}). Set "
+            f"weights=none to train {name} from scratch, or give it a weights file of a {name} backbone "
+            "(weights=pretrained, or a path), or choose one of those depths")
+    constructor = getattr(resnets if spec.built_here else keras.applications, spec.application)
     kwargs = {"include_preprocessing": True} if spec.include_preprocessing else {}
     from_file = weights not in (None, "imagenet")
     if from_file and not spec.loads_weight_files:
