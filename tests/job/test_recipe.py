@@ -350,18 +350,18 @@ def test_the_best_weights_are_kept_restored_and_checkpointed(tmp_path):
 # --- the settings as users give them ---------------------------------------------------------------
 
 def test_the_built_in_algorithms_names_and_values_are_accepted():
-    mxnet = config(optimizer="nag", mini_batch_size="64", eps="1e-8", gamma="0.8", dropout_rate="0.3",
-                   lr_scheduler_step="10, 20", lr_schedule="step", weight_decay="0.0001")
-    assert (mxnet.optimizer, mxnet.batch_size, mxnet.epsilon, mxnet.rho, mxnet.dropout) == \
-        ("nesterov", 64, 1e-8, 0.8, 0.3)
+    mxnet = config(optimizer="nag", mini_batch_size="64", eps="1e-8", gamma="0.8", lr_scheduler_step="10, 20",
+                   lr_schedule="step", weight_decay="0.0001", image_shape="3,32,32", num_layers="20")
+    assert (mxnet.optimizer, mxnet.batch_size, mxnet.epsilon, mxnet.rho) == ("nesterov", 64, 1e-8, 0.8)
     assert mxnet.lr_scheduler_step == (10, 20) and mxnet.weight_decay == 0.0001
+    assert config(dropout_rate="0.3").dropout == 0.3  # (the TensorFlow algorithm's name)
     # MXNet has no schedule switch: its steps alone make it a step schedule
     assert config(lr_scheduler_step="10, 20").lr_schedule == "step"
     assert config(early_stopping="True").early_stopping is True and config().early_stopping is False
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"dropout_rate": "0.3", "dropout": "0.2"}, "hyperparameters dropout_rate and dropout are the same setting"),
+    ({"dropout_rate": "0.3", "dropout": "0.2"}, "hyperparameters dropout_rate and dropout are one setting"),
     ({"optimizer": "lbfgs"}, "optimizer must be one of adam, adamw, sgd, nesterov"),
     ({"lr_schedule": "step"}, "lr_schedule=step needs lr_scheduler_step"),
     ({"lr_scheduler_step": "ten"}, "lr_scheduler_step must list epoch numbers"),

@@ -147,9 +147,9 @@ def test_the_built_in_algorithms_names_are_tuned_as_the_job_reads_them():
     assert {"Name": "num_layers", "Values": ["50", "101"]} in ranges["CategoricalParameterRanges"]
     assert ranges["ContinuousParameterRanges"] == [{"Name": "eps", "MinValue": "1e-8", "MaxValue": "1e-6",
                                                     "ScalingType": "Logarithmic"}]
-    out = tune(*JOB, "--range", "num_layers=18,50", "--dry-run")
-    assert out.returncode == 2 and "--range num_layers: hyperparameter num_layers (MXNet's ResNet depth) must be " \
-                                   "one of 50, 101, 152" in out.stderr, out.stderr
+    out = tune(*JOB, "--range", "num_layers=18,19", "--dry-run")
+    assert out.returncode == 2 and "--range num_layers: hyperparameter num_layers must be one of 18, 34, 50, 101, " \
+                                   "152, 200, 20, 32, 44, 56, 110" in out.stderr, out.stderr
 
 
 def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_endpoint):

@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from keras_pipe_train import dialects
 from keras_pipe_train.backbones import BACKBONES as BACKBONE_TABLE
-from keras_pipe_train.backbones import RESNET_DEPTHS
 from keras_pipe_train.errors import UserError
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
@@ -37,15 +37,10 @@ RECORD_FORMATS = ("tfrecord", "class_folders", "recordio")
 EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "val_top_k_accuracy", "val_f1_micro", "val_f1_macro",
                           "val_precision_micro", "val_recall_micro", "val_auc")
 
-# Other names the built-in image classifiers give a hyperparameter of ours (MXNet's, and the
-# TensorFlow algorithm's dropout_rate), accepted so that a job moved from them keeps its settings;
-# a value is an alias of ours when the two mean the same thing (docs/job.md: "Coming from the
-# built-in algorithms").
-ALIASES = {"dropout_rate": "dropout", "mini_batch_size": "batch_size", "eps": "epsilon", "gamma": "rho"}
-VALUE_ALIASES = {"optimizer": {"nag": "nesterov"}}
-# names that set one of ours through a translation of their value (_canonical_names): MXNet's ResNet
-# depth, the TensorFlow algorithm's augmentation switch
-TRANSLATED = {"num_layers": "backbone", "augmentation": "augment"}
+# the interpolations tf.image.resize offers (the built-in TensorFlow algorithm's image_resize_interpolation)
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
+WEIGHT_DECAY_STYLES = ("decoupled", "l2")
+EXPORT_EPOCHS = ("last", "best")
 
 # Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
 # _tuning_objective_metric to each of its training jobs; the SDKs add sagemaker_* and model_dir.
@@ -374,6 +369,13 @@ HYPERPARAMETERS = {
                        "convnext_tiny, resnet50 ... (docs/job.md, Backbones)"),
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
         Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
+        Hyperparameter("resize", None, _optional(_integer(32, 4096)),
+                       "the images' shorter side is resized to it first, then image_size taken from its centre (at "
+                       "random in training with augment crop): MXNet's resize; unset: each whole image is resized to "
+                       "image_size"),
+        Hyperparameter("resize_interpolation", "bilinear", _choice(INTERPOLATIONS),
+                       "how images are resized: bilinear, nearest, bicubic, area, lanczos3, lanczos5, gaussian or "
+                       "mitchellcubic (tf.image.resize's methods)"),
         Hyperparameter("reinitialize_top_layer", "auto", _choice(("auto", "true", "false")),
                        "with a 'model' channel (incremental training): auto keeps the previous classifier when the "
                        "classes are the same and replaces it otherwise; true always replaces it; false keeps it"),
@@ -409,8 +411,8 @@ HYPERPARAMETERS = {
                        "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
-        Hyperparameter("optimizer", "adam", _choice(OPTIMIZERS, VALUE_ALIASES["optimizer"]),
-                       "adam, adamw, sgd, nesterov (or nag), rmsprop, adagrad or adadelta"),
+        Hyperparameter("optimizer", "adam", _choice(OPTIMIZERS),
+                       "adam, adamw, sgd, nesterov, rmsprop, adagrad or adadelta"),
         Hyperparameter("momentum", 0.9, _number(0, 1, open_low=False), "momentum of sgd, nesterov and rmsprop"),
         Hyperparameter("beta_1", 0.9, _number(0, 1, open_low=False), "adam and adamw: decay of the first moment"),
         Hyperparameter("beta_2", 0.999, _number(0, 1, open_low=False), "adam and adamw: decay of the second moment"),
@@ -424,6 +426,9 @@ HYPERPARAMETERS = {
                        "decoupled weight decay of every trained weight, per step and scaled by the learning rate "
                        "(for sgd without momentum the same as MXNet's weight_decay); unset: 0.004 for adamw, "
                        "else 0"),
+        Hyperparameter("weight_decay_style", "decoupled", _choice(WEIGHT_DECAY_STYLES),
+                       "decoupled: weight_decay shrinks each weight apart from its gradient (Keras', AdamW's); l2: "
+                       "weight_decay x the weight is added to each trained weight's gradient (MXNet's for sgd, nag)"),
         Hyperparameter("regularizers_l2", 0.0, _number(0, 1, open_low=False),
                        "L2 penalty on the classifier's kernel, added to the training loss"),
         Hyperparameter("label_smoothing", 0.0, _number(0, 0.99, open_low=False),
@@ -451,6 +456,9 @@ HYPERPARAMETERS = {
         Hyperparameter("early_stopping_tolerance", 0.0, _number(0, 1, open_low=False),
                        "smallest change that counts, relative to the best value so far (MXNet's)"),
         Hyperparameter("early_stopping_min_epochs", 1, _integer(1), "epochs of a phase always trained"),
+        Hyperparameter("export_epoch", "last", _choice(EXPORT_EPOCHS),
+                       "the epoch whose model is exported: last, or best by early_stopping_metric (with a validation "
+                       "channel; early stopping keeps the best in any case)"),
         Hyperparameter("class_weights", None, _class_weights,
                        "weight of each class in the training loss: a list in label order, {name: weight}, or balanced "
                        "(examples / (classes x the class's examples), as counted over the training examples seen so "
@@ -481,6 +489,13 @@ HYPERPARAMETERS = {
         Hyperparameter("collective_timeout", 600, _number(0, 86400),
                        "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
         Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
+        Hyperparameter("validation_split_ratio", 0.0, _number(0, 0.9, open_low=False),
+                       "without a validation channel, the share of the train channel's examples kept apart for "
+                       "validation (the built-in TensorFlow algorithm's split of its training channel); 0: none"),
+        Hyperparameter("dialect", "auto", _choice(("auto", *dialects.DIALECTS)),
+                       "whose names and defaults the hyperparameters are: keras-pipe (this job's), mxnet or "
+                       "tensorflow (SageMaker's built-in image classifiers'; docs/migration.md); auto: decided by the "
+                       "names given"),
         Hyperparameter("other_checkpoints", "refuse", _choice(OTHER_CHECKPOINTS),
                        "when the checkpoint folder holds another job's checkpoints: refuse to start, resume the "
                        "newest written with the same settings, or ignore them and train afresh"),
@@ -499,6 +514,8 @@ class JobConfig:
     backbone: str
     weights: str
     image_size: int
+    resize: int | None
+    resize_interpolation: str
     reinitialize_top_layer: str
     num_classes: int
     class_names: tuple[str, ...]
@@ -523,6 +540,7 @@ class JobConfig:
     rho: float
     initial_accumulator_value: float
     weight_decay: float | None
+    weight_decay_style: str
     regularizers_l2: float
     label_smoothing: float
     gradient_clip_norm: float
@@ -536,6 +554,7 @@ class JobConfig:
     early_stopping_min_delta: float
     early_stopping_tolerance: float
     early_stopping_min_epochs: int
+    export_epoch: str
     class_weights: tuple[float, ...] | str | None  # (str: "balanced")
     multi_label: bool
     label_format: str
@@ -548,11 +567,16 @@ class JobConfig:
     pipe_wait_timeout: float
     collective_timeout: float
     seed: int
+    validation_split_ratio: float
+    dialect: str  # keras-pipe, mxnet or tensorflow: the names and defaults the request was read with
     other_checkpoints: str
+    dialect_notes: tuple[str, ...] = ()  # what the log says of the built-in's names (dialects.py)
 
     @classmethod
-    def from_hyperparameters(cls, raw: dict) -> JobConfig:
-        raw = _canonical_names(raw)
+    def from_hyperparameters(cls, raw: dict, hosts: int = 1) -> JobConfig:
+        """`hosts`: how many train (the built-in MXNet algorithm's batch size is per host)."""
+        translation = dialects.translate(raw, hosts)
+        raw = dict(translation.hyperparameters)
         # MXNet's step schedule has no switch: its steps alone turn it on
         if "lr_scheduler_step" in raw and "lr_schedule" not in raw and not _is_none(raw["lr_scheduler_step"]):
             raw["lr_schedule"] = "step"
@@ -567,7 +591,7 @@ class JobConfig:
         _check_record_format(values)
         values["class_weights"] = _weights_per_label(values["class_weights"], values["class_names"])
         _check_training(values)
-        return cls(**values)
+        return cls(**values, dialect_notes=translation.notes)
 
 
 def _check_known(raw: dict) -> None:
@@ -581,13 +605,13 @@ def _check_known(raw: dict) -> None:
     )
     if unknown:
         # (the names it takes are too many to list in a failure reason SageMaker cuts at 1 KB)
-        known = [*HYPERPARAMETERS, *ALIASES, *TRANSLATED]
+        known = [*HYPERPARAMETERS, *dialects.MXNET_NAMES, *dialects.TENSORFLOW_NAMES]
         guesses = [f"{name} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(
             name.lower(), known, n=2, cutoff=0.75)) else name for name in unknown]
         raise UserError(
             f"unknown hyperparameter{'s' if len(unknown) > 1 else ''} {', '.join(guesses)}; the job accepts "
-            f"{len(HYPERPARAMETERS)} (docs/job.md, Hyperparameters), and the built-in algorithms' names for "
-            f"some: {', '.join([*ALIASES, *TRANSLATED])}"
+            f"{len(HYPERPARAMETERS)} (docs/job.md, Hyperparameters), or the built-in MXNet or TensorFlow image "
+            "classifier's (docs/migration.md)"
         )
 
 
@@ -647,39 +671,6 @@ def _check_multi_label(values: dict) -> None:
     if values["label_format"] != "index":
         raise UserError(f"hyperparameter label_format={values['label_format']} is for multi_label=true: a "
                         "single-label job reads one class id per image")
-
-
-def _canonical_names(raw: dict) -> dict:
-    """The hyperparameters under this job's names: an alias (ALIASES) is renamed, and refused when
-    the job's own name is given too (which should win would be a guess). MXNet's num_layers, the
-    depth of its ResNet, names the backbone."""
-    renamed = dict(raw)
-    for alias, name in ALIASES.items():
-        if alias in renamed:
-            if name in renamed:
-                raise UserError(f"hyperparameters {alias} and {name} are the same setting ({alias} is the built-in "
-                                f"algorithms' name for it): give one")
-            renamed[name] = renamed.pop(alias)
-    if "augmentation" in renamed:  # the TensorFlow algorithm's switch, with its defaults
-        if "augment" in renamed:
-            raise UserError("hyperparameters augmentation and augment both choose the augmentations (augmentation is "
-                            "the built-in TensorFlow algorithm's name): give one")
-        on = _flag("augmentation", renamed.pop("augmentation"))
-        renamed["augment"] = "flip,rotate,zoom" if on else "false"
-        if on:
-            renamed.setdefault("augmentation_random_rotation", "0.2")
-            renamed.setdefault("augmentation_random_flip", "horizontal_and_vertical")
-    if "num_layers" in renamed:
-        if "backbone" in renamed:
-            raise UserError("hyperparameters num_layers and backbone both choose the backbone (num_layers is MXNet's "
-                            "ResNet depth): give one")
-        depth = _integer(1)("num_layers", renamed.pop("num_layers"))
-        if depth not in RESNET_DEPTHS:
-            raise UserError(f"hyperparameter num_layers (MXNet's ResNet depth) must be one of "
-                            f"{', '.join(map(str, RESNET_DEPTHS))}, the ResNets Keras has; got {depth}. Or choose "
-                            "any other backbone with hyperparameter backbone")
-        renamed["backbone"] = f"resnet{depth}"
-    return renamed
 
 
 def _check_record_format(values: dict) -> None:

@@ -361,7 +361,7 @@ def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
 # another global batch, other time limits); any other change makes it another job (checkpoints.py).
 RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
                      "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
-                     "steps_per_execution")
+                     "steps_per_execution", "dialect_notes")
 
 
 def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,

@@ -110,7 +110,10 @@ def read_job(layout, log: logging.Logger) -> tuple:
     hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
     channels = contract.read_input_data_config(layout.input_config)
     resources = contract.read_resource_config(layout.resource_config)
-    config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources))
+    config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources),
+                                            hosts=len(resources.hosts))
+    for note in config.dialect_notes:
+        log.info("%s", note)
     log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
              ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
     log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))

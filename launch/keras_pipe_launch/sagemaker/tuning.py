@@ -49,11 +49,12 @@ class TuningSpec:
 
 
 def _schema(name: str):
-    """The job's Hyperparameter that `name` sets: its own, or the one a built-in algorithm's name for
-    it stands for (mini_batch_size, num_layers ...); None for a name the job does not take."""
-    from keras_pipe_train.config import ALIASES, HYPERPARAMETERS, TRANSLATED
+    """The job's Hyperparameter typing `name`'s values: its own, or the one a built-in algorithm's
+    number stands for (mini_batch_size, eps ...); None for any other name."""
+    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.dialects import NUMBERS_AS
 
-    return HYPERPARAMETERS.get(ALIASES.get(name, TRANSLATED.get(name, name)))
+    return HYPERPARAMETERS.get(NUMBERS_AS.get(name, name))
 
 
 def parse_range(text: str) -> Range:
@@ -135,20 +136,23 @@ def _flag_set(value) -> bool:
 
 def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
     """Every bound and categorical value is one the job accepts, alone and with the static ones."""
-    from keras_pipe_train.config import HYPERPARAMETERS, TRANSLATED
+    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.dialects import MXNET_NAMES, TENSORFLOW_NAMES
     from keras_pipe_train.errors import UserError
 
     for r in spec.ranges:
         schema = _schema(r.name)
-        if schema is None:
+        builtin = r.name not in HYPERPARAMETERS and r.name in {**MXNET_NAMES, **TENSORFLOW_NAMES}
+        if schema is None and not builtin:
             tunable = [h.name for h in HYPERPARAMETERS.values() if h.tuning_range != "Categorical"]
             raise RequestError(f"--range {shown(r.name)}: not a hyperparameter of the job; numbers to tune: "
                                f"{', '.join(tunable)} (any other as a list of values)")
         try:
-            if r.name in TRANSLATED:  # (its values mean another's: each one read as the job reads it)
+            if builtin:  # (a built-in's name: each value, or bound, read as the job reads that built-in's)
                 for value in r.values:
                     hyperparameters.check({**static, r.name: value})
-                continue
+                if schema is None:
+                    continue
             parsed = [schema.parse(r.name, v) for v in r.values]
         except UserError as err:
             raise RequestError(f"--range {r.name}: {err}") from None
