@@ -109,6 +109,20 @@ def test_the_hyperparameter_table_of_the_docs_is_the_jobs():
             assert default == f"`{spec.default}`", name
 
 
+def test_the_migration_pages_tables_are_the_dialects():
+    """docs/migration.md lists every hyperparameter of both built-ins, its default and what it does
+    here, as keras_pipe_train.dialects reads them."""
+    from keras_pipe_train import dialects
+
+    text = (REPO / "docs/migration.md").read_text()
+    for heading, names in (("## The MXNet algorithm", dialects.MXNET_NAMES),
+                           ("## The TensorFlow algorithm", dialects.TENSORFLOW_NAMES)):
+        section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+        rows = re.findall(r"^\| `(\w+)` \| (.*?) \| (.*) \|$", section, re.M)
+        assert rows == [(n.name, f"`{n.default}`" if n.default is not None else "none", n.here)
+                        for n in names.values()], heading
+
+
 def test_the_backbone_table_of_the_docs_is_the_jobs():
     from keras_pipe_train.backbones import BACKBONES
 
