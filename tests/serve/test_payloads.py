@@ -1,4 +1,5 @@
-"""What /invocations takes and how it answers, request by request (no model, no server)."""
+"""What /invocations takes and how it answers, request by request, in each dialect (no model, no
+server: the settings that choose the answer are read here too)."""
 
 import base64
 import json
@@ -6,7 +7,10 @@ import re
 
 import pytest
 from keras_pipe_serve import payloads
-from keras_pipe_serve.payloads import BadRequest, answer_type, parse, render, top_k_of
+from keras_pipe_serve.payloads import RICH, RICH_LINES, BadRequest, answer_type, parse, render, top_k_of
+from keras_pipe_serve.predictor import ModelError, dialect_of
+
+from keras_pipe_train.dialects import DIALECTS
 
 JPEG = b"\xff\xd8\xff\xe0 a jpeg"
 PNG = b"\x89PNG\r\n\x1a\n a png"
@@ -72,9 +76,13 @@ def test_malformed_requests_are_refused_saying_what_is_wrong(content_type, body,
     ("*/*", True, "application/jsonlines"),
     ("application/jsonlines", False, "application/jsonlines"),
     ("text/html, application/json;verbose", False, "application/json"),
+    (RICH, False, RICH),
+    (RICH_LINES, False, RICH_LINES),
 ])
 def test_the_answer_type_follows_accept(accept, lines, expected):
-    assert answer_type(accept, payloads.Request([JPEG], lines=lines, single=not lines)) == expected
+    """(A model of this project's dialect: its own answer, whatever the type.)"""
+    answer = answer_type(accept, payloads.Request([JPEG], lines=lines, single=not lines))
+    assert answer == (expected, payloads.RICH_FORM)
 
 
 def test_an_answer_type_it_cannot_write_is_406():
@@ -83,14 +91,85 @@ def test_an_answer_type_it_cannot_write_is_406():
     assert refused.value.status == 406
 
 
+ONE, LINES = payloads.Request([JPEG], lines=False, single=True), payloads.Request([JPEG], lines=True, single=False)
+
+
+@pytest.mark.parametrize("dialect, accept, request_, batch, expected", [
+    # the MXNet built-in: a bare list in real time (no Accept, or SDK v2's */*), {"prediction": ...} lines in
+    # batch transform (SAGEMAKER_BATCH) and when asked
+    ("mxnet", None, ONE, False, ("application/json", "mxnet")),
+    ("mxnet", "*/*", ONE, False, ("application/json", "mxnet")),
+    ("mxnet", "application/json", ONE, False, ("application/json", "mxnet")),
+    ("mxnet", "application/json;verbose", ONE, False, ("application/json", "mxnet")),
+    ("mxnet", None, ONE, True, ("application/jsonlines", "mxnet")),
+    ("mxnet", "*/*", ONE, True, ("application/jsonlines", "mxnet")),
+    ("mxnet", "application/json", ONE, True, ("application/json", "mxnet")),  # said: said
+    ("mxnet", "application/jsonlines", ONE, False, ("application/jsonlines", "mxnet")),
+    ("mxnet", None, LINES, False, ("application/jsonlines", "mxnet")),
+    ("mxnet", RICH, ONE, True, (RICH, "keras-pipe")),
+    ("mxnet", RICH_LINES, ONE, False, (RICH_LINES, "keras-pipe")),
+    # the TensorFlow built-in: application/json (its default) or application/json;verbose
+    ("tensorflow", None, ONE, False, ("application/json", "tensorflow")),
+    ("tensorflow", "*/*", ONE, True, ("application/json", "tensorflow")),
+    ("tensorflow", "application/json", ONE, False, ("application/json", "tensorflow")),
+    ("tensorflow", "application/json;verbose", ONE, False, ("application/json", "tensorflow;verbose")),
+    ("tensorflow", "Application/JSON ; Verbose", ONE, False, ("application/json", "tensorflow;verbose")),
+    ("tensorflow", "text/csv, application/json;verbose;q=0.5", ONE, False, ("application/json", "tensorflow;verbose")),
+    ("tensorflow", "application/jsonlines;verbose", ONE, False, ("application/jsonlines", "tensorflow;verbose")),
+    ("tensorflow", None, LINES, False, ("application/jsonlines", "tensorflow")),
+    ("tensorflow", RICH, ONE, False, (RICH, "keras-pipe")),
+    # this project's: as before dialects, whether in batch transform or not
+    ("keras-pipe", None, ONE, True, ("application/json", "keras-pipe")),
+    ("keras-pipe", "application/json;verbose", ONE, False, ("application/json", "keras-pipe")),
+])
+def test_the_answer_follows_the_models_dialect(dialect, accept, request_, batch, expected):
+    assert answer_type(accept, request_, dialect, batch) == expected
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_every_dialect_refuses_what_it_cannot_write_naming_this_projects_type(dialect):
+    with pytest.raises(BadRequest, match=f"cannot answer in 'text/csv'.*{re.escape(RICH)}") as refused:
+        answer_type("text/csv", ONE, dialect, batch=True)
+    assert refused.value.status == 406
+
+
 def test_rendering_one_several_and_lines():
     one, two = {"predicted_label": "cat"}, {"predicted_label": "dog"}
     single = payloads.Request([JPEG], lines=False, single=True)
     several = payloads.Request([JPEG, PNG], lines=False, single=False)
-    assert json.loads(render([one], "application/json", single)) == one
-    assert json.loads(render([one, two], "application/json", several)) == {"predictions": [one, two]}
-    assert render([one, two], "application/jsonlines", several).decode().splitlines() == [json.dumps(one),
-                                                                                          json.dumps(two)]
+    rich = payloads.Answer("application/json", payloads.RICH_FORM)
+    assert json.loads(render([one], rich, single)) == one
+    assert json.loads(render([one, two], rich, several)) == {"predictions": [one, two]}
+    assert render([one, two], rich._replace(kind="application/jsonlines"), several).decode().splitlines() == [
+        json.dumps(one), json.dumps(two)]
+    assert render([one], rich._replace(kind=RICH), single) == render([one], rich, single)
+    assert render([one], rich._replace(kind=RICH_LINES), single) == json.dumps(one).encode() + b"\n"
+
+
+CAT = {"predicted_label": "dog", "top_k": [{"label": "dog", "probability": 0.5}], "labels": ["cat", "dog", "bird"],
+       "probabilities": [0.25, 0.5, 0.25]}
+TIE = {**CAT, "probabilities": [0.4, 0.4, 0.2]}
+
+
+@pytest.mark.parametrize("form, kind, predictions, request_, expected", [
+    ("mxnet", "application/json", [CAT], ONE, [0.25, 0.5, 0.25]),
+    ("mxnet", "application/json", [CAT, TIE], LINES, {"predictions": [[0.25, 0.5, 0.25], [0.4, 0.4, 0.2]]}),
+    ("mxnet", "application/jsonlines", [CAT], ONE, '{"prediction": [0.25, 0.5, 0.25]}\n'),
+    ("mxnet", "application/jsonlines", [CAT, TIE], LINES,
+     '{"prediction": [0.25, 0.5, 0.25]}\n{"prediction": [0.4, 0.4, 0.2]}\n'),
+    ("tensorflow", "application/json", [CAT], ONE, {"probabilities": [0.25, 0.5, 0.25]}),
+    ("tensorflow;verbose", "application/json", [CAT], ONE,
+     {"probabilities": [0.25, 0.5, 0.25], "labels": ["cat", "dog", "bird"], "predicted_label": "dog"}),
+    # equals: the first, as np.argmax (a multi-label model's object has no predicted_label: the same rule)
+    ("tensorflow;verbose", "application/json", [{k: v for k, v in TIE.items() if k != "predicted_label"}], ONE,
+     {"probabilities": [0.4, 0.4, 0.2], "labels": ["cat", "dog", "bird"], "predicted_label": "cat"}),
+    ("tensorflow", "application/jsonlines", [CAT], ONE, '{"probabilities": [0.25, 0.5, 0.25]}\n'),
+])
+def test_each_dialects_answer(form, kind, predictions, request_, expected):
+    body = render(predictions, payloads.Answer(kind, form), request_).decode()
+    assert (body if isinstance(expected, str) else json.loads(body)) == expected
+    if form == "tensorflow;verbose":  # in the TF algorithm's documented order
+        assert list(json.loads(body)) == ["probabilities", "labels", "predicted_label"]
 
 
 @pytest.mark.parametrize("header, expected", [(None, 5), ("", 5), ("top_k=2", 2), ("a=b; top_k = 3", 3),
@@ -105,3 +184,31 @@ def test_a_bad_top_k_is_400(header, message):
     with pytest.raises(BadRequest, match=message) as refused:
         top_k_of(header, 5)
     assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({"max_image_pixels": 10, "threshold": None}, "keras-pipe"),  # an export from before dialects
+    ({"dialect": "keras-pipe"}, "keras-pipe"), ({"dialect": "mxnet"}, "mxnet"), ({"dialect": "tensorflow"}, "tensorflow"),
+])
+def test_the_dialect_is_serving_jsons(settings, expected):
+    assert dialect_of(settings) == expected
+
+
+@pytest.mark.parametrize("dialect", ["MXNet", "pytorch", None, 1])
+def test_a_dialect_serve_does_not_speak_is_said_at_startup(dialect):
+    with pytest.raises(ModelError, match="serving.json's dialect is .*: this server answers in keras-pipe, mxnet, "
+                                         "tensorflow"):
+        dialect_of({"dialect": dialect})
+
+
+@pytest.mark.parametrize("value, batch", [(None, False), ("", False), ("true", True), ("True", True), ("false", False)])
+def test_a_batch_transform_is_known_by_sagemaker_batch(value, batch, monkeypatch):
+    """SageMaker sets SAGEMAKER_BATCH=true in a batch transform's container ("True" in the SDK's
+    local mode): the MXNet dialect's default answer is then JSON Lines."""
+    from keras_pipe_serve import server
+
+    if value is None:
+        monkeypatch.delenv("SAGEMAKER_BATCH", raising=False)
+    else:
+        monkeypatch.setenv("SAGEMAKER_BATCH", value)
+    assert server.settings(["--model-dir", "model"])["batch"] is batch

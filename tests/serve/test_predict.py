@@ -49,10 +49,15 @@ def test_a_model_folder_over_folders_and_files_to_csv(model_dir, photos, tmp_pat
 
 
 def test_a_model_tar_gz_to_json_lines_as_serve_answers(model_dir, photos, tmp_path):
+    """(A model of the MXNet built-in's dialect: predict still writes this project's answer, which
+    serve gives it for application/vnd.keras-pipe+jsonlines.)"""
     archive = tmp_path / "model.tar.gz"
+    settings = json.loads((model_dir / "serving.json").read_text())
+    (tmp_path / "serving.json").write_text(json.dumps({**settings, "dialect": "mxnet"}))
     with tarfile.open(archive, "w:gz") as tar:  # as SageMaker packs /opt/ml/model
         for path in sorted(model_dir.rglob("*")):
-            tar.add(path, arcname=str(path.relative_to(model_dir)), recursive=False)
+            source = tmp_path / "serving.json" if path.name == "serving.json" else path
+            tar.add(source, arcname=str(path.relative_to(model_dir)), recursive=False)
     out = keras_pipe(archive, photos / "a" / "1.jpg", "--format", "jsonl", "--top-k", "2", "-o", "out.jsonl",
                      cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -50,6 +50,21 @@ def test_one_image_gets_every_classs_probability_and_the_top_classes(server, mod
     assert answer["top_k"] == [{"label": c, "probability": p} for p, c in ranked]  # (3 classes: all of them)
 
 
+def test_this_projects_dialect_answers_its_own_media_type_as_application_json(server, model_dir):
+    """A model exported in this project's dialect (export()'s default) answers as before dialects;
+    application/vnd.keras-pipe+json, the type that gets this answer from a built-in's dialect too
+    (test_dialects.py), gets the same, and its JSON Lines form a line of it."""
+    status, default, sent = server.request("POST", "/invocations", JPEG, Content_Type="image/jpeg")
+    assert status == 200 and sent["Content-Type"] == "application/json"
+    assert json.loads((model_dir / "serving.json").read_text())["dialect"] == "keras-pipe"
+    status, body, sent = server.request("POST", "/invocations", JPEG, Content_Type="image/jpeg",
+                                        Accept="application/vnd.keras-pipe+json")
+    assert (status, body, sent["Content-Type"]) == (200, default, "application/vnd.keras-pipe+json")
+    status, body, sent = server.request("POST", "/invocations", JPEG, Content_Type="image/jpeg",
+                                        Accept="application/vnd.keras-pipe+jsonlines")
+    assert (status, body, sent["Content-Type"]) == (200, default + b"\n", "application/vnd.keras-pipe+jsonlines")
+
+
 def test_tf_servings_json_and_json_lines_answer_each_image_in_order(server, model_dir):
     expected = signature_answers(model_dir, [JPEG, PNG])["probabilities"]
     instances = {"instances": [{"b64": base64.b64encode(JPEG).decode()}, {"b64": base64.b64encode(PNG).decode()}]}

@@ -25,9 +25,12 @@ REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not All
 
 
 class App:
-    def __init__(self, predictor: Predictor, max_body: int):
+    def __init__(self, predictor: Predictor, max_body: int, batch: bool = False):
+        """`batch`: serving a batch transform (SAGEMAKER_BATCH), whose default answer may differ
+        (payloads.answer_type)."""
         self.predictor = predictor
         self.max_body = max_body
+        self.batch = batch
 
     def __call__(self, environ: dict, start_response: Callable):
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
@@ -52,12 +55,14 @@ class App:
     def invocations(self, environ: dict) -> tuple[str, bytes]:
         request = payloads.parse(environ.get("CONTENT_TYPE"), self._body(environ))
         # Accept and top_k are checked before the model runs: a request that cannot be answered
-        # costs nothing
-        kind = payloads.answer_type(environ.get("HTTP_ACCEPT"), request)
-        top_k = payloads.top_k_of(environ.get("HTTP_X_AMZN_SAGEMAKER_CUSTOM_ATTRIBUTES"),
-                                  self.predictor.default_top_k)
+        # costs nothing. The answer is in the model's dialect; top_k shapes only this project's.
+        answer = payloads.answer_type(environ.get("HTTP_ACCEPT"), request, self.predictor.dialect, self.batch)
+        top_k = None
+        if answer.form == payloads.RICH_FORM:
+            top_k = payloads.top_k_of(environ.get("HTTP_X_AMZN_SAGEMAKER_CUSTOM_ATTRIBUTES"),
+                                      self.predictor.default_top_k)
         predictions = self.predictor.predict(request.images, top_k)
-        return kind, payloads.render(predictions, kind, request)
+        return answer.kind, payloads.render(predictions, answer, request)
 
     def _body(self, environ: dict) -> bytes:
         length = environ.get("CONTENT_LENGTH") or ""

@@ -11,9 +11,23 @@ Requests, as SageMaker's built-in image classifiers and TF Serving take them:
                           strings or {"b64": ...} objects, or one such object: a list of images
   application/jsonlines   one image per line, in any of the JSON forms of one image above (batch
                           transform with SplitType=Line)
-Answers (Accept):
-  application/json (the default; */* too)   one image: its prediction object; several: {"predictions": [...]}
-  application/jsonlines                     one line per image, its prediction object
+Answers, by the dialect the model was trained in (serving.json's "dialect"), so that a built-in
+algorithm's clients read them as they read that built-in's (Accept; a missing Accept and */* are
+the dialect's default, the first in each list; q-values are ignored, the first type written wins):
+  keras-pipe  application/json (also with JSON Lines in: application/jsonlines): this project's
+              prediction object (predicted_label or predicted_labels and threshold, top_k, labels,
+              probabilities); application/jsonlines: one line per image, its object
+  mxnet       application/json: the bare list of every class's probability, in label order (the
+              built-in's notebooks do np.argmax(json.loads(body))); application/jsonlines:
+              {"prediction": [p0, p1, ...]} per image, the default in batch transform
+              (SAGEMAKER_BATCH=true) and with JSON Lines in
+  tensorflow  application/json: {"probabilities": [...]}; application/json;verbose: {"probabilities":
+              [...], "labels": [...], "predicted_label": "<name of the likeliest class>"};
+              application/jsonlines (;verbose): those objects, one line per image
+  and in every dialect, this project's object: application/vnd.keras-pipe+json, and one line per
+  image: application/vnd.keras-pipe+jsonlines
+One image sent as such is answered with one JSON value; several, in JSON, with {"predictions":
+[one value per image]}. Any other Accept is a 406.
 """
 
 from __future__ import annotations
@@ -22,11 +36,21 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from typing import NamedTuple
+
+from keras_pipe_train.dialects import KERAS_PIPE, MXNET, TENSORFLOW
 
 IMAGE_TYPES = ("application/x-image", "image/", "application/octet-stream")
 JSON = "application/json"
 JSON_LINES = ("application/jsonlines", "application/x-jsonlines", "application/json-lines")
 ACCEPTED = "application/x-image, image/jpeg, image/png, application/json or application/jsonlines"
+# this project's own answer, one Accept away in any dialect (the dialect: serving.json's, Predictor.dialect)
+RICH = "application/vnd.keras-pipe+json"
+RICH_LINES = "application/vnd.keras-pipe+jsonlines"
+RICH_FORM, TENSORFLOW_VERBOSE = "keras-pipe", "tensorflow;verbose"  # (Answer.form: the others are the dialects')
+ANSWERS = {KERAS_PIPE: "application/json or application/jsonlines",
+           MXNET: "application/json or application/jsonlines",
+           TENSORFLOW: "application/json, application/json;verbose or application/jsonlines"}
 MAX_IMAGES = 64  # per request: the model decodes them all at once (64 photos of 12 MP: 2.3 GB of pixels)
 
 
@@ -140,24 +164,75 @@ def _limited(images: list[bytes]) -> list[bytes]:
     return images
 
 
-def answer_type(accept: str | None, request: Request) -> str:
-    """The media type to answer in, from Accept (a list, with q-values ignored: the first one this
-    server writes wins)."""
-    wanted = [media_type(part) for part in (accept or "").split(",") if part.strip()]
-    for kind in wanted or ["application/jsonlines" if request.lines else JSON]:
-        if kind in (JSON, "*/*", "application/*"):
-            return "application/jsonlines" if request.lines and kind != JSON else JSON
-        if kind in JSON_LINES:
-            return "application/jsonlines"
-    raise BadRequest(406, f"cannot answer in {accept!r}: Accept application/json or application/jsonlines")
+class Answer(NamedTuple):
+    """How to answer: `kind`, the Content-Type sent back; `form`, the shape of each image's answer
+    (RICH_FORM, MXNET, TENSORFLOW or TENSORFLOW_VERBOSE)."""
+    kind: str
+    form: str
+
+    @property
+    def lines(self) -> bool:
+        return self.kind in (JSON_LINES[0], RICH_LINES)
 
 
-def render(predictions: list[dict], kind: str, request: Request) -> bytes:
-    if kind == "application/jsonlines":
-        return b"".join(json.dumps(p).encode() + b"\n" for p in predictions)
+def accepted(accept: str | None) -> list[tuple[str, set[str]]]:
+    """'application/json;verbose, */*;q=0.1' -> [('application/json', {'verbose'}), ('*/*', set())]:
+    each media type with its parameters' names (q, the weight, left out)."""
+    wanted = []
+    for part in (accept or "").split(","):
+        if part.strip():
+            kind, *parameters = part.split(";")
+            names = {p.split("=")[0].strip().lower() for p in parameters} - {"q", ""}
+            wanted.append((kind.strip().lower(), names))
+    return wanted
+
+
+def answer_type(accept: str | None, request: Request, dialect: str = KERAS_PIPE, batch: bool = False) -> Answer:
+    """How to answer, from Accept (a list, with q-values ignored: the first one this server
+    writes wins) and the model's dialect; `batch`: the server runs for batch transform
+    (SAGEMAKER_BATCH), where the MXNet built-in's default answer is JSON Lines."""
+    for kind, parameters in accepted(accept) or [("*/*", set())]:
+        if kind in ("*/*", "application/*"):  # the dialect's default
+            lines = request.lines or (batch and dialect == MXNET)
+            kind = JSON_LINES[0] if lines else JSON
+        if kind == RICH:
+            return Answer(RICH, RICH_FORM)
+        if kind == RICH_LINES:
+            return Answer(RICH_LINES, RICH_FORM)
+        if kind == JSON or kind in JSON_LINES:
+            answer_kind = JSON if kind == JSON else JSON_LINES[0]
+            if dialect == TENSORFLOW:
+                return Answer(answer_kind, TENSORFLOW_VERBOSE if "verbose" in parameters else TENSORFLOW)
+            return Answer(answer_kind, MXNET if dialect == MXNET else RICH_FORM)
+    raise BadRequest(406, f"cannot answer in {accept!r}: Accept {ANSWERS[dialect]}, or {RICH} or {RICH_LINES} "
+                          f"(this project's own answer)")
+
+
+def render(predictions: list[dict], answer: Answer, request: Request) -> bytes:
+    """Each image's prediction (the Predictor's object) in the answer's form: one line each in
+    JSON Lines, else one value for one image sent as such, {"predictions": [...]} for several."""
+    values = [shaped(p, answer) for p in predictions]
+    if answer.lines:
+        return b"".join(json.dumps(v).encode() + b"\n" for v in values)
     if request.single:
-        return json.dumps(predictions[0]).encode()
-    return json.dumps({"predictions": predictions}).encode()
+        return json.dumps(values[0]).encode()
+    return json.dumps({"predictions": values}).encode()
+
+
+def shaped(prediction: dict, answer: Answer):
+    """One image's answer in a dialect's form, from this project's prediction object."""
+    if answer.form == RICH_FORM:
+        return prediction
+    probabilities = prediction["probabilities"]
+    if answer.form == MXNET:  # the MXNet built-in: JSON, the bare list; JSON Lines, {"prediction": ...}
+        return {"prediction": probabilities} if answer.lines else probabilities
+    if answer.form == TENSORFLOW:
+        return {"probabilities": probabilities}
+    if answer.form == TENSORFLOW_VERBOSE:  # the likeliest class's name (the first of equals, as np.argmax)
+        likeliest = max(range(len(probabilities)), key=probabilities.__getitem__)
+        return {"probabilities": probabilities, "labels": prediction["labels"],
+                "predicted_label": prediction["labels"][likeliest]}
+    raise ValueError(f"no answer has the form {answer.form!r}")
 
 
 def top_k_of(custom_attributes: str | None, default: int) -> int:

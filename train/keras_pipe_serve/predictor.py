@@ -1,5 +1,7 @@
 """The exported model, loaded once and called in-process: encoded images in, one prediction object
-per image out.
+per image out (this project's; payloads shapes it into the answer of the model's dialect, which
+serving.json says: "keras-pipe", "mxnet" or "tensorflow"; a serving.json without it, from an
+export before dialects, or none at all: "keras-pipe").
 
 It loads the SavedModel the job exported (model/1, TF Serving's layout) with TensorFlow alone: no
 Keras, no code of the job, so a worker starts in seconds and holds one graph. Each image is checked
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from keras_pipe_serve.payloads import BadRequest
 from keras_pipe_train import images as image_checks
+from keras_pipe_train.dialects import DIALECTS, KERAS_PIPE
 
 log = logging.getLogger("keras_pipe_serve")
 
@@ -63,6 +66,7 @@ class Predictor:
         settings = beside("serving.json") or {}
         self.max_pixels = int(settings.get("max_image_pixels", image_checks.DEFAULT_MAX_PIXELS))
         self.threshold = settings.get("threshold")
+        self.dialect = dialect_of(settings)
         try:
             self._serve = tf.saved_model.load(str(served)).signatures["serving_default"]
         except (OSError, ValueError, KeyError, tf.errors.OpError) as err:
@@ -82,8 +86,8 @@ class Predictor:
             raise ModelError(f"classes.json lists {len(names)} classes but the model has {count} outputs")
         self.labels = [str(n) for n in names]
         self.default_top_k = min(DEFAULT_TOP_K, count)
-        log.info("loaded %s: %d classes, %s", served, count,
-                 f"multi-label (threshold {self.threshold})" if self.multi_label else "single-label")
+        log.info("loaded %s: %d classes, %s, answering in the %s dialect", served, count,
+                 f"multi-label (threshold {self.threshold})" if self.multi_label else "single-label", self.dialect)
 
     def problem(self, data: bytes) -> str | None:
         """Why `data` is not an image this model takes (from its header), or None."""
@@ -117,6 +121,15 @@ class Predictor:
         answer["labels"] = self.labels
         answer["probabilities"] = probabilities
         return answer
+
+
+def dialect_of(settings: dict) -> str:
+    """The dialect serving.json's settings say the model answers in (KERAS_PIPE where they say none)."""
+    dialect = settings.get("dialect", KERAS_PIPE)
+    if dialect not in DIALECTS:
+        raise ModelError(f"serving.json's dialect is {str(dialect)[:40]!r}: this server answers in "
+                         f"{', '.join(DIALECTS)}")
+    return dialect
 
 
 def _json_file(path: Path):

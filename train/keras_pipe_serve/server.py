@@ -16,6 +16,9 @@ Settings, from the environment as SageMaker and its SDKs set them:
   SAGEMAKER_MODEL_SERVER_TIMEOUT  seconds a request may take before its worker is restarted (60)
   SAGEMAKER_MAX_PAYLOAD_IN_MB     the largest body taken (batch transform sets it; default 6 MB,
                                   real-time inference's own limit)
+  SAGEMAKER_BATCH                 "true" in a batch transform (SageMaker sets it): a model of the
+                                  MXNet built-in's dialect then answers JSON Lines by default, as
+                                  that built-in did (keras_pipe_serve.payloads)
   SM_MODEL_DIR                    the model (default: model/ under the job's base folder, where the
                                   training job writes it: /opt/ml/model, or under $SAGEMAKER_BASE_DIR)
 """
@@ -74,7 +77,8 @@ def settings(argv: list[str] | None = None) -> dict:
         parser.error("--workers must be at least 1 and --port in 1..65535")
     return dict(model_dir=Path(args.model_dir), bind=f"{args.host}:{args.port}", workers=args.workers,
                 timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", 60),
-                max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float) * 1024 * 1024))
+                max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float) * 1024 * 1024),
+                batch=os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true")
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -108,8 +112,9 @@ def run(argv: list[str] | None = None) -> None:
             from keras_pipe_serve.app import App
             from keras_pipe_serve.predictor import Predictor
 
-            return App(Predictor(config["model_dir"], threads=threads), config["max_body"])
+            return App(Predictor(config["model_dir"], threads=threads), config["max_body"], config["batch"])
 
-    log.info("serving %s on %s: %d workers, %d TensorFlow threads each, bodies up to %d bytes", config["model_dir"],
-             config["bind"], config["workers"], threads, config["max_body"])
+    log.info("serving %s on %s: %d workers, %d TensorFlow threads each, bodies up to %d bytes%s", config["model_dir"],
+             config["bind"], config["workers"], threads, config["max_body"],
+             " (batch transform)" if config["batch"] else "")
     Server().run()

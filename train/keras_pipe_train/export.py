@@ -9,8 +9,12 @@ model_dir/
   model.keras   the Keras model (images in [0, 255] -> probabilities), to fine-tune further
   backbone.weights.h5  the backbone's weights alone: a later job's `pretrained` channel
   classes.json  the class names, in label order
-  serving.json  what `serve` needs beside the SavedModel: the image limit and a multi-label
-                model's threshold
+  serving.json  what `serve` needs beside the SavedModel: the image limit, a multi-label
+                model's threshold, and the dialect its answers speak: "mxnet" or "tensorflow" (a
+                model trained in a SageMaker built-in image classifier's dialect, whose clients
+                read the answers that built-in gave), or "keras-pipe", this project's own
+                (keras_pipe_serve.payloads says each one's answers; a serving.json without it is
+                "keras-pipe")
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train import preprocess
+from keras_pipe_train.dialects import DIALECTS, KERAS_PIPE
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 from keras_pipe_train.model import backbone_of
 
@@ -55,14 +60,18 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
 
 
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
-           max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None) -> Path:
+           max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE) -> Path:
+    """`dialect`: whose answers `serve` gives for the model (keras_pipe_train.dialects.DIALECTS:
+    the request's, as dialects.translate says it)."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
     model_dir.mkdir(parents=True, exist_ok=True)
     model.save(model_dir / "model.keras")
     backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
     (model_dir / "serving.json").write_text(json.dumps({
         "image_size": image_size, "max_image_pixels": max_pixels, "multi_label": threshold is not None,
-        "threshold": threshold}) + "\n")
+        "threshold": threshold, "dialect": dialect}) + "\n")
     serving_dir = model_dir / SERVING_VERSION
     serving_archive(model, class_names, image_size, max_pixels, threshold).write_out(str(serving_dir), verbose=False)
     return serving_dir

@@ -7,8 +7,10 @@ MODEL: a job's model.tar.gz (SageMaker's output/model.tar.gz), the model folder 
 (`keras-pipe local`'s algo-1/model), or its SavedModel folder. IMAGES: files, or folders searched
 for images (.jpg .jpeg .png .gif .bmp .webp) at any depth. The model answers as `serve` does (the
 same code), one row or line per image: CSV (path, the predicted class or classes, its probability,
-then every class's probability) or JSON Lines (path and `serve`'s prediction object). An image that
-cannot be read is listed on stderr and left out; the exit code is then 1 (2: nothing could run).
+then every class's probability) or JSON Lines (path and `serve`'s own prediction object, whatever
+dialect the model answers its clients in: what `serve` answers to Accept
+application/vnd.keras-pipe+jsonlines). An image that cannot be read is listed on stderr and left
+out; the exit code is then 1 (2: nothing could run).
 """
 
 from __future__ import annotations
