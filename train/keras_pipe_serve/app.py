@@ -19,6 +19,9 @@ from keras_pipe_serve.predictor import Predictor
 
 log = logging.getLogger("keras_pipe_serve")
 
+# an oversized body up to this size is read (and dropped) before the 413, so that its client gets the
+# answer: SageMaker's batch transform sends at most 100 MB (MaxPayloadInMB)
+DRAIN_LIMIT = 100 << 20
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable",
            411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
            500: "Internal Server Error"}
@@ -46,7 +49,8 @@ class App:
                 return _respond(start_response, 200, body, kind)
             raise BadRequest(404, f"no such path {path[:100]!r}: this server answers GET /ping and POST /invocations")
         except BadRequest as refused:
-            return _respond(start_response, refused.status, _error(str(refused)), payloads.JSON)
+            return _respond(start_response, refused.status, _error(str(refused)), payloads.JSON,
+                            close=refused.status == 413 and not getattr(refused, "drained", False))
         except Exception:  # a bug here, not the client's fault: logged whole, the worker kept alive
             log.exception("an unexpected error while answering %s %s", method, path[:100])
             return _respond(start_response, 500, _error("the server failed on this request (see its log)"),
@@ -73,8 +77,12 @@ class App:
             except ValueError:
                 raise BadRequest(400, f"Content-Length {length[:30]!r} is not a number") from None
             if size > self.max_body:
-                raise BadRequest(413, f"the body is {size} bytes; this server takes at most {self.max_body} "
-                                      f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
+                refused = BadRequest(413, f"the body is {size} bytes; this server takes at most {self.max_body} "
+                                          f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
+                # read and dropped, so that the client, still sending it, gets the answer rather than
+                # a reset connection; a body too large to be worth reading closes the connection
+                refused.drained = size <= DRAIN_LIMIT and _drain(stream, size)
+                raise refused
             return stream.read(size)
         body = stream.read(self.max_body + 1)  # chunked: read one byte past the limit to know
         if len(body) > self.max_body:
@@ -87,9 +95,20 @@ def _error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
-def _respond(start_response: Callable, status: int, body: bytes, kind: str) -> list[bytes]:
+def _drain(stream, size: int) -> bool:
+    """Reads `size` bytes of `stream` and drops them; whether they all came."""
+    left = size
+    while left:
+        chunk = stream.read(min(left, 1 << 20))
+        if not chunk:
+            return False
+        left -= len(chunk)
+    return True
+
+
+def _respond(start_response: Callable, status: int, body: bytes, kind: str, close: bool = False) -> list[bytes]:
     headers = [("Content-Type", kind), ("Content-Length", str(len(body)))]
-    if status == 413:  # the rest of an oversized body is not worth reading to keep the connection
+    if close:  # (the rest of the request is unread: the connection cannot carry another)
         headers.append(("Connection", "close"))
     start_response(f"{status} {REASONS.get(status, '')}".rstrip(), headers)
     return [body]
