@@ -43,12 +43,16 @@ def run_train(fake_job: FakeJob, timeout: int = 270) -> subprocess.CompletedProc
 
 
 def audited(audit_file):
-    """{run pid: {epoch: {"batches": {index: digests}, "trained": steps}}}"""
-    runs = collections.defaultdict(lambda: collections.defaultdict(lambda: {"batches": {}, "trained": 0}))
+    """{run pid: {epoch: {"batches": {index: digests}, "trained": steps, "validated": digests}}}
+    ("validated": the records of the epoch's validation batches)"""
+    runs = collections.defaultdict(lambda: collections.defaultdict(
+        lambda: {"batches": {}, "trained": 0, "validated": []}))
     for entry in map(json.loads, audit_file.read_text().splitlines()):
         epoch = runs[entry["pid"]][entry["epoch"]]
         if "trained_steps" in entry:
             epoch["trained"] = max(epoch["trained"], entry["trained_steps"])
+        elif entry.get("validation"):
+            epoch["validated"] += entry["records"]
         else:
             epoch["batches"][entry["batch"]] = entry["records"]
     return runs

@@ -52,12 +52,20 @@ def test_bad_configuration(digits_file_job, hps, first_line):
 
 
 def test_missing_train_channel_names_what_the_job_reads(job):
-    job.add_channel("training", mode="File")
+    job.add_channel("testing", mode="File")
     write_hyperparameters(job, **OK)
     failed(job, run_train(job), CONFIG,
            "Configuration error: the job reads channels train (required), validation (optional), "
-           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued); it got: "
-           "training (the SageMaker SDK names a single input 'training': name it 'train')")
+           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued) (train may "
+           "be named 'training', as the built-in TensorFlow algorithm names it); it got: testing")
+
+
+def test_a_train_and_a_training_channel_together_are_refused_naming_both(job):
+    """(a `training` channel alone is the train channel: test_class_folders.py trains on one)"""
+    job.add_channel("train", mode="File")
+    job.add_channel("training", mode="File")
+    write_hyperparameters(job, **OK)
+    failed(job, run_train(job), CONFIG, "Configuration error: the job has both a 'train' and a 'training' channel")
 
 
 def test_missing_input_data_config(job):

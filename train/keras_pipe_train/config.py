@@ -490,8 +490,9 @@ HYPERPARAMETERS = {
                        "several hosts: seconds a step may wait for the others before the job fails (a host died)"),
         Hyperparameter("seed", 0, _integer(0), "seed for shuffling, augmentation and initialisation"),
         Hyperparameter("validation_split_ratio", 0.0, _number(0, 0.9, open_low=False),
-                       "without a validation channel, the share of the train channel's examples kept apart for "
-                       "validation (the built-in TensorFlow algorithm's split of its training channel); 0: none"),
+                       "without a validation channel, the share of the train channel's images kept apart for "
+                       "validation, in each class folder, drawn by seed (record_format=class_folders; the built-in "
+                       "TensorFlow algorithm's split of its training channel); 0: none"),
         Hyperparameter("dialect", "auto", _choice(("auto", *dialects.DIALECTS)),
                        "whose names and defaults the hyperparameters are: keras-pipe (this job's), mxnet or "
                        "tensorflow (SageMaker's built-in image classifiers'; docs/migration.md); auto: decided by the "
@@ -617,7 +618,7 @@ def _check_known(raw: dict) -> None:
 
 def _check_training(values: dict) -> None:
     """The training recipe's values, checked together: the schedule, the metric early stopping
-    watches, top_k, the image size for the backbone, something to train."""
+    watches, top_k, the image size for the backbone (and resize, not below it), something to train."""
     if values["lr_schedule"] == "step" and not values["lr_scheduler_step"]:
         raise UserError("hyperparameter lr_schedule=step needs lr_scheduler_step: the epochs after which the "
                         "learning rate drops, e.g. 10,20")
@@ -637,6 +638,10 @@ def _check_training(values: dict) -> None:
     if values["image_size"] < backbone.min_size:
         raise UserError(f"hyperparameter image_size must be at least {backbone.min_size} for backbone "
                         f"{backbone.name} (the smallest input its application takes); got {values['image_size']}")
+    if values["resize"] is not None and values["resize"] < values["image_size"]:
+        raise UserError(f"hyperparameter resize ({values['resize']}) must be at least image_size "
+                        f"({values['image_size']}): the image_size x image_size crop is taken from the image "
+                        "resized to resize on its shorter side")
     if values["epochs"] + values["fine_tune_epochs"] == 0:
         raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
 

@@ -5,16 +5,20 @@
 Pipe, File and FastFile differ only in `records()`: the Pipe reader for FIFOs, its decoder for
 files (tf.data.TFRecordDataset crashes the process on a crafted record length), both checking
 every record (example.record_check) before TensorFlow sees it. Everything after is the same and
-is tested on local TFRecord files. Every epoch's pipeline is deterministic given its seed (file
+is tested on local TFRecord files. Which channel the training and validation examples come from,
+and validation_split_ratio's split of the train channel when there is no validation channel:
+`sources()`. Every epoch's pipeline is deterministic given its seed (file
 order, shuffle and map order are fixed), which is what makes mid-epoch resume exact: a restarted
 job rebuilds the epoch's pipeline and skips the batches it had already trained on, before decoding.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -26,7 +30,7 @@ from keras_pipe_train import preprocess
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
-from keras_pipe_train.sources import example, manifest, mxnet_records
+from keras_pipe_train.sources import class_folders, example, manifest, mxnet_records
 from keras_pipe_train.sources.class_folders import ClassFolderReader
 from pipemode import PipeReader, pipe_dataset
 from pipemode.files import FileReader
@@ -51,11 +55,15 @@ def channel_files(folder: Path) -> list[str]:
 
 def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
             shuffle_files: bool = False, shard: tuple[int, int] | None = None,
-            interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None):
+            interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
+            side: str | None = None):
     """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
     With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
     Pipe pass ends at once, even while waiting for its FIFO or data. `seen` gathers the class
-    names a manifest's lines give."""
+    names a manifest's lines give. `side`: one side of validation_split_ratio's split of the
+    channel, "train" or "validation" (None: the whole channel)."""
+    if side is not None:
+        check_splittable(channel, config)
     options = {
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
         "max_record_bytes": example.max_record_bytes(config.max_image_pixels),
@@ -66,9 +74,7 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     if config.attribute_names:
         reader = manifest_reader(channel, layout, config, interrupt, options, seen)
     elif config.record_format == "class_folders" and channel.input_mode == "Pipe":
-        raise UserError(f"channel {channel.name!r} is in Pipe mode, but record_format=class_folders: a Pipe stream "
-                        "does not say which folder each image came from. Use File or FastFile mode, or prepare the "
-                        "images into TFRecords (keras-pipe prepare) for Pipe mode")
+        raise class_folders_in_pipe(channel)
     elif config.record_format == "recordio" and channel.input_mode == "Pipe":
         if channel.record_wrapper != "None":
             raise UserError(f"channel {channel.name!r} has RecordWrapperType {channel.record_wrapper}, but "
@@ -81,16 +87,18 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
                             wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
-        reader, shard = file_reader(channel, layout, config, options, seed, shuffle_files, shard)
+        reader, shard = file_reader(channel, layout, config, options, seed, shuffle_files, shard, side)
     dataset = pipe_dataset(reader)
     return (dataset.shard(*shard) if shard else dataset), reader
 
 
 def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int,
-                shuffle_files: bool, shard: tuple[int, int] | None) -> tuple:
+                shuffle_files: bool, shard: tuple[int, int] | None, side: str | None = None) -> tuple:
     """A File/FastFile channel's reader, and the shard of its records still to take (None when each
-    worker reads only files of its own)."""
+    worker reads only files of its own). `side`: records()'."""
     files = channel_files(layout.input_data / channel.name)
+    if side is not None:  # (before the shuffle and the shards: the same split on every epoch and host)
+        files = split_files(files, layout.input_data / channel.name, config)[SIDES.index(side)]
     if config.record_format == "recordio":
         files = rec_files(files, channel.name)
     if shuffle_files:  # the same order on every worker (same seed): their shares stay apart
@@ -106,6 +114,74 @@ def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, option
         return FileReader(files, channel.name, record_format="RecordIO", combine=mxnet_records.combiner(config),
                           **options), shard
     return FileReader(files, channel.name, **options), shard
+
+
+def class_folders_in_pipe(channel: ChannelConfig) -> UserError:
+    return UserError(f"channel {channel.name!r} is in Pipe mode, but record_format=class_folders: a Pipe stream "
+                     "does not say which folder each image came from. Use File or FastFile mode, or prepare the "
+                     "images into TFRecords (keras-pipe prepare) for Pipe mode")
+
+
+SIDES = ("train", "validation")  # validation_split_ratio's split: the examples trained on, those kept apart
+
+
+def split_files(files: list[str], folder: Path, config: JobConfig) -> tuple[list[str], list[str]]:
+    """(the files trained on, the files kept apart for validation): the class folders' split."""
+    return class_folders.split(files, folder, config.validation_split_ratio, config.seed)
+
+
+def check_splittable(channel: ChannelConfig, config: JobConfig) -> None:
+    """validation_split_ratio splits the file list of a channel of class folders, known before the
+    first epoch (sources/class_folders.py: split); any other channel is a UserError saying why."""
+    if config.record_format == "class_folders" and not config.attribute_names:
+        if channel.input_mode == "Pipe":
+            raise class_folders_in_pipe(channel)
+        return
+    holds = ("Ground Truth manifest lines" if config.attribute_names else
+             {"tfrecord": "TFRecords", "recordio": "MXNet RecordIO images"}[config.record_format])
+    # A split of streamed records (by a hash of each) would stream the whole channel a second time
+    # every epoch to validate on a fraction of it, and say how many went each way only afterwards;
+    # prepare writes a validation split once, stratified, where the images' labels are known.
+    raise UserError(f"hyperparameter validation_split_ratio={config.validation_split_ratio:g} splits a train "
+                    "channel of images in class folders (record_format=class_folders, File or FastFile mode), whose "
+                    f"files are listed before training; channel {channel.name!r} holds {holds}: give the job a "
+                    "'validation' channel (keras-pipe prepare writes one beside the train channel), or set "
+                    "validation_split_ratio=0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where an input's examples come from: a channel, and with validation_split_ratio one side of
+    its split ("train" or "validation", SIDES); side None: all of it."""
+
+    channel: ChannelConfig
+    side: str | None = None
+
+
+def sources(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig]) -> tuple[Source, Source | None]:
+    """(where the training examples come from, where the validation examples do: None, nowhere).
+    The validation channel when there is one; else, with validation_split_ratio, the train
+    channel's share kept apart (said in the log: how many files go each way)."""
+    train, ratio = channels["train"], config.validation_split_ratio
+    if "validation" in channels:
+        if ratio:
+            log.info("hyperparameter validation_split_ratio=%g is not used: the job validates on its 'validation' "
+                     "channel", ratio)
+        return Source(train), Source(channels["validation"])
+    if not ratio:
+        return Source(train), None
+    check_splittable(train, config)
+    folder = layout.input_data / train.name
+    kept, held = split_files(channel_files(folder), folder, config)
+    if not held:
+        raise UserError(f"hyperparameter validation_split_ratio={ratio:g} keeps none of the {len(kept)} files of "
+                        f"channel {train.name!r} apart for validation: a class folder needs at least "
+                        f"{max(2, math.ceil(0.5 / ratio))} images for one of them to be (and one left to train on); "
+                        "give a 'validation' channel, or a larger ratio")
+    log.info("validation_split_ratio=%g (no 'validation' channel): of the %d files of channel %r, %d kept apart for "
+             "validation, %d trained on; the same every epoch (in each class folder, drawn by seed %d)", ratio,
+             len(kept) + len(held), train.name, len(held), len(kept), config.seed)
+    return Source(train, "train"), Source(train, "validation")
 
 
 def manifest_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, interrupt, options: dict,
@@ -178,17 +254,18 @@ class EpochInput:
 
     def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
                  epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None,
-                 interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None):
+                 interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
+                 side: str | None = None):
         self.channel, self.layout, self.config = channel, layout, config
         self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
-        self.interrupt, self.seen = interrupt, seen
+        self.interrupt, self.seen, self.side = interrupt, seen, side
         self.reader: PipeReader | FileReader | None = None
 
     def __call__(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
         config, seed = self.config, epoch_seed(self.config, self.epoch)
         dataset, self.reader = records(self.channel, self.layout, config, seed=seed, shuffle_files=self.training,
                                        shard=worker_shard(self.channel, context), interrupt=self.interrupt,
-                                       seen=self.seen)
+                                       seen=self.seen, side=self.side)
         if self.training and config.shuffle_buffer:
             # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
             # shuffling batches would keep every batch's records together. Seeded per epoch, so a
@@ -200,8 +277,9 @@ class EpochInput:
         if first:
             dataset = dataset.skip(first)  # batches already trained on: skipped before decoding
         if self.audit:
-            dataset = self.audit.tap(dataset, self.epoch, first)
+            dataset = self.audit.tap(dataset, self.epoch, first, validation=not self.training)
         size, augment = config.image_size, config.augment
+        resize_to, interpolation = config.resize, config.resize_interpolation
         geometry = preprocess.Geometry(config.augmentation_random_rotation, config.augmentation_random_zoom,
                                        config.augmentation_random_aspect, config.augmentation_random_shear,
                                        config.augmentation_random_flip)
@@ -211,9 +289,9 @@ class EpochInput:
             start = tf.constant([seed, context.input_pipeline_id], tf.int64)
             dataset = dataset.enumerate(start=first).map(
                 lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
-            return decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry),
-                           seeded=True)
-        return decoded(dataset, config, lambda x: preprocess.for_eval(x, size))
+            return decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry,
+                                                                              resize_to, interpolation), seeded=True)
+        return decoded(dataset, config, lambda x: preprocess.for_eval(x, size, resize_to, interpolation))
 
     def nothing_read(self, epoch: int) -> DataError:
         """The error for a pass that gave no records at all: nothing to train or validate on."""
@@ -234,14 +312,17 @@ class EpochInput:
 
 def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
                    audit: Audit | None = None, interrupt: threading.Event | None = None,
-                   seen: manifest.ClassNames | None = None) -> EpochInput:
+                   seen: manifest.ClassNames | None = None, side: str | None = None) -> EpochInput:
     return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit,
-                      interrupt=interrupt, seen=seen)
+                      interrupt=interrupt, seen=seen, side=side)
 
 
 def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,
-                     interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None) -> EpochInput:
-    return EpochInput(channel, layout, config, training=False, interrupt=interrupt, seen=seen)
+                     interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
+                     side: str | None = None, audit: Audit | None = None, epoch: int = 0) -> EpochInput:
+    """`audit`, `epoch`: the audit's validation batches are the epoch's."""
+    return EpochInput(channel, layout, config, training=False, interrupt=interrupt, seen=seen, side=side,
+                      audit=audit, epoch=epoch)
 
 
 def decoded(batches: tf.data.Dataset, config: JobConfig, transform, seeded: bool = False) -> tf.data.Dataset:
@@ -260,8 +341,9 @@ def decoded(batches: tf.data.Dataset, config: JobConfig, transform, seeded: bool
 
 
 class Audit:
-    """Which records each training batch held, and how many batches were trained: written to
-    $TRAIN_AUDIT_DIR when set (to check exact resume; it slows the input pipeline)."""
+    """Which records each training batch held, and how many batches were trained (and which
+    records each validation batch held: entries with "validation"): written to $TRAIN_AUDIT_DIR
+    when set (to check exact resume, and what was validated on; it slows the input pipeline)."""
 
     def __init__(self, folder: Path, host: str):
         folder.mkdir(parents=True, exist_ok=True)
@@ -272,10 +354,11 @@ class Audit:
         with self._lock, open(self.path, "a") as f:
             f.write(json.dumps({"pid": os.getpid(), **entry}) + "\n")
 
-    def tap(self, dataset: tf.data.Dataset, epoch: int, first_batch: int) -> tf.data.Dataset:
+    def tap(self, dataset: tf.data.Dataset, epoch: int, first_batch: int, validation: bool = False) -> tf.data.Dataset:
         def record(index, batch):
             digests = [hashlib.sha1(r).hexdigest() for r in batch.numpy()]
-            self.write({"epoch": epoch, "batch": int(index), "records": digests})
+            entry = {"epoch": epoch, "batch": int(index), "records": digests}
+            self.write({**entry, "validation": True} if validation else entry)
             return batch
 
         def logged(index, batch):

@@ -34,14 +34,17 @@ SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is t
 
 
 def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
-                    threshold: float | None = None):
-    """`threshold`: a multi-label model's (None: a single-label one)."""
+                    threshold: float | None = None, resize_to: int | None = None, interpolation: str = "bilinear"):
+    """`threshold`: a multi-label model's (None: a single-label one). `resize_to`, `interpolation`:
+    the job's resize and resize_interpolation: each image is prepared as validation prepared it
+    (preprocess.for_eval)."""
     names = tf.constant(list(class_names))
 
     def serve(image_bytes):
         # each request's images are checked from their headers before decoding: a small file that
         # decodes to gigapixels is refused instead of costing the server its memory
-        images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size),
+        images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size,
+                                                                   resize_to, interpolation),
                                      image_bytes, image_size)
         probabilities = model(images, training=False)
         if threshold is not None:
@@ -60,9 +63,11 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
 
 
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
-           max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE) -> Path:
+           max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE,
+           resize_to: int | None = None, interpolation: str = "bilinear") -> Path:
     """`dialect`: whose answers `serve` gives for the model (keras_pipe_train.dialects.DIALECTS:
-    the request's, as dialects.translate says it)."""
+    the request's, as dialects.translate says it).
+    `resize_to`, `interpolation`: how the serving signature prepares images (serving_archive)."""
     if dialect not in DIALECTS:
         raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -73,5 +78,6 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
         "image_size": image_size, "max_image_pixels": max_pixels, "multi_label": threshold is not None,
         "threshold": threshold, "dialect": dialect}) + "\n")
     serving_dir = model_dir / SERVING_VERSION
-    serving_archive(model, class_names, image_size, max_pixels, threshold).write_out(str(serving_dir), verbose=False)
+    serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to,
+                    interpolation).write_out(str(serving_dir), verbose=False)
     return serving_dir

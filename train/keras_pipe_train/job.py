@@ -71,6 +71,10 @@ class Training:
     plan: list[Phase]
     from_scratch: bool
     audit: datasets.Audit | None
+    # where the training and validation examples come from (datasets.sources: a channel, or a side
+    # of validation_split_ratio's split of the train channel; validation None: none)
+    train_source: datasets.Source
+    validation: datasets.Source | None
     early_stopping: Rule | None = None
     best: BestWeights | None = None  # early stopping's copy of the phase's best weights
     epochs: EpochLog | None = None
@@ -152,6 +156,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
            stop: threading.Event | None) -> Training:
     """The cluster, the model, its trainer and the job's checkpoints (checked writable before any
     training is done)."""
+    train_source, validation = datasets.sources(config, layout, channels)
     cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
     cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
     mixed_precision = use_mixed_precision(config.mixed_precision)
@@ -163,9 +168,9 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
         weights = None
     from_scratch = weights is None and previous is None
     rule = Rule.of(config)
-    if rule and "validation" not in channels:
+    if rule and validation is None:
         raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
-                        "channel, or set early_stopping=false")
+                        "channel (or set validation_split_ratio), or set early_stopping=false")
     with cluster.strategy.scope():
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
@@ -183,7 +188,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
-                    phases(config, from_scratch), from_scratch, audit, rule, best, host=resources.current_host)
+                    phases(config, from_scratch), from_scratch, audit, train_source, validation, rule, best,
+                    host=resources.current_host)
 
 
 def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
@@ -193,7 +199,7 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
     started = time.perf_counter()
     training.trainer.set_epoch_factor(epoch_factor(training.config, phase.start, phase.end, epoch))
     results, steps = train_pass(training, phase, epoch, step)
-    if "validation" in training.channels:
+    if training.validation:
         results |= validate(training, phase, epoch, steps)
     training.epochs.add(epoch, phase.name, results, time.perf_counter() - started)
     following = stop_early(training, phase, epoch) if training.early_stopping else epoch + 1
@@ -229,8 +235,8 @@ def stop_early(training: Training, phase: Phase, epoch: int) -> int:
 def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple[dict, int]:
     """Trains on the epoch's pass from step `step`: (its metrics, the steps of the epoch done)."""
     t, config = training, training.config
-    train_input = datasets.training_input(t.channels["train"], t.layout, config, epoch, step, t.audit, t.trainer.stop,
-                                          t.seen)
+    train_input = datasets.training_input(t.train_source.channel, t.layout, config, epoch, step, t.audit,
+                                          t.trainer.stop, t.seen, side=t.train_source.side)
     train = t.cluster.strategy.distribute_datasets_from_function(train_input)
     on_step = (lambda steps: t.audit.write({"epoch": epoch, "trained_steps": steps})) if t.audit else None
     results, steps, stopped = t.trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
@@ -249,7 +255,8 @@ def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple
 def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
     """The validation metrics after the epoch's `steps` steps."""
     t = training
-    validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop, t.seen)
+    validation = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
+                                           side=t.validation.side, audit=t.audit, epoch=epoch)
     scores, examples, counts, detail = t.trainer.evaluate_in_detail(
         t.cluster.strategy.distribute_datasets_from_function(validation))
     if t.trainer.stop_requested():  # (maybe cut short): the epoch is checkpointed as trained, not done
@@ -297,7 +304,7 @@ def evaluate_exported(training: Training, final: dict) -> None:
     it. It comes after the export, which nothing here can then cost the job; a stop request skips
     that pass (or, in Pipe mode, cuts it short), and a report that cannot be written is a warning."""
     t = training
-    if "validation" not in t.channels:
+    if not t.validation:
         return
     exported = (final.get("phase"), final.get("epoch"))
     if exported in t.evaluations:  # (validated in this run: its sums are at hand)
@@ -306,7 +313,8 @@ def evaluate_exported(training: Training, final: dict) -> None:
         if t.trainer.stop_requested():
             log.warning("no evaluation.json: the job was asked to stop; the model is exported")
             return
-        validation = datasets.evaluation_input(t.channels["validation"], t.layout, t.config, t.trainer.stop, t.seen)
+        validation = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
+                                               side=t.validation.side)
         scores, examples, counts, detail = t.trainer.evaluate_in_detail(
             t.cluster.strategy.distribute_datasets_from_function(validation))
         if t.trainer.stop_requested() or not examples:  # (the same on every worker)
@@ -334,7 +342,8 @@ def export_together(training: Training, final: dict) -> None:
         if t.cluster.is_chief:
             threshold = t.config.multi_label_threshold if t.config.multi_label else None
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
-                                 t.config.max_image_pixels, threshold)
+                                 t.config.max_image_pixels, threshold, resize_to=t.config.resize,
+                                 interpolation=t.config.resize_interpolation)
             t.epochs.write(t.layout.output_data / "metrics.json", final)
             log.info("exported the model to %s (serving) and %s", serving_dir, t.layout.model / "model.keras")
         exported = True
@@ -441,11 +450,9 @@ def check_channels(channels: dict[str, ChannelConfig]) -> None:
     unknown = sorted(set(channels) - set(CHANNELS))
     if "train" not in channels or unknown:
         got = ", ".join(sorted(channels)) or "none"
-        hint = (" (the SageMaker SDK names a single input 'training': name it 'train')"
-                if "training" in channels else "")
         raise UserError(
-            f"the job reads channels {', '.join(f'{k} ({v})' for k, v in CHANNELS.items())}; "
-            f"it got: {got}{hint}"
+            f"the job reads channels {', '.join(f'{k} ({v})' for k, v in CHANNELS.items())} (train may be named "
+            f"'{contract.TRAINING_CHANNEL}', as the built-in TensorFlow algorithm names it); it got: {got}"
         )
     for name in ("pretrained", "model"):
         if name in channels and channels[name].input_mode == "Pipe":

@@ -108,7 +108,7 @@ def read_job(layout, log: logging.Logger) -> tuple:
     from keras_pipe_train.sources.class_folders import with_folder_classes
 
     hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
-    channels = contract.read_input_data_config(layout.input_config)
+    channels = contract.channels_by_role(contract.read_input_data_config(layout.input_config))
     resources = contract.read_resource_config(layout.resource_config)
     config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources),
                                             hosts=len(resources.hosts))
@@ -116,7 +116,8 @@ def read_job(layout, log: logging.Logger) -> tuple:
         log.info("%s", note)
     log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
              ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
-    log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" for c in channels.values()))
+    log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" + (f" as {role}" if role != c.name else "")
+                                       for role, c in channels.items()))
     return config, channels, resources
 
 

@@ -4,6 +4,14 @@ Images leave here as float32 RGB in [0, 255], `size` x `size`. Each backbone's o
 (to [-1, 1], or caffe's BGR mean subtraction) is part of the model, so the exported model applies
 it too and serving cannot drift from training. The serving signature calls `for_eval` itself.
 
+How an image becomes `size` x `size`: by default the whole image is resized to it (its
+aspect not kept); with `resize` N (MXNet's), its shorter side is resized to N, aspect kept, and
+`size` x `size` taken from that: from the centre in evaluation and serving, at random in training
+with augment crop. Every resize uses one interpolation (`resize_interpolation`, tf.image.resize's
+methods; bilinear by default). The geometric augmentations' resampling (`transformed`) is not a
+resize of the image and stays bilinear: ImageProjectiveTransformV3 offers bilinear and nearest
+only.
+
 Augmentation is random, but stateless: each image's crop, flip and colour changes come from a seed
 of its own (derived from the epoch, the worker, the batch and its place in it: datasets.py), never
 from a random generator's state. An epoch resumed after a stop skips the batches it trained on
@@ -88,13 +96,15 @@ def decode_jpeg_window(encoded: tf.Tensor, window: tf.Tensor, size: int, dct_met
     return image
 
 
-def decode_random_crop(encoded: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
+def decode_random_crop(encoded: tf.Tensor, size: int, seed: tf.Tensor, window_of=None) -> tf.Tensor:
     """A random crop, decoded, at least `size` pixels on each side when the image has them. For
     JPEGs only the crop is decoded, scaled down by libjpeg where it is much larger than `size`:
-    the main savings of the training path. Other formats are decoded whole."""
+    the main savings of the training path. Other formats are decoded whole. `window_of(shape,
+    seed)` draws the crop's [y, x, height, width] (default: Inception's sampler, _crop_window)."""
+    window_of = window_of or _crop_window
 
     def jpeg():
-        window = _crop_window(tf.io.extract_jpeg_shape(encoded), seed)
+        window = window_of(tf.io.extract_jpeg_shape(encoded), seed)
         # the faster integer IDCT: 15 % less decoding time (0.76 -> 0.65 ms CPU for a 320x240
         # JPEG here), its small loss of precision is noise next to the augmentation; evaluation
         # and serving keep the accurate default
@@ -102,7 +112,7 @@ def decode_random_crop(encoded: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Ten
 
     def other():
         image = decode(encoded)
-        window = _crop_window(tf.shape(image), seed)
+        window = window_of(tf.shape(image), seed)
         return tf.slice(image, [window[0], window[1], 0], [window[2], window[3], 3])
 
     image = tf.cond(tf.io.is_jpeg(encoded), jpeg, other)
@@ -122,11 +132,80 @@ def decode_for_size(encoded: tf.Tensor, size: int) -> tf.Tensor:
     return image
 
 
-def resize(image: tf.Tensor, size: int) -> tf.Tensor:
-    # Plain bilinear, like Keras' Resizing layer and the reference ImageNet pipelines: antialiasing
-    # made the whole training pipeline 2.2x slower here (946 -> 2088 images/s at 224x224) for a
-    # difference that only matters when shrinking far more than crops of photos usually are.
-    return tf.image.resize(image, [size, size], method="bilinear")
+# the tf.image.resize methods whose kernels have negative lobes: they ring past [0, 255] at edges
+OVERSHOOTING = ("bicubic", "lanczos3", "lanczos5", "mitchellcubic")
+
+
+def resize(image: tf.Tensor, size, interpolation: str = "bilinear") -> tf.Tensor:
+    """The image resized to `size` ([height, width], or one side of a square) by tf.image.resize's
+    `interpolation`, as float32 in [0, 255]."""
+    # Bilinear by default, like Keras' Resizing layer and the reference ImageNet pipelines; never
+    # antialiased: antialiasing made the whole training pipeline 2.2x slower here (946 -> 2088
+    # images/s at 224x224) for a difference that only matters when shrinking far more than crops
+    # of photos usually are (and libjpeg's scaled decoding has shrunk large JPEGs already).
+    shape = [size, size] if isinstance(size, int) else size
+    # (nearest gives back the input's dtype: uint8 from a decoded image)
+    image = tf.cast(tf.image.resize(image, shape, method=interpolation), tf.float32)
+    if interpolation in OVERSHOOTING:  # (a decoded image's pixels stay pixels)
+        image = tf.clip_by_value(image, 0.0, 255.0)
+    return image
+
+
+def _check_resize(size: int, resize_to: int | None) -> None:
+    if resize_to is not None and resize_to < size:
+        raise ValueError(f"resize ({resize_to}) must be at least the image size ({size}): the crop is taken from "
+                         "the image resized to it")
+
+
+def shorter_side_shape(height: tf.Tensor, width: tf.Tensor, shorter: int) -> tf.Tensor:
+    """[height, width] of an image whose shorter side is resized to `shorter`, its aspect kept:
+    the longer side rounded down, as MXNet's ImageRecordIter does (resize * rows / cols in ints)."""
+    height, width, shorter = tf.cast(height, tf.int64), tf.cast(width, tf.int64), tf.constant(shorter, tf.int64)
+    tall = height > width
+    return tf.cast(tf.stack([tf.where(tall, shorter * height // width, shorter),
+                             tf.where(tall, shorter, shorter * width // height)]), tf.int32)
+
+
+def _shape_of(encoded: tf.Tensor, decoded: tf.Tensor) -> tf.Tensor:
+    """[height, width] of the image as encoded: a JPEG's header says it (`decoded` may be a scaled
+    decode), other formats are decoded at their size."""
+    return tf.cond(tf.io.is_jpeg(encoded), lambda: tf.io.extract_jpeg_shape(encoded)[:2],
+                   lambda: tf.shape(decoded)[:2])
+
+
+def decode_shorter_side(encoded: tf.Tensor, shorter: int, interpolation: str = "bilinear") -> tf.Tensor:
+    """The whole image, its shorter side resized to `shorter` and its aspect kept (float32). A
+    JPEG is decoded at the smallest scale that still holds `shorter` pixels on its shorter side:
+    the resize then never enlarges what libjpeg shrank. The resized shape is the full-size
+    image's, whatever the scale it was decoded at."""
+    image = decode_for_size(encoded, shorter)
+    return resize(image, shorter_side_shape(*tf.unstack(_shape_of(encoded, image)), shorter), interpolation)
+
+
+def centre_crop(image: tf.Tensor, size: int) -> tf.Tensor:
+    """The size x size square at the centre (offsets rounded down, as MXNet's centre crop)."""
+    shape = tf.shape(image)
+    image = tf.slice(image, [(shape[0] - size) // 2, (shape[1] - size) // 2, 0], [size, size, 3])
+    image.set_shape([size, size, 3])
+    return image
+
+
+def _resized_crop_window(size: int, shorter: int):
+    """The random crop of MXNet's rand_crop over an image resized to `shorter` on its shorter side,
+    as a window of the image before the resize: a square of size x (its shorter side / `shorter`)
+    pixels, anywhere in the image with the same chance (a window_of for decode_random_crop)."""
+
+    def window_of(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        height, width = shape[0], shape[1]
+        side = tf.minimum(height, width)
+        span = tf.cast(tf.round(size * tf.cast(side, tf.float64) / shorter), tf.int32)
+        span = tf.clip_by_value(span, 1, side)
+        spare = tf.cast(tf.stack([height - span + 1, width - span + 1]), tf.float32)
+        corner = tf.cast(tf.random.stateless_uniform([2], seed) * spare, tf.int32)
+        corner = tf.minimum(corner, tf.cast(spare, tf.int32) - 1)  # (uniform's 1.0 - epsilon, rounded)
+        return tf.stack([corner[0], corner[1], span, span])
+
+    return window_of
 
 
 def random_flip(image: tf.Tensor, seed: tf.Tensor, mode: str = "horizontal") -> tf.Tensor:
@@ -199,13 +278,29 @@ def random_color(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 
 def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.Tensor,
-              geometry: Geometry = Geometry()) -> tf.Tensor:
+              geometry: Geometry = Geometry(), resize_to: int | None = None,
+              interpolation: str = "bilinear") -> tf.Tensor:
     """The training path; `seed` (int64 [2]) decides every random choice for this image. The crop
     is decoded (fused with the JPEG decoder: only the window, at a reduced scale); the geometric
-    changes then apply to the small, resized image, in one resampling."""
+    changes then apply to the small, resized image, in one resampling. `resize_to`: None, or
+    the shorter side's length before the crop (for_eval); `interpolation`: every resize's method."""
+    _check_resize(size, resize_to)
     crop, flip, color = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    image = decode_random_crop(encoded, size, crop) if "crop" in augment else decode_for_size(encoded, size)
-    image = resize(image, size)
+    if resize_to is None:
+        image = decode_random_crop(encoded, size, crop) if "crop" in augment else decode_for_size(encoded, size)
+        image = resize(image, size, interpolation)
+    elif "crop" in augment:
+        # MXNet's rand_crop after its resize: a size x size square anywhere in the image resized to
+        # resize_to on its shorter side, at that one scale and aspect (not Inception's random-resized
+        # crop: with resize, what the crop holds is at the scale evaluation's centre crop shows, as
+        # in the built-in MXNet algorithm, whose scale and aspect jitter are augmentations of their
+        # own: zoom, aspect). It is cut from the image before the resize (the window that becomes
+        # that square), so the decoding stays fused; the same square as resizing first, but for
+        # where the pixel centres fall.
+        image = decode_random_crop(encoded, size, crop, _resized_crop_window(size, resize_to))
+        image = resize(image, size, interpolation)
+    else:  # as evaluation sees it
+        image = centre_crop(decode_shorter_side(encoded, resize_to, interpolation), size)
     if any(name in augment for name in GEOMETRIC):
         # (a seed of its own: the other choices stay what they were without these)
         image = transformed(image, *tf.unstack(geometry.draw(augment, tf.random.experimental.stateless_fold_in(
@@ -217,9 +312,14 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.
     return image
 
 
-def for_eval(encoded: tf.Tensor, size: int) -> tf.Tensor:
-    """The whole image, resized: used for validation and by the exported serving signature."""
-    return resize(decode_for_size(encoded, size), size)
+def for_eval(encoded: tf.Tensor, size: int, resize_to: int | None = None, interpolation: str = "bilinear") -> tf.Tensor:
+    """The whole image resized to size x size; with `resize_to`, its shorter side resized to it and
+    the size x size centre taken (MXNet's resize). `interpolation`: tf.image.resize's method, for
+    every resize. Used for validation and by the exported serving signature."""
+    _check_resize(size, resize_to)
+    if resize_to is None:
+        return resize(decode_for_size(encoded, size), size, interpolation)
+    return centre_crop(decode_shorter_side(encoded, resize_to, interpolation), size)
 
 
 _HEAD_BYTES = 32

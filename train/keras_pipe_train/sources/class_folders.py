@@ -11,12 +11,17 @@ or skipped and counted under max_corrupted_records_to_skip.
 The classes are hyperparameter class_names, or else the train channel's folder names, sorted
 (main.py reads them before the configuration is checked: with_folder_classes). With several hosts
 and ShardedByS3Key a host may miss a class's folder altogether, so class_names is required there.
+The train channel may be named `training`, as the built-in algorithm's is (contract.channels_by_role).
+Without a validation channel, validation_split_ratio keeps a share of each class folder's images
+apart for validation (`split`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,11 +58,33 @@ def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelCon
         raise UserError("record_format=class_folders on several hosts with ShardedByS3Key: a host may get none of a "
                         "class's images, and name the classes otherwise than the others: give hyperparameter "
                         "class_names")
-    names = folder_classes(layout.input_data / "train")
+    folder = layout.input_data / train.name  # ('training': the built-in TensorFlow algorithm's name for it)
+    names = folder_classes(folder)
     if len(names) < 2:
-        raise UserError(f"record_format=class_folders: channel 'train' ({layout.input_data / 'train'}) must hold one "
+        raise UserError(f"record_format=class_folders: channel {train.name!r} ({folder}) must hold one "
                         f"folder per class, at least two; it holds {len(names)} ({', '.join(names) or 'none'})")
     return {**raw, "class_names": json.dumps(names)}
+
+
+def split(files: list[str], folder: Path, ratio: float, seed: int) -> tuple[list[str], list[str]]:
+    """validation_split_ratio's split of a channel's `files` (under `folder`): (those trained on,
+    those kept apart for validation), each sorted. Stratified: in each class folder, `ratio` of its
+    files (rounded, and at least one left to train on), drawn by `seed` from its files in name
+    order, so that the split is the same on every epoch and every host that has the same files.
+    Files outside the class folders are split as one group of their own (the reader then names
+    them as it always does)."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(files):
+        parts = Path(os.path.relpath(name, folder)).parts
+        groups.setdefault(parts[0] if len(parts) > 1 else "", []).append(name)
+    train, validation = [], []
+    for group, names in sorted(groups.items()):
+        count = min(math.floor(ratio * len(names) + 0.5), len(names) - 1)
+        # (seeded by text: the same draw in every process, whatever its hash seed)
+        held = set(random.Random(f"{seed}/{group}").sample(range(len(names)), count))
+        for index, name in enumerate(names):
+            (validation if index in held else train).append(name)
+    return sorted(train), sorted(validation)
 
 
 class ClassFolderReader:
