@@ -100,6 +100,78 @@ def test_weight_decay_shrinks_the_weights_by_rate_times_decay_each_step():
     np.testing.assert_allclose(decayed, plain - 0.1 * 0.5 * 1.0, rtol=1e-5, atol=1e-6)
 
 
+def two_steps(style: str, mixed_precision: bool = False) -> tuple[Trainer, list[np.ndarray], list[np.ndarray]]:
+    """Two sgd steps (rate 0.1, momentum 0.9, weight_decay 0.5) of a 1-input, 2-class softmax whose
+    kernel and bias start at 1: the first on x=1, label 0 (logits 2, 2: probabilities 0.5, 0.5, so
+    the examples' gradient is (-0.5, 0.5) for the kernel's row and the bias alike), the second on
+    x=0, where the kernel's gradient is the decay's alone. Returns the trainer, the kernel after
+    each step and the kernel's momentum after the first."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(2, activation="softmax", name="classifier")])
+    layer = model.get_layer("classifier")
+    layer.kernel.assign(np.ones((1, 2), np.float32))
+    layer.bias.assign(np.ones(2, np.float32))
+    chosen = config(optimizer="sgd", momentum=0.9, weight_decay=0.5, weight_decay_style=style)
+    trainer = Trainer(model, Cluster(tf.distribute.get_strategy(), 1, 0, True), mixed_precision=mixed_precision,
+                      loss=Loss.of(chosen), make_optimizer=lambda rate: make_optimizer(chosen, rate))
+    trainer.start_phase(0.1)
+    sgd = trainer.optimizer.inner_optimizer if mixed_precision else trainer.optimizer
+    kernels, momentum = [], None
+    for x in (1.0, 0.0):
+        trainer.train_epoch(batches(np.array([[x]], np.float32), np.array([0])), 0, 0, 1)
+        kernels.append(layer.kernel.numpy())
+        momentum = sgd.momentums[sgd._get_variable_index(layer.kernel)].numpy() if momentum is None else momentum
+    return trainer, kernels, momentum
+
+
+@pytest.mark.parametrize("mixed_precision", [False, True])
+def test_l2_weight_decay_is_in_the_gradient_and_goes_through_the_momentum(mixed_precision):
+    """weight_decay_style=l2 (MXNet's sgd): g + wd*w, then m = 0.9 m - lr g, w += m. Decoupled
+    (Keras'): w -= lr*wd*w apart from the gradient, which alone goes into the momentum. After the
+    first step both give the same weights; the momentum differs, and so does the second step.
+    Under mixed precision (a scaled loss, its gradient divided back by the loss-scale optimizer) the
+    same numbers."""
+    _, (l2_first, l2_second), l2_momentum = two_steps("l2", mixed_precision)
+    # step 1: g = (-0.5, 0.5) + 0.5 * (1, 1) = (0, 1); m = (0, -0.1); w = (1, 0.9)
+    np.testing.assert_allclose(l2_momentum, [[0.0, -0.1]], atol=1e-6)
+    np.testing.assert_allclose(l2_first, [[1.0, 0.9]], atol=1e-6)
+    # step 2: g = 0.5 * (1, 0.9) = (0.5, 0.45); m = 0.9 * (0, -0.1) - 0.1 * g = (-0.05, -0.135)
+    np.testing.assert_allclose(l2_second, [[0.95, 0.765]], atol=1e-6)
+    if mixed_precision:
+        return
+    _, (first, second), momentum = two_steps("decoupled")
+    # step 1: w = 0.95 * (1, 1) - 0.1 * (-0.5, 0.5) = (1, 0.9); m = (0.05, -0.05): the gradient's alone
+    np.testing.assert_allclose(momentum, [[0.05, -0.05]], atol=1e-6)
+    np.testing.assert_allclose(first, [[1.0, 0.9]], atol=1e-6)
+    # step 2: w = 0.95 * (1, 0.9) + 0.9 * (0.05, -0.05)
+    np.testing.assert_allclose(second, [[0.995, 0.81]], atol=1e-6)
+
+
+def test_l2_weight_decay_leaves_biases_alone_and_the_optimizer_decays_nothing():
+    """MXNet decays weights and BatchNorm gammas, not biases or betas (recipe.L2_EXEMPT)."""
+    from keras_pipe_train.recipe import l2_decayed
+
+    chosen = config(optimizer="sgd", weight_decay=0.5, weight_decay_style="l2")
+    assert make_optimizer(chosen, 0.1).get_config()["weight_decay"] is None and Loss.of(chosen).l2_decay == 0.5
+    adamw = config(optimizer="adamw", weight_decay_style="l2")  # (its default decay, moved into the gradient)
+    assert make_optimizer(adamw, 0.1).get_config()["weight_decay"] == 0.0 and Loss.of(adamw).l2_decay == 0.004
+    assert Loss.of(config(optimizer="sgd", weight_decay=0.5)).l2_decay == 0.0  # (decoupled: the optimizer's)
+    trainer, _, _ = two_steps("l2")
+    bias = trainer.model.get_layer("classifier").bias.numpy()
+    # step 1: g = (-0.5, 0.5), no decay: b = (1.05, 0.95), m = (0.05, -0.05); step 2 (x=0): the
+    # logits are the bias, g = softmax(b) - (1, 0)
+    after_first = np.array([1.05, 0.95])
+    g = np.exp(after_first) / np.exp(after_first).sum() - [1.0, 0.0]
+    np.testing.assert_allclose(bias, after_first + 0.9 * np.array([0.05, -0.05]) - 0.1 * g, atol=1e-6)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(2, 3), keras.layers.BatchNormalization(),
+                              keras.layers.SeparableConv2D(2, 1), keras.layers.Flatten(), keras.layers.Dense(2)])
+    assert {w.path.split("/", 1)[1]: l2_decayed(w) for w in model.trainable_variables} == {
+        "conv2d/kernel": True, "conv2d/bias": False, "batch_normalization/gamma": True,
+        "batch_normalization/beta": False, "separable_conv2d/depthwise_kernel": True,
+        "separable_conv2d/pointwise_kernel": True, "separable_conv2d/bias": False, "dense/kernel": True,
+        "dense/bias": False}
+
+
 # --- the learning rate ---------------------------------------------------------------------------
 
 def test_the_learning_rate_by_epoch_for_each_schedule():

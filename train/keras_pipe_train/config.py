@@ -428,7 +428,8 @@ HYPERPARAMETERS = {
                        "else 0"),
         Hyperparameter("weight_decay_style", "decoupled", _choice(WEIGHT_DECAY_STYLES),
                        "decoupled: weight_decay shrinks each weight apart from its gradient (Keras', AdamW's); l2: "
-                       "weight_decay x the weight is added to each trained weight's gradient (MXNet's for sgd, nag)"),
+                       "weight_decay x the weight is added to each trained weight's gradient, through the momentum, "
+                       "biases and betas excepted (MXNet's for sgd, nag)"),
         Hyperparameter("regularizers_l2", 0.0, _number(0, 1, open_low=False),
                        "L2 penalty on the classifier's kernel, added to the training loss"),
         Hyperparameter("label_smoothing", 0.0, _number(0, 0.99, open_low=False),

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from keras_pipe_train.distribute import Cluster
 from keras_pipe_train.errors import UserError
-from keras_pipe_train.recipe import LearningRate, Loss
+from keras_pipe_train.recipe import LearningRate, Loss, l2_decayed
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_STEPS = 10
@@ -147,7 +147,7 @@ class Trainer:
 
     def _make_step(self, train: bool, detailed: bool = False):
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
-        scale, clip = self.mixed_precision, self.loss.clip_norm
+        scale, clip, l2 = self.mixed_precision, self.loss.clip_norm, self.loss.l2_decay
 
         def replica_step(images, labels):
             count = tf.shape(labels)[0]
@@ -172,6 +172,8 @@ class Trainer:
                 gradients = tape.gradient(loss, model.trainable_variables)
                 if clip:
                     gradients = self._clipped(gradients, context)
+                if l2:
+                    gradients = self._with_l2_decay(gradients, context)
                 optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
             # (the reported loss is the examples' own: without the L2 penalty, comparable with val_loss)
             counts = task.counts(labels, probabilities) * weight
@@ -212,6 +214,21 @@ class Trainer:
         # replica's, and all must then skip the step together and lower the scale.
         factor = tf.where(tf.math.is_finite(norm), factor, float("nan"))
         return [g * tf.cast(factor, g.dtype) for g in gradients]
+
+    def _with_l2_decay(self, gradients, context):
+        """weight_decay_style=l2: l2_decay x w added to the gradient of each weight that recipe.py's
+        l2_decayed says (the gradient of l2_decay/2 x |w|^2), before the optimizer, so that the
+        momentum carries it as MXNet's sgd and nag do; after clipping, which bounds the examples'
+        gradient only (MXNet clips that alone too). The optimizer sums the replicas' gradients, so
+        each replica adds its share. Under mixed precision the gradients are of the scaled loss, so
+        the term is scaled with them: the loss-scale optimizer divides it back to l2_decay x w
+        (and a step it skips, for a gradient that overflowed, skips the decay too)."""
+        factor = self.loss.l2_decay / context.num_replicas_in_sync
+        if self.mixed_precision:
+            factor = factor * self.optimizer.scale_loss(tf.constant(1.0))
+        return [gradient if gradient is None or not l2_decayed(weight)
+                else gradient + tf.cast(factor, gradient.dtype) * tf.cast(weight.value, gradient.dtype)
+                for gradient, weight in zip(gradients, self.model.trainable_variables)]
 
     def stop_requested(self) -> bool:
         """The same answer on every worker, at the same step."""

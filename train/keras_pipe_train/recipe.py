@@ -25,10 +25,14 @@ def make_optimizer(config: JobConfig, learning_rate) -> keras.optimizers.Optimiz
 
     Gradient clipping is not passed to Keras: Keras 3 clips each replica's share of the gradient
     before summing them (base_optimizer.apply, then _all_reduce_sum_gradients), so with several
-    GPUs or hosts the norm it bounds is not the gradient's. The loop clips the summed gradient."""
-    name, decay = config.optimizer, config.weight_decay
+    GPUs or hosts the norm it bounds is not the gradient's. The loop clips the summed gradient.
+
+    With weight_decay_style=l2 the optimizer decays nothing itself: the loop adds the decay to the
+    gradient instead (Loss.l2_decay)."""
+    name = config.optimizer
+    decay = weight_decay(config) if config.weight_decay_style == "decoupled" else 0.0
     if name == "adamw":  # (AdamW takes a float, 0.0 included; None is refused)
-        return keras.optimizers.AdamW(learning_rate, ADAMW_DEFAULT_DECAY if decay is None else decay,
+        return keras.optimizers.AdamW(learning_rate, decay,
                                       beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon)
     common = {"learning_rate": learning_rate, "weight_decay": decay or None}
     if name == "adam":
@@ -43,6 +47,32 @@ def make_optimizer(config: JobConfig, learning_rate) -> keras.optimizers.Optimiz
     if name == "adadelta":
         return keras.optimizers.Adadelta(rho=config.rho, epsilon=config.epsilon, **common)
     raise ValueError(f"unknown optimizer {name!r}")  # (config.OPTIMIZERS lets none other through)
+
+
+def weight_decay(config: JobConfig) -> float:
+    """The decay coefficient, whichever way it is applied (weight_decay_style): weight_decay, or
+    unset, Keras' default for adamw and 0 for the others."""
+    if config.weight_decay is not None:
+        return config.weight_decay
+    return ADAMW_DEFAULT_DECAY if config.optimizer == "adamw" else 0.0
+
+
+# The weights an L2 decay (weight_decay_style=l2) leaves alone: biases and normalization offsets,
+# as MXNet does by default. Its Module gives the optimizer the parameters' names (init_optimizer,
+# param_idx2name), and Optimizer.set_wd_mult then sets the decay multiplier to 0 for every parameter
+# whose name ends neither in _weight nor in _gamma (apache/mxnet, python/mxnet/optimizer). The
+# ResNet symbols of its image-classification example (example/image-classification/symbols/
+# resnet.py, trained by common/fit.py through Module.fit) set no __wd_mult__ of their own: the
+# convolutions' and the classifier's weights and the BatchNorm gammas are decayed, the classifier's
+# bias and the BatchNorm betas are not (the convolutions have no bias). The built-in algorithm's
+# source is not public; its log lines are Module.fit's, so it is taken to train the same way. Keras
+# names those variables kernel (depthwise_kernel, pointwise_kernel), gamma, bias and beta; anything
+# else trained (a ConvNeXt layer scale, an embedding) is decayed, as a *_weight would be.
+L2_EXEMPT = ("bias", "beta")
+
+
+def l2_decayed(variable) -> bool:
+    return variable.name not in L2_EXEMPT
 
 
 def epoch_factor(config: JobConfig, phase_start: int, phase_end: int, epoch: int) -> float:
@@ -102,11 +132,16 @@ class Loss:
     multi_label: bool = False  # a sigmoid per class, binary cross-entropy
     threshold: float = 0.5  # multi_label: the probability from which a class is predicted
     weighted: bool = False  # multi_label: positives weighted by each class's negatives / positives
+    # weight_decay_style=l2: l2_decay x the weight is added to each decayed (l2_decayed) trained
+    # weight's gradient, the gradient of l2_decay/2 x |w|^2: it goes through the momentum (MXNet's
+    # weight decay for sgd and nag), where Keras' decoupled decay does not
+    l2_decay: float = 0.0
 
     @classmethod
     def of(cls, config: JobConfig) -> Loss:
+        l2 = weight_decay(config) if config.weight_decay_style == "l2" else 0.0
         return cls(config.label_smoothing, config.class_weights, config.gradient_clip_norm, config.top_k,
-                   config.multi_label, config.multi_label_threshold, config.use_weighted_loss)
+                   config.multi_label, config.multi_label_threshold, config.use_weighted_loss, l2)
 
     def task(self, num_classes: int) -> SingleLabel | MultiLabel:
         if self.multi_label:
