@@ -100,3 +100,86 @@ def test_early_stopping_without_a_validation_channel_is_refused_before_training(
     assert out.returncode == 2, out.stdout[-3000:]  # (a user error: main.py's exit codes)
     failure = (job.base / "output/failure").read_text()
     assert "early_stopping=true watches the validation metrics: add a 'validation' channel" in failure
+
+
+# --- export_epoch=best: the best epoch's model without early stopping ------------------------------
+
+# A small ResNet trained from scratch: it learns the digits within a few epochs (about 25 %, 73 %,
+# 91 % of the training images right after epochs 1 to 3), where a head on a random backbone learns
+# nothing, so the validation curve below moves.
+PEAKING = dict(RECIPE, backbone="resnet20", weights="none", early_stopping_metric="val_accuracy")
+
+
+def set_up_peaking(job, digit_records, epochs, **values):
+    """Validation labels shifted by one (digit d labelled d+1): the better training learns the
+    digits, the fewer of these it gets "right", so validation accuracy peaks at epoch 1 (about 12 %,
+    then 3 % and 0 %)."""
+    from keras_pipe_launch.sample_data import digit_examples, load_digits
+
+    images, labels = load_digits()
+    file_channel(job, "train", digit_records[0][:320], shards=1)
+    file_channel(job, "validation", digit_examples(images[1000:1064], (labels[1000:1064] + 1) % 10, 32), shards=1)
+    write_hyperparameters(job, **PEAKING, epochs=epochs, **values)
+
+
+@pytest.fixture(scope="module")
+def peak_weights(tmp_path_factory, digit_records):
+    """The weights of that training after its first epoch: a run of one epoch."""
+    from tests.conftest import FakeJob
+
+    job = FakeJob(tmp_path_factory.mktemp("peak"))
+    set_up_peaking(job, digit_records, epochs=1)
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    return exported_weights(job)
+
+
+def peaked(job) -> dict:
+    summary = json.loads((job.base / "output/data/metrics.json").read_text())
+    accuracies = [row["val_accuracy"] for row in summary["epochs"]]
+    assert len(accuracies) == 3 and accuracies[0] > max(accuracies[1:]), accuracies  # (the data's design)
+    return summary
+
+
+def test_export_epoch_best_exports_the_peak_epoch_and_its_metric_lines_are_the_final_ones(
+        job, digit_records, peak_weights):
+    from tests.job.test_metrics import check_log
+
+    set_up_peaking(job, digit_records, epochs=3, export_epoch="best")
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    summary = peaked(job)  # never stopped early: 3 epochs
+    assert "export_epoch=best: phase scratch keeps the weights of its best epoch, 1 (val_accuracy" in out.stdout
+    assert "the model exported is epoch 1's (export_epoch=best)" in out.stdout
+    for exported, best in zip(exported_weights(job), peak_weights):
+        np.testing.assert_array_equal(exported, best)
+    assert summary["final"] == summary["epochs"][0]
+    assert json.loads((job.base / "output/data/evaluation.json").read_text())["epoch"] == 1
+    # every form of the metric lines, read by the launcher's definitions and the built-in algorithms'
+    # users' regexes: each epoch's values, then the exported epoch's again, last (the final values)
+    check_log(out.stdout, [*summary["epochs"], summary["epochs"][0]], top_k=False)
+
+
+def test_export_epoch_last_exports_the_last_epoch_though_an_earlier_one_was_better(job, digit_records, peak_weights):
+    from tests.job.test_metrics import check_log
+
+    set_up_peaking(job, digit_records, epochs=3)  # (export_epoch=last: the default)
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    summary = peaked(job)
+    assert summary["final"] == summary["epochs"][-1] and "keeps the weights of its best epoch" not in out.stdout
+    assert json.loads((job.base / "output/data/evaluation.json").read_text())["epoch"] == 3
+    check_log(out.stdout, summary["epochs"], top_k=False)  # (no epoch printed again)
+    assert not all(np.array_equal(a, b) for a, b in zip(exported_weights(job), peak_weights))
+
+
+def test_export_epoch_best_without_validation_exports_the_last_epoch_and_says_so(
+        job, digit_records, head_only_weights):
+    file_channel(job, "train", digit_records[0][:32], shards=1)
+    write_hyperparameters(job, weights=str(head_only_weights), **RECIPE, epochs=2, export_epoch="best")
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert out.stdout.count("export_epoch=best: without validation") == 1
+    assert "there is no val_loss to choose the best epoch by: the last epoch's model is exported" in out.stdout
+    summary = json.loads((job.base / "output/data/metrics.json").read_text())
+    assert summary["final"] == summary["epochs"][-1] and summary["final"]["epoch"] == 2

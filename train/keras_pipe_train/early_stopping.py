@@ -1,4 +1,5 @@
 """Early stopping: when a phase stops improving, it ends, and its best epoch's weights are kept.
+export_epoch=best without early stopping keeps them the same way, under a rule that never stops.
 
 The decision is made from the metric rows of the epochs done (metrics.json's rows, which every
 checkpoint keeps), never from state held elsewhere: a job resumed from a checkpoint, or one host of
@@ -30,17 +31,30 @@ class Verdict:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     metric: str  # a row's key: val_loss (lower is better) or val_accuracy
-    patience: int
+    patience: int | float  # (inf: never stops)
     min_delta: float
     tolerance: float  # relative to the best so far (MXNet's early_stopping_tolerance)
     min_epochs: int
 
     @classmethod
-    def of(cls, config: JobConfig) -> Rule | None:
-        if not config.early_stopping:
-            return None
-        return cls(config.early_stopping_metric, config.early_stopping_patience, config.early_stopping_min_delta,
-                   config.early_stopping_tolerance, config.early_stopping_min_epochs)
+    def of(cls, config: JobConfig, validated: bool = True) -> Rule | None:
+        """Early stopping's rule; or, for export_epoch=best without it, one that only keeps each
+        phase's best epoch by early_stopping_metric (the first of equal ones: any change counts,
+        early_stopping_min_delta and _tolerance are early stopping's) and never ends a phase; None
+        when neither is asked, or export_epoch=best has no validation metrics to choose by
+        (`validated`: the job validates, on a validation channel or validation_split_ratio's share;
+        early stopping without validation is refused before this)."""
+        if config.early_stopping:
+            return cls(config.early_stopping_metric, config.early_stopping_patience, config.early_stopping_min_delta,
+                       config.early_stopping_tolerance, config.early_stopping_min_epochs)
+        if config.export_epoch == "best" and validated:
+            return cls(config.early_stopping_metric, math.inf, 0.0, 0.0, 1)
+        return None
+
+    @property
+    def stops(self) -> bool:
+        """Whether this rule may end a phase (early stopping's), or only keeps its best epoch."""
+        return math.isfinite(self.patience)
 
     def better(self, value: float, best: float) -> bool:
         """Whether `value` improves on `best` by more than min_delta and tolerance x |best|. Not a

@@ -75,8 +75,9 @@ class Training:
     # of validation_split_ratio's split of the train channel; validation None: none)
     train_source: datasets.Source
     validation: datasets.Source | None
+    # early stopping's rule, or export_epoch=best's (which keeps the best epoch, never stops)
     early_stopping: Rule | None = None
-    best: BestWeights | None = None  # early stopping's copy of the phase's best weights
+    best: BestWeights | None = None  # its copy of the phase's best weights
     epochs: EpochLog | None = None
     # each validated epoch's sums (examples, counts, detail counts) by (phase, epoch), for
     # evaluation.json: only the epochs whose model may still be the one exported are kept (the
@@ -130,7 +131,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     keras.utils.set_random_seed(config.seed)
     training = set_up(config, layout, channels, resources, stop)
     start = resume(training)
-    training.epochs = EpochLog(layout, training.cluster.is_chief, start.history)
+    training.epochs = EpochLog(layout, training.cluster.is_chief, start.history, training.plan[-1].end, config.top_k)
     try:
         for phase in training.plan:
             first = max(start.epoch, phase.start)
@@ -167,10 +168,14 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                  config.weights)
         weights = None
     from_scratch = weights is None and previous is None
-    rule = Rule.of(config)
-    if rule and validation is None:
+    if config.early_stopping and validation is None:
         raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
                         "channel (or set validation_split_ratio), or set early_stopping=false")
+    if config.export_epoch == "best" and validation is None:
+        log.info("export_epoch=best: without validation (no 'validation' channel, no validation_split_ratio) there "
+                 "is no %s to choose the best epoch by: the last epoch's model is exported",
+                 config.early_stopping_metric)
+    rule = Rule.of(config, validated=validation is not None)
     with cluster.strategy.scope():
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
@@ -215,20 +220,28 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
 def stop_early(training: Training, phase: Phase, epoch: int) -> int:
     """Early stopping after `epoch` (0-based) of `phase`: keeps the weights of a new best epoch and,
     when the phase ends (stopped, or at its last epoch), puts its best weights back in the model.
-    Returns the epoch training goes on with."""
+    Returns the epoch training goes on with. export_epoch=best without early stopping: the same,
+    with a rule that never stops a phase.
+
+    Each phase keeps its own best, as early stopping always has: phase 1's best weights are what
+    phase 2 fine-tunes, and the model exported is the best epoch of the last phase. (A best over the
+    whole job could export phase 1's head alone, undoing the fine-tuning asked for; to export the
+    head, train no phase 2. The built-in algorithms' dialects, which ask for export_epoch=best, train
+    one phase.)"""
     rule, t = training.early_stopping, training
     verdict = rule.verdict(t.epochs.rows, phase.name)
     if verdict.improved:
         t.best.keep(t.model)
-    stopping = verdict.stop and epoch + 1 < phase.end
+    stopping = rule.stops and verdict.stop and epoch + 1 < phase.end
     if stopping:
         log.info("early stopping: %s has not improved on its best (%s %.6g at epoch %d) for %d epochs: phase %s "
                  "ends after epoch %d of %d", rule.metric, rule.metric, verdict.best, verdict.best_epoch,
                  verdict.epochs_without_improvement, phase.name, epoch + 1, phase.end)
     if (stopping or epoch + 1 == phase.end) and not verdict.improved:
         t.best.restore(t.model)
-        log.info("early stopping: phase %s keeps the weights of its best epoch, %d (%s %.6g)", phase.name,
-                 verdict.best_epoch, rule.metric, verdict.best)
+        log.info("%s: phase %s keeps the weights of its best epoch, %d (%s %.6g)",
+                 "early stopping" if rule.stops else "export_epoch=best", phase.name, verdict.best_epoch,
+                 rule.metric, verdict.best)
     return phase.end if stopping else epoch + 1
 
 
@@ -277,10 +290,10 @@ def validate(training: Training, phase: Phase, epoch: int, steps: int) -> dict:
 
 
 def final_metrics(training: Training) -> dict:
-    """The metrics of the model exported: the last epoch's, or with early stopping, those of the last
-    phase's best epoch, whose weights it put back. That epoch's metric line is then printed again,
-    last: SageMaker keeps each metric's last value as the job's final one, which a tuning job ranks
-    jobs by, and it must be the exported model's."""
+    """The metrics of the model exported: the last epoch's, or with early stopping or
+    export_epoch=best, those of the last phase's best epoch, whose weights it put back. That epoch's
+    metric lines are then printed again, last: SageMaker keeps each metric's last value as the job's
+    final one, which a tuning job ranks jobs by, and it must be the exported model's."""
     rows = training.epochs.rows
     if not rows:
         return {}
@@ -291,8 +304,9 @@ def final_metrics(training: Training) -> dict:
     # (the last phase's row: each phase numbers its epochs from 1)
     final = next(row for row in rows if row["phase"] == phase and row["epoch"] == best)
     if final is not rows[-1]:
-        log.info("the model exported is epoch %d's (early stopping): its metrics again, as the job's final ones", best)
-        print(metrics.format_line(final), flush=True)
+        log.info("the model exported is epoch %d's (%s): its metrics again, as the job's final ones", best,
+                 "early stopping" if training.early_stopping.stops else "export_epoch=best")
+        training.epochs.print_lines(final)
     return final
 
 
@@ -423,24 +437,29 @@ def resume(training: Training) -> Position:
 
 
 class EpochLog:
-    """Each epoch's metric line (for SageMaker's MetricDefinitions), TensorBoard scalars, and the
-    rows of metrics.json (the chief writes; every worker has the same numbers)."""
+    """Each epoch's metric lines (for SageMaker's MetricDefinitions: this job's, and the forms the
+    built-in algorithms' users parse), TensorBoard scalars, and the rows of metrics.json (the chief
+    writes; every worker has the same numbers). `total`: the job's epochs; `top_k`: config's."""
 
-    def __init__(self, layout: Paths, is_chief: bool, history: tuple = ()):
+    def __init__(self, layout: Paths, is_chief: bool, history: tuple = (), total: int = 0, top_k: int | None = None):
         self.rows: list[dict] = list(history)
         self.is_chief = is_chief
+        self.total, self.top_k = total, top_k
         self.writer = tf.summary.create_file_writer(str(layout.output / "tensorboard")) if is_chief else None
 
     def add(self, epoch: int, phase: str, results: dict, seconds: float) -> None:
         values = metrics.row(epoch + 1, phase, results)
         values["seconds"] = round(seconds, 3)
         self.rows.append(values)
-        print(metrics.format_line(values), flush=True)
+        self.print_lines(values)
         if self.writer:
             with self.writer.as_default(step=epoch + 1):
                 for name, value in results.items():
                     tf.summary.scalar(name, value)
             self.writer.flush()
+
+    def print_lines(self, values: dict) -> None:
+        print("\n".join(metrics.lines(values, self.total, self.top_k)), flush=True)
 
     def write(self, path: Path, final: dict) -> None:
         metrics.write_json(path, self.rows, final)
