@@ -356,8 +356,8 @@ def export_together(training: Training, final: dict) -> None:
         if t.cluster.is_chief:
             threshold = t.config.multi_label_threshold if t.config.multi_label else None
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
-                                 t.config.max_image_pixels, threshold, resize_to=t.config.resize,
-                                 interpolation=t.config.resize_interpolation)
+                                 t.config.max_image_pixels, threshold, dialect=t.config.dialect,
+                                 resize_to=t.config.resize, interpolation=t.config.resize_interpolation)
             t.epochs.write(t.layout.output_data / "metrics.json", final)
             log.info("exported the model to %s (serving) and %s", serving_dir, t.layout.model / "model.keras")
         exported = True
