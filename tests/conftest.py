@@ -65,10 +65,12 @@ class FakeJob:
         self._feeders: list[subprocess.Popen] = []
 
     def add_channel(self, name: str, mode: str = "Pipe", wrapper: str = "None", *,
-                    distribution: str = "FullyReplicated") -> None:
+                    distribution: str = "FullyReplicated", content_type: str | None = None) -> None:
         """The channel's entry in inputdataconfig.json, as SageMaker writes it."""
         self.channels[name] = {"TrainingInputMode": mode, "S3DistributionType": distribution,
                                "RecordWrapperType": wrapper}
+        if content_type is not None:
+            self.channels[name]["ContentType"] = content_type
         self.write_config(inputdataconfig=self.channels)
 
     def write_config(self, **files) -> None:

@@ -56,8 +56,10 @@ def test_missing_train_channel_names_what_the_job_reads(job):
     write_hyperparameters(job, **OK)
     failed(job, run_train(job), CONFIG,
            "Configuration error: the job reads channels train (required), validation (optional), "
-           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued) (train may "
-           "be named 'training', as the built-in TensorFlow algorithm names it); it got: testing")
+           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued), train_lst "
+           "(record_format=lst: the .lst listing the train channel's images), validation_lst (record_format=lst: the "
+           ".lst listing the validation channel's images) (train may be named 'training', as the built-in TensorFlow "
+           "algorithm names it); it got: testing")
 
 
 def test_a_train_and_a_training_channel_together_are_refused_naming_both(job):

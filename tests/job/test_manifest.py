@@ -106,6 +106,20 @@ def test_multi_label_lines_as_ground_truth_and_mxnet_write_them():
     assert list(record.features.feature["image/class/label"].float_list.value) == [1, 0, 1, 0, 0, 0, 0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("value", [b"[1, 0, 1, 0, 0, 0, 0, 0, 0, 0]", b'"[1, 0, 1, 0, 0, 0, 0, 0, 0, 0]"'])
+def test_a_label_list_written_as_a_string_as_aws_ic_page_writes_it(value):
+    """The IC page's multi-label lines hold their labels as a string ("class": "[1, 0, 1]"): streamed
+    as its text or as its JSON, it is the list."""
+    from tensorflow.core.example import example_pb2
+
+    mxnet = manifest.combiner(config(multi_label="true", label_format="multi_hot", attribute_names="source-ref,class"))
+    record = example_pb2.Example.FromString(mxnet([b"jpeg", value]))
+    assert list(record.features.feature["image/class/label"].float_list.value) == [1, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+    ids = manifest.combiner(config(multi_label="true", attribute_names="source-ref,class"))
+    record = example_pb2.Example.FromString(ids([b"jpeg", b'"[0, 2]"']))
+    assert list(record.features.feature["image/class/label"].int64_list.value) == [0, 2]
+
+
 def test_multi_label_ids_are_kept_sorted_as_prepare_writes_them_and_deep_json_is_refused():
     from tensorflow.core.example import example_pb2
 

@@ -32,7 +32,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "nesterov", "rmsprop", "adagrad", "adadelt
 SCHEDULES = ("constant", "cosine", "step")
 LABEL_FORMATS = ("index", "multi_hot")
 # what the train and validation channels hold (Ground Truth manifests: attribute_names)
-RECORD_FORMATS = ("tfrecord", "class_folders", "recordio")
+RECORD_FORMATS = ("tfrecord", "class_folders", "recordio", "lst")
 # what early stopping may watch (each only where the job reports it: _reported_metrics)
 EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "val_top_k_accuracy", "val_f1_micro", "val_f1_macro",
                           "val_precision_micro", "val_recall_micro", "val_auc")
@@ -385,8 +385,10 @@ HYPERPARAMETERS = {
         Hyperparameter("record_format", "tfrecord", _choice(RECORD_FORMATS),
                        "what the train and validation channels hold: tfrecord (tf.train.Examples), class_folders "
                        "(File/FastFile: images in one folder per class, the built-in TensorFlow algorithm's layout; "
-                       "class_names default to the train channel's folder names, sorted) or recordio (MXNet RecordIO "
-                       "image files, im2rec's .rec, the built-in MXNet algorithm's)"),
+                       "class_names default to the train channel's folder names, sorted), recordio (MXNet RecordIO "
+                       "image files, im2rec's .rec, the built-in MXNet algorithm's) or lst (File/FastFile: images "
+                       "listed by the .lst file of a train_lst and validation_lst channel, the built-in MXNet "
+                       "algorithm's application/x-image); in the MXNet dialect, the channels' ContentType decides"),
         Hyperparameter("attribute_names", None, _attribute_names,
                        "the train and validation channels are augmented manifests (Ground Truth's output) streamed "
                        "in Pipe mode: their AttributeNames, in order, e.g. source-ref,label (the image, its label, "

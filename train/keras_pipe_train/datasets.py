@@ -30,7 +30,7 @@ from keras_pipe_train import preprocess
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
-from keras_pipe_train.sources import class_folders, example, manifest, mxnet_records
+from keras_pipe_train.sources import class_folders, example, lst, manifest, mxnet_records
 from keras_pipe_train.sources.class_folders import ClassFolderReader
 from pipemode import PipeReader, pipe_dataset
 from pipemode.files import FileReader
@@ -75,6 +75,8 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
         reader = manifest_reader(channel, layout, config, interrupt, options, seen)
     elif config.record_format == "class_folders" and channel.input_mode == "Pipe":
         raise class_folders_in_pipe(channel)
+    elif config.record_format == "lst" and channel.input_mode == "Pipe":
+        raise lst.in_pipe(channel)
     elif config.record_format == "recordio" and channel.input_mode == "Pipe":
         if channel.record_wrapper != "None":
             raise UserError(f"channel {channel.name!r} has RecordWrapperType {channel.record_wrapper}, but "
@@ -96,6 +98,8 @@ def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, option
                 shuffle_files: bool, shard: tuple[int, int] | None, side: str | None = None) -> tuple:
     """A File/FastFile channel's reader, and the shard of its records still to take (None when each
     worker reads only files of its own). `side`: records()'."""
+    if config.record_format == "lst":  # (each worker reads its share of the .lst lines)
+        return lst_reader(channel, layout, config, options, seed if shuffle_files else None, shard), None
     files = channel_files(layout.input_data / channel.name)
     if side is not None:  # (before the shuffle and the shards: the same split on every epoch and host)
         files = split_files(files, layout.input_data / channel.name, config)[SIDES.index(side)]
@@ -114,6 +118,20 @@ def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, option
         return FileReader(files, channel.name, record_format="RecordIO", combine=mxnet_records.combiner(config),
                           **options), shard
     return FileReader(files, channel.name, **options), shard
+
+
+def lst_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int | None,
+               shard: tuple[int, int] | None) -> lst.LstReader:
+    """A File/FastFile channel of images listed by its _lst channel's .lst file (sources/lst.py):
+    its lines shuffled by `seed` (None: in file order), this worker's `shard` of them."""
+    listing = lst.lst_channel(channel.name)
+    multi_hot = config.multi_label and config.label_format == "multi_hot"
+    return lst.reader(layout.input_data / channel.name, layout.input_data / listing, channel.name, listing,
+                      seed=seed, shard=shard, num_classes=config.num_classes, multi_label=config.multi_label,
+                      label_format=config.label_format,
+                      encode=lambda image, label: example.encode_example(
+                          image, label, image_feature=config.image_feature, label_feature=config.label_feature,
+                          multi_hot=multi_hot), **options)
 
 
 def class_folders_in_pipe(channel: ChannelConfig) -> UserError:
@@ -138,7 +156,8 @@ def check_splittable(channel: ChannelConfig, config: JobConfig) -> None:
             raise class_folders_in_pipe(channel)
         return
     holds = ("Ground Truth manifest lines" if config.attribute_names else
-             {"tfrecord": "TFRecords", "recordio": "MXNet RecordIO images"}[config.record_format])
+             {"tfrecord": "TFRecords", "recordio": "MXNet RecordIO images",
+              "lst": "images a .lst file lists"}[config.record_format])
     # A split of streamed records (by a hash of each) would stream the whole channel a second time
     # every epoch to validate on a fraction of it, and say how many went each way only afterwards;
     # prepare writes a validation split once, stratified, where the images' labels are known.

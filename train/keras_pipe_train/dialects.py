@@ -68,7 +68,8 @@ MXNET_NAMES = {n.name: n for n in (
     Name("resize", None, "resize: the shorter side, before the crop (training) or the centre crop (evaluation, "
                          "serving)"),
     Name("top_k", None, "top_k"),
-    Name("multi_label", "0", "multi_label"),
+    Name("multi_label", "0", "multi_label; the labels of .rec, .lst and augmented manifests one 0 or 1 per class "
+                             "(label_format=multi_hot), unless the ContentType says label-format=class-id"),
     Name("use_weighted_loss", "0", "use_weighted_loss"),
     Name("early_stopping", "False", "early_stopping, watching val_accuracy"),
     Name("early_stopping_min_epochs", "10", "early_stopping_min_epochs"),
@@ -222,6 +223,14 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
                 early_stopping_patience=value["early_stopping_patience"],
                 early_stopping_tolerance=value["early_stopping_tolerance"], export_epoch="best")
     ours.update(given)  # this job's own names, which any dialect takes as they are
+    # MXNet's multi-label labels are one 0 or 1 per class, in its .rec and .lst files and in its
+    # augmented manifests (unless their ContentType says label-format=class-id: content_types.py)
+    if (_text(value["multi_label"]).lower() in ("1", "true") and "label_format" not in given
+            and (ours.get("record_format") in ("recordio", "lst")
+                 or _text(ours.get("attribute_names") or "") not in ("", "None", "null"))):
+        ours["label_format"] = "multi_hot"
+        notes.append("multi_label=1: label_format=multi_hot, one 0 or 1 per class, as the built-in MXNet algorithm "
+                     "reads its .rec, .lst and augmented manifest labels")
     return ours, notes
 
 

@@ -28,7 +28,9 @@ from keras_pipe_train.sources import manifest
 log = logging.getLogger(__name__)
 
 CHANNELS = {"train": "required", "validation": "optional", "pretrained": "optional: backbone weights",
-            "model": "optional: a previous job's model, continued"}
+            "model": "optional: a previous job's model, continued",
+            "train_lst": "record_format=lst: the .lst listing the train channel's images",
+            "validation_lst": "record_format=lst: the .lst listing the validation channel's images"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -103,17 +103,24 @@ def main(argv: list[str] | None = None) -> int:
 def read_job(layout, log: logging.Logger) -> tuple:
     """(the job's settings, its channels, its hosts) from /opt/ml/input/config, each checked, and said
     in the log: the cheap checks, before TensorFlow loads."""
-    from keras_pipe_train import contract
+    from keras_pipe_train import content_types, contract
     from keras_pipe_train.config import JobConfig
+    from keras_pipe_train.sources import lst
     from keras_pipe_train.sources.class_folders import with_folder_classes
 
     hyperparameters = contract.read_hyperparameters(layout.hyperparameters)
     channels = contract.channels_by_role(contract.read_input_data_config(layout.input_config))
     resources = contract.read_resource_config(layout.resource_config)
-    config = JobConfig.from_hyperparameters(with_folder_classes(hyperparameters, layout, channels, resources),
+    # (a request in the built-in MXNet algorithm's dialect: its channels' ContentType says the format)
+    decided = content_types.from_channels(hyperparameters, channels)
+    config = JobConfig.from_hyperparameters(with_folder_classes(decided.hyperparameters, layout, channels, resources),
                                             hosts=len(resources.hosts))
     for note in config.dialect_notes:
         log.info("%s", note)
+    if decided.note:
+        log.info("%s", decided.note)
+    if config.record_format == "lst":
+        lst.check_channels(channels, len(resources.hosts))
     log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
              ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
     log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" + (f" as {role}" if role != c.name else "")

@@ -18,14 +18,17 @@ IMAGE_FEATURE = HYPERPARAMETERS["image_feature"].default
 LABEL_FEATURE = HYPERPARAMETERS["label_feature"].default
 
 
-def encode_example(image: bytes, label: int | Sequence[int], *, image_feature: str = IMAGE_FEATURE,
-                   label_feature: str = LABEL_FEATURE) -> bytes:
+def encode_example(image: bytes, label: int | Sequence[int] | Sequence[float], *, image_feature: str = IMAGE_FEATURE,
+                   label_feature: str = LABEL_FEATURE, multi_hot: bool = False) -> bytes:
     """A serialized tf.train.Example holding JPEG/PNG bytes and a class label, or a multi-label
-    image's class ids (any number of them, in one int64 list: the job's label_format=index)."""
+    image's class ids (any number of them, in one int64 list: the job's label_format=index), or
+    with `multi_hot` its one value per class (a float list: label_format=multi_hot)."""
     labels = [label] if isinstance(label, int) else list(label)
+    values = (tf.train.Feature(float_list=tf.train.FloatList(value=labels)) if multi_hot
+              else tf.train.Feature(int64_list=tf.train.Int64List(value=labels)))
     return tf.train.Example(features=tf.train.Features(feature={
         image_feature: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
-        label_feature: tf.train.Feature(int64_list=tf.train.Int64List(value=labels)),
+        label_feature: values,
     })).SerializeToString(deterministic=True)  # map order fixed: the same bytes in every process
 
 

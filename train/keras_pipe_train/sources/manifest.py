@@ -157,8 +157,16 @@ def _value(payload: bytes, name: str):
         raise ValueError(f"attribute {name!r} is not text (it starts with {payload[:16]!r}): is attribute_names "
                          "in the order of the channel's AttributeNames?") from None
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except RecursionError:
         raise ValueError(f"attribute {name!r} is JSON nested too deeply to read") from None
     except ValueError:
         return text.strip()
+    if isinstance(value, str) and value.strip().startswith("["):
+        # a list of labels written as a string, as AWS's IC page writes them ("class": "[1, 0, 1]")
+        try:
+            listed = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        return listed if isinstance(listed, list) else value
+    return value
