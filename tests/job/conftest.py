@@ -34,11 +34,11 @@ def file_channel(fake_job: FakeJob, name: str, records: list[bytes], shards: int
         (fake_job.data_dir / name / f"part-{i:05d}.tfrecord").write_bytes(tfrecord.encode(records[i::shards]))
 
 
-def run_train(fake_job: FakeJob, timeout: int = 270) -> subprocess.CompletedProcess:
-    """Runs `train` on the fake job. The time limit stays under pytest's (300 s, less a margin:
-    tests/timeouts.py) so that a job that hangs fails with its own output shown rather than a bare
-    pytest timeout."""
-    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base)}
+def run_train(fake_job: FakeJob, timeout: int = 270, **env: str) -> subprocess.CompletedProcess:
+    """Runs `train` on the fake job (`env`: more environment variables). The time limit stays under
+    pytest's (300 s, less a margin: tests/timeouts.py) so that a job that hangs fails with its own
+    output shown rather than a bare pytest timeout."""
+    env = {**os.environ, "SAGEMAKER_BASE_DIR": str(fake_job.base), **env}
     return run_logged([sys.executable, str(REPO / "container" / "train")], timeout, env=env, cwd=fake_job.base)
 
 

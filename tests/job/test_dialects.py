@@ -92,6 +92,7 @@ def test_nag_weight_decay_is_mxnets_and_adam_ignores_it_as_mxnet_does():
 def test_jumpstarts_tensorflow_defaults_sent_whole():
     config = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(), "class_names": "a,b,c"})
     assert config.dialect == "tensorflow" and config.record_format == "class_folders"
+    assert (config.backbone, config.image_size) == ("mobilenet_v2", 224)  # the notebook's model's
     assert (config.epochs, config.fine_tune_epochs) == (5, 0)  # train_only_top_layer=True: the head alone
     assert (config.optimizer, config.learning_rate, config.batch_size) == ("adam", 0.001, 32)
     assert (config.dropout, config.regularizers_l2, config.label_smoothing) == (0.2, 0.0001, 0.1)

@@ -43,15 +43,20 @@ print(f"{len(pairs)} arrays equal")
 """
 
 
-@pytest.fixture(scope="module")
-def keras_home(tmp_path_factory):
-    """A $KERAS_HOME holding MobileNetV2's "ImageNet" weights, as the image's after BAKE_WEIGHTS."""
-    home = tmp_path_factory.mktemp("keras-home")
+def make_keras_home(home, image_size: int = IMAGE_SIZE):
+    """`home`, a $KERAS_HOME holding MobileNetV2's "ImageNet" weights for `image_size`, as the
+    image's after BAKE_WEIGHTS (random weights of the right shapes, seeded)."""
     (home / "models").mkdir()
-    made = subprocess.run([sys.executable, "-c", MAKE_WEIGHTS, str(home / "models" / WEIGHTS_FILE), str(IMAGE_SIZE)],
+    name = f"mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_{image_size}_no_top.h5"
+    made = subprocess.run([sys.executable, "-c", MAKE_WEIGHTS, str(home / "models" / name), str(image_size)],
                           capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr[-2000:]
     return home
+
+
+@pytest.fixture(scope="module")
+def keras_home(tmp_path_factory):
+    return make_keras_home(tmp_path_factory.mktemp("keras-home"))
 
 
 def run_job(fake_job: FakeJob, keras_home) -> subprocess.CompletedProcess:

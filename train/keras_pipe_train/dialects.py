@@ -31,6 +31,9 @@ from keras_pipe_train.errors import UserError
 KERAS_PIPE, MXNET, TENSORFLOW = "keras-pipe", "mxnet", "tensorflow"
 DIALECTS = (KERAS_PIPE, MXNET, TENSORFLOW)
 ALL_LAYERS = 1_000_000  # fine_tune_layers that unfreezes every layer of any backbone
+# the TensorFlow algorithm takes a TF Hub model by model_id, not a hyperparameter: here the backbone of
+# AWS's sample notebook's model, MobileNet V2 at 224 px, unless `backbone` says another
+TENSORFLOW_BACKBONE = "mobilenet_v2"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +316,8 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
                                            "epsilon", "rho", "initial_accumulator_value", "reinitialize_top_layer",
                                            "early_stopping", "early_stopping_patience", "early_stopping_min_delta",
                                            "regularizers_l2", "label_smoothing", "validation_split_ratio")}
+    # the model AWS's notebook fine-tunes (tensorflow-ic-imagenet-mobilenet-v2-100-224-classification-4)
+    ours.update(backbone=TENSORFLOW_BACKBONE, image_size="224")
     ours.update(dropout=value["dropout_rate"], seed=value["random_seed"],
                 resize_interpolation=value["image_resize_interpolation"], early_stopping_metric="val_loss",
                 record_format="class_folders")

@@ -46,11 +46,14 @@ def folder_classes(folder: Path) -> list[str]:
 def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelConfig],
                         resources: ResourceConfig) -> dict:
     """The hyperparameters, with class_names set to the train channel's class folders when
-    record_format=class_folders leaves them to the folders."""
+    record_format=class_folders leaves them to the folders (the request's own record_format, or its
+    dialect's: the built-in TensorFlow algorithm's is class folders)."""
+    from keras_pipe_train import dialects
     from keras_pipe_train.config import HYPERPARAMETERS
 
-    record_format = HYPERPARAMETERS["record_format"].parse("record_format", raw.get("record_format", "tfrecord"))
-    given = HYPERPARAMETERS["class_names"].parse("class_names", raw.get("class_names"))
+    read = dialects.translate(raw, len(resources.hosts)).hyperparameters
+    record_format = HYPERPARAMETERS["record_format"].parse("record_format", read.get("record_format", "tfrecord"))
+    given = HYPERPARAMETERS["class_names"].parse("class_names", read.get("class_names"))
     if record_format != "class_folders" or given is not None or "train" not in channels:
         return raw
     train = channels["train"]
