@@ -163,8 +163,11 @@ def test_l2_weight_decay_leaves_biases_alone_and_the_optimizer_decays_nothing():
     after_first = np.array([1.05, 0.95])
     g = np.exp(after_first) / np.exp(after_first).sum() - [1.0, 0.0]
     np.testing.assert_allclose(bias, after_first + 0.9 * np.array([0.05, -0.05]) - 0.1 * g, atol=1e-6)
-    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(2, 3), keras.layers.BatchNormalization(),
-                              keras.layers.SeparableConv2D(2, 1), keras.layers.Flatten(), keras.layers.Dense(2)])
+    # (named: Keras numbers unnamed layers per process, and other tests build layers first)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(2, 3, name="conv2d"),
+                              keras.layers.BatchNormalization(name="batch_normalization"),
+                              keras.layers.SeparableConv2D(2, 1, name="separable_conv2d"), keras.layers.Flatten(),
+                              keras.layers.Dense(2, name="dense")])
     assert {w.path.split("/", 1)[1]: l2_decayed(w) for w in model.trainable_variables} == {
         "conv2d/kernel": True, "conv2d/bias": False, "batch_normalization/gamma": True,
         "batch_normalization/beta": False, "separable_conv2d/depthwise_kernel": True,

@@ -609,7 +609,8 @@ def _check_known(raw: dict) -> None:
     )
     if unknown:
         # (the names it takes are too many to list in a failure reason SageMaker cuts at 1 KB)
-        known = [*HYPERPARAMETERS, *dialects.MXNET_NAMES, *dialects.TENSORFLOW_NAMES]
+        # (a name the job and a built-in share is offered once)
+        known = list(dict.fromkeys([*HYPERPARAMETERS, *dialects.MXNET_NAMES, *dialects.TENSORFLOW_NAMES]))
         guesses = [f"{name} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(
             name.lower(), known, n=2, cutoff=0.75)) else name for name in unknown]
         raise UserError(
