@@ -78,8 +78,18 @@ def test_the_requests_say_what_was_asked():
     assert manifest["TransformInput"]["DataSource"]["S3DataSource"]["S3DataType"] == "ManifestFile"
     # 20 MB images: 5 at once is SageMaker's 100 MB budget (ml.g5.xlarge has 4 vCPUs: 4)
     assert (manifest["MaxConcurrentTransforms"], manifest["MaxPayloadInMB"]) == (4, 20)
+    rich = dry_run_request("transform", *TRANSFORMS["prefix"], "--accept", "application/vnd.keras-pipe+jsonlines")
+    assert rich["CreateTransformJob"]["TransformOutput"]["Accept"] == "application/vnd.keras-pipe+jsonlines"
     big = dry_run_request("transform", *TRANSFORMS["prefix"], "--instance-type", "ml.c5.9xlarge")["CreateTransformJob"]
     assert big["MaxConcurrentTransforms"] == 16  # 36 vCPUs, but 16 x 6 MB is the most within 100 MB
+
+
+def test_the_transforms_accept_types_are_the_servers():
+    from keras_pipe_serve import payloads
+
+    from keras_pipe_launch.sagemaker import hosting
+
+    assert hosting.ACCEPTS == ("application/jsonlines", "application/json", payloads.RICH_LINES, payloads.RICH)
 
 
 def test_dry_run_contacts_nothing_and_redacts_secrets():

@@ -34,7 +34,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output-path", required=True, metavar="S3_PREFIX", help="where the answers go")
     parser.add_argument("--content-type", default="application/x-image", choices=hosting.IMAGE_CONTENT_TYPES)
     parser.add_argument("--accept", default="application/jsonlines", choices=hosting.ACCEPTS,
-                        help="each answer as a JSON line (default) or a JSON document")
+                        help="each answer as a JSON line (default) or a JSON document, as the model's dialect "
+                             "answers; application/vnd.keras-pipe+jsonlines (or +json): this project's full "
+                             "answer (labels, top k) whatever the dialect")
     parser.add_argument("--instance-type", default="ml.m5.xlarge", help="default: ml.m5.xlarge (4 vCPUs)")
     parser.add_argument("--instance-count", type=int, default=1)
     parser.add_argument("--max-payload", type=int, default=hosting.DEFAULT_PAYLOAD_MB, metavar="MB",

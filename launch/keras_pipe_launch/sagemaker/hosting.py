@@ -28,7 +28,12 @@ DEFAULT_PAYLOAD_MB = 6
 # CreateTransformJob: MaxPayloadInMB x MaxConcurrentTransforms must not pass 100 MB
 TRANSFORM_PAYLOAD_BUDGET_MB = 100
 IMAGE_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png", "image/gif", "image/bmp", "image/webp")
-ACCEPTS = ("application/jsonlines", "application/json")
+# What the transform job asks the server for: a JSON line (or document) in the model's dialect (for
+# a model trained in a built-in's, that built-in's answer), or this project's full answer whatever
+# the dialect (labels, top k: keras_pipe_serve.payloads' RICH_LINES and RICH, spelled out here: the
+# launcher does not install the server)
+ACCEPTS = ("application/jsonlines", "application/json", "application/vnd.keras-pipe+jsonlines",
+           "application/vnd.keras-pipe+json")
 _BASE_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$")  # + "-YYYYmmddHHMMSS" <= 63
 # ml.m5.xlarge: 4 vCPUs, ml.c5.9xlarge: 36; large: 2 (true of every current family's sizes)
 _SIZE = re.compile(r"^ml\.[a-z0-9-]+\.(\d*)(x?)large$")
