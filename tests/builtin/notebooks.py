@@ -64,11 +64,16 @@ def mxnet_lst_format(num_classes: int, num_training_samples: int) -> dict:
     }
 
 
+def mxnet_incremental_values(num_classes: int, num_training_samples: int, continued: bool) -> dict:
+    """What the notebook gives the SDK's set_hyperparameters(...) (cell 18; continued: its second job's)."""
+    return dict(num_layers=18, image_shape="3,224,224", num_classes=num_classes,
+                num_training_samples=num_training_samples, mini_batch_size=128 if continued else 256, epochs=2,
+                learning_rate=0.01 if continued else 0.1, top_k=2)
+
+
 def mxnet_incremental(num_classes: int, num_training_samples: int, continued: bool) -> dict:
     """The SDK's set_hyperparameters(...) as sent: every value str()."""
-    values = dict(num_layers=18, image_shape="3,224,224", num_classes=num_classes,
-                  num_training_samples=num_training_samples, mini_batch_size=128 if continued else 256, epochs=2,
-                  learning_rate=0.01 if continued else 0.1, top_k=2)
+    values = mxnet_incremental_values(num_classes, num_training_samples, continued)
     return {name: str(value) for name, value in values.items()}
 
 

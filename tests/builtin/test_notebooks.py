@@ -1,7 +1,7 @@
 """AWS's sample notebooks for SageMaker's built-in image classifiers, run here end to end: each
 notebook's request as it sends it (tests/builtin/notebooks.py), its channels laid out as it lays
 them out, trained by container/train; the exported model served by `serve` and asked by the
-notebook's own client code (the cells copied in tests/serve/test_builtin_clients.py), which must
+notebook's own client code (the cells copied in tests/builtin/cells.py), which must
 get each photo's class. The photos are of colours with noise, at a small size: the networks still
 run at the notebooks' image shapes.
 
@@ -30,20 +30,11 @@ import numpy as np
 import pytest
 
 from tests.builtin import notebooks
+from tests.builtin.cells import a1_cell_31_get_label, a1_cell_45, a8_cell_35, a10_cell_61, b1_cell_44
 from tests.conftest import FakeJob, run_logged
 from tests.job.conftest import run_train, write_hyperparameters
 from tests.serve.conftest import Server
-from tests.serve.test_builtin_clients import (
-    PIXELS,
-    S3,
-    Predictor,
-    Runtime,
-    a1_cell_31_get_label,
-    a1_cell_45,
-    a8_cell_35,
-    a10_cell_61,
-    b1_cell_44,
-)
+from tests.serve.test_builtin_clients import PIXELS, S3, IdentitySerializer, Predictor, Runtime
 from tests.timeouts import wait_s
 
 pytestmark = pytest.mark.slow
@@ -211,7 +202,7 @@ def test_the_mxnet_full_training_notebook_trains_on_rec_files_and_its_clients_ge
     with serving(job.base / "model", tmp_path / "serve.log") as server:
         runtime, ic_classifier = Runtime(server), Predictor(server)
         for cell in (lambda path: a1_cell_45(runtime, "ic-endpoint", path, list(COLORS))[0],
-                     lambda path: a8_cell_35(ic_classifier, path, list(COLORS)),
+                     lambda path: a8_cell_35(ic_classifier, path, list(COLORS), IdentitySerializer),
                      lambda path: a10_cell_61(runtime, "ic-endpoint", list(COLORS), [Path(path).name])):
             assert {color: [cell(path) for path in paths] for color, paths in asked.items()} == expected, log
     output = tmp_path / "bucket" / "transform" / "output"

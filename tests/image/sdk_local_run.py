@@ -13,6 +13,14 @@ SDK raised, or null}.
 
 deploys a model.tar.gz to a local endpoint, sends it each image as the SDK's users do, and (v2) runs
 a local batch transform over a folder; prints {"answers": [each image's answer], "error": ...}.
+
+    python tests/image/sdk_local_run.py '{"sdk": "v2", "image": ..., "output": DIR, "notebook": {
+                                    "hyperparameters": {...}, "channels": {...}, "classes": [...],
+                                    "images": [JPEG, ...]}}'
+
+runs AWS's incremental-training notebook's own cells (SDK v2) in local mode: its Estimator, its
+hyperparameters, its RecordIO channels, fit, deploy, and its cell 35 for each image; prints
+{"answers": [the class cell 35 names for each image], "error": ...}.
 """
 
 import glob
@@ -77,6 +85,35 @@ def v2_serve(job: dict) -> list:
     return answers
 
 
+def v2_notebook(job: dict) -> list:
+    """Image-classification-incremental-training-highlevel.ipynb, cells 16, 18, 20, then fit, deploy
+    and cell 35 (tests/builtin/cells.py), with instance_type "local" and the channels' folders for
+    its S3 prefixes (and its training image: this one)."""
+    import sagemaker
+    from sagemaker.local import LocalSession
+    from sagemaker.serializers import IdentitySerializer
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from tests.builtin.cells import a8_cell_35
+
+    sess = LocalSession()
+    sess.config = {"local": {"local_code": True}}
+    notebook, training_image, role = job["notebook"], job["image"], ROLE
+    ic = sagemaker.estimator.Estimator(training_image, role, instance_count=1, instance_type="local", volume_size=50,
+                                       max_run=360000, input_mode="File", output_path=f"file://{job['output']}",
+                                       sagemaker_session=sess)
+    ic.set_hyperparameters(**notebook["hyperparameters"])
+    data_channels = {name: sagemaker.inputs.TrainingInput(f"file://{path}", distribution="FullyReplicated",
+                                                          content_type="application/x-recordio", s3_data_type="S3Prefix")
+                     for name, path in notebook["channels"].items()}
+    ic.fit(inputs=data_channels, logs=True)
+    ic_classifier = ic.deploy(initial_instance_count=1, instance_type="local")
+    try:
+        return [a8_cell_35(ic_classifier, path, notebook["classes"], IdentitySerializer) for path in notebook["images"]]
+    finally:  # (the endpoint's container stopped whatever failed: it holds port 8080)
+        sess.sagemaker_client.delete_endpoint(EndpointName=ic_classifier.endpoint_name)
+
+
 def v3_serve(job: dict) -> list:
     """SDK v3: its local session's CreateModel, CreateEndpointConfig, CreateEndpoint and
     InvokeEndpoint (v3's ModelBuilder starts only AWS's own model servers locally)."""
@@ -99,10 +136,10 @@ def v3_serve(job: dict) -> list:
 
 if __name__ == "__main__":
     job = json.loads(sys.argv[1])
-    if "serve" in job:
+    if "serve" in job or "notebook" in job:
         answers, error = None, None
         try:
-            answers = (v2_serve if job["sdk"] == "v2" else v3_serve)(job)
+            answers = v2_notebook(job) if "notebook" in job else (v2_serve if job["sdk"] == "v2" else v3_serve)(job)
         except Exception as err:  # reported to the test, which asserts on it
             error = f"{type(err).__name__}: {err}"
         print(json.dumps({"answers": answers, "error": error}), flush=True)

@@ -168,3 +168,35 @@ def test_a_failing_job_surfaces_its_reason_through_the_sdk(docker_api, digit_fol
         os.path.join(result["artifacts"], "model.tar.gz")), "a failed job exported a model"
     # the SDK raises with the job's exit code (on Docker Engine, every time: docs/image.md)
     assert result["error"] is not None and "Process exited with code: 2" in result["error"], result
+
+
+def test_the_incremental_notebooks_sdk_cells_train_deploy_and_get_each_class(docker_api, tmp_path):
+    """Image-classification-incremental-training-highlevel.ipynb's own SDK v2 cells under the SDK's
+    local mode, unchanged but for instance_type "local", file:// folders for its S3 prefixes and
+    this image for the built-in's: its Estimator, set_hyperparameters, its .rec channels
+    (TrainingInput, application/x-recordio), fit, deploy, and its cell 35 asking the local endpoint
+    for each photo's class (SDK v2's Predictor, IdentitySerializer("image/jpeg")). The
+    hyperparameters are the full-training notebook's (a ResNet-18 from scratch at 224 pixels, 2
+    epochs of batches of 64 at learning rate 0.01): this notebook's own first job (batches of 256 at
+    0.1) takes 4 steps on these 288 photos, and its validation loss was 1.5e6 after them, tried here."""
+    from tests.builtin import notebooks
+    from tests.builtin.test_notebooks import COLORS, asked_files, labelled, rec_file
+
+    count = 96  # (photos of each colour: 288, 5 batches of 64 an epoch)
+    for role, photos, seed in (("train", count, 1), ("validation", 8, 2)):
+        rec_file(tmp_path / role / f"{role}.rec", labelled(COLORS, photos, seed))
+    asked = asked_files(tmp_path / "asked", COLORS)
+    job = {"sdk": "v2", "image": TAG, "output": str(tmp_path / "out"), "notebook": {
+        "hyperparameters": notebooks.mxnet_full_training(len(COLORS), count * len(COLORS)),
+        "channels": {role: str(tmp_path / role) for role in ("train", "validation")}, "classes": list(COLORS),
+        "images": [path for paths in asked.values() for path in paths]}}
+    (tmp_path / "out").mkdir()
+    out = subprocess.run([str(sdk2_python()), str(REPO / "tests" / "image" / "sdk_local_run.py"), json.dumps(job)],
+                         cwd=tmp_path, env=docker_api, capture_output=True, text=True, timeout=wait_s(1200))
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["error"] is None, log[-4000:]
+    assert "dialect mxnet: the hyperparameters are read with the built-in MXNet" in log, log[-4000:]
+    assert result["answers"] == [color for color in COLORS for _ in asked[color]], "\n".join(
+        line for line in log.splitlines() if "metrics:" in line)
