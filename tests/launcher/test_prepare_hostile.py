@@ -466,11 +466,21 @@ def test_ctrl_c_during_local_instances_is_an_interruption_and_finish_then_frees_
     assert not keys_under(client, bucket, "prepared/")
 
 
+# Python, started as a terminal starts a foreground job: SIGINT unblocked and at its default action,
+# which Python turns into KeyboardInterrupt. A process that starts with SIGINT ignored keeps ignoring
+# it (a shell's background job), and this test's worker was seen to hand that on: in the full suite
+# (2 of 2 runs), never alone, something run before in the same worker leaves SIGINT ignored
+# (reproduced by ignoring it around this test; what leaves it so was not found).
+AS_FOREGROUND_JOB = [sys.executable, "-c", "import os, signal, sys; signal.pthread_sigmask(signal.SIG_UNBLOCK, "
+                     "[signal.SIGINT]); signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.executable, "
+                     "[sys.executable, *sys.argv[1:]])"]
+
+
 def test_ctrl_c_while_the_shares_are_staged_says_that_out_is_incomplete_and_how_to_free_it(s3_bucket, tmp_path):
     client, bucket = s3_bucket
     for index in range(400):  # (tiny objects, but enough that staging them takes a while)
         client.put_object(Bucket=bucket, Key=f"photos/{('cat', 'dog')[index % 2]}/{index:03d}.jpg", Body=b"x")
-    command = [sys.executable, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
+    command = [*AS_FOREGROUND_JOB, "-m", "keras_pipe_launch", "prepare", f"s3://{bucket}/photos/",
                f"s3://{bucket}/prepared/", "--instance-count", "2", "--local", "--job-dir", str(tmp_path / "jobs")]
     job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
