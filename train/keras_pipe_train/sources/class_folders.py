@@ -22,15 +22,13 @@ import json
 import math
 import os
 import random
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig, is_hidden
 from keras_pipe_train.errors import UserError
+from keras_pipe_train.sources import listed
 from pipemode import options
-from pipemode.batches import in_batches
-from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import UnreadableError, UnusableRecordError
 from pipemode.reader import PassStats
 
@@ -105,26 +103,14 @@ class ClassFolderReader:
         self.history: list[PassStats] = []
 
     def read_pass(self) -> Iterator[list[bytes]]:
-        stats = PassStats(self.channel, len(self.history), f"{len(self.files)} images in {self.folder}")
-        self.history.append(stats)
-        policy = CorruptionPolicy(self.max_skips)
-        started = time.perf_counter()
-        try:
-            yield from in_batches(self._examples(policy, stats))
-        finally:
-            stats.seconds = time.perf_counter() - started
-            stats.skipped = policy.skipped
+        return listed.read_pass(self.history, self.channel, f"{len(self.files)} images in {self.folder}",
+                                self.max_skips, self._made())
 
-    def _examples(self, policy: CorruptionPolicy, stats: PassStats) -> Iterator[bytes]:
+    def _made(self) -> Iterator[listed.Made]:
         for number, name in enumerate(self.files):
             record, problem = self._example(name)
-            if problem:
-                policy.skip_or_raise(UnusableRecordError(f"channel {self.channel!r}", number, 0,
-                                                         f"file {name}: {problem}"))
-                continue
-            stats.bytes += len(record)
-            stats.records += 1
-            yield record
+            yield (None, UnusableRecordError(f"channel {self.channel!r}", number, 0, f"file {name}: {problem}")) \
+                if problem else (record, None)
 
     def _example(self, name: str) -> tuple[bytes, str | None]:
         parts = Path(os.path.relpath(name, self.folder)).parts

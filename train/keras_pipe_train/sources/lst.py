@@ -32,16 +32,14 @@ import math
 import os
 import random
 import re
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from keras_pipe_train.contract import TRAINING_CHANNEL, ChannelConfig, is_hidden
 from keras_pipe_train.errors import UserError
+from keras_pipe_train.sources import listed
 from keras_pipe_train.sources.manifest_labels import NUMBER_TEXT
 from pipemode import options
-from pipemode.batches import in_batches
-from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import UnreadableError, UnusableRecordError
 from pipemode.reader import PassStats
 
@@ -147,28 +145,17 @@ class LstReader:
         self.history: list[PassStats] = []
 
     def read_pass(self) -> Iterator[list[bytes]]:
-        listed = sorted({line.file for line in self.lines})
-        stats = PassStats(self.channel, len(self.history),
-                          f"{len(self.lines)} images of {self.folder} listed by {', '.join(listed) or 'no line'}")
-        self.history.append(stats)
-        policy = CorruptionPolicy(self.max_skips)
-        started = time.perf_counter()
-        try:
-            yield from in_batches(self._examples(policy, stats))
-        finally:
-            stats.seconds = time.perf_counter() - started
-            stats.skipped = policy.skipped
+        files = sorted({line.file for line in self.lines})
+        return listed.read_pass(self.history, self.channel,
+                                f"{len(self.lines)} images of {self.folder} listed by {', '.join(files) or 'no line'}",
+                                self.max_skips, self._made())
 
-    def _examples(self, policy: CorruptionPolicy, stats: PassStats) -> Iterator[bytes]:
+    def _made(self) -> Iterator[listed.Made]:
         for line in self.lines:
             record, problem = self._example(line)
-            if problem:
-                policy.skip_or_raise(UnusableRecordError(f".lst file {line.file}", line.number - 1, line.offset,
-                                                         f"line {line.number} {_shown(line.text)}: {problem}"))
-                continue
-            stats.bytes += len(record)
-            stats.records += 1
-            yield record
+            yield (None, UnusableRecordError(f".lst file {line.file}", line.number - 1, line.offset,
+                                             f"line {line.number} {_shown(line.text)}: {problem}")) \
+                if problem else (record, None)
 
     def _example(self, line: Line) -> tuple[bytes, str | None]:
         parsed = self._parse(line)
