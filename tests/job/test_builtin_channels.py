@@ -72,6 +72,13 @@ def example(image: bytes, label, multi_hot: bool = False) -> str:
     return hashlib.sha1(encode_example(image, label, multi_hot=multi_hot)).hexdigest()
 
 
+def one_epoch(job, request: dict, audit_dir=None):
+    """container/train on `job` with a notebook's `request` for 1 epoch, its records audited into
+    `audit_dir` when given; its CompletedProcess."""
+    write_hyperparameters(job, **{**request, "epochs": "1"})
+    return run_train(job, **({"TRAIN_AUDIT_DIR": str(audit_dir)} if audit_dir else {}))
+
+
 def read_as(audit_dir, expected_train: list[str], expected_validation: list[str]) -> None:
     """The job's one epoch trained on exactly the records `expected_train` and validated on
     `expected_validation` (digests: example())."""
@@ -102,7 +109,7 @@ def lst_channels(job, role: str, images: list[tuple[bytes, list]], first_index: 
 
 
 @pytest.mark.slow
-def test_the_lst_notebooks_four_channels_of_images_and_lst_files(job, tmp_path, monkeypatch):
+def test_the_lst_notebooks_four_channels_of_images_and_lst_files(job, tmp_path):
     """Image-classification-lst-format.ipynb: train, validation, train_lst, validation_lst, all
     application/x-image, File mode; its hyperparameters as sent (ResNet-18, 3,206,206, resize 256,
     top_k 5, mini_batch_size 128)."""
@@ -110,9 +117,7 @@ def test_the_lst_notebooks_four_channels_of_images_and_lst_files(job, tmp_path, 
     train, validation = images[:40], images[200:216]
     lst_channels(job, "train", [(image, [label]) for image, label in train], 0)
     lst_channels(job, "validation", [(image, [label]) for image, label in validation], 200)
-    write_hyperparameters(job, **{**notebooks.mxnet_lst_format(10, len(train)), "weights": "none", "epochs": "1"})
-    monkeypatch.setenv("TRAIN_AUDIT_DIR", str(tmp_path / "audit"))
-    out = run_train(job)
+    out = one_epoch(job, {**notebooks.mxnet_lst_format(10, len(train)), "weights": "none"}, tmp_path / "audit")
     assert out.returncode == 0, out.stdout[-3000:]
     assert ("channel train: application/x-image: images, listed by channel train_lst's .lst; read as "
             "record_format=lst") in out.stdout
@@ -122,16 +127,14 @@ def test_the_lst_notebooks_four_channels_of_images_and_lst_files(job, tmp_path, 
 
 
 @pytest.mark.slow
-def test_the_multi_label_notebooks_lst_lines_of_one_value_per_class(job, tmp_path, monkeypatch):
+def test_the_multi_label_notebooks_lst_lines_of_one_value_per_class(job, tmp_path):
     """Image-classification-multilabel-lst.ipynb: its .lst lines hold one 0 or 1 per class (str()
     of each), read as MXNet reads them (label_format=multi_hot, with no hyperparameter saying so)."""
     pairs = [(image, [int(v) for v in labels]) for image, labels in mxnet_images("pairs-mxnet.rec")]
     train, validation = pairs[:32], pairs[100:112]
     lst_channels(job, "train", train, 0, im2rec=False)
     lst_channels(job, "validation", validation, 100, im2rec=False)
-    write_hyperparameters(job, **{**notebooks.mxnet_multi_label(10, len(train)), "weights": "none", "epochs": "1"})
-    monkeypatch.setenv("TRAIN_AUDIT_DIR", str(tmp_path / "audit"))
-    out = run_train(job)
+    out = one_epoch(job, {**notebooks.mxnet_multi_label(10, len(train)), "weights": "none"}, tmp_path / "audit")
     assert out.returncode == 0, out.stdout[-3000:]
     assert "multi_label=1: label_format=multi_hot" in out.stdout
     read_as(tmp_path / "audit", [example(image, [float(v) for v in labels], multi_hot=True) for image, labels in train],
@@ -146,7 +149,7 @@ def ground_truth_lines(images: list[tuple[bytes, int]]) -> list[list[bytes]]:
 
 
 @pytest.mark.slow
-def test_the_ground_truth_notebooks_augmented_manifest_streamed_in_pipe_mode(job, tmp_path, monkeypatch):
+def test_the_ground_truth_notebooks_augmented_manifest_streamed_in_pipe_mode(job, tmp_path):
     """The Ground Truth demo's training job: AugmentedManifestFile channels, application/x-recordio,
     RecordWrapperType RecordIO, Pipe mode; AttributeNames ["source-ref", "category"], which reach the
     job nowhere (inputdataconfig.json does not hold them): the first record of a line is the image,
@@ -157,9 +160,7 @@ def test_the_ground_truth_notebooks_augmented_manifest_streamed_in_pipe_mode(job
         job.add_channel(role, wrapper="RecordIO", content_type=RECORDIO)
         job.feed(role, [job.write(f"{role}-{i:05d}-{j}", value) for i, line in enumerate(lines)
                         for j, value in enumerate(line)], wrapper="RecordIO")
-    write_hyperparameters(job, **{**notebooks.mxnet_ground_truth(10, len(train)), "weights": "none", "epochs": "1"})
-    monkeypatch.setenv("TRAIN_AUDIT_DIR", str(tmp_path / "audit"))
-    out = run_train(job)
+    out = one_epoch(job, {**notebooks.mxnet_ground_truth(10, len(train)), "weights": "none"}, tmp_path / "audit")
     assert out.returncode == 0, out.stdout[-3000:]
     assert ("channel train: application/x-recordio, RecordIO-wrapped: an augmented manifest, image then label; read "
             "as attribute_names=source-ref,label") in out.stdout
@@ -184,12 +185,8 @@ def full_training(tmp_path_factory):
     (job.data_dir / "train" / "train.rec").write_bytes(b"".join(records[:24]))
     (job.data_dir / "validation" / "validation.rec").write_bytes(b"".join(records[200:212]))
     shutil.copy(DATA_DIR / "digits-mxnet.idx", job.data_dir / "train" / "train.idx")  # (not data)
-    write_hyperparameters(job, **{**notebooks.mxnet_full_training(10, 24), "epochs": "1"})
-    audit = base / "audit"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TRAIN_AUDIT_DIR", str(audit))
-        out = run_train(job)
-    return job, out, audit
+    out = one_epoch(job, notebooks.mxnet_full_training(10, 24), base / "audit")
+    return job, out, base / "audit"
 
 
 def mxnet_records_of(name: str) -> list[bytes]:
@@ -230,8 +227,7 @@ def test_the_incremental_notebook_continues_a_model_in_its_model_channel(full_tr
     with tarfile.open(job.data_dir / "model" / "model.tar.gz", "w:gz") as archive:  # as SageMaker packs /opt/ml/model
         for path in sorted((previous.base / "model").iterdir()):
             archive.add(path, arcname=path.name)
-    write_hyperparameters(job, **{**notebooks.mxnet_incremental(10, 24, continued=True), "epochs": "1"})
-    out = run_train(job)
+    out = one_epoch(job, notebooks.mxnet_incremental(10, 24, continued=True))
     assert out.returncode == 0, out.stdout[-3000:]
     assert "the classifier kept (the same classes)" in out.stdout
 
