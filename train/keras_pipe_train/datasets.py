@@ -61,9 +61,8 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
     Pipe pass ends at once, even while waiting for its FIFO or data. `seen` gathers the class
     names a manifest's lines give. `side`: one side of validation_split_ratio's split of the
-    channel, "train" or "validation" (None: the whole channel)."""
-    if side is not None:
-        check_splittable(channel, config)
+    channel, "train" or "validation" (None: the whole channel), given only by sources(), which checked
+    that the channel can be split."""
     options = {
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
         "max_record_bytes": example.max_record_bytes(config.max_image_pixels),
