@@ -1,6 +1,7 @@
 """The benchmarks' smallest sizes, run as correctness checks (their timings mean nothing here)."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -78,12 +79,18 @@ def test_the_aws_comparison_times_pipemode_over_a_fifo_fed_by_cat(tmp_path, mode
 
 
 @pytest.mark.slow
-def test_serve_benchmark_runs_the_server_and_its_limit_and_watches_memory():
+def test_serve_benchmark_loads_the_server_pings_it_and_compares_it_with_its_ceiling():
     out = quick_run("serve")
-    for clients in (1, 8):
-        assert f"{clients} client(s): server" in out and "server / in-process =" in out
-    assert "memory over 150 requests (8 clients)" in out
-    assert "serve stopped with exit code 0 on SIGTERM" in out
+    assert re.search(r"in-process, images/s: batches of 1 [\d.]+, batches of 8 [\d.]+, batches of 32 [\d.]+", out), out
+    for label in ("server", "batching off", "a worker per core"):
+        for clients, images in ((1, 1), (8, 1), (1, 32), (8, 32)):
+            line = re.search(rf"{label}, +{clients} client\(s\) x +{images} image\(s\): +[\d.]+ requests/s, .* "
+                             rf"of in-process batches of 32; /ping p50 .*, (\d+) of (\d+) over 2 s", out)
+            assert line and int(line[2]) > 0, (label, clients, images, out)
+        assert re.search(rf"{label}: each worker's PSS after the load: \d+ MB.*; SIGTERM: exit code 0", out), out
+    assert "8 single-image clients:" in out and "x one image at a time in-process" in out
+    assert re.search(r"a request of 100 images, one a model call, past SAGEMAKER_MODEL_SERVER_TIMEOUT=1: answered "
+                     r"(200|504) after [\d.]+ s; then /ping 200, a one-image request 200", out), out
 
 
 def test_sources_benchmark_reads_every_source_to_the_same_count():

@@ -4,6 +4,7 @@
 Where no container engine works, these tests are skipped with the reason, never passed."""
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -39,7 +40,9 @@ def test_a_pipe_fed_job_runs_in_the_image_and_its_model_serves_there(image, digi
 def served_in_the_image(model):
     """`docker run IMAGE serve`, as SageMaker hosts a model: the model at /opt/ml/model, real HTTP
     (on the host network, at SAGEMAKER_BIND_TO_PORT), answers as the SavedModel's own; a bad
-    request is a 400; SIGTERM (podman stop) ends it cleanly."""
+    request is a 400; SIGTERM (podman stop) ends it cleanly. The container's memory limit (1200 MB,
+    as --memory sets its cgroup) is read inside it and weighed in the log; each request has its
+    access log line."""
     import json
 
     import tensorflow as tf
@@ -50,7 +53,7 @@ def served_in_the_image(model):
     port = free_port()
     limits = [a for a in shlex.split(RUN_ARGS) if a not in ("--network", "none")]
     started = subprocess.run([*shlex.split(ENGINE), "run", "-d", "--rm", *limits, "--network", "host",
-                              "-e", f"SAGEMAKER_BIND_TO_PORT={port}", "-e", "SAGEMAKER_MODEL_SERVER_WORKERS=1",
+                              "--memory", "1200m", "-e", f"SAGEMAKER_BIND_TO_PORT={port}",
                               "-v", f"{model}:/opt/ml/model:ro", TAG, "serve"], capture_output=True, text=True,
                              timeout=120)
     assert started.returncode == 0, started.stderr[-2000:]
@@ -67,6 +70,12 @@ def served_in_the_image(model):
             assert status == 200 and json.loads(answer)["predicted_label"] == label.decode(), answer[:300]
         status, answer, _ = server.request("POST", "/invocations", b"not a jpeg", Content_Type="image/jpeg")
         assert status == 400 and "not an image" in json.loads(answer)["error"]
+        logs = subprocess.run([*shlex.split(ENGINE), "logs", container], capture_output=True, text=True)
+        logs = logs.stdout + logs.stderr  # (the access log on stdout, the server's own on stderr)
+        assert re.search(r"1 worker\(s\) \(no GPU: one worker, calling its model from a thread per core, \d+; "
+                         r"(warning: )?the memory limit, 1200 MB, holds \d at about \d+ MB each", logs), logs[-3000:]
+        assert logs.count('"POST /invocations HTTP/1.1" 200 ') == 8, logs[-3000:]
+        assert '"POST /invocations HTTP/1.1" 400 ' in logs
     finally:
         stopped = subprocess.run([*shlex.split(ENGINE), "stop", "-t", "30", container], capture_output=True,
                                  text=True, timeout=120)

@@ -51,7 +51,6 @@ RICH_FORM, TENSORFLOW_VERBOSE = "keras-pipe", "tensorflow;verbose"  # (Answer.fo
 ANSWERS = {KERAS_PIPE: "application/json or application/jsonlines",
            MXNET: "application/json or application/jsonlines",
            TENSORFLOW: "application/json, application/json;verbose or application/jsonlines"}
-MAX_IMAGES = 64  # per request: the model decodes them all at once (64 photos of 12 MP: 2.3 GB of pixels)
 
 
 class BadRequest(Exception):
@@ -92,7 +91,7 @@ def parse(content_type: str | None, body: bytes) -> Request:
                   for number, line in enumerate(text.splitlines(), 1) if line.strip()]
         if not images:
             raise BadRequest(400, "the JSON Lines body holds no line: send one image per line")
-        return Request(_limited(images), lines=True, single=False)
+        return Request(images, lines=True, single=False)
     raise BadRequest(415, f"unsupported Content-Type {kind!r}: send {ACCEPTED}")
 
 
@@ -132,7 +131,7 @@ def _images_of(value) -> tuple[list[bytes], bool]:
         return [_one_image(value, "the request")], True
     if not items:
         raise BadRequest(400, "the request lists no image")
-    return _limited([_one_image(item, f"image {number}") for number, item in enumerate(items, 1)]), False
+    return [_one_image(item, f"image {number}") for number, item in enumerate(items, 1)], False
 
 
 def _one_image(value, where: str) -> bytes:
@@ -156,12 +155,6 @@ def _one_image(value, where: str) -> bytes:
     if not data:
         raise BadRequest(400, f"{where} is empty")
     return data
-
-
-def _limited(images: list[bytes]) -> list[bytes]:
-    if len(images) > MAX_IMAGES:
-        raise BadRequest(413, f"the request holds {len(images)} images; at most {MAX_IMAGES} per request")
-    return images
 
 
 class Answer(NamedTuple):

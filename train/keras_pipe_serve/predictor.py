@@ -43,7 +43,9 @@ def saved_model_dir(model_dir: Path) -> Path:
 
 
 class Predictor:
-    def __init__(self, model_dir: Path, threads: int | None = None):
+    def __init__(self, model_dir: Path, threads: int | None = None, inter_threads: int | None = None):
+        """`threads`: TensorFlow's threads within an op (the convolutions); `inter_threads`: ops
+        run at once (a batch's images decode in parallel), `threads` unless given."""
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # (TensorFlow's C++ startup chatter)
         import tensorflow as tf  # (here: the request parsing above runs without it)
 
@@ -51,7 +53,7 @@ class Predictor:
             # one worker's share of the cores: several workers each using all of them would only
             # take turns (set before the first op runs, which is why it is here)
             tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(inter_threads or threads)
         self._tf = tf
         model_dir = Path(model_dir)
         served = saved_model_dir(model_dir)
@@ -94,18 +96,32 @@ class Predictor:
         return image_checks.problem(data, self.max_pixels)
 
     def predict(self, images: list[bytes], top_k: int | None = None) -> list[dict]:
+        """One prediction object per image, in this thread (the server's workers go through a
+        batcher instead: keras_pipe_serve.batcher)."""
+        self.check(images)
+        return self.predictions(*self.run(images), top_k)
+
+    def check(self, images: list[bytes]) -> None:
+        """A 400 naming the first image that this model cannot take, from the headers alone."""
         for number, data in enumerate(images, 1):
             problem = self.problem(data)
             if problem:
                 where = "the body" if len(images) == 1 else f"item {number}"
                 raise BadRequest(400, f"{where} {problem}")
+
+    def run(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
+        """The model's call on checked images: each one's probabilities, and a multi-label model's
+        0/1 per class (else None)."""
         tf = self._tf
         try:
             out = self._serve(image_bytes=tf.constant(images))
-        except tf.errors.InvalidArgumentError as err:  # what the header check above cannot see: a corrupt scan
+        except tf.errors.InvalidArgumentError as err:  # what the header check cannot see: a corrupt scan
             raise BadRequest(400, f"an image cannot be decoded: {err.message.splitlines()[0][:300]}") from None
-        probabilities = out["probabilities"].numpy().tolist()
-        predicted = out["predicted"].numpy().tolist() if self.multi_label else None
+        return (out["probabilities"].numpy().tolist(),
+                out["predicted"].numpy().tolist() if self.multi_label else None)
+
+    def predictions(self, probabilities: list[list[float]], predicted: list[list[int]] | None,
+                    top_k: int | None = None) -> list[dict]:
         k = min(top_k or self.default_top_k, len(self.labels))
         return [self._prediction(row, predicted[i] if predicted else None, k) for i, row in enumerate(probabilities)]
 

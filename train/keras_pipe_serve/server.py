@@ -1,26 +1,55 @@
 """`serve`: what SageMaker runs to host the model (`docker run IMAGE serve`): gunicorn workers,
 each with the SavedModel loaded in-process, answering on port 8080.
 
-Why gunicorn, and no nginx or TF Serving: the model call is the whole cost of a request and it
-releases the GIL, so a process per core with the model in it is as fast as a model server would
-be, without a second server to start, watch and proxy to (AWS's own XGBoost container serves the
-same way). gunicorn brings what a hand-written loop would get wrong: HTTP/1.1 parsing, keep-alive,
-worker supervision and restarts, graceful shutdown on SIGTERM. The master never imports
-TensorFlow; each worker loads the model after the fork (TensorFlow's thread pools do not survive
-one).
+Why gunicorn, with gthread workers, and no nginx or TF Serving: the model call is the whole cost of
+a request and releases the GIL, so the model called in-process, fed by a batcher
+(keras_pipe_serve.batcher), is as fast as a model server would be (0.9 to 1.1 of the model's own
+batched calls in one process, from 8 clients on), without a second server to start, watch and proxy to.
+gunicorn brings what a hand-written loop would get wrong: HTTP/1.1 parsing, keep-alive, worker
+supervision and restarts, graceful shutdown on SIGTERM. Its gthread worker runs each request in a
+thread of a pool; here the pool has room for every request the queue may hold and PING_THREADS
+more, so that a ping always finds a thread, and no request thread runs the model
+(keras_pipe_serve.app). With one thread per worker, as this server had before, or sync workers, a
+ping waited behind every invocation in flight: with 4 clients sending 32-image requests, /ping's
+p99 was 3.4 s, over SageMaker's 2 s; now a few ms at 8 such clients (docs/speed.md has the
+figures). The master never imports TensorFlow; each worker loads the model after the fork
+(TensorFlow's thread pools do not survive one).
+
+How many workers: one per GPU, each on its own (CUDA_VISIBLE_DEVICES set per worker); on a host
+without one, one, whose model is called from a thread per core, each call on one TensorFlow
+thread, each thread taking the next batch from the one queue. Measured on 2 cores against a worker
+per core (python -m bench.serve, docs/speed.md): a lone 32-image request goes through both cores at
+once, 260 images/s against 184; two clients never land on the same worker while another idles
+(which halved the rate of 2 clients of 32 images, 227 images/s against 336); one copy of the
+model, 1,000 MB against 1,300; the cost, 6 % of the rate and a longer /ping tail (p99 116 ms
+against 49) at 32 clients of 32 images, where one process's Python parses every body
+(SAGEMAKER_MODEL_SERVER_WORKERS=N shares the cores among N workers, for a host always saturated).
+Never more workers than the container's memory limit
+(cgroup v2 or v1) holds at WORKER_MB, RUNNER_MB for each thread calling the model beyond the
+first, and twice the model's size. Each choice is logged.
 
 Settings, from the environment as SageMaker and its SDKs set them:
   SAGEMAKER_BIND_TO_PORT          the port (inference pipelines set it; default 8080)
-  SAGEMAKER_MODEL_SERVER_WORKERS  workers (default: the CPU count; 1 on a GPU host, whose one GPU
-                                  they would share)
-  SAGEMAKER_MODEL_SERVER_TIMEOUT  seconds a request may take before its worker is restarted (60)
+  SAGEMAKER_MODEL_SERVER_WORKERS  workers (default: as above)
+  SAGEMAKER_MODEL_SERVER_TIMEOUT  seconds a request may take from its arrival (60): past it, it is
+                                  answered 504 and its images not yet computed are dropped
   SAGEMAKER_MAX_PAYLOAD_IN_MB     the largest body taken (batch transform sets it; default 6 MB,
-                                  real-time inference's own limit)
+                                  real-time inference's own limit); however many images it holds
+                                  go through the model KERAS_PIPE_MAX_BATCH at a time
   SAGEMAKER_BATCH                 "true" in a batch transform (SageMaker sets it): a model of the
                                   MXNet built-in's dialect then answers JSON Lines by default, as
                                   that built-in did (keras_pipe_serve.payloads)
   SM_MODEL_DIR                    the model (default: model/ under the job's base folder, where the
                                   training job writes it: /opt/ml/model, or under $SAGEMAKER_BASE_DIR)
+and this server's own:
+  KERAS_PIPE_MAX_BATCH            images per model call, across requests (32)
+  KERAS_PIPE_BATCH_WAIT_MS        how long the model waits for more images once one request is
+                                  queued (0: requests arriving while it is busy make the next batch)
+  KERAS_PIPE_MAX_QUEUE            requests queued per worker; one more is answered 503 with
+                                  Retry-After (64, or twice the cores where more: `keras-pipe
+                                  transform` sends as many requests at once as the instance's cores)
+and TensorFlow's own, where set: TF_NUM_INTRAOP_THREADS (threads within an op), TF_NUM_INTEROP_THREADS
+(ops at once, as a batch's images decode).
 """
 
 from __future__ import annotations
@@ -29,6 +58,7 @@ import argparse
 import logging
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
@@ -39,6 +69,16 @@ log = logging.getLogger("keras_pipe_serve")
 DEFAULT_PAYLOAD_MB = 6
 # SageMaker sends SIGKILL 30 s after SIGTERM: requests in flight get most of that to finish
 GRACEFUL_S = 25
+# threads of a worker beyond the queue's requests: for pings and for refusals, which never wait
+PING_THREADS = 8
+# a worker's memory beside its model: TensorFlow's runtime, the graph, a batch's activations at
+# 224x224; and each thread calling the model beyond the first, the activations of one more batch
+# (measured with mobilenet_v3_small: PSS 630-670 MB with one, 1,000-1,040 MB with two; `python -m
+# bench.serve` prints them)
+WORKER_MB = 700
+RUNNER_MB = 400
+ACCESS_LOG_FORMAT = '%(h)s - - %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'  # common log format, and the time
+UNLIMITED = 1 << 60  # cgroup v1 says "no limit" with a number near 2**63
 
 
 def _cpus() -> int:
@@ -48,11 +88,74 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _has_gpu() -> bool:
-    return any(Path("/dev").glob("nvidia[0-9]*"))
+def gpus(dev: Path = Path("/dev")) -> int:
+    """The GPUs this container sees (the NVIDIA runtime gives it only /dev nodes of its own)."""
+    return sum(1 for node in dev.glob("nvidia[0-9]*"))
 
 
-def _positive(name: str, default: float, kind=int):
+def memory_limit(cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The container's memory limit in bytes (cgroup v2's memory.max, else v1's
+    memory.limit_in_bytes), or None where there is none."""
+    for path in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
+        try:
+            raw = path.read_text().strip()
+        except OSError:
+            continue
+        if raw == "max" or not raw.isdigit() or int(raw) >= UNLIMITED:
+            return None
+        return int(raw)
+    return None
+
+
+def model_bytes(model_dir: Path) -> int:
+    return sum(f.stat().st_size for f in Path(model_dir).rglob("*") if f.is_file())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the server uses the instance: `workers` processes, each with `runners` threads calling
+    its model at once, TensorFlow with `intra` threads within an op and `inter` ops at once; `why`
+    each choice was made (logged at start)."""
+    workers: int
+    runners: int
+    intra: int
+    inter: int
+    why: tuple[str, ...]
+
+
+def plan(cpus: int, gpu_count: int, memory: int | None, model_size: int, asked: int | None = None,
+         intra: int | None = None, inter: int | None = None) -> Plan:
+    """One worker per GPU, calling its model from one thread, TensorFlow on its share of the cores
+    (the decoding); on a host without one, one worker whose model is called from a thread per core,
+    each call on one TensorFlow thread; never more workers than `memory` holds. `asked`
+    (SAGEMAKER_MODEL_SERVER_WORKERS) and `intra`, `inter` (TF_NUM_INTRAOP_THREADS,
+    TF_NUM_INTEROP_THREADS) win; the cores are shared among the workers."""
+    if asked:
+        workers, why = asked, [f"SAGEMAKER_MODEL_SERVER_WORKERS={asked}"]
+    elif gpu_count:
+        workers, why = gpu_count, [f"{gpu_count} GPU(s): one worker each"]
+    else:
+        workers, why = 1, [f"no GPU: one worker, calling its model from a thread per core, {cpus}"]
+    runners = 1 if gpu_count else max(1, cpus // workers)
+    each = (WORKER_MB + RUNNER_MB * (runners - 1)) * 2**20 + 2 * model_size
+    if memory is None:
+        why.append("no memory limit")
+    else:
+        fits = memory // each
+        held = f"the memory limit, {memory / 2**20:.0f} MB, holds {fits} at about {each / 2**20:.0f} MB each"
+        if fits < workers and not asked:
+            workers = max(1, fits)
+            why.append(held if fits else f"warning: {held}; one started anyway")
+        else:
+            why.append(held if fits >= workers else f"warning: {held}")
+    share = max(1, cpus // workers)
+    default_intra, default_inter = (share, share) if gpu_count else (1, runners)
+    if intra or inter:
+        why.append(f"TensorFlow threads as TF_NUM_{'INTRAOP' if intra else 'INTEROP'}_THREADS says")
+    return Plan(workers, runners, intra or default_intra, inter or default_inter, tuple(why))
+
+
+def _positive(name: str, default: float, kind=int, zero: bool = False):
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -60,8 +163,8 @@ def _positive(name: str, default: float, kind=int):
         value = kind(raw)
     except ValueError:
         raise SystemExit(f"serve: {name}={raw[:40]!r} is not a {'whole ' if kind is int else ''}number") from None
-    if not value > 0:
-        raise SystemExit(f"serve: {name} must be above 0, got {raw[:40]!r}")
+    if not (value >= 0 if zero else value > 0):
+        raise SystemExit(f"serve: {name} must be {'0 or more' if zero else 'above 0'}, got {raw[:40]!r}")
     return value
 
 
@@ -70,51 +173,83 @@ def settings(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model-dir", default=os.environ.get("SM_MODEL_DIR") or contract.paths().model)
     parser.add_argument("--port", type=int, default=_positive("SAGEMAKER_BIND_TO_PORT", 8080))
     parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--workers", type=int,
-                        default=_positive("SAGEMAKER_MODEL_SERVER_WORKERS", 1 if _has_gpu() else _cpus()))
+    parser.add_argument("--workers", type=int, default=_positive("SAGEMAKER_MODEL_SERVER_WORKERS", None))
     args = parser.parse_args(argv)
-    if args.workers < 1 or not 0 < args.port < 65536:
+    if (args.workers is not None and args.workers < 1) or not 0 < args.port < 65536:
         parser.error("--workers must be at least 1 and --port in 1..65535")
     return dict(model_dir=Path(args.model_dir), bind=f"{args.host}:{args.port}", workers=args.workers,
-                timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", 60),
+                timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", 60, float),
                 max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float) * 1024 * 1024),
-                batch=os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true")
+                batch=os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true",
+                max_batch=_positive("KERAS_PIPE_MAX_BATCH", 32),
+                max_wait=_positive("KERAS_PIPE_BATCH_WAIT_MS", 0, float, zero=True) / 1000,
+                max_queue=_positive("KERAS_PIPE_MAX_QUEUE", max(64, 2 * _cpus())),
+                intra=_positive("TF_NUM_INTRAOP_THREADS", None),
+                inter=_positive("TF_NUM_INTEROP_THREADS", None))
+
+
+def gpu_slot(live: list[int | None], count: int) -> int:
+    """The GPU for a new worker: the one fewest live workers use (a restarted worker takes its
+    predecessor's)."""
+    used = [sum(1 for slot in live if slot == gpu) for gpu in range(count)]
+    return used.index(min(used))
 
 
 def run(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = settings(sys.argv[1:] if argv is None else argv)
     try:
-        saved_model_dir(config["model_dir"])  # a missing model said once, before any worker starts
+        served = saved_model_dir(config["model_dir"])  # a missing model said once, before any worker starts
     except ModelError as err:
         raise SystemExit(f"serve: {err}") from None
-    # each worker's TensorFlow gets its share of the cores (at least one)
-    threads = max(1, _cpus() // config["workers"])
+    gpu_count = gpus()
+    chosen = plan(_cpus(), gpu_count, memory_limit(), model_bytes(served), config["workers"], config["intra"],
+                  config["inter"])
 
     from gunicorn.app.base import BaseApplication
+
+    def pre_fork(server, worker):  # (in the master: which GPU the new worker gets)
+        worker.gpu = gpu_slot([getattr(w, "gpu", None) for w in server.WORKERS.values()], gpu_count)
+
+    def post_fork(server, worker):  # (in the worker, before TensorFlow is imported)
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(worker.gpu)
+        log.info("worker %d serves on GPU %d", os.getpid(), worker.gpu)
 
     class Server(BaseApplication):
         def load_config(self):
             self.cfg.set("bind", [config["bind"]])
-            self.cfg.set("workers", config["workers"])
-            self.cfg.set("worker_class", "gthread")  # keep-alive, and the main thread stays free to heartbeat
-            self.cfg.set("threads", 1)
-            self.cfg.set("timeout", config["timeout"])
+            self.cfg.set("workers", chosen.workers)
+            self.cfg.set("worker_class", "gthread")
+            self.cfg.set("threads", config["max_queue"] + PING_THREADS)
+            # (the heartbeat: gthread's main thread never runs a request, so this only catches a
+            # worker hung as a whole; a request's own time is the app's to end)
+            self.cfg.set("timeout", max(60, int(config["timeout"]) + 30))
             self.cfg.set("graceful_timeout", GRACEFUL_S)
             self.cfg.set("keepalive", 75)  # above the 60 s idle timeout of AWS's load balancers
             self.cfg.set("preload_app", False)  # the model is loaded in each worker, after the fork
-            self.cfg.set("accesslog", None)
+            self.cfg.set("accesslog", "-")  # stdout, as CloudWatch collects it
+            self.cfg.set("access_log_format", ACCESS_LOG_FORMAT)
             self.cfg.set("errorlog", "-")
             self.cfg.set("proc_name", "keras-pipe-serve")
             self.cfg.set("control_socket_disable", True)  # (gunicorn 26's admin socket in $HOME: not needed)
+            if gpu_count > 1:
+                self.cfg.set("pre_fork", pre_fork)
+                self.cfg.set("post_fork", post_fork)
 
         def load(self):
             from keras_pipe_serve.app import App
+            from keras_pipe_serve.batcher import Batcher
             from keras_pipe_serve.predictor import Predictor
 
-            return App(Predictor(config["model_dir"], threads=threads), config["max_body"], config["batch"])
+            predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
+            batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], config["max_queue"],
+                              stuck_after=config["timeout"], runners=chosen.runners)
+            return App(predictor, batcher, config["max_body"], config["batch"], config["timeout"])
 
-    log.info("serving %s on %s: %d workers, %d TensorFlow threads each, bodies up to %d bytes%s", config["model_dir"],
-             config["bind"], config["workers"], threads, config["max_body"],
-             " (batch transform)" if config["batch"] else "")
+    log.info("serving %s on %s: %d worker(s) (%s), each calling its model from %d thread(s), TensorFlow on %d "
+             "thread(s) within an op and %d ops at once; up to %d images a model call, %g ms wait for more, %d "
+             "requests queued per worker; requests end after %g s; bodies up to %d bytes%s", config["model_dir"],
+             config["bind"], chosen.workers, "; ".join(chosen.why), chosen.runners, chosen.intra, chosen.inter,
+             config["max_batch"], config["max_wait"] * 1000, config["max_queue"], config["timeout"],
+             config["max_body"], " (batch transform)" if config["batch"] else "")
     Server().run()

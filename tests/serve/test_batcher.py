@@ -1,0 +1,142 @@
+"""The batcher in this process, its model a Python function that records each call: batches made
+across requests, slices of a large request in order, a full queue, a deadline, a client gone, and
+a bad image costing only its own request. (The server's tests, test_load.py, show the same through
+real HTTP with the real model.)"""
+
+import re
+import threading
+import time
+
+import pytest
+from keras_pipe_serve.batcher import Batcher, Full, Gone, TimedOut
+
+
+class Model:
+    """Answers each image (an int as bytes) with [value, value + 0.5]; waits for `gate`, when set,
+    before each call; refuses b"bad" as the real model refuses an image it cannot decode."""
+
+    def __init__(self, gate: threading.Event | None = None, multi_label: bool = False):
+        self.calls: list[list[bytes]] = []
+        self.gate = gate
+        self.multi_label = multi_label
+        self.entered = threading.Event()
+
+    def __call__(self, images):
+        self.calls.append(list(images))
+        self.entered.set()
+        if self.gate:
+            assert self.gate.wait(10)
+        if b"bad" in images:
+            raise ValueError("an image cannot be decoded")
+        rows = [[float(i), float(i) + 0.5] for i in map(int, images)]
+        return rows, ([[1, 0] for _ in images] if self.multi_label else None)
+
+
+def images(*values: int) -> list[bytes]:
+    return [str(v).encode() for v in values]
+
+
+def far() -> float:
+    return time.monotonic() + 10
+
+
+def test_requests_queued_while_the_model_is_busy_go_through_it_together():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, max_batch=8)
+    first = batcher.submit(images(0))
+    assert model.entered.wait(5)  # the model is busy with the first request alone
+    waiting = [batcher.submit(images(i, i + 1)) for i in (10, 20, 30)]
+    gate.set()
+    assert batcher.wait(first, far()) == ([[0.0, 0.5]], None)
+    for job, i in zip(waiting, (10, 20, 30)):
+        assert batcher.wait(job, far())[0] == [[i, i + 0.5], [i + 1, i + 1.5]]
+    assert model.calls == [images(0), images(10, 11, 20, 21, 30, 31)]
+
+
+def test_a_request_larger_than_a_batch_goes_through_in_slices_in_order():
+    model = Model(multi_label=True)
+    batcher = Batcher(model, max_batch=4)
+    job = batcher.submit(images(*range(10)))
+    probabilities, predicted = batcher.wait(job, far())
+    assert probabilities == [[i, i + 0.5] for i in range(10)]
+    assert predicted == [[1, 0]] * 10
+    assert [len(call) for call in model.calls] == [4, 4, 2]
+
+
+def test_a_wait_gathers_a_fuller_batch():
+    model = Model()
+    batcher = Batcher(model, max_batch=4, max_wait=0.5)
+    jobs = []
+    for i in range(4):
+        jobs.append(batcher.submit(images(i)))
+        time.sleep(0.02)
+    for job in jobs:
+        batcher.wait(job, far())
+    assert model.calls == [images(0, 1, 2, 3)]
+
+
+def test_a_full_queue_refuses_the_next_request_and_takes_it_once_there_is_room():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, max_batch=1, max_queue=2)
+    running = batcher.submit(images(1))
+    assert model.entered.wait(5)  # taken: no longer queued
+    queued = [batcher.submit(images(2)), batcher.submit(images(3))]
+    with pytest.raises(Full, match="2 requests are queued"):
+        batcher.submit(images(4))
+    gate.set()
+    for job in (running, *queued):
+        batcher.wait(job, far())
+    assert batcher.wait(batcher.submit(images(4)), far())[0] == [[4.0, 4.5]]
+
+
+def test_a_request_past_its_deadline_or_whose_client_is_gone_is_dropped_uncomputed():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, max_batch=1)
+    busy = batcher.submit(images(1))
+    assert model.entered.wait(5)
+    late, left = batcher.submit(images(2, 3)), batcher.submit(images(4, 5))
+    started = time.monotonic()
+    with pytest.raises(TimedOut):
+        batcher.wait(late, started + 0.3)
+    assert 0.3 <= time.monotonic() - started < 0.6
+    with pytest.raises(Gone):
+        batcher.wait(left, far(), gone=lambda: True)
+    gate.set()
+    batcher.wait(busy, far())
+    after = batcher.submit(images(6))
+    batcher.wait(after, far())
+    assert model.calls == [images(1), images(6)]  # neither dropped request's images were computed
+
+
+def test_an_image_the_model_refuses_fails_only_its_own_request():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, max_batch=8)
+    busy = batcher.submit(images(0))
+    assert model.entered.wait(5)
+    good, bad, other = batcher.submit(images(1)), batcher.submit([b"7", b"bad"]), batcher.submit(images(2, 3))
+    gate.set()
+    batcher.wait(busy, far())
+    assert batcher.wait(good, far())[0] == [[1.0, 1.5]]
+    with pytest.raises(ValueError, match="cannot be decoded"):
+        batcher.wait(bad, far())
+    assert batcher.wait(other, far())[0] == [[2.0, 2.5], [3.0, 3.5]]
+    # the batch of three failed, then each ran alone
+    assert model.calls[1:] == [[b"1", b"7", b"bad", b"2", b"3"], [b"1"], [b"7", b"bad"], [b"2", b"3"]]
+
+
+def test_the_model_is_called_stuck_once_one_call_runs_past_the_timeout():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, stuck_after=0.2)
+    assert batcher.problem() is None
+    job = batcher.submit(images(1))
+    assert model.entered.wait(5)
+    time.sleep(0.4)
+    assert re.fullmatch(r"one call of the model has run 0\.\d s, past 0\.2 s", batcher.problem())
+    gate.set()
+    batcher.wait(job, far())
+    assert batcher.problem() is None

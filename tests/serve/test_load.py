@@ -1,0 +1,246 @@
+"""`keras-pipe-serve` under load, as SageMaker's front end and health checks meet it: pings answered
+while the model is saturated, a request past SAGEMAKER_MODEL_SERVER_TIMEOUT ended on time, a full
+queue answered 503 with Retry-After, a client that hangs up costing nothing more, a batch
+transform's MultiRecord mini-batch of 500 images, the access log, Allow, and refused bodies
+drained so that the kept-alive connection goes on. Real server, real HTTP, the real model."""
+
+import base64
+import http.client
+import io
+import json
+import re
+import socket
+import threading
+import time
+from functools import cache
+
+import numpy as np
+import pytest
+
+from tests.conftest import image_bytes
+from tests.serve.conftest import Server
+from tests.serve.test_server import signature_answers
+
+pytestmark = pytest.mark.slow
+
+PING_LIMIT_S = 2.0  # SageMaker's: an instance whose /ping takes longer is taken out of service
+
+
+SLOW = 30  # slow images in a request that keeps a worker's model busy for seconds, one image a call
+
+
+@cache
+def slow_jpeg() -> bytes:
+    """A 12-megapixel JPEG of a smooth gradient: small to send (about 200 KB), some tens of ms to
+    decode and shrink, as a phone's photo is."""
+    from PIL import Image
+
+    yy, xx = np.mgrid[:3000, :4000]
+    pixels = np.stack([xx * 255 // 4000, yy * 255 // 3000, (xx + yy) * 255 // 7000], -1).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", quality=60)
+    return out.getvalue()
+
+
+@cache
+def slow_png() -> bytes:
+    """A 48-megapixel PNG of one colour: 150 KB to send, a third of a second to decode (a PNG,
+    unlike a JPEG, cannot be decoded straight to a smaller size)."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8000, 6000), (200, 30, 60)).save(out, "PNG", optimize=True)
+    return out.getvalue()
+
+
+def instances(images: list[bytes]) -> bytes:
+    return json.dumps({"instances": [{"b64": base64.b64encode(i).decode()} for i in images]}).encode()
+
+
+def post(port: int, body: bytes, kind: str = "application/json", timeout: float = 120) -> tuple[int, bytes, dict]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        connection.request("POST", "/invocations", body, {"Content-Type": kind})
+        answer = connection.getresponse()
+        return answer.status, answer.read(), dict(answer.headers)
+    finally:
+        connection.close()
+
+
+def ping(port: int) -> tuple[int | None, float]:
+    """(/ping's status or None, seconds) on a new connection, as SageMaker's health check comes."""
+    started = time.monotonic()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=PING_LIMIT_S * 3)
+        connection.request("GET", "/ping")
+        status = connection.getresponse().status
+        connection.close()
+    except OSError:
+        status = None
+    return status, time.monotonic() - started
+
+
+def served(model_dir, tmp_path, **env) -> Server:
+    server = Server(model_dir, tmp_path / "serve.log", **env)
+    server.wait_until_healthy()
+    return server
+
+
+def logged(server: Server, pattern: str, timeout: float = 30) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = re.search(pattern, server.log.read_text())
+        if found or time.monotonic() > deadline:
+            assert found, f"{pattern!r} not in the log: {server.log.read_text()[-3000:]}"
+            return found
+        time.sleep(0.2)
+
+
+def test_pings_are_answered_at_once_while_every_request_thread_waits_for_the_model(model_dir, tmp_path):
+    server = served(model_dir, tmp_path, SAGEMAKER_MAX_PAYLOAD_IN_MB="20")  # (else the defaults: one worker, a thread per core)
+    stop, in_flight, failures, pings = threading.Event(), [0], [], []
+
+    def client():
+        while not stop.is_set():
+            in_flight[0] += 1
+            status, answer, _ = post(server.port, instances([slow_jpeg()] * 32))
+            in_flight[0] -= 1
+            if status != 200:
+                failures.append((status, answer[:300]))
+
+    clients = [threading.Thread(target=client) for _ in range(4)]
+    try:
+        for thread in clients:
+            thread.start()
+        time.sleep(1)
+        until = time.monotonic() + 6
+        while time.monotonic() < until:
+            busy = in_flight[0]
+            pings.append((*ping(server.port), busy))
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join()
+        assert server.stop() == 0
+    assert not failures, failures
+    saturated = [(status, took) for status, took, busy in pings if busy >= 3]
+    assert len(saturated) >= 20, pings  # (most pings came while 3 or 4 requests were at the model)
+    assert all(status == 200 and took < PING_LIMIT_S for status, took, _ in pings), pings
+    logged(server, r"1 worker\(s\) \(no GPU: one worker, calling its model from a thread per core, (\d+); no memory "
+                   r"limit\), each calling its model from \1 thread\(s\), TensorFlow on 1 thread\(s\) within an op")
+
+
+def test_a_request_past_the_timeout_is_answered_504_and_dropped_and_the_server_goes_on(model_dir, tmp_path):
+    """The request ends at its timeout, not when the model would have finished it (seconds later):
+    how soon after the timeout is bench.serve's to measure (a test sharing 2 cores with others
+    cannot time it); here, soon enough that most of its images were never computed."""
+    server = served(model_dir, tmp_path, SAGEMAKER_MODEL_SERVER_TIMEOUT="1", KERAS_PIPE_MAX_BATCH="1")
+    try:
+        started = time.monotonic()
+        status, answer, _ = post(server.port, instances([slow_png()] * SLOW))
+        took = time.monotonic() - started
+        assert status == 504, answer[:300]
+        assert took >= 1, took
+        error = json.loads(answer)["error"]
+        dropped = re.fullmatch(r"no answer within 1 s \(SAGEMAKER_MODEL_SERVER_TIMEOUT\): (\d+) of 30 images were not "
+                               r"computed, and will not be", error)
+        assert dropped and int(dropped[1]) >= 10, error
+        # the slice the model was on finishes; the rest of the request is dropped, not computed
+        assert ping(server.port)[0] == 200
+        status, answer, _ = post(server.port, image_bytes("JPEG", 40, 30), "image/jpeg", timeout=10)
+        assert status == 200, answer[:300]
+    finally:
+        assert server.stop() == 0
+    logged(server, r"WARNING keras_pipe_serve: 504 POST /invocations: no answer within 1 s")
+
+
+def test_a_full_queue_is_answered_503_with_retry_after_and_its_request_is_taken_later(model_dir, tmp_path):
+    server = served(model_dir, tmp_path, KERAS_PIPE_MAX_QUEUE="1", KERAS_PIPE_MAX_BATCH="1")
+    small = image_bytes("JPEG", 40, 30)
+    long_one: list = []
+    try:
+        body = instances([slow_png()] * SLOW)
+        holder = threading.Thread(target=lambda: long_one.append(post(server.port, body)))
+        holder.start()
+        # once its job is queued (its images, one a call, take seconds), the next request is refused
+        while (refused := post(server.port, small, "image/jpeg"))[0] == 200 and holder.is_alive():
+            time.sleep(0.1)
+        status, answer, headers = refused
+        assert status == 503 and headers["Retry-After"] == "1", (status, answer[:300])
+        assert "the server is at capacity (1 requests are queued for the model already); retry shortly" in \
+            json.loads(answer)["error"]
+        assert ping(server.port)[0] == 200  # busy is not unhealthy
+        holder.join()
+        assert long_one[0][0] == 200 and len(json.loads(long_one[0][1])["predictions"]) == SLOW
+        assert post(server.port, small, "image/jpeg")[0] == 200
+    finally:
+        assert server.stop() == 0
+    logged(server, r"WARNING keras_pipe_serve: 503 POST /invocations: the server is at capacity")
+
+
+def test_a_client_that_hangs_up_has_its_images_not_yet_computed_dropped(model_dir, tmp_path):
+    server = served(model_dir, tmp_path, KERAS_PIPE_MAX_BATCH="1")
+    try:
+        body = instances([slow_png()] * SLOW)
+        with socket.create_connection(("127.0.0.1", server.port)) as client:
+            client.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            time.sleep(1.5)
+        found = logged(server, r"POST /invocations: the client closed its connection before its answer: (\d+) of 30 "
+                               r"images were not computed, and will not be")
+        assert int(found[1]) >= 10
+        assert post(server.port, image_bytes("JPEG", 40, 30), "image/jpeg", timeout=10)[0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_batch_transforms_multirecord_mini_batch_of_500_images_is_answered_line_for_line(server, model_dir):
+    """SplitType=Line with BatchStrategy=MultiRecord: hundreds of small images in one body, through
+    the model 32 at a time, each line's answer in its place."""
+    kinds = [image_bytes("JPEG", 40 + i, 30) for i in range(3)]
+    lines = "\n".join(json.dumps({"b64": base64.b64encode(kinds[i % 3]).decode()}) for i in range(500)).encode()
+    status, answer, headers = server.request("POST", "/invocations", lines, Content_Type="application/jsonlines")
+    assert status == 200, answer[:300]
+    rows = [json.loads(line) for line in answer.decode().splitlines()]
+    assert len(rows) == 500
+    expected = signature_answers(model_dir, kinds)["probabilities"]
+    np.testing.assert_allclose([r["probabilities"] for r in rows], expected[[i % 3 for i in range(500)]], atol=1e-6)
+
+
+def test_each_request_has_an_access_log_line_and_each_refusal_its_reason(server):
+    server.request("POST", "/invocations", image_bytes("JPEG", 40, 30), Content_Type="image/jpeg",
+                   User_Agent="the-access-log-test")
+    server.request("GET", "/nowhere", User_Agent="the-access-log-test")
+    server.request("POST", "/invocations", b"hello", Content_Type="image/jpeg", User_Agent="the-access-log-test")
+    logged(server, r'127\.0\.0\.1 - - \[[^]]+\] "POST /invocations HTTP/1\.1" 200 \d+ \d+ms "the-access-log-test"')
+    logged(server, r'"GET /nowhere HTTP/1\.1" 404 \d+ \d+ms "the-access-log-test"')
+    logged(server, r"WARNING keras_pipe_serve: 404 GET /nowhere: no such path '/nowhere'")
+    logged(server, r'"POST /invocations HTTP/1\.1" 400 \d+ \d+ms "the-access-log-test"')
+    logged(server, r"WARNING keras_pipe_serve: 400 POST /invocations: the body is not an image")
+
+
+def test_a_refused_requests_body_is_read_so_that_its_kept_alive_connection_goes_on(server):
+    """405 says Allow; a 404's, 405's or 413's body is read and dropped: the next request on the
+    same connection (a ping) is answered at once."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    body = b"x" * (1 << 20)
+    for method, path, allow, status in [("POST", "/ping", "GET, HEAD", 405), ("PUT", "/invocations", "POST", 405),
+                                        ("POST", "/nowhere", None, 404), ("GET", "/invocations", "POST", 405)]:
+        connection.request(method, path, body if method != "GET" else None, {"Content-Type": "image/jpeg"})
+        answer = connection.getresponse()
+        assert (answer.status, answer.getheader("Allow")) == (status, allow)
+        assert answer.getheader("Connection") != "close"
+        answer.read()
+        started = time.monotonic()
+        connection.request("GET", "/ping")
+        pinged = connection.getresponse()
+        assert pinged.status == 200 and pinged.read() == b""
+        assert time.monotonic() - started < 1
+    connection.request("POST", "/invocations", b"\0" * (2 * 1024 * 1024 + 1), {"Content-Type": "image/jpeg"})
+    answer = connection.getresponse()
+    assert answer.status == 413 and answer.getheader("Connection") != "close"
+    answer.read()
+    connection.request("GET", "/ping")
+    assert connection.getresponse().status == 200
+    connection.close()

@@ -1,0 +1,63 @@
+"""How many workers `serve` starts, and with how many TensorFlow threads: from the cores, the GPUs
+and the container's memory limit, as cgroup v2 and v1 write it (a container run with --memory
+shows the same in tests/image/test_container.py)."""
+
+import pytest
+from keras_pipe_serve.server import RUNNER_MB, WORKER_MB, gpu_slot, gpus, memory_limit, plan
+
+MB = 2**20
+
+
+@pytest.mark.parametrize("files, limit", [
+    ({"memory.max": "2147483648\n"}, 2 * 1024 * MB),  # cgroup v2, --memory 2g
+    ({"memory.max": "max\n"}, None),  # cgroup v2, no limit
+    ({"memory/memory.limit_in_bytes": "1258291200\n"}, 1200 * MB),  # cgroup v1, --memory 1200m
+    ({"memory/memory.limit_in_bytes": "9223372036854771712\n"}, None),  # cgroup v1, no limit
+    ({}, None),  # neither (not Linux, or no memory controller)
+])
+def test_the_memory_limit_is_read_from_cgroup_v2_or_v1(tmp_path, files, limit):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert memory_limit(tmp_path) == limit
+
+
+def test_gpus_are_counted_from_their_device_nodes(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    assert gpus(tmp_path) == 2
+
+
+@pytest.mark.parametrize("cpus, gpus_, memory_mb, asked, expected, said", [
+    # (workers, threads calling the model in each, TensorFlow's intra-op and inter-op threads)
+    (2, 0, None, None, (1, 2, 1, 2), "no GPU: one worker, calling its model from a thread per core, 2; no memory limit"),
+    (16, 0, None, None, (1, 16, 1, 16), "a thread per core, 16"),
+    # a small serverless endpoint: one worker still, and said not to fit
+    (2, 0, 1000, None, (1, 2, 1, 2), "warning: the memory limit, 1000 MB, holds 0 at about 1120 MB each; one started"),
+    (2, 0, 2048, None, (1, 2, 1, 2), "the memory limit, 2048 MB, holds 1 at about 1120 MB each"),
+    (8, 4, None, None, (4, 1, 2, 2), "4 GPU(s): one worker each"),
+    (8, 4, 1500, None, (2, 1, 4, 4), "the memory limit, 1500 MB, holds 2 at about 720 MB each"),
+    # asked for: started as asked, the cores shared, and a limit too small for it said
+    (4, 0, None, 2, (2, 2, 1, 2), "SAGEMAKER_MODEL_SERVER_WORKERS=2; no memory limit"),
+    (2, 0, 1000, 2, (2, 1, 1, 1), "SAGEMAKER_MODEL_SERVER_WORKERS=2; warning: the memory limit, 1000 MB, holds 1"),
+])
+def test_workers_and_threads_come_from_the_cores_the_gpus_and_the_memory_limit(cpus, gpus_, memory_mb, asked,
+                                                                                expected, said):
+    model = 10 * MB  # (a SavedModel of 10 MB: twice that counted in each worker)
+    assert (WORKER_MB, RUNNER_MB) == (700, 400)
+    chosen = plan(cpus, gpus_, memory_mb and memory_mb * MB, model, asked)
+    assert (chosen.workers, chosen.runners, chosen.intra, chosen.inter) == expected
+    assert said in "; ".join(chosen.why)
+
+
+def test_tensorflows_own_thread_settings_win():
+    chosen = plan(8, 0, None, 0, intra=4)
+    assert (chosen.workers, chosen.runners, chosen.intra, chosen.inter) == (1, 8, 4, 8)
+    assert "TensorFlow threads as TF_NUM_INTRAOP_THREADS says" in chosen.why
+
+
+def test_each_new_worker_takes_the_gpu_fewest_workers_use():
+    assert gpu_slot([], 4) == 0
+    assert gpu_slot([0, 1], 4) == 2
+    assert gpu_slot([0, 2, 3], 4) == 1  # the worker on GPU 1 died: its replacement takes GPU 1
+    assert gpu_slot([0, 1], 2) == 0  # more workers than GPUs (asked for): shared in turn
