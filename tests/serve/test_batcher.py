@@ -64,6 +64,20 @@ def test_a_request_larger_than_a_batch_goes_through_in_slices_in_order():
     assert [len(call) for call in model.calls] == [4, 4, 2]
 
 
+def test_a_lone_large_request_is_shared_among_the_idle_runners_and_answered_in_order():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, max_batch=32, runners=2)
+    time.sleep(0.2)  # (both runners waiting for work)
+    job = batcher.submit(images(*range(10)))
+    deadline = far()
+    while len(model.calls) < 2 and time.monotonic() < deadline:  # (both calls running at once)
+        time.sleep(0.01)
+    gate.set()
+    assert batcher.wait(job, far())[0] == [[i, i + 0.5] for i in range(10)]
+    assert sorted(model.calls) == [images(0, 1, 2, 3, 4), images(5, 6, 7, 8, 9)]
+
+
 def test_a_wait_gathers_a_fuller_batch():
     model = Model()
     batcher = Batcher(model, max_batch=4, max_wait=0.5)

@@ -65,17 +65,19 @@ class Job:
         self.error: BaseException | None = None
         self.cancelled = False
         self.done = threading.Event()
+        self._filling = threading.Lock()
 
     def fill(self, start: int, outputs: Outputs) -> None:
         probabilities, predicted = outputs
-        self.probabilities[start:start + len(probabilities)] = probabilities
-        if predicted is not None:
-            if self.predicted is None:
-                self.predicted = [None] * len(self.images)
-            self.predicted[start:start + len(predicted)] = predicted
-        self.left -= len(probabilities)
-        if not self.left:
-            self.done.set()
+        with self._filling:  # (two runners may finish slices of one request at once)
+            self.probabilities[start:start + len(probabilities)] = probabilities
+            if predicted is not None:
+                if self.predicted is None:
+                    self.predicted = [None] * len(self.images)
+                self.predicted[start:start + len(predicted)] = predicted
+            self.left -= len(probabilities)
+            if not self.left:
+                self.done.set()
 
     def drop(self) -> str:
         self.cancelled = True
@@ -99,7 +101,6 @@ class Batcher:
         self._ready = threading.Condition()
         self._idle = 0  # runners waiting for work
         self.busy_since: list[float | None] = [None] * runners  # when each runner's call now running began
-        self.calls = self.images = 0  # (counted for the log and the tests)
         self._threads = [threading.Thread(target=self._serve, args=(i,), name=f"model-{i}", daemon=True)
                          for i in range(runners)]
         for thread in self._threads:
@@ -109,8 +110,9 @@ class Batcher:
     def submit(self, images: list[bytes]) -> Job:
         job = Job(images)
         with self._ready:
-            if len(self._queue) >= self.max_queue:
-                raise Full(f"{len(self._queue)} requests are queued for the model already")
+            queued = sum(not queued.cancelled for queued in self._queue)
+            if queued >= self.max_queue:
+                raise Full(f"{queued} requests are queued for the model already")
             self._queue.append(job)
             self._ready.notify()
         return job
@@ -135,9 +137,6 @@ class Batcher:
         if since is not None and time.monotonic() - since > self.stuck_after:
             return f"one call of the model has run {time.monotonic() - since:.1f} s, past {self.stuck_after:g} s"
         return None
-
-    def queued(self) -> int:
-        return len(self._queue)
 
     # -- the model thread's side --
     def _serve(self, runner: int) -> None:
@@ -197,8 +196,6 @@ class Batcher:
                 if not job.cancelled:
                     self._compute([(job, start, end)])
             return
-        self.calls += 1
-        self.images += len(images)
         probabilities, predicted = outputs
         at = 0
         for job, start, end in batch:
