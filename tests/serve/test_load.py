@@ -10,9 +10,11 @@ import io
 import json
 import re
 import socket
+import subprocess
 import threading
 import time
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,6 +82,17 @@ def ping(port: int) -> tuple[int | None, float]:
     return status, time.monotonic() - started
 
 
+def threads_niceness(server: Server) -> dict[str, set[int]]:
+    """The worker's threads' nice values, by thread name (Linux: /proc/PID/task/TID/stat)."""
+    worker = subprocess.run(["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True).stdout.split()[0]
+    niceness: dict[str, set[int]] = {}
+    for task in Path(f"/proc/{worker}/task").iterdir():
+        stat = (task / "stat").read_text()
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        niceness.setdefault(name, set()).add(int(rest[16]))  # (field 19 of stat, counted from 1)
+    return niceness
+
+
 def served(model_dir, tmp_path, **env) -> Server:
     server = Server(model_dir, tmp_path / "serve.log", **env)
     server.wait_until_healthy()
@@ -113,6 +126,9 @@ def test_pings_are_answered_at_once_while_every_request_thread_waits_for_the_mod
         for thread in clients:
             thread.start()
         time.sleep(1)
+        niceness = threads_niceness(server)
+        # the model's threads (TensorFlow's pools, the batcher's) below the request threads
+        assert niceness.get("tf_Compute") == {5} and 0 in niceness["keras-pipe-serv"], niceness
         until = time.monotonic() + 6
         while time.monotonic() < until:
             busy = in_flight[0]
@@ -146,10 +162,14 @@ def test_a_request_past_the_timeout_is_answered_504_and_dropped_and_the_server_g
         dropped = re.fullmatch(r"no answer within 1 s \(SAGEMAKER_MODEL_SERVER_TIMEOUT\): (\d+) of 30 images were not "
                                r"computed, and will not be", error)
         assert dropped and int(dropped[1]) >= 10, error
-        # the slice the model was on finishes; the rest of the request is dropped, not computed
+        # the slices the model was on finish (a next request, held to the same 1 s, may time out
+        # behind them on cores shared with other tests); the rest of the request is never computed
         assert ping(server.port)[0] == 200
-        status, answer, _ = post(server.port, image_bytes("JPEG", 40, 30), "image/jpeg", timeout=10)
-        assert status == 200, answer[:300]
+        until = time.monotonic() + 30
+        while (after := post(server.port, image_bytes("JPEG", 40, 30), "image/jpeg"))[0] == 504 and \
+                time.monotonic() < until:
+            time.sleep(0.5)
+        assert after[0] == 200, after[1][:300]
     finally:
         assert server.stop() == 0
     logged(server, r"WARNING keras_pipe_serve: 504 POST /invocations: no answer within 1 s")

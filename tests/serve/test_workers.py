@@ -61,3 +61,28 @@ def test_each_new_worker_takes_the_gpu_fewest_workers_use():
     assert gpu_slot([0, 1], 4) == 2
     assert gpu_slot([0, 2, 3], 4) == 1  # the worker on GPU 1 died: its replacement takes GPU 1
     assert gpu_slot([0, 1], 2) == 0  # more workers than GPUs (asked for): shared in turn
+
+
+def test_with_several_gpus_each_worker_is_pinned_to_its_own(monkeypatch):
+    """gunicorn's pre_fork (in the master) picks the GPU, post_fork (in the worker, before
+    TensorFlow loads) makes it the only one the worker sees; one GPU needs neither."""
+    import os
+    from types import SimpleNamespace
+
+    from keras_pipe_serve.server import gunicorn_settings, settings
+
+    config = settings([])
+    assert "pre_fork" not in gunicorn_settings(config, plan(8, 1, None, 0), 1)
+    hooks = gunicorn_settings(config, plan(8, 2, None, 0), 2)
+    master = SimpleNamespace(WORKERS={})
+    for pid in (101, 102):
+        worker = SimpleNamespace()
+        hooks["pre_fork"](master, worker)
+        master.WORKERS[pid] = worker
+    assert [w.gpu for w in master.WORKERS.values()] == [0, 1]
+    del master.WORKERS[101]  # the worker on GPU 0 died: its replacement takes GPU 0
+    replacement = SimpleNamespace()
+    hooks["pre_fork"](master, replacement)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    hooks["post_fork"](master, replacement)
+    assert replacement.gpu == 0 and os.environ["CUDA_VISIBLE_DEVICES"] == "0"

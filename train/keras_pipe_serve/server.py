@@ -48,6 +48,9 @@ and this server's own:
   KERAS_PIPE_MAX_QUEUE            requests queued per worker; one more is answered 503 with
                                   Retry-After (64, or twice the cores where more: `keras-pipe
                                   transform` sends as many requests at once as the instance's cores)
+  KERAS_PIPE_MODEL_NICENESS       how much lower the model's threads' scheduling priority is than the
+                                  request threads', so that a ping never waits for a core (5; 0:
+                                  the same)
 and TensorFlow's own, where set: TF_NUM_INTRAOP_THREADS (threads within an op), TF_NUM_INTEROP_THREADS
 (ops at once, as a batch's images decode).
 """
@@ -58,13 +61,17 @@ import argparse
 import logging
 import os
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
 from keras_pipe_train import contract  # (no TensorFlow: the master never loads it)
 
 log = logging.getLogger("keras_pipe_serve")
+T = TypeVar("T")
 
 DEFAULT_PAYLOAD_MB = 6
 # SageMaker sends SIGKILL 30 s after SIGTERM: requests in flight get most of that to finish
@@ -77,6 +84,8 @@ PING_THREADS = 8
 # bench.serve` prints them)
 WORKER_MB = 700
 RUNNER_MB = 400
+# how far below the request threads the model's threads run (KERAS_PIPE_MODEL_NICENESS; 0: level)
+MODEL_NICENESS = 5
 ACCESS_LOG_FORMAT = '%(h)s - - %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'  # common log format, and the time
 UNLIMITED = 1 << 60  # cgroup v1 says "no limit" with a number near 2**63
 
@@ -185,7 +194,35 @@ def settings(argv: list[str] | None = None) -> dict:
                 max_wait=_positive("KERAS_PIPE_BATCH_WAIT_MS", 0, float, zero=True) / 1000,
                 max_queue=_positive("KERAS_PIPE_MAX_QUEUE", max(64, 2 * _cpus())),
                 intra=_positive("TF_NUM_INTRAOP_THREADS", None),
-                inter=_positive("TF_NUM_INTEROP_THREADS", None))
+                inter=_positive("TF_NUM_INTEROP_THREADS", None),
+                niceness=_positive("KERAS_PIPE_MODEL_NICENESS", MODEL_NICENESS, zero=True))
+
+
+def made_yielding(make: Callable[[], T], niceness: int) -> T:
+    """make() called in a thread of its own whose niceness is raised by `niceness` (on Linux, a
+    thread's own; the threads it starts inherit it): TensorFlow's thread pools, which the model's
+    first op starts, and the batcher's threads are then the ones that wait for a core, not the
+    request threads. Without it, with the model's threads on every core, a ping's thread waited
+    for a turn among them (docs/speed.md has the figures). Raising one's niceness needs no
+    privilege; where it cannot be set, nothing changes."""
+    made: list = []
+
+    def run():
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + niceness)
+        except (OSError, AttributeError):  # (not Linux, or refused: the model runs at the server's priority)
+            pass
+        try:
+            made.append(make())
+        except BaseException as err:  # (raised again in the caller's thread, whatever it is)
+            made.append(err)
+
+    maker = threading.Thread(target=run, name="model-loader")
+    maker.start()
+    maker.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
 
 
 def gpu_slot(live: list[int | None], count: int) -> int:
@@ -193,6 +230,48 @@ def gpu_slot(live: list[int | None], count: int) -> int:
     predecessor's)."""
     used = [sum(1 for slot in live if slot == gpu) for gpu in range(count)]
     return used.index(min(used))
+
+
+def gunicorn_settings(config: dict, chosen: Plan, gpu_count: int) -> dict:
+    settings_ = {
+        "bind": [config["bind"]], "workers": chosen.workers, "worker_class": "gthread",
+        "threads": config["max_queue"] + PING_THREADS,
+        # (the heartbeat: gthread's main thread never runs a request, so this only catches a worker
+        # hung as a whole; a request's own time is the app's to end)
+        "timeout": max(60, int(config["timeout"]) + 30),
+        "graceful_timeout": GRACEFUL_S,
+        "keepalive": 75,  # above the 60 s idle timeout of AWS's load balancers
+        "preload_app": False,  # the model is loaded in each worker, after the fork
+        "accesslog": "-", "access_log_format": ACCESS_LOG_FORMAT,  # stdout, as CloudWatch collects it
+        "errorlog": "-", "proc_name": "keras-pipe-serve",
+        "control_socket_disable": True,  # (gunicorn 26's admin socket in $HOME: not needed)
+    }
+    if gpu_count > 1:
+        def pre_fork(server, worker):  # (in the master: which GPU the new worker gets)
+            worker.gpu = gpu_slot([getattr(w, "gpu", None) for w in server.WORKERS.values()], gpu_count)
+
+        def post_fork(server, worker):  # (in the worker, before TensorFlow is imported)
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(worker.gpu)
+            log.info("worker %d serves on GPU %d", os.getpid(), worker.gpu)
+
+        settings_.update(pre_fork=pre_fork, post_fork=post_fork)
+    return settings_
+
+
+def loaded_app(config: dict, chosen: Plan):
+    """What a worker serves: the model loaded, its batcher's threads started (both below the
+    request threads' priority: made_yielding), the WSGI app on them."""
+    from keras_pipe_serve.app import App
+    from keras_pipe_serve.batcher import Batcher
+    from keras_pipe_serve.predictor import Predictor
+
+    def model():
+        predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
+        return predictor, Batcher(predictor.run, config["max_batch"], config["max_wait"], config["max_queue"],
+                                  stuck_after=config["timeout"], runners=chosen.runners)
+
+    predictor, batcher = made_yielding(model, config["niceness"])
+    return App(predictor, batcher, config["max_body"], config["batch"], config["timeout"])
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -208,43 +287,13 @@ def run(argv: list[str] | None = None) -> None:
 
     from gunicorn.app.base import BaseApplication
 
-    def pre_fork(server, worker):  # (in the master: which GPU the new worker gets)
-        worker.gpu = gpu_slot([getattr(w, "gpu", None) for w in server.WORKERS.values()], gpu_count)
-
-    def post_fork(server, worker):  # (in the worker, before TensorFlow is imported)
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(worker.gpu)
-        log.info("worker %d serves on GPU %d", os.getpid(), worker.gpu)
-
     class Server(BaseApplication):
         def load_config(self):
-            self.cfg.set("bind", [config["bind"]])
-            self.cfg.set("workers", chosen.workers)
-            self.cfg.set("worker_class", "gthread")
-            self.cfg.set("threads", config["max_queue"] + PING_THREADS)
-            # (the heartbeat: gthread's main thread never runs a request, so this only catches a
-            # worker hung as a whole; a request's own time is the app's to end)
-            self.cfg.set("timeout", max(60, int(config["timeout"]) + 30))
-            self.cfg.set("graceful_timeout", GRACEFUL_S)
-            self.cfg.set("keepalive", 75)  # above the 60 s idle timeout of AWS's load balancers
-            self.cfg.set("preload_app", False)  # the model is loaded in each worker, after the fork
-            self.cfg.set("accesslog", "-")  # stdout, as CloudWatch collects it
-            self.cfg.set("access_log_format", ACCESS_LOG_FORMAT)
-            self.cfg.set("errorlog", "-")
-            self.cfg.set("proc_name", "keras-pipe-serve")
-            self.cfg.set("control_socket_disable", True)  # (gunicorn 26's admin socket in $HOME: not needed)
-            if gpu_count > 1:
-                self.cfg.set("pre_fork", pre_fork)
-                self.cfg.set("post_fork", post_fork)
+            for name, value in gunicorn_settings(config, chosen, gpu_count).items():
+                self.cfg.set(name, value)
 
         def load(self):
-            from keras_pipe_serve.app import App
-            from keras_pipe_serve.batcher import Batcher
-            from keras_pipe_serve.predictor import Predictor
-
-            predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
-            batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], config["max_queue"],
-                              stuck_after=config["timeout"], runners=chosen.runners)
-            return App(predictor, batcher, config["max_body"], config["batch"], config["timeout"])
+            return loaded_app(config, chosen)
 
     log.info("serving %s on %s: %d worker(s) (%s), each calling its model from %d thread(s), TensorFlow on %d "
              "thread(s) within an op and %d ops at once; up to %d images a model call, %g ms wait for more, %d "
