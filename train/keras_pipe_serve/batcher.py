@@ -1,5 +1,6 @@
-"""One thread per worker calls the model; requests wait for it in a bounded queue, and whatever
-images are waiting when the model is free go through it together, as TF Serving batches.
+"""Threads of their own call the model (`runners`: one per core on a host without a GPU); requests
+wait for them in a bounded queue, and whatever images are waiting when one is free go through the
+model together, as TF Serving batches.
 
 Why: a model call on 8 images costs far less than 8 calls on one (the convolutions run on larger
 matrices, the graph's fixed cost is paid once), and a request thread that only waits for its
@@ -8,8 +9,9 @@ themselves never run the model, so a ping never waits behind it (keras_pipe_serv
 
 - A batch takes images from the requests in arrival order, up to `max_batch` images: a request with
   more (a batch transform's MultiRecord mini-batch of hundreds) goes through in slices of
-  `max_batch`, so that its decoded pixels never all exist at once.
-- `max_wait`: how long the model thread waits, once a request is queued, for more images before
+  `max_batch`, so that its decoded pixels never all exist at once; the runners that are idle share
+  what is waiting, so that a lone request goes through every core at once.
+- `max_wait`: how long a runner waits, once a request is queued, for more images before
   it calls the model (TF Serving's batch_timeout_micros). 0, the default: no wait; the requests
   that arrive while the model is busy form the next batch ("natural batching"), which gains
   batching's throughput under load and costs a lone request nothing (docs/speed.md has figures).
@@ -23,13 +25,10 @@ themselves never run the model, so a ping never waits behind it (keras_pipe_serv
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-
-log = logging.getLogger("keras_pipe_serve")
 
 # what a model call returns for its images: each one's probabilities, and a multi-label model's 0/1
 # per class (or None): Predictor.run
