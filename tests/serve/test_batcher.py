@@ -40,12 +40,19 @@ def far() -> float:
     return time.monotonic() + 10
 
 
-def test_requests_queued_while_the_model_is_busy_go_through_it_together():
+def held(first: list[bytes], **options):
+    """(gate, model, batcher, the first request's job): the model busy with that request alone
+    until the gate is set, so that what is submitted next waits in the queue."""
     gate = threading.Event()
     model = Model(gate)
-    batcher = Batcher(model, max_batch=8)
-    first = batcher.submit(images(0))
-    assert model.entered.wait(5)  # the model is busy with the first request alone
+    batcher = Batcher(model, **options)
+    job = batcher.submit(first)
+    assert model.entered.wait(5)
+    return gate, model, batcher, job
+
+
+def test_requests_queued_while_the_model_is_busy_go_through_it_together():
+    gate, model, batcher, first = held(images(0), max_batch=8)
     waiting = [batcher.submit(images(i, i + 1)) for i in (10, 20, 30)]
     gate.set()
     assert batcher.wait(first, far()) == ([[0.0, 0.5]], None)
@@ -91,11 +98,7 @@ def test_a_wait_gathers_a_fuller_batch():
 
 
 def test_a_full_queue_refuses_the_next_request_and_takes_it_once_there_is_room():
-    gate = threading.Event()
-    model = Model(gate)
-    batcher = Batcher(model, max_batch=1, max_queue=2)
-    running = batcher.submit(images(1))
-    assert model.entered.wait(5)  # taken: no longer queued
+    gate, model, batcher, running = held(images(1), max_batch=1, max_queue=2)  # (taken: no longer queued)
     queued = [batcher.submit(images(2)), batcher.submit(images(3))]
     with pytest.raises(Full, match="2 requests are queued"):
         batcher.submit(images(4))
@@ -106,11 +109,7 @@ def test_a_full_queue_refuses_the_next_request_and_takes_it_once_there_is_room()
 
 
 def test_a_request_past_its_deadline_or_whose_client_is_gone_is_dropped_uncomputed():
-    gate = threading.Event()
-    model = Model(gate)
-    batcher = Batcher(model, max_batch=1)
-    busy = batcher.submit(images(1))
-    assert model.entered.wait(5)
+    gate, model, batcher, busy = held(images(1), max_batch=1)
     late, left = batcher.submit(images(2, 3)), batcher.submit(images(4, 5))
     started = time.monotonic()
     with pytest.raises(TimedOut):
@@ -126,11 +125,7 @@ def test_a_request_past_its_deadline_or_whose_client_is_gone_is_dropped_uncomput
 
 
 def test_an_image_the_model_refuses_fails_only_its_own_request():
-    gate = threading.Event()
-    model = Model(gate)
-    batcher = Batcher(model, max_batch=8)
-    busy = batcher.submit(images(0))
-    assert model.entered.wait(5)
+    gate, model, batcher, busy = held(images(0), max_batch=8)
     good, bad, other = batcher.submit(images(1)), batcher.submit([b"7", b"bad"]), batcher.submit(images(2, 3))
     gate.set()
     batcher.wait(busy, far())
