@@ -9,6 +9,7 @@ below what these short CPU runs reach (59-76 % observed).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import sys
 import pytest
 
 from pipemode import tfrecord
+from tests.browser import open_page, painted
 from tests.conftest import FakeJob, png_bomb
 from tests.job.conftest import file_channel, run_train, write_hyperparameters
 from tests.timeouts import wait_s
@@ -102,7 +104,25 @@ def check_outputs(fake_job: FakeJob, out: subprocess.CompletedProcess, epochs: i
     assert [row["class"] for row in evaluation["per_class"]] == [str(d) for d in range(10)]
     for picture in ("learning_curves.png", "confusion_matrix.png"):
         assert (fake_job.base / "output/data" / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    check_report(fake_job, evaluation)
     return report["final"]
+
+
+def check_report(fake_job: FakeJob, evaluation: dict) -> None:
+    """report.html's gallery: every image the model gets wrong up to 24, worst first; TensorBoard's
+    pictures of the job's end."""
+    page = (fake_job.base / "output/data/report.html").read_text()
+    wrong = evaluation["examples"] - sum(row[i] for i, row in enumerate(evaluation["confusion_matrix"]["counts"]))
+    assert f"it gets {wrong:,} of the 397 validation images wrong" in page
+    assert page.count('<div class="tile">') == min(wrong, 24) == page.count("data:image/jpeg;base64,")
+    losses = [float(x) for x in re.findall(r"<br>loss ([0-9.]+)</div>", page)]
+    assert losses == sorted(losses, reverse=True) and len(losses) == min(wrong, 24)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(fake_job.base / "output/tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    assert {"evaluation/confusion_matrix", "evaluation/worst_mistakes", "val_accuracy"} <= set(
+        events.Tags()["tensors"])
 
 
 HYPERPARAMETERS = dict(num_classes=10, image_size=32, epochs=2, fine_tune_epochs=1, fine_tune_layers=40,
@@ -130,6 +150,13 @@ def test_pipe_mode_job_learns_and_its_export_serves_jpegs(job, digit_records, pr
     # serving decodes and resizes exactly as validation did: the same accuracy
     assert abs(served - final["val_accuracy"]) <= 0.01, (served, final)
     assert "reading channel 'train' pass 2" in out.stdout  # one FIFO per epoch
+    # the report as a person's browser shows it: nothing asked of the network, no console message,
+    # and the gallery's pictures painted
+    page = job.base / "output/data/report.html"
+    opened = open_page(page, tmp_path / "browser")
+    assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+    pictures, area = painted(page, tmp_path / "browser")
+    assert pictures >= 1 and area >= pictures * 40 * 40, (pictures, area)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from keras_pipe_launch.common.objects import SourceError, list_objects
 from keras_pipe_launch.local.feeder import FeedError, PipeFeeder
 from keras_pipe_launch.local.run import LocalRun
 from pipemode import PipeModeDataset, tfrecord
-from tests.conftest import QUICK, job_pid, launch_local, random_records
+from tests.conftest import QUICK, job_pid, launch_local, random_records, run_logged
 
 
 def make_objects(folder, count=8, size=1000):
@@ -297,6 +298,11 @@ def test_a_pipe_mode_job_runs_end_to_end(digit_folders):
                  f"launch | algo-1 completed; model in {digit_folders}/job/algo-1/model"):
         assert line in out.stdout, line
     assert (digit_folders / "job/algo-1/model/1/saved_model.pb").is_file()
+    # the job's report, found by the installed command as a user types it
+    report = run_logged([str(Path(sys.executable).parent / "keras-pipe"), "report", "job"], 60, cwd=digit_folders)
+    assert report.returncode == 0 and report.stdout == "job/algo-1/output/data/report.html\n", report
+    page = (digit_folders / report.stdout.strip()).read_text()
+    assert "The validation images it gets most wrong" in page and " of the 200 validation images" in page
 
 
 @pytest.mark.slow

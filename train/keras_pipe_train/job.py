@@ -13,7 +13,17 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import contract, datasets, distribute, evaluation, incremental, metrics
+from keras_pipe_train import (
+    contract,
+    datasets,
+    distribute,
+    evaluation,
+    incremental,
+    metrics,
+    mistakes,
+    report_page,
+    tensorboard_pictures,
+)
 from keras_pipe_train.checkpoints import Checkpoints, Progress
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
@@ -339,11 +349,41 @@ def evaluate_exported(training: Training, final: dict) -> None:
             return
     if t.cluster.is_chief:
         try:
-            evaluation.write(t.layout.output_data, evaluation.report(
-                t.trainer.task, t.config.class_names, scores, examples, counts, detail, final.get("epoch")),
-                t.epochs.rows)
+            found = evaluation.report(t.trainer.task, t.config.class_names, scores, examples, counts, detail,
+                                      final.get("epoch"))
+            evaluation.write(t.layout.output_data, found, t.epochs.rows)
         except Exception as err:  # (the model and metrics.json are written: the job's result stands)
             log.warning("could not write evaluation.json (%s: %s)", type(err).__name__, err, exc_info=True)
+            return
+        write_report(t, found)
+
+
+def write_report(training: Training, found: dict) -> None:
+    """The chief's report page (report_page.py) and TensorBoard's pictures, with the gallery of the
+    validation images the exported model gets most wrong: one more pass over the validation channel
+    (a job of one host only, for now). A report that cannot be
+    made is a warning: the model, metrics.json and evaluation.json stand."""
+    t = training
+    try:
+        gallery = None
+        # (several hosts: no gallery nor TensorBoard pictures yet. The chief's TensorFlow ops after
+        # the export hung under MultiWorkerMirroredStrategy, a call of the job's model or of the one
+        # just exported loaded again, or tf.summary.image, while the other hosts waited in
+        # leave_together's collective)
+        if not t.trainer.stop_requested() and not t.cluster.multi_worker:
+            make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
+                                             side=t.validation.side)
+            worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop)
+            if not t.trainer.stop_requested():
+                gallery = report_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count)
+        settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
+        path = report_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
+                                 gallery)
+        log.info("the job's report: %s%s", path, "" if gallery else " (no gallery: a stop request, or several hosts)")
+        if t.epochs.writer and not t.cluster.multi_worker:  # (TensorFlow's ops hang there too, as above)
+            tensorboard_pictures.pictures(t.epochs.writer, t.layout.output_data, gallery, found, len(t.epochs.rows))
+    except Exception as err:
+        log.warning("could not write the job's report (%s: %s)", type(err).__name__, err, exc_info=True)
 
 
 def export_together(training: Training, final: dict) -> None:

@@ -25,6 +25,14 @@ leave it out to keep the original bytes (the job then decodes them at full size 
     OUT/train/part-00000.tfrecord ...     -> the train channel (s3://.../train/)
     OUT/validation/part-00000.tfrecord    -> the validation channel
     OUT/classes.json                      -> class names in label order: --hp class_names=...
+    OUT/report.html, OUT/data_report.json -> what was found in the data (below)
+
+Before the split, every image is read once to find duplicates: the same file twice (SHA-256), or
+the same picture resized or recompressed (ImageHash's perceptual hash, within --duplicate-distance
+bits). Each group stays whole in train or in validation, so no validation image is also a training
+image; a group whose images carry different labels is listed as a label conflict. The data report
+(report.html, a page with thumbnails; data_report.json, every group) also has the class balance
+and the images' sizes.
 
 The same inputs, options and seed give byte-identical shards, in any process and with any number of
 workers, so re-running --upload skips every shard already in S3 with the same content (its SHA-256
@@ -55,9 +63,9 @@ from pathlib import Path
 from keras_pipe_launch.cli.arguments import duration
 from keras_pipe_launch.cli.job_options import use_region
 from keras_pipe_launch.common.untrusted import shown
-from keras_pipe_launch.prepare import images, processing
+from keras_pipe_launch.prepare import duplicates, images, processing
 from keras_pipe_launch.prepare.dataset import PrepareError, check_options, prepare
-from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
+from keras_pipe_launch.prepare.images import bits, jpeg_quality, megabytes, whole_number
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
 
 
@@ -89,6 +97,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-image-pixels", type=whole_number, default=DEFAULT_MAX_PIXELS, metavar="PIXELS",
                         help="larger images (width x height, from their header) are rejected before decoding, as "
                              f"the job does (its max_image_pixels; default {DEFAULT_MAX_PIXELS})")
+    parser.add_argument("--duplicate-distance", type=bits, default=None, metavar="BITS",
+                        help="images whose perceptual hashes (64 bits) differ in at most BITS are near-duplicates "
+                             f"(default {duplicates.DISTANCE}; 0: the same picture only)")
+    parser.add_argument("--no-duplicate-check", action="store_true",
+                        help="do not look for duplicates (each image is then read once, not twice)")
     parser.add_argument("--upload", metavar="S3_PREFIX", default=None, help="then upload OUT to s3://bucket/prefix/")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the dataset an earlier run prepared in OUT (nothing else is ever deleted)")
@@ -139,6 +152,10 @@ def run_here(args: argparse.Namespace) -> int:
     for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
         if getattr(args, option):
             raise PrepareError(f"--{option.replace('_', '-')} is for a prepare at scale: give --instance-count")
+    if args.no_duplicate_check and args.duplicate_distance is not None:
+        raise PrepareError("--duplicate-distance and --no-duplicate-check: give one")
+    distance = None if args.no_duplicate_check else (
+        duplicates.DISTANCE if args.duplicate_distance is None else args.duplicate_distance)
     if args.upload:
         from keras_pipe_launch.common.objects import parse_s3_uri
 
@@ -146,7 +163,7 @@ def run_here(args: argparse.Namespace) -> int:
     prepare(args.source, Path(args.out), validation_fraction=args.validation_fraction, shard_mb=args.shard_mb,
             seed=args.seed, workers=args.workers, strict=args.strict, max_pixels=args.max_image_pixels,
             max_side=args.max_side, quality=args.jpeg_quality, overwrite=args.overwrite,
-            multi_label=args.multi_label, label_attribute=args.label_attribute)
+            multi_label=args.multi_label, label_attribute=args.label_attribute, duplicate_distance=distance)
     if args.upload:
         from keras_pipe_launch.prepare.upload import upload
 
@@ -216,6 +233,9 @@ def check_at_scale(args) -> None:
 
     if args.overwrite:
         raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
+    if args.duplicate_distance is not None:
+        raise PrepareError("--duplicate-distance: a prepare at scale does not look for duplicates yet (each instance "
+                           "sees only its share of the images); prepare on one machine to find them")
     if args.multi_label or args.label_attribute:
         raise PrepareError(f"--{'multi-label' if args.multi_label else 'label-attribute'} reads a CSV or a manifest, "
                            "which is prepared on one machine: at scale, SOURCE is a prefix of class folders")

@@ -6,7 +6,8 @@
      weights (the `pretrained` channel), its data streamed through Pipe-mode FIFOs: 3 epochs
      training a new head on the frozen backbone, then 12 fine-tuning all of it but BatchNorm;
   4. the exported SavedModel classifies every held-out JPEG: the first of each digit is drawn with
-     its prediction (a fixed sample, not a chosen one), and the confusion counts of all follow.
+     its prediction (a fixed sample, not a chosen one), and the confusion counts of all follow;
+     the transfer job's report page (report.html) shows what it learned and its worst mistakes.
 
 Both jobs run through `keras-pipe local`, exactly as they would run on SageMaker; their full
 logs are kept in demo-output/*.log. Takes about two minutes on two CPU cores.
@@ -153,6 +154,8 @@ summary ({time.time() - started:.0f} s)
   inside the job on the decoded records, the served score through the exported model from JPEG bytes,
   so the two agree only if export and serving preprocess exactly as training did)
   model: {model}  (1/ TF Serving SavedModel, model.keras, backbone.weights.h5, classes.json)
+  report: {OUT / 'transfer' / 'algo-1' / 'output' / 'data' / 'report.html'}  (its curves, confusion, worst
+          mistakes: open it in a browser, or `keras-pipe report {OUT / 'transfer'}`)
   logs:  {OUT}/pretrain.log, {OUT}/transfer.log""")
     return 0
 

@@ -20,10 +20,10 @@ import random
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from keras_pipe_launch.prepare import images, sources
+from keras_pipe_launch.prepare import data_report, duplicates, images, sources
 from keras_pipe_launch.prepare.sources import Labels, Listing, ListingError, Location, shown
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
 
@@ -66,13 +66,16 @@ def in_order(function: Callable, items: Iterable, workers: int) -> Iterator:
                 future.cancel()
 
 
-def split(items: list[tuple[Location, Labels]], validation_fraction: float, seed: int):
+def split(items: list[tuple[Location, Labels]], validation_fraction: float, seed: int,
+          together: Sequence[Sequence[int]] = ()):
     """Shuffled, then split per class so every class has its share in validation; a class always
     keeps at least one image for training, however small it is. Decided on the listing, before any
     image is read: an image found unusable leaves a gap in its part, and never moves another one
     between train and validation (fixing a broken file and preparing again keeps the split).
     A multi-label image is split with its rarest class (the one a random split would most likely
-    leave out of validation); images of no class, as a class of their own."""
+    leave out of validation); images of no class, as a class of their own. `together`: groups of
+    items (indices) that go to the same part (duplicates: no validation image is also a training
+    image), drawn as one with the class of their first; with none, each item is drawn alone."""
     rng = random.Random(seed)
     frequency = collections.Counter(label for _, labels in items if isinstance(labels, tuple) for label in labels)
 
@@ -82,8 +85,8 @@ def split(items: list[tuple[Location, Labels]], validation_fraction: float, seed
         return min(labels, key=lambda label: (frequency[label], label)) if labels else -1
 
     by_class: dict[int, list] = collections.defaultdict(list)
-    for item in items:
-        by_class[stratum(item[1])].append(item)
+    for unit in units(items, together):
+        by_class[stratum(unit[0][1])].append(unit)
     train, validation = [], []
     for label in sorted(by_class):
         of_class = by_class[label]
@@ -92,16 +95,31 @@ def split(items: list[tuple[Location, Labels]], validation_fraction: float, seed
         validation += of_class[:cut]
         train += of_class[cut:]
     if frequency:  # multi-label: a class whose images all went with rarer ones keeps one to train on
-        trained = {label for _, labels in train for label in labels}
+        trained = {label for unit in train for _, labels in unit for label in labels}
         for label in sorted(frequency):
-            moved = next((item for item in validation if label in item[1]), None)
+            moved = next((unit for unit in validation if any(label in labels for _, labels in unit)), None)
             if label not in trained and moved:
                 validation.remove(moved)
                 train.append(moved)
-                trained.update(moved[1])
+                trained.update(label for _, labels in moved for label in labels)
+    train, validation = [item for unit in train for item in unit], [item for unit in validation for item in unit]
     rng.shuffle(train)
     rng.shuffle(validation)
     return train, validation
+
+
+def units(items: list, together: Sequence[Sequence[int]]) -> list[list]:
+    """The items as the split draws them: each group of `together` as one unit, in the place of
+    its first member; every other item alone."""
+    group_of = {index: group for group in together for index in group}
+    drawn = []
+    for index, item in enumerate(items):
+        group = group_of.get(index)
+        if group is None:
+            drawn.append([item])
+        elif index == min(group):
+            drawn.append([items[i] for i in sorted(group)])
+    return drawn
 
 
 def class_names_option(classes: list[str]) -> str:
@@ -260,7 +278,7 @@ def check_options(validation_fraction: float, max_side: int | None) -> None:
 
 
 # what prepare writes in OUT (and all that --overwrite replaces)
-DATASET_ENTRIES = ("train", "validation", "classes.json", "rejected.txt")
+DATASET_ENTRIES = ("train", "validation", "classes.json", "rejected.txt", data_report.JSON_NAME, data_report.HTML_NAME)
 WORK_FOLDER = ".incomplete"
 # the rejected images of a run that failed beside an earlier dataset (which it leaves as it was)
 FAILED_RUN_REJECTED = ".rejected-by-failed-run.txt"
@@ -311,15 +329,18 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
             seed: int = 0, workers: int | None = None, strict: bool = False,
             max_pixels: int = DEFAULT_MAX_PIXELS, max_side: int | None = None,
             quality: int = images.DEFAULT_QUALITY, overwrite: bool = False, multi_label: bool = False,
-            label_attribute: str | None = None) -> dict:
+            label_attribute: str | None = None, duplicate_distance: int | None = duplicates.DISTANCE) -> dict:
     """`multi_label`: SOURCE is a CSV of path,label,label,... rows, or a multi-label Ground Truth
     manifest; each Example holds its image's class ids (the job's multi_label=true,
-    label_format=index). `label_attribute`: a manifest's label (default: found from its metadata)."""
+    label_format=index). `label_attribute`: a manifest's label (default: found from its metadata).
+    `duplicate_distance`: duplicates.py's; None: duplicates not looked for (each image read once)."""
     check_out(out, overwrite)
     check_options(validation_fraction, max_side)
     reader = sources.Reader()
     listing = read_listing(str(source), reader, multi_label, label_attribute)
-    train, validation = split(listing.items, validation_fraction, seed)
+    workers = workers or default_workers(str(source))
+    prints, found = find_duplicates(listing, reader, max_pixels, duplicate_distance, workers)
+    train, validation = split(listing.items, validation_fraction, seed, [group.members for group in found])
     queue = ([(where, label, "train") for where, label in train]
              + [(where, label, "validation") for where, label in validation])
     # The dataset is made in a hidden folder and moved into place once everything is checked: an
@@ -329,10 +350,14 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
     shutil.rmtree(work, ignore_errors=True)  # (left by a run that was killed)
     try:
         written = write_examples(queue, reader, work, ImageOptions(max_pixels, max_side, quality),
-                                 int(shard_mb * 1e6), workers or default_workers(str(source)))
+                                 int(shard_mb * 1e6), workers)
         rejected = list(listing.rejected) + written.rejected
         report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict, work)
         check_classes(listing.classes, written.counts["train"], written.counts["validation"], validation_fraction)
+        report = data_report.build(str(source), listing.classes, listing.items, prints, found,
+                                   {str(where): part for where, _, part in queue}, written.counts, len(rejected),
+                                   duplicate_distance)
+        write_data_report(work, out, report, listing, str(source), reader)
         for part, paths in written.shards.items():
             if not paths:
                 shutil.rmtree(work / part, ignore_errors=True)
@@ -345,6 +370,39 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
         shutil.rmtree(work, ignore_errors=True)
     shards = {part: [out / part / p.name for p in paths] for part, paths in written.shards.items() if paths}
     return summarize(listing.classes, written, len(rejected), shards, str(out), multi_label)
+
+
+def find_duplicates(listing: Listing, reader: sources.Reader, max_pixels: int, distance: int | None,
+                    workers: int) -> tuple[list, list[duplicates.Group]]:
+    """Every image's fingerprint and the groups of duplicates among them (duplicates.py), said on
+    stderr; nothing when not asked (distance None): each image is then read once, not twice."""
+    if distance is None:
+        return [None] * len(listing.items), []
+    from tqdm import tqdm
+
+    locations = [where for where, _ in listing.items]
+    with tqdm(total=len(locations), desc="duplicates", unit="image", disable=None) as bar:
+        def mapped(function, items):
+            for result in in_order(function, items, workers):
+                bar.update()
+                yield result
+
+        prints = duplicates.fingerprints(locations, reader.read, max_pixels, mapped)
+    found = duplicates.groups(prints, distance)
+    if found:
+        conflicts = sum(len({listing.items[i][1] for i in group.members}) > 1 for group in found)
+        print(f"prepare: {len(found)} groups of duplicate images ({sum(len(g.members) for g in found)} images; "
+              f"{conflicts} with different labels): each kept in one part, listed in the data report", file=sys.stderr)
+    return prints, found
+
+
+def write_data_report(work: Path, out: Path, report: dict, listing: Listing, source: str,
+                      reader: sources.Reader) -> None:
+    by_name = {data_report.name_of(where, source): where for where, _ in listing.items}
+    thumbnails = data_report.thumbnails_of(report, lambda name: reader.read(by_name[name]))
+    data_report.write(work, report, thumbnails)
+    print(f"prepare: the data's report: {shown(out / data_report.HTML_NAME)} ({data_report.JSON_NAME} beside it)",
+          file=sys.stderr)
 
 
 def summarize(classes: list[str], written: Written, rejected: int, shards: dict[str, list], where: str,

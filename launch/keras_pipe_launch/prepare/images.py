@@ -86,6 +86,14 @@ def megabytes(text: str) -> float:
     return value
 
 
+def bits(text: str) -> int:
+    """--duplicate-distance: bits of a 64-bit perceptual hash, 0 to 32 (half the bits: beyond, any two
+    pictures would be alike)."""
+    if not text.isdigit() or int(text) > 32:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of bits from 0 to 32")
+    return int(text)
+
+
 def jpeg_quality(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= 100:
         raise argparse.ArgumentTypeError(f"{text!r} is not a JPEG quality: give a whole number from 1 to 100")

@@ -1,0 +1,180 @@
+"""`keras-pipe prepare` finds duplicate images before it splits: a copy that a plain split would put
+in validation beside its original in train stays with it; the same photo under two classes is
+listed as a label conflict; the data's report (JSON and a page) says all of it, and opens in a
+real browser with nothing asked of the network."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import io
+import json
+import random
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from keras_pipe_launch.prepare import duplicates
+from keras_pipe_launch.prepare.dataset import split
+from tests.browser import open_page, painted
+from tests.conftest import run_logged
+
+KERAS_PIPE = str(Path(sys.executable).parent / "keras-pipe")
+
+
+def photo(seed: int, size=(96, 72)) -> bytes:
+    """A photo-like JPEG (smooth blobs of colour, unlike any other seed's)."""
+    from PIL import Image, ImageFilter
+
+    rng = np.random.default_rng(seed)
+    coarse = (rng.random((6, 8, 3)) * 255).astype(np.uint8)
+    image = Image.fromarray(coarse).resize(size, Image.BICUBIC).filter(ImageFilter.GaussianBlur(2))
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def resaved(data: bytes, size=(160, 120), quality=70) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.open(io.BytesIO(data)).resize(size, Image.BICUBIC).save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+def shard_digests(folder: Path) -> dict[str, collections.Counter]:
+    """part -> the SHA-256 of each image its shards hold."""
+    import tensorflow as tf
+
+    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
+    return {part: collections.Counter(
+        hashlib.sha256(tf.io.parse_single_example(r, features)["image/encoded"].numpy()).hexdigest()
+        for r in tf.data.TFRecordDataset(sorted(str(p) for p in (folder / part).glob("*.tfrecord"))))
+        for part in ("train", "validation")}
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """Two classes of 20 photos; cat/c0.jpg copied as cat/c0 copy.jpg, placed so a split that
+    ignored duplicates would put the two in different parts (checked below); cat/c1.jpg also filed
+    as dog/d-stolen.jpg (a label conflict); dog/d3.jpg resized and recompressed as dog/d3-big.jpg."""
+    root = tmp_path / "photos"
+    for name, base in (("cat", 0), ("dog", 100)):
+        (root / name).mkdir(parents=True)
+        for i in range(20):
+            (root / name / f"{name[0]}{i}.jpg").write_bytes(photo(base + i))
+    shutil.copy(root / "cat/c0.jpg", root / "cat/c0 copy.jpg")
+    shutil.copy(root / "cat/c1.jpg", root / "dog/d-stolen.jpg")
+    (root / "dog/d3-big.jpg").write_bytes(resaved((root / "dog/d3.jpg").read_bytes()))
+    return root
+
+
+def test_prepare_keeps_duplicates_in_one_part_and_lists_label_conflicts(planted, tmp_path):
+    from keras_pipe_launch.prepare.dataset import read_listing
+    from keras_pipe_launch.prepare.sources import Reader
+
+    # the planted copy is one a split blind to duplicates separates (else this test proves nothing)
+    listing = read_listing(str(planted), Reader())
+    blind_train, blind_validation = split(listing.items, 0.3, 12)
+    parts = {where.name: part for part, items in (("train", blind_train), ("validation", blind_validation))
+             for where, _ in items}
+    assert parts["c0.jpg"] != parts["c0 copy.jpg"], "choose another seed: the blind split kept the copy together"
+
+    out = run_logged([KERAS_PIPE, "prepare", str(planted), str(tmp_path / "out"), "--validation-fraction", "0.3",
+                      "--seed", "12"], 270, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "3 groups of duplicate images (6 images; 1 with different labels)" in out.stderr, out.stderr[-2000:]
+    stored = shard_digests(tmp_path / "out")
+    # no picture is in both parts: the copy went where its original went
+    assert not set(stored["train"]) & set(stored["validation"])
+    copy = digest((planted / "cat/c0.jpg").read_bytes())
+    assert max(stored["train"][copy], stored["validation"][copy]) == 2
+
+    report = json.loads((tmp_path / "out/data_report.json").read_text())
+    found = report["duplicates"]
+    assert (found["exact_groups"], found["near_groups"], found["label_conflicts"]) == (2, 1, 1)
+    conflict = found["groups"][0]  # (conflicts first)
+    assert conflict["label_conflict"] and conflict["kind"] == "exact"
+    assert sorted((m["image"], m["labels"]) for m in conflict["members"]) == [
+        ("cat/c1.jpg", ["cat"]), ("dog/d-stolen.jpg", ["dog"])]
+    near = next(g for g in found["groups"] if g["kind"] == "near")
+    assert sorted(m["image"] for m in near["members"]) == ["dog/d3-big.jpg", "dog/d3.jpg"]
+    assert [c["class"] for c in report["classes"]] == ["cat", "dog"]
+    assert sum(c["train"] + c["validation"] for c in report["classes"]) == report["images"] == 43
+    assert report["sizes"]["longer_side"] == {"0-127": 42, "128-255": 1, "256-511": 0, "512-1023": 0,
+                                              "1024-2047": 0, "2048+": 0}
+
+    page = tmp_path / "out/report.html"
+    opened = open_page(page, tmp_path / "browser")
+    assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+    pictures, area = painted(page, tmp_path / "browser")
+    assert pictures == 6 and area >= 6 * 50 * 50, (pictures, area)
+    text = page.read_text()
+    assert "label conflict" in text and "dog/d-stolen.jpg: dog" in text
+
+
+def test_without_the_check_each_image_is_read_once_and_the_split_is_the_plain_one(planted, tmp_path):
+    from keras_pipe_launch.prepare.dataset import prepare
+
+    summary = prepare(planted, tmp_path / "out", validation_fraction=0.3, seed=12, duplicate_distance=None)
+    assert summary["train"] + summary["validation"] == 43
+    stored = shard_digests(tmp_path / "out")
+    copy = digest((planted / "cat/c0.jpg").read_bytes())
+    assert stored["train"][copy] == stored["validation"][copy] == 1  # (the blind split, as asked)
+    report = json.loads((tmp_path / "out/data_report.json").read_text())
+    assert report["duplicates"]["looked_for"] is False and report["duplicates"]["groups"] == []
+
+
+def test_a_group_moves_as_one_and_singletons_split_as_before():
+    items = [(f"img{i}", i % 3) for i in range(60)]
+    plain = split(items, 0.25, 3)
+    assert split(items, 0.25, 3, together=[]) == plain
+    together = [[0, 3, 6, 9], [1, 31]]
+    train, validation = split(items, 0.25, 3, together=together)
+    assert sorted(train + validation) == sorted(items)
+    for group in together:
+        names = {items[i][0] for i in group}
+        assert names <= {n for n, _ in train} or names <= {n for n, _ in validation}
+
+
+def test_near_pairs_are_those_a_comparison_of_every_pair_finds():
+    rng = random.Random(5)
+    hashes = [rng.getrandbits(64) for _ in range(300)]
+    # near neighbours planted at 1-6 bits
+    for i in range(60):
+        flipped = hashes[i]
+        for bit in rng.sample(range(64), rng.randint(1, 6)):
+            flipped ^= 1 << bit
+        hashes.append(flipped)
+    prints = [duplicates.Fingerprint(bytes([i % 256, i // 256]), h) for i, h in enumerate(hashes)] + [None]
+    for distance in (0, 2, 4, 6):
+        every = {(i, j) for i in range(len(hashes)) for j in range(i + 1, len(hashes))
+                 if bin(hashes[i] ^ hashes[j]).count("1") <= distance}
+        assert set(duplicates.near_pairs(prints, distance)) == every
+        assert every or distance == 0
+
+
+def test_groups_join_chains_and_tell_exact_from_near():
+    a, b = b"a" * 32, b"b" * 32
+    prints = [duplicates.Fingerprint(a, 0b0), duplicates.Fingerprint(b, 0b111),  # 3 bits apart
+              duplicates.Fingerprint(a, 0b0), None, duplicates.Fingerprint(b"c" * 32, 0b1111111),  # 4 from [1]
+              duplicates.Fingerprint(b"d" * 32, None)]
+    assert duplicates.groups(prints, -1) == [duplicates.Group((0, 2), "exact")]
+    assert duplicates.groups(prints, 3) == [duplicates.Group((0, 1, 2), "near")]
+    assert duplicates.groups(prints, 4) == [duplicates.Group((0, 1, 2, 4), "near")]
+
+
+def test_an_unreadable_or_huge_file_has_a_digest_and_no_picture_hash():
+    assert duplicates.fingerprint(b"\xff\xd8 not a jpeg", 10**6).phash is None
+    big = photo(1, (400, 300))
+    assert duplicates.fingerprint(big, 1000).phash is None
+    assert duplicates.fingerprint(big, 10**6).phash is not None
+    same = duplicates.fingerprint(resaved(big, (200, 150), 60), 10**6)
+    assert bin(same.phash ^ duplicates.fingerprint(big, 10**6).phash).count("1") <= duplicates.DISTANCE
