@@ -366,21 +366,21 @@ def write_report(training: Training, found: dict) -> None:
     t = training
     try:
         gallery = None
-        # (several hosts: no gallery nor TensorBoard pictures yet. The chief's TensorFlow ops after
-        # the export hung under MultiWorkerMirroredStrategy, a call of the job's model or of the one
-        # just exported loaded again, or tf.summary.image, while the other hosts waited in
-        # leave_together's collective)
-        if not t.trainer.stop_requested() and not t.cluster.multi_worker:
+        # (the chief alone: its stop flag, never stop_requested(), a collective the other hosts,
+        # waiting in leave_together, would never join. Several hosts: no gallery nor TensorBoard
+        # pictures yet, the chief's model calls outside strategy.run not being tested under
+        # MultiWorkerMirroredStrategy)
+        if not t.trainer.stop.is_set() and not t.cluster.multi_worker:
             make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                              side=t.validation.side)
             worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop)
-            if not t.trainer.stop_requested():
+            if not t.trainer.stop.is_set():
                 gallery = report_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count)
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = report_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
                                  gallery)
         log.info("the job's report: %s%s", path, "" if gallery else " (no gallery: a stop request, or several hosts)")
-        if t.epochs.writer and not t.cluster.multi_worker:  # (TensorFlow's ops hang there too, as above)
+        if t.epochs.writer and not t.cluster.multi_worker:  # (as above)
             tensorboard_pictures.pictures(t.epochs.writer, t.layout.output_data, gallery, found, len(t.epochs.rows))
     except Exception as err:
         log.warning("could not write the job's report (%s: %s)", type(err).__name__, err, exc_info=True)
