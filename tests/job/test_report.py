@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import re
 
 import numpy as np
@@ -114,13 +115,14 @@ def test_the_page_is_bounded_however_many_classes(tmp_path):
     classes = [f"class number {i} with a long name" for i in range(2000)]
     found = single_label_evaluation(classes, examples=100_000)
     evaluation.write(tmp_path, found, ROWS)  # (too many classes for a matrix: per_class.png)
-    page = report_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe"}, "job-1",
+    page = report_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe", "class_names": classes}, "job-1",
                              gallery(SingleLabel(2000), 2000, 500))
     text = page.read_text()
     assert page.stat().st_size < 1_500_000, page.stat().st_size
     assert text.count("<tr>") < report_page.MAX_CLASS_ROWS + 100
     assert f"the {report_page.MAX_CLASS_ROWS} of lowest F1 of 2000 classes" in text
     assert text.count('<div class="tile">') == KEEP
+    assert f"... ({len(json.dumps(classes)):,} characters)" in text  # (the setting, shortened)
 
 
 def test_a_multi_label_page_in_a_browser(tmp_path):

@@ -361,8 +361,8 @@ def evaluate_exported(training: Training, final: dict) -> None:
 def write_report(training: Training, found: dict) -> None:
     """The chief's report page (report_page.py) and TensorBoard's pictures, with the gallery of the
     validation images the exported model gets most wrong: one more pass over the validation channel
-    (a job of one host only, for now). A report that cannot be
-    made is a warning: the model, metrics.json and evaluation.json stand."""
+    (a job of one host only, for now). A report that cannot be made is a warning: the model,
+    metrics.json and evaluation.json stand."""
     t = training
     try:
         gallery = None

@@ -32,6 +32,7 @@ from keras_pipe_train.mistakes import Mistake
 NAME = "report.html"
 MAX_CLASS_ROWS = 500
 MAX_PAIRS = 15
+MAX_SETTING = 1000  # characters of one setting's value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,9 +173,14 @@ def class_table(evaluation: dict) -> str:
     return pages.section("Each class, the worst first", *parts, anchor="classes")
 
 
+def _shortened(text: str) -> str:
+    """A setting as the table shows it: at most MAX_SETTING characters (thousands of class names)."""
+    return text if len(text) <= MAX_SETTING else f"{text[:MAX_SETTING]}... ({len(text):,} characters)"
+
+
 def settings_section(settings: dict) -> str:
     notes = settings.get("dialect_notes") or ()
-    rows = [(name, json.dumps(value) if not isinstance(value, str) else value)
+    rows = [(name, _shortened(json.dumps(value) if not isinstance(value, str) else value))
             for name, value in settings.items() if name != "dialect_notes"]
     parts = [pages.note(f"read in the {settings.get('dialect')} dialect")]
     if notes:
