@@ -67,7 +67,8 @@ class Group:
 def groups(prints: Sequence[Fingerprint | None], distance: int = DISTANCE) -> list[Group]:
     """The groups of two or more images that are the same file or, with distance >= 0, within
     `distance` bits of each other's perceptual hash (transitively: a chain of near pairs is one
-    group). In the listing's order; None (unread) stands for no image."""
+    group). In the listing's order; None (unread), or a file with no perceptual hash (which
+    prepare rejects), is in none."""
     parent = list(range(len(prints)))
 
     def root(i: int) -> int:
@@ -83,7 +84,7 @@ def groups(prints: Sequence[Fingerprint | None], distance: int = DISTANCE) -> li
 
     by_digest: dict[bytes, int] = {}
     for index, found in enumerate(prints):
-        if found is not None:
+        if found is not None and found.phash is not None:  # (files that are no picture: rejected anyway)
             first = by_digest.setdefault(found.digest, index)
             if first != index:
                 join(first, index)
