@@ -448,12 +448,12 @@ def sdk_local_mode_made_a_model(output: str, checkout: Path, new_jobs: list[dict
 
 # what some documents' commands must have done, beyond exiting 0: text they printed, or a check
 OUTCOMES = {
-    "README.md": [demo_learned, "prepare: 1618 train and 179 validation examples of 10 classes",
+    "README.md": [demo_learned, "prepare: 1622 train and 175 validation examples of 10 classes",
                   "launch | algo-1 completed; model in", "keras-pipe submit: model: s3://", jobs_in_pipe_mode(1)],
     "docs/sagemaker.md": [jobs_in_pipe_mode(2), "keras-pipe submit: model: s3://my-bucket/jobs/"],
     "docs/local.md": ['"predicted_label": ', "resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
                       "launch | fed algo-1/train pass 0: 119 records", "launch | fed algo-2/train pass 0: 62 records"],
-    "docs/prepare.md": ["upload: 0 files uploaded, 3 already there unchanged", "prepare: 360 train and 40 "
+    "docs/prepare.md": ["upload: 0 files uploaded, 5 already there unchanged", "prepare: 360 train and 40 "
                         "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
                         "s3://my-bucket/datasets/local-scale-digits/ is complete already (run "],
     "docs/image.md": ["launch | algo-1 completed", '"predicted_label": ', sdk_local_mode_made_a_model],

@@ -360,17 +360,16 @@ def evaluate_exported(training: Training, final: dict) -> None:
 
 def write_report(training: Training, found: dict) -> None:
     """The chief's report page (report_page.py) and TensorBoard's pictures, with the gallery of the
-    validation images the exported model gets most wrong: one more pass over the validation channel
-    (a job of one host only, for now). A report that cannot be made is a warning: the model,
-    metrics.json and evaluation.json stand."""
+    validation images the exported model gets most wrong: one more pass over the validation channel,
+    the chief's alone (the other hosts wait for it in leave_together). A report that cannot be made
+    is a warning: the model, metrics.json and evaluation.json stand."""
     t = training
     try:
         gallery = None
-        # (the chief alone: its stop flag, never stop_requested(), a collective the other hosts,
-        # waiting in leave_together, would never join. Several hosts: no gallery nor TensorBoard
-        # pictures yet, the chief's model calls outside strategy.run not being tested under
-        # MultiWorkerMirroredStrategy)
-        if not t.trainer.stop.is_set() and not t.cluster.multi_worker:
+        # (the chief alone, so its own stop flag, never stop_requested(): that is a collective,
+        # which the other hosts, waiting in leave_together, would never join. With several hosts
+        # the pass reads the chief's own share of the channel)
+        if not t.trainer.stop.is_set():
             make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                              side=t.validation.side)
             worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop)
@@ -379,8 +378,8 @@ def write_report(training: Training, found: dict) -> None:
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = report_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
                                  gallery)
-        log.info("the job's report: %s%s", path, "" if gallery else " (no gallery: a stop request, or several hosts)")
-        if t.epochs.writer and not t.cluster.multi_worker:  # (as above)
+        log.info("the job's report: %s%s", path, "" if gallery else " (no gallery: a stop request)")
+        if t.epochs.writer:
             tensorboard_pictures.pictures(t.epochs.writer, t.layout.output_data, gallery, found, len(t.epochs.rows))
     except Exception as err:
         log.warning("could not write the job's report (%s: %s)", type(err).__name__, err, exc_info=True)

@@ -85,9 +85,8 @@ def headline(evaluation: dict, rows: list[dict]) -> str:
 def mistakes_section(gallery: Gallery | None, classes: list[str], multi: bool) -> str:
     title = "The validation images it gets most wrong"
     if gallery is None:
-        why = ("no gallery: a stop request came before the pass that finds them ended, or the job ran on several "
-               "hosts (not yet done there)")
-        return pages.section(title, pages.note(why), anchor="mistakes")
+        return pages.section(title, pages.note("no gallery: a stop request came before the pass that finds them "
+                                               "ended"), anchor="mistakes")
     if not gallery.mistakes:
         return pages.section(title, pages.note(f"none: it gets all {gallery.seen:,} validation images right"
                                                if gallery.seen else "no validation image was seen"),
