@@ -60,6 +60,26 @@ def test_multi_label_mistakes_are_label_sets_at_the_threshold():
     assert mistake.as_json(("a", "b", "c", "d"))["probabilities"] == {"a": 0.9, "c": 0.2, "b": 0.6}
 
 
+def test_the_pass_ends_at_its_time_budget_and_says_so(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from keras_pipe_train.mistakes import find
+
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3, "softmax")])
+    rng = np.random.default_rng(2)
+    dataset = tf.data.Dataset.from_tensor_slices((images(40, 8), rng.integers(0, 3, 40))).batch(10)
+    whole = find(model, SingleLabel(3), dataset)
+    assert (whole.seen, whole.cut) == (40, False)
+    cut = find(model, SingleLabel(3), dataset, budget_s=0)
+    assert (cut.seen, cut.cut) == (10, True)
+    found = single_label_evaluation(["a", "b", "c"])
+    evaluation.write(tmp_path, found, ROWS)
+    shown = report_page.Gallery(cut.worst_first(), cut.seen, cut.wrong_count, cut.cut)
+    text = report_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe"}, "job-4", shown).read_text()
+    assert f"it gets {cut.wrong_count} of the first 10 validation images wrong" in text
+
+
 def test_a_thumbnail_is_small_whatever_the_input_size():
     from PIL import Image
 

@@ -372,9 +372,12 @@ def write_report(training: Training, found: dict) -> None:
         if not t.trainer.stop.is_set():
             make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                              side=t.validation.side)
-            worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop)
+            # (the other hosts wait at most collective_timeout for the chief: half of it for the pass)
+            budget = t.config.collective_timeout / 2 if t.cluster.multi_worker else None
+            worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop,
+                                  budget_s=budget)
             if not t.trainer.stop.is_set():
-                gallery = report_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count)
+                gallery = report_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = report_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
                                  gallery)

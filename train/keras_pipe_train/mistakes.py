@@ -15,6 +15,7 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -56,6 +57,7 @@ class Worst:
     def __init__(self, task: SingleLabel | MultiLabel, keep: int = KEEP):
         self.task, self.keep = task, keep
         self.seen = self.wrong_count = 0
+        self.cut = False  # (the pass ended at its time budget, before the channel's end)
         self._heap: list = []
         self._order = itertools.count()  # (ties broken by arrival, never by comparing images)
 
@@ -112,15 +114,21 @@ def thumbnail(image: np.ndarray) -> bytes:
     return tf.io.encode_jpeg(pixels, quality=QUALITY).numpy()
 
 
-def find(model, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop=None, keep: int = KEEP) -> Worst:
+def find(model, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop=None, keep: int = KEEP,
+         budget_s: float | None = None) -> Worst:
     """The worst `keep` of `dataset`'s (images, labels) batches for `model`; `stop` (a
-    threading.Event) ends the pass early."""
+    threading.Event) ends the pass early, and so does `budget_s` seconds gone (`cut` then says so)."""
     worst = Worst(task, keep)
     predict = tf.function(lambda images: model(images, training=False), reduce_retracing=True)
-    for images, labels in dataset:
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    batches = iter(dataset)
+    for images, labels in batches:
         if stop is not None and stop.is_set():
             break
         probabilities = tf.cast(predict(images), tf.float32)
         losses = task.per_example_loss(False, labels, probabilities)
         worst.add(images.numpy(), labels.numpy(), probabilities.numpy(), losses.numpy())
+        if deadline is not None and time.monotonic() > deadline:
+            worst.cut = next(batches, None) is not None  # (cut only if something was left)
+            break
     return worst

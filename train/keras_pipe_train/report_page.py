@@ -40,6 +40,7 @@ class Gallery:
     mistakes: list[Mistake]
     seen: int  # validation images the pass looked at
     wrong: int  # of them, those the model gets wrong
+    cut: bool = False  # the pass stopped at its time budget: `seen` are the first of the channel
 
 
 def write(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
@@ -93,8 +94,9 @@ def mistakes_section(gallery: Gallery | None, classes: list[str], multi: bool) -
                              anchor="mistakes")
     tiles = "".join(_tile(mistake, tuple(classes), multi) for mistake in gallery.mistakes)
     which = "all" if len(gallery.mistakes) == gallery.wrong else f"the {len(gallery.mistakes)} of highest loss"
+    seen = f"{'first ' if gallery.cut else ''}{gallery.seen:,}"
     return pages.section(title, pages.note(
-        f"it gets {gallery.wrong:,} of the {gallery.seen:,} validation images wrong; here {which}, worst first, as "
+        f"it gets {gallery.wrong:,} of the {seen} validation images wrong; here {which}, worst first, as "
         "the model saw them (resized and cropped as for serving). A confident wrong prediction is often a wrong "
         "label"), f'<div class="gallery">{tiles}</div>', anchor="mistakes")
 
