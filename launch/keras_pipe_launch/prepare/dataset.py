@@ -390,10 +390,14 @@ def find_duplicates(listing: Listing, reader: sources.Reader, max_pixels: int, d
         prints = duplicates.fingerprints(locations, reader.read, max_pixels, mapped)
     found = duplicates.groups(prints, distance)
     if found:
-        conflicts = sum(len({listing.items[i][1] for i in group.members}) > 1 for group in found)
+        conflicts = sum(len({_label_set(listing.items[i][1]) for i in group.members}) > 1 for group in found)
         print(f"prepare: {len(found)} groups of duplicate images ({sum(len(g.members) for g in found)} images; "
               f"{conflicts} with different labels): each kept in one part, listed in the data report", file=sys.stderr)
     return prints, found
+
+
+def _label_set(labels: Labels) -> tuple[int, ...]:
+    return tuple(sorted(labels)) if isinstance(labels, tuple) else (labels,)
 
 
 def write_data_report(work: Path, out: Path, report: dict, listing: Listing, source: str,
