@@ -372,8 +372,9 @@ def write_report(training: Training, found: dict) -> None:
         if not t.trainer.stop.is_set():
             make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                              side=t.validation.side)
-            # (the other hosts wait at most collective_timeout for the chief: half of it for the pass)
-            budget = t.config.collective_timeout / 2 if t.cluster.multi_worker else None
+            # (the other hosts wait at most collective_timeout for the chief: half of it for the pass;
+            # 0 is TensorFlow's "no timeout")
+            budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
             worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop,
                                   budget_s=budget)
             if not t.trainer.stop.is_set():
