@@ -5,7 +5,6 @@ real browser with nothing asked of the network."""
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import io
 import json
@@ -21,6 +20,7 @@ from keras_pipe_launch.prepare import duplicates
 from keras_pipe_launch.prepare.dataset import split
 from tests.browser import open_page, painted
 from tests.conftest import run_logged
+from tests.launcher.test_prepare_at_scale import local_examples_by_part
 
 KERAS_PIPE = str(Path(sys.executable).parent / "keras-pipe")
 
@@ -43,17 +43,6 @@ def resaved(data: bytes, size=(160, 120), quality=70) -> bytes:
     out = io.BytesIO()
     Image.open(io.BytesIO(data)).resize(size, Image.BICUBIC).save(out, "JPEG", quality=quality)
     return out.getvalue()
-
-
-def shard_digests(folder: Path) -> dict[str, collections.Counter]:
-    """part -> the SHA-256 of each image its shards hold."""
-    import tensorflow as tf
-
-    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
-    return {part: collections.Counter(
-        hashlib.sha256(tf.io.parse_single_example(r, features)["image/encoded"].numpy()).hexdigest()
-        for r in tf.data.TFRecordDataset(sorted(str(p) for p in (folder / part).glob("*.tfrecord"))))
-        for part in ("train", "validation")}
 
 
 def digest(data: bytes) -> str:
@@ -91,10 +80,10 @@ def test_prepare_keeps_duplicates_in_one_part_and_lists_label_conflicts(planted,
                       "--seed", "12"], 270, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "3 groups of duplicate images (6 images; 1 with different labels)" in out.stderr, out.stderr[-2000:]
-    stored = shard_digests(tmp_path / "out")
+    stored = local_examples_by_part(tmp_path / "out")  # part -> (SHA-256, label) of each example
     # no picture is in both parts: the copy went where its original went
-    assert not set(stored["train"]) & set(stored["validation"])
-    copy = digest((planted / "cat/c0.jpg").read_bytes())
+    assert not {sha for sha, _ in stored["train"]} & {sha for sha, _ in stored["validation"]}
+    copy = (digest((planted / "cat/c0.jpg").read_bytes()), 0)  # (cat: class 0)
     assert max(stored["train"][copy], stored["validation"][copy]) == 2
 
     report = json.loads((tmp_path / "out/data_report.json").read_text())
@@ -125,8 +114,8 @@ def test_without_the_check_each_image_is_read_once_and_the_split_is_the_plain_on
 
     summary = prepare(planted, tmp_path / "out", validation_fraction=0.3, seed=12, duplicate_distance=None)
     assert summary["train"] + summary["validation"] == 43
-    stored = shard_digests(tmp_path / "out")
-    copy = digest((planted / "cat/c0.jpg").read_bytes())
+    stored = local_examples_by_part(tmp_path / "out")
+    copy = (digest((planted / "cat/c0.jpg").read_bytes()), 0)
     assert stored["train"][copy] == stored["validation"][copy] == 1  # (the blind split, as asked)
     report = json.loads((tmp_path / "out/data_report.json").read_text())
     assert report["duplicates"]["looked_for"] is False and report["duplicates"]["groups"] == []

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_pipe_train.metrics import to_json
+from keras_pipe_train.pages import pyplot
 from keras_pipe_train.tasks import MultiLabel, SingleLabel, ratio
 
 log = logging.getLogger(__name__)
@@ -88,17 +89,8 @@ def _plain(value):
     return value
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display: draw into files only
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def learning_curves(rows: list[dict], multi_label: bool, path: Path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     second = "f1_micro" if multi_label else "accuracy"
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     epochs = [row["epoch"] for row in rows]
@@ -123,7 +115,7 @@ def learning_curves(rows: list[dict], multi_label: bool, path: Path) -> None:
 
 def confusion_picture(matrix: np.ndarray, classes: list[str], path: Path) -> None:
     """Each true class's row as shares of its examples (the counts are in evaluation.json)."""
-    plt = _pyplot()
+    plt = pyplot()
     count = len(classes)
     shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
     side = min(4 + 0.35 * count, 24)
@@ -147,7 +139,7 @@ def confusion_picture(matrix: np.ndarray, classes: list[str], path: Path) -> Non
 
 
 def per_class_bars(per_class: list[dict], path: Path, title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     count = len(per_class)
     figure, axis = plt.subplots(figsize=(min(4 + 0.4 * count, 24), 4.5))
     positions = np.arange(count)

@@ -38,6 +38,17 @@ details { margin: 6px 0; } summary { cursor: pointer; color: #0969da; }
 """
 
 
+def pyplot():
+    """matplotlib's pyplot on its Agg backend, with no display: the pictures of the pages and of
+    evaluation.py are drawn into files and bytes only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def escape(value) -> str:
     return html.escape(str(value), quote=True)
 

@@ -20,10 +20,10 @@ import contextlib
 import csv
 import json
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
+from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.prepare.sources import IMAGE_SUFFIXES
@@ -90,16 +90,12 @@ def _predictor(model: Path, work: Path):
 
 
 def _unpacked(archive: Path, work: Path) -> Path:
-    """A model.tar.gz's SavedModel and its two JSON files, unpacked with tarfile's "data" filter
-    (no links out, no absolute or ../ names, no devices): a downloaded archive is not trusted."""
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            wanted = [m for m in tar.getmembers() if m.name.removeprefix("./").split("/")[0].isdigit()
-                      or m.name.removeprefix("./") in ("classes.json", "serving.json")]
-            tar.extractall(work, members=wanted, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise UsageError(f"{shown(str(archive))} cannot be read as a model.tar.gz ({type(err).__name__}: "
-                         f"{shown(str(err))})") from None
+    """A model.tar.gz's SavedModel and its two JSON files, unpacked (common.archives)."""
+    def wanted(member) -> bool:
+        name = member.name.removeprefix("./")
+        return name.split("/")[0].isdigit() or name in ("classes.json", "serving.json")
+
+    unpack(archive, work, wanted, "a model.tar.gz")
     return work
 
 

@@ -19,16 +19,16 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-import tarfile
 import tempfile
 import webbrowser
 from pathlib import Path
 
+from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_train.contract import JOB_NAME  # (SageMaker's training job names)
 
 REPORT = "report.html"
-JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's training job names
 MAX_MEMBER_BYTES = 256 << 20  # a file of output.tar.gz unpacked (its pictures, JSON and page are far smaller)
 
 
@@ -102,15 +102,8 @@ def _job_of_uri(uri: str) -> str:
 
 
 def unpacked(archive: Path, out: Path) -> Path:
-    """output.tar.gz's plain files unpacked into `out` (tarfile's "data" filter: no links out, no
-    absolute or ../ names, no devices; a downloaded archive is not trusted), its report's path."""
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = [m for m in tar.getmembers() if m.isfile() and m.size <= MAX_MEMBER_BYTES]
-            out.mkdir(parents=True, exist_ok=True)
-            tar.extractall(out, members=members, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as err:
-        raise UsageError(f"{archive} cannot be read as an output.tar.gz ({type(err).__name__}: {err})") from None
+    """output.tar.gz's plain files unpacked into `out` (common.archives), its report's path."""
+    unpack(archive, out, lambda member: member.isfile() and member.size <= MAX_MEMBER_BYTES, "an output.tar.gz")
     report = out / REPORT
     if not report.is_file():
         raise NoReport(f"{archive} holds no {REPORT}: the job failed or was stopped before its end, ran without a "

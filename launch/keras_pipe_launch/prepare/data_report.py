@@ -179,11 +179,7 @@ def balance_section(classes: list[dict]) -> str:
 
 def _balance_picture(classes: list[dict]) -> bytes | None:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pages.pyplot()
         shown = classes[:60]
         figure, axis = plt.subplots(figsize=(9, max(2.0, 0.28 * len(shown) + 1)))
         names = [c["class"][:30] for c in shown]
