@@ -2,6 +2,7 @@
 class's counts, multi-label) from a pass on known labels, and the pictures drawn beside it."""
 
 import json
+import warnings
 
 import keras
 import numpy as np
@@ -11,6 +12,7 @@ import tensorflow as tf
 from keras_pipe_train import evaluation
 from keras_pipe_train.distribute import Cluster
 from keras_pipe_train.loop import Trainer
+from keras_pipe_train.pages import drawn
 from keras_pipe_train.recipe import Loss
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -72,3 +74,18 @@ def test_a_picture_that_cannot_be_drawn_is_a_warning_and_the_numbers_are_still_w
     assert "could not draw confusion_matrix.png (RuntimeError: no fonts here)" in caplog.text
     assert json.loads((tmp_path / "evaluation.json").read_text())["metrics"] == {"val_loss": None}
     assert (tmp_path / "learning_curves.png").is_file()
+
+
+def test_class_names_nobody_sanitised_are_drawn_as_text(tmp_path, caplog):
+    """A name between two dollars is TeX to matplotlib (`$\\frac$` failed the whole picture), an
+    escape code has no glyph (matplotlib warned with it raw on stderr, where it reached the terminal):
+    each is drawn as its text, and nothing is warned."""
+    names = [r"$\frac$", "red\x1b[31m", "a$b$c", "猫"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        evaluation.confusion_picture(np.eye(4, dtype=int) * 3, names, tmp_path / "confusion_matrix.png")
+        evaluation.per_class_bars([{"class": n, "precision": 0.5, "recall": 0.5, "f1": 0.5} for n in names],
+                                  tmp_path / "per_class.png", "each class")
+    assert (tmp_path / "confusion_matrix.png").read_bytes()[:8] == PNG
+    assert (tmp_path / "per_class.png").read_bytes()[:8] == PNG
+    assert [drawn(n, 20) for n in names] == [r"\$\frac\$", "red\\x1b[31m", r"a\$b\$c", "猫"]

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_pipe_train.metrics import to_json
-from keras_pipe_train.pages import pyplot
+from keras_pipe_train.pages import drawn, pyplot
 from keras_pipe_train.tasks import MultiLabel, SingleLabel, ratio
 
 log = logging.getLogger(__name__)
@@ -123,8 +123,8 @@ def confusion_picture(matrix: np.ndarray, classes: list[str], path: Path) -> Non
     image = axis.imshow(shares, cmap="Blues", vmin=0, vmax=1, interpolation="nearest")
     figure.colorbar(image, ax=axis, fraction=0.046, pad=0.04, label="share of the true class")
     if count <= LABELLED_CLASSES:
-        axis.set_xticks(range(count), [c[:20] for c in classes], rotation=90)
-        axis.set_yticks(range(count), [c[:20] for c in classes])
+        axis.set_xticks(range(count), [drawn(c, 20) for c in classes], rotation=90)
+        axis.set_yticks(range(count), [drawn(c, 20) for c in classes])
         if count <= 15:
             for (i, j), value in np.ndenumerate(matrix):
                 if value:
@@ -147,7 +147,7 @@ def per_class_bars(per_class: list[dict], path: Path, title: str) -> None:
         values = [row[name] if row[name] is not None and math.isfinite(row[name]) else 0 for row in per_class]
         axis.bar(positions + offset, values, width=0.27, label=name)
     if count <= LABELLED_CLASSES:
-        axis.set_xticks(positions, [row["class"][:20] for row in per_class], rotation=90)
+        axis.set_xticks(positions, [drawn(row["class"], 20) for row in per_class], rotation=90)
     axis.set_ylim(0, 1)
     axis.set_title(title)
     axis.legend()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 
 POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
@@ -46,7 +47,17 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # A class name in a script the font lacks (猫) draws as boxes, and matplotlib warns once per glyph
+    # on stderr: the tables beside each picture have the names, so the warnings say nothing useful
+    warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
     return plt
+
+
+def drawn(name: str, width: int) -> str:
+    """A class name as a picture's label: its first `width` characters, control characters said
+    (`\\x1b`, which the font has no glyph for), and `$` kept literal: matplotlib reads text between
+    two dollars as TeX, and a name such as `$\\frac$` would otherwise fail the whole picture."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[:width]).replace("$", r"\$")
 
 
 def escape(value) -> str:

@@ -182,7 +182,7 @@ def _balance_picture(classes: list[dict]) -> bytes | None:
         plt = pages.pyplot()
         shown = classes[:60]
         figure, axis = plt.subplots(figsize=(9, max(2.0, 0.28 * len(shown) + 1)))
-        names = [c["class"][:30] for c in shown]
+        names = [pages.drawn(c["class"], 30) for c in shown]
         axis.barh(names, [c["train"] for c in shown], label="train")
         axis.barh(names, [c["validation"] for c in shown], left=[c["train"] for c in shown], label="validation")
         axis.invert_yaxis()
