@@ -53,7 +53,7 @@ RUN python3 -m venv /opt/venv \
 # The reader (its wheel, built above with its compiled part) and the job, installed (not run from
 # the source folder): their dependencies are already pinned above, hence --no-deps. The launcher too, for its prepare code: a Processing job
 # (`keras-pipe prepare --instance-count N`) runs `python3 -m keras_pipe_launch.prepare.instance`
-# here; what that imports (Pillow, tqdm) is in requirements/base.txt. An instance reads only its
+# here; what that imports (Pillow, tqdm, ImageHash) is in requirements/base.txt. An instance reads only its
 # /opt/ml, so neither boto3 nor the SageMaker SDK the rest of the launcher wants is in the image.
 COPY --from=reader-wheel /wheels/ /tmp/wheels/
 COPY train/ /opt/program/train/

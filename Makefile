@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt
+REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt requirements/duplicates.txt
 PROJECTS := train/pipemode/pyproject.toml train/pyproject.toml launch/pyproject.toml
 EDITABLE := -e train/pipemode -e train -e launch
 # the reader's optional compiled part: the editable install builds it in place (setup.py)

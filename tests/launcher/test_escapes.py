@@ -106,7 +106,7 @@ def test_local_says_a_channel_file_name_escaped(tmp_path):
 def test_what_a_report_or_a_state_file_says_is_said_escaped(s3_bucket):
     # an instance's report (its content: untrusted) naming another host
     plan = Plan("r1", ["algo-1"], "s3://b/photos/", ["cat", "dog"], {"cat/1.jpg": (0, "train")}, [])
-    report = Report("r1", f"algo-1{NAME}", {"train": ["cat/1.jpg"]}, {"train": {0: 1}}, [], [], {})
+    report = Report("r1", f"algo-1{NAME}", {"train": ["cat/1.jpg"]}, {"train": {0: 1}}, [], [], {}, {})
     with pytest.raises(PlanError) as raised:
         merge(plan, {report_name("r1", "algo-1"): report}, {})
     assert_escaped(str(raised.value), f"says it is algo-1{SHOWN}'s of run r1")

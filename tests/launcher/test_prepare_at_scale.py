@@ -52,10 +52,12 @@ def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(pho
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
     client.put_object(Bucket=bucket, Key="photos/README.txt", Body=b"in no class folder: skipped, as one machine does")
-    # (at scale, duplicates are not looked for yet: one machine's split then keeps them together)
+    # (with duplicates looked for, one machine and the plan split alike only where the plan sees
+    # every group: test_prepare_duplicates has the split of both with duplicates)
     one = prepare(root, tmp_path / "one", validation_fraction=0.2, duplicate_distance=None)
     many = prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=3,
-                           job_dir=tmp_path / "jobs", validation_fraction=0.2, arguments=["--shard-mb", "0.02"])
+                           job_dir=tmp_path / "jobs", validation_fraction=0.2, arguments=["--shard-mb", "0.02"],
+                           duplicate_distance=None)
     assert many["classes"] == one["classes"]
     said = capsys.readouterr().err
     assert f"1 file at the top of s3://{bucket}/photos/ is in no class folder: skipped (README.txt)" in said, said
@@ -71,7 +73,8 @@ def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(pho
             for url in shards} == {"algo-1", "algo-2", "algo-3"}
     assert len(shards) == len(set(shards))
     stored = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="prepared/")["Contents"]}
-    assert {"prepared/classes.json", "prepared/rejected.txt", "prepared/plan/plan.json.gz",
+    assert {"prepared/classes.json", "prepared/rejected.txt", "prepared/plan/plan.json.gz", "prepared/report.html",
+            "prepared/data_report.json",
             "prepared/prepare-run.json", *(f"prepared/reports/{run['run']}-algo-{i}.json.gz" for i in (1, 2, 3))} == {
         key for key in stored if "/train/" not in key and "/validation/" not in key}
     rejected = client.get_object(Bucket=bucket, Key="prepared/rejected.txt")["Body"].read().decode()

@@ -22,6 +22,7 @@ import pytest
 from keras_pipe_launch.common import untrusted
 from keras_pipe_launch.prepare import run_state
 from keras_pipe_launch.prepare.dataset import PrepareError
+from keras_pipe_launch.prepare.duplicates import Fingerprint
 from keras_pipe_launch.prepare.plan import Plan, PlanError
 from keras_pipe_launch.prepare.processing import merged_or_incomplete, prepare_locally, start_run, write_plan
 from keras_pipe_launch.prepare.reports import Merger, Report, merge, read_entries, report_name
@@ -132,8 +133,9 @@ def test_two_commands_started_together_on_one_out_one_prepares_it_and_the_other_
     shards = [key for key in keys if key.startswith(("prepared/train/", "prepared/validation/"))]
     assert shards and all(re.fullmatch(rf"prepared/(train|validation)/part-{run}-algo-[12]-\d{{5}}\.tfrecord", key)
                           for key in shards), keys
-    assert sorted(set(keys) - set(shards)) == ["prepared/classes.json", "prepared/plan/plan.json.gz",
-                                               "prepared/prepare-run.json", f"prepared/reports/{run}-algo-1.json.gz",
+    assert sorted(set(keys) - set(shards)) == ["prepared/classes.json", "prepared/data_report.json",
+                                               "prepared/plan/plan.json.gz", "prepared/prepare-run.json",
+                                               "prepared/report.html", f"prepared/reports/{run}-algo-1.json.gz",
                                                f"prepared/reports/{run}-algo-2.json.gz"]
     # the examples the winner said it prepared are those in the shards, and those its instances reported
     told = re.search(r"prepare: (\d+) train and (\d+) validation examples of 2 classes in (\d+) shards", said[won][1])
@@ -163,10 +165,11 @@ def honest() -> dict[str, Report]:
     return {report_name("0a1b2c3d", "algo-1"): Report("0a1b2c3d", "algo-1", {"train": ["cat/1.jpg"], "validation": ["cat/2.jpg"]},
                                                 {"train": {0: 1}, "validation": {0: 1}}, [], [],
                                                 {"train": ["part-0a1b2c3d-algo-1-00000.tfrecord"],
-                                                 "validation": ["part-0a1b2c3d-algo-1-00000.tfrecord"]}),
+                                                 "validation": ["part-0a1b2c3d-algo-1-00000.tfrecord"]},
+                                                {"train": [1], "validation": [1]}),
             report_name("0a1b2c3d", "algo-2"): Report("0a1b2c3d", "algo-2", {"train": ["dog/3.jpg"], "validation": []},
                                                 {"train": {1: 1}}, [("dog/4.jpg", "cannot decode")], ["dog/5.jpg"],
-                                                {"train": ["part-0a1b2c3d-algo-2-00000.tfrecord"]})}
+                                                {"train": ["part-0a1b2c3d-algo-2-00000.tfrecord"]}, {"train": [1]})}
 
 
 STORED = {"train": {"part-0a1b2c3d-algo-1-00000.tfrecord", "part-0a1b2c3d-algo-2-00000.tfrecord"},
@@ -215,6 +218,11 @@ TAMPERED = {
     "a planned image left out": (setting(A2, rejected=[]), "1 of the 4 planned images were handled by no instance "
                                                            r"\(s3://b/photos/dog/4.jpg\)"),
     "a planned image called unplanned": (setting(A2, unplanned=["dog/3.jpg"]), "as not in the plan; it is"),
+    "shards that hold more than it prepared": (setting(A1, records={"train": [2], "validation": [1]}),
+                                               "algo-1's train shards hold 2 examples, it prepared 1"),
+    "a moved shard (a merge that had begun to move)": (
+        lambda r, s: s["train"].add("part-0a1b2c3d-moved-00000.tfrecord"),
+        "train/ holds part-0a1b2c3d-moved-00000.tfrecord: a merge of this run had begun to move duplicates"),
 }
 
 
@@ -231,6 +239,83 @@ def test_reports_that_do_not_add_up_are_refused_naming_what(case):
     change, message = TAMPERED[case]
     with pytest.raises(PlanError, match=message):
         merge(PLAN, *tampered(change))
+
+
+PRINT = Fingerprint(bytes(range(32)), 0x0123456789ABCDEF, 640, 480)
+PRINTS = {A1: {"cat/1.jpg": PRINT, "cat/2.jpg": PRINT}, A2: {"dog/3.jpg": Fingerprint(b"\xff" * 32, None)}}
+
+
+def fingerprinted(reports: dict, stored: dict) -> None:
+    for name, prints in PRINTS.items():
+        reports[name] = dataclasses.replace(reports[name], prints=dict(prints))
+
+
+LOOKING = dataclasses.replace(PLAN, duplicates=4)  # (a plan that looks for duplicates)
+PRINTS_TAMPERED = {
+    "a prepared image's fingerprint left out": (
+        setting(A1, prints={"cat/1.jpg": PRINT}), "algo-1 gives the fingerprints of 1 of the 2 images it prepared"),
+    "a rejected image's fingerprint": (
+        setting(A2, prints={"dog/3.jpg": PRINT, "dog/4.jpg": PRINT}),
+        "algo-2 gives the fingerprint of s3://b/photos/dog/4.jpg, which it has not listed as prepared"),
+    "another host's image's fingerprint": (
+        setting(A2, prints={"dog/3.jpg": PRINT, "cat/1.jpg": PRINT}),
+        "algo-2 gives the fingerprint of s3://b/photos/cat/1.jpg, which it has not listed as prepared"),
+}
+
+
+def test_fingerprints_merge_one_for_each_prepared_image_and_only_when_the_plan_asks():
+    def merged(plan, *changes):
+        def change(reports, stored):
+            for one in changes:
+                one(reports, stored)
+        return merge(plan, *tampered(change))
+
+    assert merged(LOOKING, fingerprinted).prints == {**PRINTS[A1], **PRINTS[A2]}
+    with pytest.raises(PlanError, match="algo-1 gives the fingerprints of 0 of the 2 images it prepared; the plan "
+                                        "looks for duplicates: one each"):
+        merged(LOOKING)
+    with pytest.raises(PlanError, match="algo-1 gives the fingerprints of 2 of the 2 images it prepared; the plan "
+                                        "does not look for duplicates: none"):
+        merged(PLAN, fingerprinted)
+    for change, message in PRINTS_TAMPERED.values():
+        with pytest.raises(PlanError, match=message):
+            merged(LOOKING, fingerprinted, change)
+    # lines as written, then each value's form checked as read
+    header, *lines = dataclasses.replace(honest()[A1], prints=PRINTS[A1]).entries()
+    assert lines[-1] == ["print", "cat/2.jpg", bytes(range(32)).hex(), "0123456789abcdef", 640, 480]
+    for bad in (["print", "cat/1.jpg", "AB" * 32, None, None, None], ["print", "cat/1.jpg", "ab" * 31, None, None, None],
+                ["print", "cat/1.jpg", "ab" * 32, "xyz", None, None], ["print", "cat/1.jpg", "ab" * 32, None, -1, 2],
+                ["print", "cat/1.jpg", "ab" * 32, None, 2]):
+        merger = Merger(LOOKING, [A1, A2], STORED)
+        with pytest.raises(PlanError, match=r"line \d+ is not a report's line \(\['print'"):
+            merger.add(A1, [header, *lines[:-2], bad])
+    with pytest.raises(PlanError, match="algo-1 gives the fingerprint of s3://b/photos/cat/2.jpg twice"):
+        Merger(LOOKING, [A1, A2], STORED).add(A1, [header, *lines, lines[-1]])
+
+
+def test_a_shard_is_moved_from_only_if_it_holds_the_records_its_report_says(s3_bucket):
+    """prepare.moves cuts a validation shard by its report's record count: a shard with more or fewer
+    records, or bytes that are no TFRecords, is refused, naming it, and nothing is written."""
+    from keras_pipe_launch.prepare import moves
+    from pipemode.tfrecord import encode
+
+    client, bucket = s3_bucket
+    merged = merge(LOOKING, *tampered(fingerprinted))
+    name = "part-0a1b2c3d-algo-1-00000.tfrecord"
+    assert merged.in_shards == {name: ["cat/2.jpg"]}
+    for body, message in ((encode([b"a", b"b"]), "holds 2 records; its instance reported 1"),
+                          (encode([b"a"])[:-1], "cannot be split into its records"),
+                          (encode([b"a"]) + b"\0" * 20, "cannot be split into its records")):
+        client.put_object(Bucket=bucket, Key=f"out/validation/{name}", Body=body)
+        with pytest.raises(PlanError, match=f"s3://{bucket}/out/validation/{name} {message}"):
+            moves.move_to_train(client, LOOKING, merged, ["cat/2.jpg"], bucket, "out/")
+        assert not client.list_objects_v2(Bucket=bucket, Prefix="out/train/").get("KeyCount")
+    client.put_object(Bucket=bucket, Key=f"out/validation/{name}", Body=encode([b"cat-2"]))
+    moves.move_to_train(client, LOOKING, merged, ["cat/2.jpg"], bucket, "out/")
+    moved = client.get_object(Bucket=bucket, Key="out/train/part-0a1b2c3d-moved-00000.tfrecord")["Body"].read()
+    assert moved == encode([b"cat-2"]) and "part-0a1b2c3d-moved-00000.tfrecord" in merged.shards["train"]
+    assert not client.list_objects_v2(Bucket=bucket, Prefix="out/validation/").get("KeyCount")
+    assert name not in merged.shards["validation"]
 
 
 def report_lines(*lines, end: bytes = b"") -> bytes:
@@ -260,7 +345,7 @@ def test_a_report_is_read_line_by_line_each_line_as_an_instance_writes_it(tmp_pa
         "line 2 is cut short": report_lines(header, end=b'["count", "train", 0, 1]'),
         "line 2 is not a line as an instance writes it": report_lines(header, end=b'["count",  "train", 0, 1]\n'),
         "does not start as a report does": report_lines({**header, "cpu_seconds": 3}, *lines),
-        "is a report of version 1, not 2": report_lines({**header, "version": 1}, *lines),
+        "is a report of version 1, not 3": report_lines({**header, "version": 1}, *lines),
         r"line 2 is not a report's line \(\['count', 'test', 0, 1\]\)": report_lines(header, ["count", "test", 0, 1]),
         "line 2 is not a report's line": report_lines(header, ["rejected", "cat/1.jpg", "x" * 501]),
         "line 3 is not a report's line": report_lines(header, *lines[:1], ["prepared", "train"]),
@@ -505,8 +590,9 @@ def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with
     client, bucket = s3_bucket
     upload_folder(client, bucket, root, "photos/")
     client.put_object(Bucket=bucket, Key="photos/digit1/\x1b[2Jcleared.txt", Body=b"a terminal's escape in a key")
+    # (no duplicates looked for: a merge that moved some cannot be merged again, test_prepare_duplicates)
     result = prepare_locally(f"s3://{bucket}/photos/", f"s3://{bucket}/prepared/", instance_count=2,
-                             job_dir=tmp_path / "jobs", validation_fraction=0.2)
+                             job_dir=tmp_path / "jobs", validation_fraction=0.2, duplicate_distance=None)
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")
     assert out.returncode == 0 and "is complete already" in out.stderr, out.stderr
     # as if the command had stopped following before the merge: --finish merges

@@ -32,7 +32,9 @@ the same picture resized or recompressed (ImageHash's perceptual hash, within --
 bits). Each group stays whole in train or in validation, so no validation image is also a training
 image; a group whose images carry different labels is listed as a label conflict. The data report
 (report.html, a page with thumbnails; data_report.json, every group) also has the class balance
-and the images' sizes.
+and the images' sizes. At scale (--instance-count), the plan keeps copies with the same S3 ETag in
+one part; each instance fingerprints what it prepares, and the merge groups them all, moving to
+train the validation images of a group the plan could not see (near copies).
 
 The same inputs, options and seed give byte-identical shards, in any process and with any number of
 workers, so re-running --upload skips every shard already in S3 with the same content (its SHA-256
@@ -147,15 +149,21 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+def duplicate_distance(args: argparse.Namespace) -> int | None:
+    """The duplicates' distance the options ask for; None: not looked for."""
+    if args.no_duplicate_check and args.duplicate_distance is not None:
+        raise PrepareError("--duplicate-distance and --no-duplicate-check: give one")
+    if args.no_duplicate_check:
+        return None
+    return duplicates.DISTANCE if args.duplicate_distance is None else args.duplicate_distance
+
+
 def run_here(args: argparse.Namespace) -> int:
     """`keras-pipe prepare SOURCE OUT` on this machine, then --upload."""
     for option in ("dry_run", "local", "role", "image_uri", "job_dir", "image"):
         if getattr(args, option):
             raise PrepareError(f"--{option.replace('_', '-')} is for a prepare at scale: give --instance-count")
-    if args.no_duplicate_check and args.duplicate_distance is not None:
-        raise PrepareError("--duplicate-distance and --no-duplicate-check: give one")
-    distance = None if args.no_duplicate_check else (
-        duplicates.DISTANCE if args.duplicate_distance is None else args.duplicate_distance)
+    distance = duplicate_distance(args)
     if args.upload:
         from keras_pipe_launch.common.objects import parse_s3_uri
 
@@ -217,7 +225,7 @@ def run_at_scale(args) -> int:
         processing.prepare_locally(args.source, args.out, instance_count=args.instance_count,
                                    job_dir=args.job_dir or Path("local-jobs") / name,
                                    validation_fraction=args.validation_fraction, seed=args.seed, strict=args.strict,
-                                   arguments=arguments, image=args.image)
+                                   arguments=arguments, image=args.image, duplicate_distance=duplicate_distance(args))
         return 0
     request = processing_request(args, name, arguments)
     if args.dry_run:
@@ -225,7 +233,7 @@ def run_at_scale(args) -> int:
         return 0
     use_region(args)
     return processing.run_on_sagemaker(request, args.source, args.out, validation_fraction=args.validation_fraction,
-                                       seed=args.seed, strict=args.strict)
+                                       seed=args.seed, strict=args.strict, duplicate_distance=duplicate_distance(args))
 
 
 def check_at_scale(args) -> None:
@@ -233,9 +241,7 @@ def check_at_scale(args) -> None:
 
     if args.overwrite:
         raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
-    if args.duplicate_distance is not None:
-        raise PrepareError("--duplicate-distance: a prepare at scale does not look for duplicates yet (each instance "
-                           "sees only its share of the images); prepare on one machine to find them")
+    duplicate_distance(args)
     if args.multi_label or args.label_attribute:
         raise PrepareError(f"--{'multi-label' if args.multi_label else 'label-attribute'} reads a CSV or a manifest, "
                            "which is prepared on one machine: at scale, SOURCE is a prefix of class folders")

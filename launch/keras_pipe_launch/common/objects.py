@@ -34,6 +34,7 @@ class StoredObject:
     size: int
     location: str  # the full path or s3:// URI, for messages
     store: LocalStore | S3Store = dataclasses.field(repr=False, compare=False)
+    etag: str | None = None  # S3's ETag (listed from S3): the same for the same bytes uploaded alike
 
     def open(self) -> BinaryIO:
         return self.store.open(self)
@@ -143,7 +144,7 @@ class S3Store:
                     if item["Key"].endswith("/") and item["Size"] == 0:
                         continue  # a "folder" marker made by the S3 console
                     found.append(StoredObject(item["Key"][len(folder):], item["Size"],
-                                              f"s3://{self.bucket}/{item['Key']}", self))
+                                              f"s3://{self.bucket}/{item['Key']}", self, item.get("ETag")))
         except ClientError as err:
             code = err.response.get("Error", {}).get("Code", "")
             raise SourceError(f"cannot list {shown(self.uri)}: {shown(str(code or err))}") from err

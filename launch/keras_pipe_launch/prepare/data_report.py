@@ -6,7 +6,10 @@ keras_pipe_train.pages).
     sizes           the images' widths and heights: range, median, and how many by longer side
     duplicates      each group of images that are one picture (duplicates.py): "exact" (the same
                     file) or "near" (resized, recompressed), the part it went to whole, and whether
-                    its images carry different labels (a label conflict, listed first)
+                    its images carry different labels (a label conflict, listed first). The part is
+                    found from where each image went, not assumed: "both" would say a group was not
+                    kept whole (counted in in_both_parts; 0, on one machine and at scale, where the
+                    merge moves to train what the plan could not see: prepare.moves)
 
 The page shows up to MAX_GROUPS_SHOWN groups with thumbnails (at most MAX_MEMBERS_SHOWN of each,
 read again for it): bounded in size however large the dataset; the JSON lists them all.
@@ -30,6 +33,7 @@ FORMAT = "keras-pipe data report"
 MAX_GROUPS_SHOWN = 40
 MAX_MEMBERS_SHOWN = 6
 THUMBNAIL = 112
+BOTH = "both"  # a group's part when its images are in train and in validation
 SIDES = (128, 256, 512, 1024, 2048)  # longer-side buckets: below 128, 128-255, ... 2048 and more
 
 
@@ -44,17 +48,21 @@ def label_names(labels: Labels, classes: list[str]) -> list[str]:
 
 
 def build(source: str, classes: list[str], items: list[tuple[Location, Labels]], prints: Sequence[Fingerprint | None],
-          found: list[Group], parts: dict[str, str], counts: dict, rejected: int, distance: int | None) -> dict:
+          found: list[Group], parts: dict[str, str], counts: dict, rejected: int, distance: int | None,
+          moved: frozenset[str] = frozenset()) -> dict:
     """The report's content. `parts`: each item's location (as a string) -> "train"/"validation";
-    `counts`: part -> Counter of labels written; `distance`: None when duplicates were not looked for."""
+    `counts`: part -> Counter of labels written; `distance`: None when duplicates were not looked for;
+    `moved`: the locations of the validation images moved to train after the split (at scale:
+    prepare.moves), their part in `parts` already train."""
     listed = [{"class": name, "train": counts["train"][label], "validation": counts["validation"][label]}
               for label, name in enumerate(classes)]
     groups = []
     for group in found:
         members = [{"image": name_of(items[i][0], source), "labels": label_names(items[i][1], classes)}
-                   for i in group.members]
+                   | ({"moved_from": "validation"} if str(items[i][0]) in moved else {}) for i in group.members]
         conflict = len({tuple(sorted(m["labels"])) for m in members}) > 1
-        groups.append({"kind": group.kind, "part": parts.get(str(items[group.members[0]][0])),
+        found_in = {parts[str(items[i][0])] for i in group.members if str(items[i][0]) in parts}
+        groups.append({"kind": group.kind, "part": found_in.pop() if len(found_in) == 1 else BOTH if found_in else None,
                        "label_conflict": conflict, "members": members})
     groups.sort(key=lambda g: not g["label_conflict"])  # (conflicts first: they need a person)
     return {"format": FORMAT, "version": 1, "source": source, "images": len(items), "rejected": rejected,
@@ -63,7 +71,9 @@ def build(source: str, classes: list[str], items: list[tuple[Location, Labels]],
                            "exact_groups": sum(g["kind"] == "exact" for g in groups),
                            "near_groups": sum(g["kind"] == "near" for g in groups),
                            "images_in_groups": sum(len(g["members"]) for g in groups),
-                           "label_conflicts": sum(g["label_conflict"] for g in groups), "groups": groups}}
+                           "label_conflicts": sum(g["label_conflict"] for g in groups),
+                           "in_both_parts": sum(g["part"] == BOTH for g in groups), "moved_to_train": len(moved),
+                           "groups": groups}}
 
 
 def sizes(prints: Sequence[Fingerprint | None]) -> dict:
@@ -142,10 +152,14 @@ def duplicates_section(duplicates: dict, thumbnails: dict[str, bytes | None]) ->
         return pages.section(title, pages.note(f"none: no two images are the same file, nor within "
                                                f"{duplicates['distance']} bits of each other's perceptual hash"),
                              anchor="duplicates")
+    moved = duplicates["moved_to_train"]
+    kept = "each was kept whole in one part, so no validation image is also a training image" + (
+        f" ({moved:,} validation images were moved to train, duplicates of training images that the instances' "
+        "fingerprints showed after the split)" if moved else "")
     intro = pages.note(f"{len(groups):,} groups of images that are one picture ({duplicates['images_in_groups']:,} "
-                       f"images): each was kept whole in one part, so no validation image is also a training image. "
-                       f"Exact: the same file; near: perceptual hashes within {duplicates['distance']} of 64 bits "
-                       "(resized, recompressed). Label conflicts first: the same picture under different labels.")
+                       f"images): {kept}. Exact: the same file; near: perceptual hashes within "
+                       f"{duplicates['distance']} of 64 bits (resized, recompressed). Label conflicts first: the same "
+                       "picture under different labels.")
     tiles = "".join(_group_tile(group, thumbnails) for group in groups[:MAX_GROUPS_SHOWN])
     more = (pages.note(f"the first {MAX_GROUPS_SHOWN} of {len(groups):,} groups: {JSON_NAME} lists them all")
             if len(groups) > MAX_GROUPS_SHOWN else "")
@@ -155,11 +169,14 @@ def duplicates_section(duplicates: dict, thumbnails: dict[str, bytes | None]) ->
 def _group_tile(group: dict, thumbnails: dict[str, bytes | None]) -> str:
     verdict = ('<span class="bad">label conflict</span>' if group["label_conflict"]
                else f'<span class="good">{pages.escape(group["kind"])} duplicates</span>')
-    parts = [f"{verdict} · kept in {pages.escape(group['part'] or '–')}"]
+    where = ('<span class="bad">in train and validation</span>' if group["part"] == BOTH
+             else f"kept in {pages.escape(group['part'] or '–')}")
+    parts = [f"{verdict} · {where}"]
     for member in group["members"][:MAX_MEMBERS_SHOWN]:
         picture = thumbnails.get(member["image"])
+        moved = " (moved from validation)" if member.get("moved_from") else ""
         parts.append((pages.image(picture, "image/jpeg", member["image"]) if picture else "")
-                     + pages.escape(f"{member['image']}: {', '.join(member['labels']) or 'no label'}"))
+                     + pages.escape(f"{member['image']}: {', '.join(member['labels']) or 'no label'}{moved}"))
     if len(group["members"]) > MAX_MEMBERS_SHOWN:
         parts.append(pages.escape(f"and {len(group['members']) - MAX_MEMBERS_SHOWN} more"))
     return '<div class="tile">' + "<br>".join(parts) + "</div>"

@@ -140,6 +140,7 @@ class ShardWriter:
     def __init__(self, folder: Path, shard_bytes: int, prefix: str = "part-"):
         self.folder, self.shard_bytes, self.prefix = folder, shard_bytes, prefix
         self.paths: list[Path] = []
+        self.records: list[int] = []  # each shard's
         self.count, self._file, self._size = 0, None, 0
 
     def add(self, example: bytes) -> None:
@@ -148,11 +149,13 @@ class ShardWriter:
         if self._file is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.paths.append(self.folder / f"{self.prefix}{len(self.paths):05d}.tfrecord")
+            self.records.append(0)
             self._file, self._size = open(self.paths[-1], "wb"), 0
         record = tfrecord.encode_record(example)
         self._file.write(record)
         self._size += len(record)
         self.count += 1
+        self.records[-1] += 1
         if self._size >= self.shard_bytes:
             self.close()
 
@@ -231,6 +234,7 @@ class Written:
     counts: dict[str, collections.Counter]
     rejected: list[tuple[Location, str]]
     examples: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    records: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # part -> each shard's examples
 
     def count(self, part: str) -> int:
         return self.examples[part]
@@ -262,6 +266,7 @@ def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Re
         for writer in writers.values():
             writer.close()
     written.shards = {part: writer.paths for part, writer in writers.items()}
+    written.records = {part: writer.records for part, writer in writers.items()}
     return written
 
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 DISTANCE = 4  # bits of 64: at most this far apart, two pictures are near-duplicates
+MAX_DISTANCE = 32  # half the bits: beyond, any two pictures would be alike
 HASH_SIDE = 32  # phash's own input size: a JPEG is decoded at no less than this
 
 
@@ -130,6 +131,19 @@ def near_pairs(prints: Sequence[Fingerprint | None], distance: int) -> Iterable[
 
 def _popcount(values: np.ndarray) -> np.ndarray:
     return np.unpackbits(values.view(np.uint8).reshape(-1, 8), axis=1).sum(axis=1)
+
+
+def same_objects(locations: Sequence, etags: dict[str, str]) -> list[list[int]]:
+    """Indices of the objects that share an S3 ETag and size: the same bytes, known from the
+    listing alone (an ETag is the MD5 of a plain upload's bytes, or of its parts'; an object
+    encrypted with KMS or a customer's key has one of its own, and is in no such group). A prepare
+    at scale splits with these, before any instance reads an image: copies uploaded alike stay whole."""
+    by_etag: dict[str, list[int]] = collections.defaultdict(list)
+    for index, location in enumerate(locations):
+        etag = etags.get(str(location))
+        if etag:
+            by_etag[etag].append(index)
+    return [indices for indices in by_etag.values() if len(indices) > 1]
 
 
 def fingerprints(locations: Sequence, read: Callable[[object], bytes], max_pixels: int,

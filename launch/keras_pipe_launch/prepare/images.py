@@ -87,10 +87,11 @@ def megabytes(text: str) -> float:
 
 
 def bits(text: str) -> int:
-    """--duplicate-distance: bits of a 64-bit perceptual hash, 0 to 32 (half the bits: beyond, any two
-    pictures would be alike)."""
-    if not text.isdigit() or int(text) > 32:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of bits from 0 to 32")
+    """--duplicate-distance: bits of a 64-bit perceptual hash, 0 to duplicates.MAX_DISTANCE."""
+    from keras_pipe_launch.prepare.duplicates import MAX_DISTANCE
+
+    if not text.isdigit() or int(text) > MAX_DISTANCE:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of bits from 0 to {MAX_DISTANCE}")
     return int(text)
 
 

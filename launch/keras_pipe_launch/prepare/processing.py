@@ -8,8 +8,10 @@ with the /opt/ml a Processing instance gets.
    named after the run and itself (prepare.instance); SageMaker uploads its output to OUT when
    the job ends.
 3. Here, at the end: the instances' reports checked against the plan and merged (every image
-   handled once, nothing else in OUT), then OUT/classes.json and OUT/rejected.txt written, as the
-   one-machine prepare writes them, and the run marked complete. A run that fails or is stopped
+   handled once, nothing else in OUT), the duplicates grouped from the instances' fingerprints
+   (a validation image of a group with training images moved to train: prepare.moves), then
+   OUT/classes.json, OUT/rejected.txt and the data's report written, as the one-machine prepare
+   writes them, and the run marked complete. A run that fails or is stopped
    is marked incomplete; `--finish OUT` merges it later or removes what it left.
 """
 
@@ -27,8 +29,9 @@ from keras_pipe_launch.common import container_config, untrusted
 from keras_pipe_launch.common.engine import Engine, host_environment
 from keras_pipe_launch.common.objects import list_objects, stage, staging_plan
 from keras_pipe_launch.common.processes import Console, Supervisor, stopped_by_any_signal
-from keras_pipe_launch.prepare import run_state
+from keras_pipe_launch.prepare import data_report, duplicates, moves, run_state
 from keras_pipe_launch.prepare.dataset import PrepareError, check_classes, class_names_option
+from keras_pipe_launch.prepare.duplicates import DISTANCE
 from keras_pipe_launch.prepare.plan import (
     PARTS,
     PLAN_FILE,
@@ -132,7 +135,7 @@ def source_prefix(source: str) -> str:
 
 
 def start_run(source: str, out: str, *, instance_count: int, where: str, validation_fraction: float, seed: int,
-              strict: bool) -> tuple[RunState, Plan, list]:
+              strict: bool, duplicate_distance: int | None = DISTANCE) -> tuple[RunState, Plan, list]:
     """Claims OUT (it must be new, and no other run may claim it meanwhile), lists and splits the
     source, and writes the plan; returns the run's state, the plan and the source's objects
     (checked to be files an instance can be given). A failure after the claim leaves OUT's state
@@ -145,7 +148,8 @@ def start_run(source: str, out: str, *, instance_count: int, where: str, validat
     state = RunState(new_run_id(), source, out, instance_count, where, validation_fraction, strict)
     state.claim(reader.s3)
     try:
-        plan = make_plan(source, reader, validation_fraction, seed, run=state.run, instance_count=instance_count)
+        plan = make_plan(source, reader, validation_fraction, seed, run=state.run, instance_count=instance_count,
+                         duplicate_distance=duplicate_distance)
         objects = staging_plan(list_objects(plan.source))
         write_plan(plan, reader.s3, out)
     except BaseException:  # (nothing but the claim and the plan written yet: OUT is left new again)
@@ -303,7 +307,13 @@ def finish(plan: Plan, state: RunState) -> dict:
               f"listed and were left out{example}", file=sys.stderr)
     if state.strict and merged.rejected:
         raise PrepareError(f"{len(merged.rejected)} images could not be used (--strict)")
+    found = duplicate_groups(plan, merged)
+    moving = moves.leaked(plan, list(plan.items), found)
+    moves.recount(plan, merged, moving)
     check_classes(plan.classes, merged.counts["train"], merged.counts["validation"], state.validation_fraction)
+    write_data_report(client, plan, merged, found, set(moving), bucket, prefix)
+    if moving:  # (last: prepare.moves says why)
+        moves.move_to_train(client, plan, merged, moving, bucket, prefix)
     client.put_object(Bucket=bucket, Key=f"{prefix}classes.json", Body=(json.dumps(plan.classes) + "\n").encode())
     state.save(client, COMPLETE)
     counts = {part: sum(counter.values()) for part, counter in merged.counts.items()}
@@ -313,6 +323,39 @@ def finish(plan: Plan, state: RunState) -> dict:
     return {"classes": plan.classes, **counts, "rejected": len(merged.rejected),
             "shards": {part: [f"s3://{bucket}/{prefix}{part}/{name}" for name in names]
                        for part, names in merged.shards.items() if names}}
+
+
+def duplicate_groups(plan: Plan, merged: Merged) -> list[duplicates.Group]:
+    """The groups of duplicates among all the instances' images (indices in the plan's order)."""
+    if plan.duplicates is None:
+        return []
+    return duplicates.groups([merged.prints.get(key) for key in plan.items], plan.duplicates)
+
+
+def write_data_report(client, plan: Plan, merged: Merged, found: list[duplicates.Group], moved: set[str],
+                      bucket: str, prefix: str) -> None:
+    """OUT/report.html and OUT/data_report.json, as one machine writes them, from the plan and the
+    instances' fingerprints (`moved`: the validation keys moved to train, prepare.moves)."""
+    keys = list(plan.items)
+    items = [(plan.source + key, plan.items[key][0]) for key in keys]
+    parts = {plan.source + key: "train" if key in moved else part for key, (_, part) in plan.items.items()}
+    report = data_report.build(plan.source, plan.classes, items, [merged.prints.get(key) for key in keys], found,
+                               parts, merged.counts, len(merged.rejected), plan.duplicates,
+                               moved=frozenset(plan.source + key for key in moved))
+    reader = Reader()
+    thumbnails = data_report.thumbnails_of(report, lambda name: reader.read(plan.source + name))
+    with tempfile.TemporaryDirectory() as folder:
+        data_report.write(Path(folder), report, thumbnails)
+        for name, kind in ((data_report.JSON_NAME, "application/json"), (data_report.HTML_NAME, "text/html")):
+            client.upload_file(str(Path(folder) / name), bucket, prefix + name,
+                               ExtraArgs={"ContentType": f"{kind}; charset=utf-8"})
+    said = report["duplicates"]
+    if found:
+        print(f"prepare: {len(found)} groups of duplicate images ({said['images_in_groups']} images; "
+              f"{said['label_conflicts']} with different labels): each in one part, listed in the data report",
+              file=sys.stderr)
+    print(f"prepare: the data's report: {shown(f's3://{bucket}/{prefix}{data_report.HTML_NAME}')} "
+          f"({data_report.JSON_NAME} beside it)", file=sys.stderr)
 
 
 def merge_reports(client, plan: Plan, bucket: str, prefix: str) -> Merged:
@@ -345,7 +388,7 @@ def merged_or_incomplete(plan: Plan, state: RunState) -> dict:
 
 def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path, validation_fraction: float = 0.1,
                     seed: int = 0, strict: bool = False, arguments: list[str] = (), out_stream=None,
-                    image: str | None = None) -> dict:
+                    image: str | None = None, duplicate_distance: int | None = DISTANCE) -> dict:
     """The whole distributed prepare, its instances run here (what the tests run)."""
     if job_dir.exists() and not job_dir.is_dir():
         raise PrepareError(f"--job-dir {shown(job_dir)} is a file: give a new folder")
@@ -354,7 +397,8 @@ def prepare_locally(source: str, out: str, *, instance_count: int, job_dir: Path
     if image:
         Engine.from_environment().require()
     state, plan, objects = start_run(source, out, instance_count=instance_count, where="local",
-                                     validation_fraction=validation_fraction, seed=seed, strict=strict)
+                                     validation_fraction=validation_fraction, seed=seed, strict=strict,
+                                     duplicate_distance=duplicate_distance)
     client = Reader().s3
     with incomplete_on_failure(state, client):
         code = run_locally(plan, objects, state.out, job_dir, list(arguments), out_stream, image)
@@ -389,13 +433,14 @@ def check_processing_resources(instance_type: str, instance_count: int, volume_s
 
 
 def run_on_sagemaker(request: dict, source: str, out: str, *, validation_fraction: float, seed: int,
-                     strict: bool) -> int:
+                     strict: bool, duplicate_distance: int | None = DISTANCE) -> int:
     """Plans, creates the job through the installed SDK, follows it to its end, then merges."""
     from keras_pipe_launch.sagemaker.sdk import process, sdk_major_version
 
     instance_count = request["ProcessingResources"]["ClusterConfig"]["InstanceCount"]
     state, plan, _ = start_run(source, out, instance_count=instance_count, where="sagemaker",
-                               validation_fraction=validation_fraction, seed=seed, strict=strict)
+                               validation_fraction=validation_fraction, seed=seed, strict=strict,
+                               duplicate_distance=duplicate_distance)
     client = Reader().s3
     with incomplete_on_failure(state, client):
         # recorded before it is created: a command stopped while creating it still names the job

@@ -5,11 +5,15 @@ json.dumps writes it:
 
     {"format": "keras-pipe prepare report", "version": 2, "run": ..., "host": ..., "unplanned": N}
     ["count", part, label, examples]   examples of a class it wrote to the part's shards
-    ["shard", part, name]              a shard it wrote
+    ["shard", part, name, examples]    a shard it wrote, and how many examples it holds
     ["prepared", part, key]            an image it prepared (its key under the source prefix)
     ["rejected", key, why]             an image it could not use, and why
     ["unplanned", key]                 an object given to it that the plan does not hold (added after
                                        the listing): at most EXAMPLES of them; the header counts all
+    ["print", key, sha256, phash, width, height]
+                                       the fingerprint of an image it prepared (prepare.duplicates;
+                                       hex; the phash and sides null where Pillow cannot read them),
+                                       one per prepared image when the plan looks for duplicates
 
 The launcher reads the reports one at a time, line by line, and checks each line as it comes,
 against the plan and what the reports before it said (an instance runs an image, and what it
@@ -19,7 +23,8 @@ counts that add up, shards named after this run and host that exist, and nothing
 train/ and validation/. Any of it wrong is a PlanError naming the host and what. A line longer than
 write() makes it, or listing an image of the plan a second time, is refused as it is read: so a
 report costs the launcher what its own share's lines honestly take, whatever its bytes expand to,
-and nothing of it is kept but what the merge adds up.
+and nothing of it is kept but what the merge adds up, and (when the plan looks for duplicates) each
+prepared image's fingerprint: ~250 bytes an image, 250 MB for a million.
 """
 
 from __future__ import annotations
@@ -32,11 +37,12 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from keras_pipe_launch.prepare.plan import PARTS, REPORTS, Plan, PlanError, shard_names, shard_prefix
+from keras_pipe_launch.prepare.duplicates import Fingerprint
+from keras_pipe_launch.prepare.plan import MOVED, PARTS, REPORTS, Plan, PlanError, shard_names, shard_prefix
 from keras_pipe_launch.prepare.sources import shown
 
 _FORMAT = "keras-pipe prepare report"
-_VERSION = 2
+_VERSION = 3
 EXAMPLES = 10  # unplanned objects listed by name (all are counted)
 MAX_KEY = 1024  # S3's longest key, in bytes (so at most as many characters)
 MAX_REASON = 500  # characters of a rejected image's reason
@@ -75,6 +81,8 @@ class Report:
     rejected: list[tuple[str, str]]
     unplanned: list[str]
     shards: dict[str, list[str]]  # part -> shard file names
+    records: dict[str, list[int]]  # part -> each shard's examples (the prepared keys, in order, fill them)
+    prints: dict[str, Fingerprint] = dataclasses.field(default_factory=dict)  # key -> its prepared image's
 
     def entries(self) -> Iterator:
         """The report's lines, as values (the header first)."""
@@ -83,11 +91,13 @@ class Report:
         for part, by_label in self.counts.items():
             yield from (["count", part, label, n] for label, n in sorted(by_label.items()) if n)
         for part, names in self.shards.items():
-            yield from (["shard", part, name] for name in names)
+            yield from (["shard", part, name, n] for name, n in zip(names, self.records[part], strict=True))
         for part, keys in self.prepared.items():
             yield from (["prepared", part, key] for key in keys)
         yield from (["rejected", key, reason(why)] for key, why in self.rejected)
         yield from (["unplanned", key] for key in [k for k in self.unplanned if len(k) <= MAX_KEY][:EXAMPLES])
+        yield from (["print", key, p.digest.hex(), None if p.phash is None else f"{p.phash:016x}", p.width, p.height]
+                    for key, p in self.prints.items())
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -124,8 +134,9 @@ def read_entries(stream, who: str) -> Iterator:
 
 
 # each kind of line after the header: the types of its values after the kind
-_LINES = {"count": ("part", "label", "examples"), "shard": ("part", "text"), "prepared": ("part", "text"),
-          "rejected": ("text", "reason"), "unplanned": ("text",)}
+_LINES = {"count": ("part", "label", "examples"), "shard": ("part", "text", "examples"), "prepared": ("part", "text"),
+          "rejected": ("text", "reason"), "unplanned": ("text",), "print": ("text", "digest", "phash", "side", "side")}
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclasses.dataclass
@@ -135,6 +146,8 @@ class Merged:
     unplanned: list[str]  # a few of the objects the instances were given that the plan does not hold
     unplanned_count: int
     shards: dict[str, list[str]]
+    prints: dict[str, Fingerprint]  # key -> the fingerprint of its prepared image (the plan's duplicates)
+    in_shards: dict[str, list[str]]  # a validation shard's name -> the keys of its examples, in order
 
 
 class Merger:
@@ -144,6 +157,11 @@ class Merger:
         """`names`: the reports' object names under reports/; `stored`: the names of the objects
         in OUT's train/ and validation/."""
         self.plan, self.stored = plan, stored
+        moved = sorted(n for n in stored.get("train", ()) if n.startswith(shard_prefix(plan.run, MOVED)))
+        if moved:
+            raise PlanError(f"train/ holds {shown(moved[0])}: a merge of this run had begun to move duplicates from "
+                            "validation to train (prepare.moves) when it stopped, so the shards are no longer those "
+                            "the reports list")
         self.hosts = {name: host_of_report(plan, name) for name in names}
         missing_hosts = [host for host in plan.hosts if host not in self.hosts.values()]
         if missing_hosts:
@@ -153,7 +171,7 @@ class Merger:
         self.refused = {key for key, _ in plan.rejected}
         self.merged = Merged({part: collections.Counter() for part in PARTS},
                              [(plan.source + key, why) for key, why in plan.rejected], [], 0,
-                             {part: [] for part in PARTS})
+                             {part: [] for part in PARTS}, {}, {})
         self._shards: set[tuple[str, str]] = set()  # (part, name) of every shard reported
 
     def add(self, name: str, entries: Iterable) -> None:
@@ -166,6 +184,9 @@ class Merger:
         counted = {part: collections.Counter() for part in PARTS}
         reported: dict[str, dict[int, int]] = {part: {} for part in PARTS}
         listed: list[str] = []
+        prepared: set[str] = set()
+        keys: dict[str, list[str]] = {part: [] for part in PARTS}  # in the order they fill the shards
+        shards: dict[str, list[tuple[str, int]]] = {part: [] for part in PARTS}
         for number, entry in enumerate(lines, 2):
             kind = self._shape(who, number, entry)
             if kind == "count":
@@ -175,19 +196,26 @@ class Merger:
                 reported[part][label] = n
             elif kind == "shard":
                 self._shard(who, host, entry[1], entry[2])
+                shards[entry[1]].append((entry[2], entry[3]))
             elif kind == "prepared":
                 label = self._handle(who, host, entry[2], entry[1])
                 counted[entry[1]][label] += 1
+                prepared.add(entry[2])
+                keys[entry[1]].append(entry[2])
             elif kind == "rejected":
                 self._handle(who, host, entry[1])
                 self.merged.rejected.append((self.plan.source + entry[1], entry[2]))
-            else:
+            elif kind == "unplanned":
                 self._unplanned(who, entry[1], listed, unplanned)
+            else:
+                self._print(who, entry, prepared)
         for part in PARTS:
             if dict(counted[part]) != reported[part]:
                 raise PlanError(f"{who}'s {part} counts per label {dict(sorted(reported[part].items()))} are not "
                                 f"those of the images it lists ({dict(sorted(counted[part].items()))})")
             self.merged.counts[part].update(counted[part])
+        self._fill(who, shards, keys)
+        self._printed(who, prepared)
         self.merged.unplanned += listed[:EXAMPLES - len(self.merged.unplanned)]
         self.merged.unplanned_count += unplanned
 
@@ -243,6 +271,36 @@ class Merger:
         self._shards.add((part, name))
         self.merged.shards[part].append(name)
 
+    def _fill(self, who: str, shards: dict[str, list[tuple[str, int]]], keys: dict[str, list[str]]) -> None:
+        """Checks that a host's shards hold as many examples as it prepared, part by part, and
+        keeps which keys each validation shard holds (where a duplicate found later is moved from)."""
+        for part in PARTS:
+            held = sum(n for _, n in shards[part])
+            if held != len(keys[part]):
+                raise PlanError(f"{who}'s {part} shards hold {held} examples, it prepared {len(keys[part])}")
+        start = 0
+        for name, n in shards["validation"]:
+            self.merged.in_shards[name] = keys["validation"][start:start + n]
+            start += n
+
+    def _printed(self, who: str, prepared: set[str]) -> None:
+        """Checks that a host gave a fingerprint for each image it prepared, if the plan asks."""
+        printed = sum(key in self.merged.prints for key in prepared)
+        if printed != (len(prepared) if self.plan.duplicates is not None else 0):
+            raise PlanError(f"{who} gives the fingerprints of {printed} of the {len(prepared)} images it prepared; the "
+                            + ("plan looks for duplicates: one each" if self.plan.duplicates is not None
+                               else "plan does not look for duplicates: none"))
+
+    def _print(self, who: str, entry: list, prepared: set[str]) -> None:
+        _, key, digest, phash, width, height = entry
+        if key not in prepared:
+            raise PlanError(f"{who} gives the fingerprint of {shown(self.plan.source + key)}, which it has not "
+                            "listed as prepared")
+        if key in self.merged.prints:
+            raise PlanError(f"{who} gives the fingerprint of {shown(self.plan.source + key)} twice")
+        self.merged.prints[key] = Fingerprint(bytes.fromhex(digest), None if phash is None else int(phash, 16),
+                                              width, height)
+
     def _unplanned(self, who: str, key: str, listed: list[str], count: int) -> None:
         if key in self.plan.items or key in self.refused:
             raise PlanError(f"{who} reports {shown(self.plan.source + key)} as not in the plan; it is")
@@ -274,6 +332,12 @@ def _is(what: str, value, classes: int) -> bool:
         return type(value) is int and 0 <= value < classes
     if what == "examples":
         return type(value) is int and value > 0
+    if what == "digest":  # (a SHA-256, as bytes.hex() writes it)
+        return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
+    if what == "phash":
+        return value is None or (isinstance(value, str) and len(value) == 16 and _HEX.issuperset(value))
+    if what == "side":
+        return value is None or (type(value) is int and value > 0)
     if what == "reason":
         return isinstance(value, str) and len(value) <= MAX_REASON
     return isinstance(value, str) and len(value) <= MAX_KEY

@@ -166,11 +166,13 @@ def read(client, out: str) -> RunState | None:
 
 
 def clean_up(client, state: RunState) -> list[str]:
-    """Deletes what the run left in OUT (its state, plan, reports, its shards, a rejected list)
-    and returns the keys of what is left there, which the run did not write."""
+    """Deletes what the run left in OUT (its state, plan, reports, its shards, a rejected list, the
+    data's report) and returns the keys of what is left there, which the run did not write."""
+    from keras_pipe_launch.prepare import data_report
+
     bucket, prefix = output_prefix(state.out)
-    ours = (RUN_FILE, "plan/", f"{REPORTS}/", "classes.json", "rejected.txt",
-            *(f"{part}/part-{state.run}-" for part in PARTS))  # (shard_prefix(run, host))
+    ours = (RUN_FILE, "plan/", f"{REPORTS}/", "classes.json", "rejected.txt", data_report.JSON_NAME,
+            data_report.HTML_NAME, *(f"{part}/part-{state.run}-" for part in PARTS))  # (shard_prefix(run, host))
     left, doomed = [], []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):

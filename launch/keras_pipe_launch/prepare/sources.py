@@ -42,15 +42,18 @@ class Listing:
     items: list[tuple[Location, Labels]]  # (image, label), to be read
     rejected: list[tuple[Location, str]]  # (file, why), never read
     outside: list[str] = dataclasses.field(default_factory=list)  # files at the top, in no class folder: skipped
+    # s3:// URI -> its ETag and size, for a listing of S3 objects: the same for two uploads of the
+    # same bytes (an MD5 of them, or of their parts), known without reading either
+    etags: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, classes: list[str], labelled: list[tuple[Location, Labels]], refused: list[tuple[Location, str]],
-           outside: list[str] = ()):
+           outside: list[str] = (), etags: dict[str, str] | None = None):
         """Files that are not images by their name are rejected here, before anyone reads them."""
         items = [(where, label) for where, label in labelled if suffix(where) in IMAGE_SUFFIXES]
         rejected = refused + [(where, f"not an image file (suffix {shown(suffix(where)) or 'none'})")
                               for where, _ in labelled if suffix(where) not in IMAGE_SUFFIXES]
-        return cls(classes, items, rejected, list(outside))
+        return cls(classes, items, rejected, list(outside), dict(etags or {}))
 
 
 def list_source(source: str, reader: Reader, multi_label: bool = False, label_attribute: str | None = None) -> Listing:
@@ -125,16 +128,19 @@ def list_s3_prefix(source: str, reader: Reader) -> Listing:
     store = S3Store(source if source.endswith("/") else source + "/", client=reader.s3)
     by_class: dict[str, list[str]] = {}
     outside = []
+    etags = {}
     for obj in store.list():  # (keys relative to the prefix; folder markers left out)
         parts = obj.key.split("/")
         if len(parts) >= 2 and not is_hidden(parts):
             by_class.setdefault(parts[0], []).append(obj.location)
+            if obj.etag:
+                etags[obj.location] = f"{obj.etag} {obj.size}"
         elif not is_hidden(parts):
             outside.append(obj.key)
     classes = sorted(by_class)
     _check_class_names(classes, shown(store.uri))
     return Listing.of(classes, [(uri, label) for label, name in enumerate(classes) for uri in by_class[name]], [],
-                      outside)
+                      outside, etags)
 
 
 def list_s3_csv(source: str, reader: Reader, multi_label: bool = False) -> Listing:
