@@ -235,6 +235,11 @@ def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_coul
     assert page["ContentType"].startswith("text/html")
     text = page["Body"].read().decode()
     assert "dog/d3-big.jpg: dog (moved from validation)" in text and text.count('src="data:image/jpeg') == 6
+    (tmp_path / "report.html").write_text(text)
+    opened = open_page(tmp_path / "report.html", tmp_path / "browser")
+    assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+    pictures, area = painted(tmp_path / "report.html", tmp_path / "browser")
+    assert pictures == 6 and area >= 6 * 50 * 50, (pictures, area)
 
     # a merge stopped once it had begun to move cannot be merged again: --finish says so and removes the run
     state = json.loads(client.get_object(Bucket=bucket, Key="out/prepare-run.json")["Body"].read())
