@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import random
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from keras_pipe_launch.prepare import duplicates, run_state
+from keras_pipe_launch.prepare import duplicates
 from keras_pipe_launch.prepare.dataset import split
 from tests.browser import open_page, painted
 from tests.conftest import run_logged
@@ -170,13 +171,15 @@ def test_an_unreadable_or_huge_file_has_a_digest_and_no_picture_hash():
 
 
 def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_could_not_see(
-        planted, tmp_path, s3_bucket, capsys):
+        planted, tmp_path, s3_bucket, monkeypatch):
     """Two instances over moto's S3, each seeing only its share: the plan keeps the copies it can see
     from the listing (the same ETag) in one part; the instances' fingerprints let the merge find the
     rest, and the near copy the plan put in validation beside its original in train is moved to train
-    (its shard rewritten), so no picture is in both parts."""
+    (its shard cut in two), so no picture is in both parts. The merge is stopped in the middle of its
+    moves; `--finish` ends it as if it had not stopped."""
+    from keras_pipe_launch.prepare import moves
     from keras_pipe_launch.prepare.dataset import read_listing
-    from keras_pipe_launch.prepare.processing import prepare_locally
+    from keras_pipe_launch.prepare.processing import Interrupted, prepare_locally
     from keras_pipe_launch.prepare.sources import Reader
 
     client, bucket = s3_bucket
@@ -198,23 +201,37 @@ def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_coul
                 if (blind := parts(*split(listing.items, 0.3, seed)))["cat/c0.jpg"] != blind["cat/c0 copy.jpg"]
                 and (planned := parts(*split(listing.items, 0.3, seed, together)))["dog/d3.jpg"] == "train"
                 and planned["dog/d3-big.jpg"] == "validation")
-    summary = prepare_locally(source, f"s3://{bucket}/out/", instance_count=2, job_dir=tmp_path / "jobs",
-                              validation_fraction=0.3, seed=seed, arguments=["--shard-mb", "0.005"])
-    said = capsys.readouterr().err
+
+    def stopped(client, bucket, key):  # (the merge stops once the near copy's shard is cut, before its deletion)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(moves, "delete_original", stopped)
+    with pytest.raises(Interrupted, match="marked incomplete, its dataset unfinished"):
+        prepare_locally(source, f"s3://{bucket}/out/", instance_count=2, job_dir=tmp_path / "jobs",
+                        validation_fraction=0.3, seed=seed, arguments=["--shard-mb", "0.005"])
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]]
+    moved = [key for key in keys if key.endswith("-moved.tfrecord")]
+    assert len(moved) == 1 and moved[0].replace("train/", "validation/").replace("-moved", "") in keys
+    assert "out/classes.json" not in keys
+    out = run_logged([KERAS_PIPE, "prepare", "--finish", f"s3://{bucket}/out/"], 270, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    said = out.stderr
     assert "moved 1 validation images to train, each a duplicate of a training image" in said, said
     assert "3 groups of duplicate images (6 images; 1 with different labels): each in one part" in said, said
     assert f"the data's report: s3://{bucket}/out/report.html" in said, said
+    counts = re.search(r"prepare: (\d+) train and (\d+) validation examples", said)
 
     # what the shards hold: every example once, no picture in both parts, the near copy with its original
     stored = examples_by_part(client, bucket, "out/", tmp_path)
-    assert (stored["train"].total(), stored["validation"].total()) == (summary["train"], summary["validation"])
-    assert summary["train"] + summary["validation"] == 43
+    assert (stored["train"].total(), stored["validation"].total()) == tuple(map(int, counts.groups()))
+    assert stored["train"].total() + stored["validation"].total() == 43
     assert not {sha for sha, _ in stored["train"]} & {sha for sha, _ in stored["validation"]}
     for name in ("dog/d3.jpg", "dog/d3-big.jpg"):
         assert (digest((planted / name).read_bytes()), 1) in stored["train"]
     c0 = digest((planted / "cat/c0.jpg").read_bytes())
     assert stored[planned["cat/c0.jpg"]][(c0, 0)] == 2
-    assert sum(1 for urls in summary["shards"].values() for url in urls if "-moved-" in url) == 1
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]]
+    assert moved[0] in keys and moved[0].replace("train/", "validation/").replace("-moved", "") not in keys
 
     report = json.loads(client.get_object(Bucket=bucket, Key="out/data_report.json")["Body"].read())
     found = report["duplicates"]
@@ -226,10 +243,8 @@ def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_coul
     near = by_members[("dog/d3-big.jpg", "dog/d3.jpg")]
     assert near["part"] == "train" and sorted(m.get("moved_from", "") for m in near["members"]) == ["", "validation"]
     assert [(c["train"], c["validation"]) for c in report["classes"]] == [
-        (stored["train"].total() - sum(n for (_, label), n in stored["train"].items() if label == 1),
-         stored["validation"].total() - sum(n for (_, label), n in stored["validation"].items() if label == 1)),
-        (sum(n for (_, label), n in stored["train"].items() if label == 1),
-         sum(n for (_, label), n in stored["validation"].items() if label == 1))]
+        tuple(sum(n for (_, label), n in stored[part].items() if label == wanted) for part in ("train", "validation"))
+        for wanted in (0, 1)]
     assert report["sizes"]["measured"] == 43
     page = client.get_object(Bucket=bucket, Key="out/report.html")
     assert page["ContentType"].startswith("text/html")
@@ -240,13 +255,3 @@ def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_coul
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
     pictures, area = painted(tmp_path / "report.html", tmp_path / "browser")
     assert pictures == 6 and area >= 6 * 50 * 50, (pictures, area)
-
-    # a merge stopped once it had begun to move cannot be merged again: --finish says so and removes the run
-    state = json.loads(client.get_object(Bucket=bucket, Key="out/prepare-run.json")["Body"].read())
-    run = run_state.read(client, f"s3://{bucket}/out/")
-    run.save(client, run_state.RUNNING)
-    out = run_logged([KERAS_PIPE, "prepare", "--finish", f"s3://{bucket}/out/"], 270, cwd=tmp_path)
-    assert out.returncode == 1, out.stderr
-    assert (f"train/ holds part-{state['run']}-moved-00000.tfrecord: a merge of this run had begun to move "
-            "duplicates") in out.stderr, out.stderr
-    assert not client.list_objects_v2(Bucket=bucket, Prefix="out/").get("KeyCount")

@@ -220,9 +220,8 @@ TAMPERED = {
     "a planned image called unplanned": (setting(A2, unplanned=["dog/3.jpg"]), "as not in the plan; it is"),
     "shards that hold more than it prepared": (setting(A1, records={"train": [2], "validation": [1]}),
                                                "algo-1's train shards hold 2 examples, it prepared 1"),
-    "a moved shard (a merge that had begun to move)": (
-        lambda r, s: s["train"].add("part-0a1b2c3d-moved-00000.tfrecord"),
-        "train/ holds part-0a1b2c3d-moved-00000.tfrecord: a merge of this run had begun to move duplicates"),
+    "another host's moved shard": (lambda r, s: s["train"].add("part-0a1b2c3d-algo-2-00000-moved.tfrecord"),
+                                   r"train/ holds 1 objects no report lists \(e.g. part-0a1b2c3d-algo-2-00000-moved"),
 }
 
 
@@ -293,29 +292,51 @@ def test_fingerprints_merge_one_for_each_prepared_image_and_only_when_the_plan_a
         Merger(LOOKING, [A1, A2], STORED).add(A1, [header, *lines, lines[-1]])
 
 
-def test_a_shard_is_moved_from_only_if_it_holds_the_records_its_report_says(s3_bucket):
+def test_a_shard_is_cut_only_if_it_holds_the_records_its_report_says(s3_bucket):
     """prepare.moves cuts a validation shard by its report's record count: a shard with more or fewer
-    records, or bytes that are no TFRecords, is refused, naming it, and nothing is written."""
+    records, or bytes that are no TFRecords, is refused, naming it, and nothing is written; one that
+    holds them is cut, the others' bytes kept in order."""
     from keras_pipe_launch.prepare import moves
     from pipemode.tfrecord import encode
 
     client, bucket = s3_bucket
-    merged = merge(LOOKING, *tampered(fingerprinted))
     name = "part-0a1b2c3d-algo-1-00000.tfrecord"
-    assert merged.in_shards == {name: ["cat/2.jpg"]}
+
+    def merged_with(keys: list[str]):
+        merged = merge(LOOKING, *tampered(fingerprinted))
+        merged.in_shards[name] = keys  # (as if the instance had put three images in its validation shard)
+        return merged
+
     for body, message in ((encode([b"a", b"b"]), "holds 2 records; its instance reported 1"),
                           (encode([b"a"])[:-1], "cannot be split into its records"),
                           (encode([b"a"]) + b"\0" * 20, "cannot be split into its records")):
         client.put_object(Bucket=bucket, Key=f"out/validation/{name}", Body=body)
         with pytest.raises(PlanError, match=f"s3://{bucket}/out/validation/{name} {message}"):
-            moves.move_to_train(client, LOOKING, merged, ["cat/2.jpg"], bucket, "out/")
+            moves.move_to_train(client, merged_with(["cat/2.jpg"]), ["cat/2.jpg"], bucket, "out/",
+                                {"validation": {name}})
         assert not client.list_objects_v2(Bucket=bucket, Prefix="out/train/").get("KeyCount")
-    client.put_object(Bucket=bucket, Key=f"out/validation/{name}", Body=encode([b"cat-2"]))
-    moves.move_to_train(client, LOOKING, merged, ["cat/2.jpg"], bucket, "out/")
-    moved = client.get_object(Bucket=bucket, Key="out/train/part-0a1b2c3d-moved-00000.tfrecord")["Body"].read()
-    assert moved == encode([b"cat-2"]) and "part-0a1b2c3d-moved-00000.tfrecord" in merged.shards["train"]
-    assert not client.list_objects_v2(Bucket=bucket, Prefix="out/validation/").get("KeyCount")
-    assert name not in merged.shards["validation"]
+    client.put_object(Bucket=bucket, Key=f"out/validation/{name}", Body=encode([b"one", b"two", b"three"]))
+    merged = merged_with(["cat/1b.jpg", "cat/2.jpg", "cat/3b.jpg"])
+    moves.move_to_train(client, merged, ["cat/2.jpg"], bucket, "out/", {"validation": {name}})
+    stored = {o["Key"]: client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+              for o in client.list_objects_v2(Bucket=bucket, Prefix="out/")["Contents"]}
+    assert stored == {"out/train/part-0a1b2c3d-algo-1-00000-moved.tfrecord": encode([b"two"]),
+                      "out/validation/part-0a1b2c3d-algo-1-00000-kept.tfrecord": encode([b"one", b"three"])}
+    assert merged.shards == {"train": ["part-0a1b2c3d-algo-1-00000.tfrecord", "part-0a1b2c3d-algo-2-00000.tfrecord",
+                                       "part-0a1b2c3d-algo-1-00000-moved.tfrecord"],
+                             "validation": ["part-0a1b2c3d-algo-1-00000-kept.tfrecord"]}
+    # a merge again (--finish) finds the move done; what no move made is refused
+    again = merged_with(["cat/1b.jpg", "cat/2.jpg", "cat/3b.jpg"])
+    done = {"train": {"part-0a1b2c3d-algo-1-00000-moved.tfrecord"}, "validation": {kept := moves.kept_shard(name)}}
+    moves.move_to_train(client, again, ["cat/2.jpg"], bucket, "out/", done)
+    assert again.shards == merged.shards
+    for moving, stored, message in (
+            ([], done, "validation/part-0a1b2c3d-algo-1-00000.tfrecord is gone"),
+            (["cat/2.jpg"], {"train": set(), "validation": {kept}}, "is gone, and what it held is not in"),
+            ([], {"validation": {name, kept}}, "the output holds what a merge made of validation/part-0a1b2c3d")):
+        with pytest.raises(PlanError, match=message):
+            moves.move_to_train(client, merged_with(["cat/1b.jpg", "cat/2.jpg", "cat/3b.jpg"]), moving, bucket,
+                                "out/", stored)
 
 
 def report_lines(*lines, end: bytes = b"") -> bytes:
@@ -541,7 +562,7 @@ def test_ctrl_c_during_local_instances_is_an_interruption_and_finish_then_frees_
     rest, _ = job.communicate(timeout=120)
     shown = "".join(lines) + rest
     assert job.returncode == 130, shown
-    assert "interrupted: nothing was merged" in shown and "failed with exit code" not in shown, shown
+    assert "interrupted: " in shown and "its dataset unfinished" in shown and "failed with exit code" not in shown, shown
     # (both instances had done their share: nothing of it was uploaded)
     assert not keys_under(client, bucket, "prepared/train/") and not keys_under(client, bucket, "prepared/validation/")
     state = state_of(client, bucket)
@@ -577,8 +598,8 @@ def test_ctrl_c_while_the_shares_are_staged_says_that_out_is_incomplete_and_how_
     shown, _ = job.communicate(timeout=120)
     assert job.returncode == 130, shown
     assert "algo-2: " not in shown, shown  # (stopped while staging: no instance had started)
-    assert (f"interrupted: nothing was merged, and s3://{bucket}/prepared/ is marked incomplete; `keras-pipe "
-            f"prepare --finish s3://{bucket}/prepared/`") in shown, shown
+    assert (f"interrupted: s3://{bucket}/prepared/ is marked incomplete, its dataset unfinished; `keras-pipe "
+            f"prepare --finish s3://{bucket}/prepared/` merges it if its instances had all finished") in shown, shown
     state = state_of(client, bucket)
     assert (state["state"], state["reason"]) == ("incomplete", "interrupted"), state
     out = launch_cli("prepare", "--finish", f"s3://{bucket}/prepared/")

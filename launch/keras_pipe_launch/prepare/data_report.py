@@ -26,6 +26,7 @@ from pathlib import Path
 from keras_pipe_launch.prepare.duplicates import Fingerprint, Group
 from keras_pipe_launch.prepare.sources import Labels, Location
 from keras_pipe_train import pages
+from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
 JSON_NAME = "data_report.json"
 HTML_NAME = "report.html"
@@ -108,6 +109,8 @@ def thumbnail(data: bytes) -> bytes | None:
 
     try:
         image = Image.open(io.BytesIO(data))
+        if image.width * image.height > DEFAULT_MAX_PIXELS:  # (changed since it was fingerprinted: not decoded)
+            return None
         image.draft("RGB", (THUMBNAIL, THUMBNAIL))
         image = image.convert("RGB")
         image.thumbnail((THUMBNAIL, THUMBNAIL))

@@ -29,7 +29,7 @@ MAX_DISTANCE = 32  # half the bits: beyond, any two pictures would be alike
 HASH_SIDE = 32  # phash's own input size: a JPEG is decoded at no less than this
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Fingerprint:
     digest: bytes  # SHA-256 of the file
     phash: int | None  # 64 bits; None where Pillow cannot decode it (prepare's check says why)

@@ -46,11 +46,18 @@ def hosts_of(instance_count: int) -> list[str]:
     return [f"algo-{i}" for i in range(1, instance_count + 1)]
 
 
-MOVED = "moved"  # in place of a host in the name of the shards the merge writes (prepare.moves)
-
-
 def shard_prefix(run: str, host: str) -> str:
     return f"part-{run}-{host}-"
+
+
+def moved_shard(name: str) -> str:
+    """The train shard that holds what the merge moved out of validation shard `name` (prepare.moves)."""
+    return name.removesuffix(".tfrecord") + "-moved.tfrecord"
+
+
+def kept_shard(name: str) -> str:
+    """The validation shard that holds what the merge left of validation shard `name` (prepare.moves)."""
+    return name.removesuffix(".tfrecord") + "-kept.tfrecord"
 
 
 def shard_names(run: str, host: str) -> re.Pattern:

@@ -169,8 +169,9 @@ class RunFailed(PrepareError):
 
 
 def interrupted(state: RunState) -> Interrupted:
-    return Interrupted(f"interrupted: nothing was merged, and {shown(state.out)} is marked incomplete; `keras-pipe "
-                       f"prepare --finish {shown(state.out)}` removes what the run left")
+    return Interrupted(f"interrupted: {shown(state.out)} is marked incomplete, its dataset unfinished; `keras-pipe "
+                       f"prepare --finish {shown(state.out)}` merges it if its instances had all finished, or else "
+                       "removes what the run left")
 
 
 @contextlib.contextmanager
@@ -292,7 +293,7 @@ def finish(plan: Plan, state: RunState) -> dict:
     bucket, prefix = output_prefix(state.out)
     said_out = shown(f"s3://{bucket}/{prefix}")  # (OUT, as messages say it)
     state.save(client, state.state, state.reason, ended=False)  # (still OUT's owner? before anything is written)
-    merged = merge_reports(client, plan, bucket, prefix)
+    merged, stored = merge_reports(client, plan, bucket, prefix)
     total = len(plan.items) + len(plan.rejected)
     if merged.rejected:
         text = "".join(f"{shown(where)}\t{shown(why)}\n" for where, why in merged.rejected)
@@ -311,9 +312,8 @@ def finish(plan: Plan, state: RunState) -> dict:
     moving = moves.leaked(plan, list(plan.items), found)
     moves.recount(plan, merged, moving)
     check_classes(plan.classes, merged.counts["train"], merged.counts["validation"], state.validation_fraction)
+    moves.move_to_train(client, merged, moving, bucket, prefix, stored)
     write_data_report(client, plan, merged, found, set(moving), bucket, prefix)
-    if moving:  # (last: prepare.moves says why)
-        moves.move_to_train(client, plan, merged, moving, bucket, prefix)
     client.put_object(Bucket=bucket, Key=f"{prefix}classes.json", Body=(json.dumps(plan.classes) + "\n").encode())
     state.save(client, COMPLETE)
     counts = {part: sum(counter.values()) for part, counter in merged.counts.items()}
@@ -358,9 +358,10 @@ def write_data_report(client, plan: Plan, merged: Merged, found: list[duplicates
           f"({data_report.JSON_NAME} beside it)", file=sys.stderr)
 
 
-def merge_reports(client, plan: Plan, bucket: str, prefix: str) -> Merged:
+def merge_reports(client, plan: Plan, bucket: str, prefix: str) -> tuple[Merged, dict[str, set[str]]]:
     """The instances' reports under OUT/reports/, each read from S3 and merged in turn, line by line
-    (prepare.reports), checked against the plan and what OUT's train/ and validation/ hold."""
+    (prepare.reports), checked against the plan and what OUT's train/ and validation/ hold (the
+    names there: the merge's second value)."""
     stored: dict[str, set[str]] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for item in page.get("Contents", []):
@@ -368,12 +369,13 @@ def merge_reports(client, plan: Plan, bucket: str, prefix: str) -> Merged:
             stored.setdefault(folder, set()).add(name)
     names = sorted(stored.get(REPORTS, ()))
     # (every name checked before any report is read: there may be any number of other objects there)
-    merger = Merger(plan, names, {part: stored.get(part, set()) for part in PARTS})
+    shards = {part: stored.get(part, set()) for part in PARTS}
+    merger = Merger(plan, names, shards)
     for name in names:
         body = client.get_object(Bucket=bucket, Key=f"{prefix}{REPORTS}/{name}")["Body"]
         with contextlib.closing(body):
             merger.add(name, read_entries(body, f"{merger.hosts[name]}'s report {REPORTS}/{shown(name)}"))
-    return merger.result()
+    return merger.result(), shards
 
 
 def merged_or_incomplete(plan: Plan, state: RunState) -> dict:

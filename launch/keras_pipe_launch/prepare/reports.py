@@ -3,7 +3,7 @@
 Each instance writes reports/RUN-HOST.json.gz: gzipped JSON Lines, each line exactly as
 json.dumps writes it:
 
-    {"format": "keras-pipe prepare report", "version": 2, "run": ..., "host": ..., "unplanned": N}
+    {"format": "keras-pipe prepare report", "version": 3, "run": ..., "host": ..., "unplanned": N}
     ["count", part, label, examples]   examples of a class it wrote to the part's shards
     ["shard", part, name, examples]    a shard it wrote, and how many examples it holds
     ["prepared", part, key]            an image it prepared (its key under the source prefix)
@@ -24,7 +24,8 @@ train/ and validation/. Any of it wrong is a PlanError naming the host and what.
 write() makes it, or listing an image of the plan a second time, is refused as it is read: so a
 report costs the launcher what its own share's lines honestly take, whatever its bytes expand to,
 and nothing of it is kept but what the merge adds up, and (when the plan looks for duplicates) each
-prepared image's fingerprint: ~250 bytes an image, 250 MB for a million.
+prepared image's fingerprint and each validation shard's keys: ~300 bytes an image (a fingerprint
+and its key measured with tracemalloc: 270), 300 MB for a million.
 """
 
 from __future__ import annotations
@@ -38,7 +39,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from keras_pipe_launch.prepare.duplicates import Fingerprint
-from keras_pipe_launch.prepare.plan import MOVED, PARTS, REPORTS, Plan, PlanError, shard_names, shard_prefix
+from keras_pipe_launch.prepare.plan import (
+    PARTS,
+    REPORTS,
+    Plan,
+    PlanError,
+    kept_shard,
+    moved_shard,
+    shard_names,
+    shard_prefix,
+)
 from keras_pipe_launch.prepare.sources import shown
 
 _FORMAT = "keras-pipe prepare report"
@@ -157,11 +167,6 @@ class Merger:
         """`names`: the reports' object names under reports/; `stored`: the names of the objects
         in OUT's train/ and validation/."""
         self.plan, self.stored = plan, stored
-        moved = sorted(n for n in stored.get("train", ()) if n.startswith(shard_prefix(plan.run, MOVED)))
-        if moved:
-            raise PlanError(f"train/ holds {shown(moved[0])}: a merge of this run had begun to move duplicates from "
-                            "validation to train (prepare.moves) when it stopped, so the shards are no longer those "
-                            "the reports list")
         self.hosts = {name: host_of_report(plan, name) for name in names}
         missing_hosts = [host for host in plan.hosts if host not in self.hosts.values()]
         if missing_hosts:
@@ -264,7 +269,8 @@ class Merger:
         if not shard_names(self.plan.run, host).fullmatch(name):
             raise PlanError(f"{who} reports a shard {shown(name)}: not a name its shards have "
                             f"({shown(shard_prefix(self.plan.run, host))}NNNNN.tfrecord)")
-        if name not in self.stored.get(part, set()):
+        moved = part == "validation" and moved_shard(name) in self.stored.get("train", set())
+        if name not in self.stored.get(part, set()) and not moved:  # (moved: prepare.moves checks it)
             raise PlanError(f"{who} reports {part}/{name}, which is not in the output")
         if (part, name) in self._shards:
             raise PlanError(f"{who} reports {part}/{name} twice")
@@ -279,7 +285,7 @@ class Merger:
             if held != len(keys[part]):
                 raise PlanError(f"{who}'s {part} shards hold {held} examples, it prepared {len(keys[part])}")
         start = 0
-        for name, n in shards["validation"]:
+        for name, n in shards["validation"] if self.plan.duplicates is not None else ():
             self.merged.in_shards[name] = keys["validation"][start:start + n]
             start += n
 
@@ -293,6 +299,8 @@ class Merger:
 
     def _print(self, who: str, entry: list, prepared: set[str]) -> None:
         _, key, digest, phash, width, height = entry
+        if (width is None) != (height is None):
+            raise PlanError(f"{who} gives a fingerprint with one side of its picture: {shown(str(entry)[:200])}")
         if key not in prepared:
             raise PlanError(f"{who} gives the fingerprint of {shown(self.plan.source + key)}, which it has not "
                             "listed as prepared")
@@ -318,7 +326,10 @@ class Merger:
             raise PlanError(f"{len(missing)} of the {len(self.plan.items)} planned images were handled by no instance "
                             f"({listed}{', ...' if len(missing) > 5 else ''}): the dataset would be incomplete")
         for part in PARTS:
-            stray = sorted(self.stored.get(part, set()) - set(self.merged.shards[part]))
+            # (and what a merge stopped in its moves had made of a validation shard: prepare.moves)
+            made = moved_shard if part == "train" else kept_shard
+            stray = sorted(self.stored.get(part, set()) - set(self.merged.shards[part])
+                           - {made(name) for name in self.merged.shards["validation"]})
             if stray:
                 raise PlanError(f"{part}/ holds {len(stray)} objects no report lists (e.g. {shown(stray[0])}): "
                                 "the channel would read them too")
@@ -336,8 +347,8 @@ def _is(what: str, value, classes: int) -> bool:
         return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)
     if what == "phash":
         return value is None or (isinstance(value, str) and len(value) == 16 and _HEX.issuperset(value))
-    if what == "side":
-        return value is None or (type(value) is int and value > 0)
+    if what == "side":  # (a picture's width or height: Pillow's, at most 2^31 - 1)
+        return value is None or (type(value) is int and 0 < value < 2**31)
     if what == "reason":
         return isinstance(value, str) and len(value) <= MAX_REASON
     return isinstance(value, str) and len(value) <= MAX_KEY
