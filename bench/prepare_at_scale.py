@@ -6,7 +6,8 @@
 The photos (JPEG, 2000x1500, ~3 MP: a phone photo downscaled) are put in moto's S3 server on
 127.0.0.1. Then, with --max-side 512 (what the README recommends for such photos), the same source is
 prepared by the one-machine prepare and by the local emulation of the Processing job with 1 and 2
-instances (processes on this machine: with fewer cores than instances, they share them, so the
+instances, each looking for duplicates (the default) and, for comparison, not ("no dups":
+--no-duplicate-check) (processes on this machine: with fewer cores than instances, they share them, so the
 per-instance figure is what one instance of this machine's size does). Each run's examples are
 counted and must agree. A SageMaker instance's own time also holds its share's download (File mode),
 which this machine's loopback does not show.
@@ -53,6 +54,7 @@ def main() -> None:
     import boto3
 
     from keras_pipe_launch.prepare.dataset import prepare
+    from keras_pipe_launch.prepare.duplicates import DISTANCE
     from keras_pipe_launch.prepare.processing import instance_arguments, prepare_locally
 
     client = boto3.client("s3")
@@ -67,24 +69,26 @@ def main() -> None:
     arguments = instance_arguments(100, 512, 90, 100_000_000)
     results = []
     with tempfile.TemporaryDirectory() as work:
-        started = time.perf_counter()
-        one = prepare("s3://bench-photos/photos/", Path(work) / "one", validation_fraction=0.1, max_side=512)
-        results.append(("one machine", 1, time.perf_counter() - started, one))
-        for instances in (1, 2):
+        for name, distance in (("one machine", DISTANCE), ("one machine, no dups", None)):
             started = time.perf_counter()
-            many = prepare_locally("s3://bench-photos/photos/", f"s3://bench-photos/out{instances}/",
-                                   instance_count=instances, job_dir=Path(work) / f"jobs{instances}",
+            one = prepare("s3://bench-photos/photos/", Path(work) / name, validation_fraction=0.1, max_side=512,
+                          duplicate_distance=distance)
+            results.append((name, 1, time.perf_counter() - started, one))
+        for instances, distance in ((1, DISTANCE), (2, DISTANCE), (2, None)):
+            started = time.perf_counter()
+            name = f"{instances} instance{'s' if instances > 1 else ''}" + (", no dups" if distance is None else "")
+            many = prepare_locally("s3://bench-photos/photos/", f"s3://bench-photos/out{len(results)}/",
+                                   instance_count=instances, job_dir=Path(work) / f"jobs{len(results)}",
                                    validation_fraction=0.1, arguments=arguments,
-                                   out_stream=open(os.devnull, "w"))
-            results.append((f"{instances} instance{'s' if instances > 1 else ''}", instances,
-                            time.perf_counter() - started, many))
+                                   out_stream=open(os.devnull, "w"), duplicate_distance=distance)
+            results.append((name, instances, time.perf_counter() - started, many))
     server.stop()
-    print(f"\n{'run':<14}{'examples':>9}{'seconds':>9}{'s per 1000 photos':>19}{'per instance':>14}")
+    print(f"\n{'run':<22}{'examples':>9}{'seconds':>9}{'s per 1000 photos':>19}{'per instance':>14}")
     for name, instances, seconds, summary in results:
         examples = summary["train"] + summary["validation"]
         assert examples == one["train"] + one["validation"], (name, summary)
         per_1000 = seconds / count * 1000
-        print(f"{name:<14}{examples:>9}{seconds:>9.1f}{per_1000:>19.1f}{per_1000 * instances:>14.1f}")
+        print(f"{name:<22}{examples:>9}{seconds:>9.1f}{per_1000:>19.1f}{per_1000 * instances:>14.1f}")
     print(f"\n(this machine: {os.cpu_count()} cores; the instances of a run share them)")
 
 

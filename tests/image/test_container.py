@@ -3,6 +3,7 @@
 
 Where no container engine works, these tests are skipped with the reason, never passed."""
 
+import json
 import os
 import re
 import shlex
@@ -123,6 +124,9 @@ def test_prepare_at_scale_runs_each_instance_in_the_image(image, tmp_path, s3_bu
     assert "prepare: 60 train and 0 validation examples of 10 classes" in out.stderr
     for host in ("algo-1", "algo-2"):
         assert f"{host} | prepare {host}: 30 images given, 30 prepared" in out.stdout
+    # each instance fingerprinted its share in the image (ImageHash is there): the merge's report measured all
+    report = json.loads(client.get_object(Bucket=bucket, Key="prepared/data_report.json")["Body"].read())
+    assert report["sizes"]["measured"] == 60 and report["duplicates"]["looked_for"], report["sizes"]
 
 
 def test_the_images_reader_runs_its_compiled_part(image):
