@@ -21,7 +21,7 @@ from keras_pipe_launch.prepare import duplicates
 from keras_pipe_launch.prepare.dataset import split
 from tests.browser import open_page, painted
 from tests.conftest import run_logged
-from tests.launcher.test_prepare_at_scale import examples_by_part, local_examples_by_part
+from tests.launcher.test_prepare_at_scale import examples_by_part, local_examples_by_part, upload_folder
 
 KERAS_PIPE = str(Path(sys.executable).parent / "keras-pipe")
 
@@ -183,8 +183,7 @@ def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_coul
     from keras_pipe_launch.prepare.sources import Reader
 
     client, bucket = s3_bucket
-    for path in sorted(planted.rglob("*.jpg")):
-        client.put_object(Bucket=bucket, Key=f"photos/{path.relative_to(planted).as_posix()}", Body=path.read_bytes())
+    upload_folder(client, bucket, planted, "photos/")
     source = f"s3://{bucket}/photos/"
     listing = read_listing(source, Reader())
     together = duplicates.same_objects([where for where, _ in listing.items], listing.etags)
@@ -217,7 +216,7 @@ def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_coul
     assert out.returncode == 0, out.stderr
     said = out.stderr
     assert "moved 1 validation images to train, each a duplicate of a training image" in said, said
-    assert "3 groups of duplicate images (6 images; 1 with different labels): each in one part" in said, said
+    assert "3 groups of duplicate images (6 images; 1 with different labels): each kept in one part" in said, said
     assert f"the data's report: s3://{bucket}/out/report.html" in said, said
     counts = re.search(r"prepare: (\d+) train and (\d+) validation examples", said)
 

@@ -14,6 +14,8 @@ import math
 import warnings
 from collections.abc import Iterable, Sequence
 
+from keras_pipe_train.text import printable
+
 POLICY = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 
 STYLE = """
@@ -57,7 +59,7 @@ def drawn(name: str, width: int) -> str:
     """A class name as a picture's label: its first `width` characters, control characters said
     (`\\x1b`, which the font has no glyph for), and `$` kept literal: matplotlib reads text between
     two dollars as TeX, and a name such as `$\\frac$` would otherwise fail the whole picture."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[:width]).replace("$", r"\$")
+    return printable(name[:width]).replace("$", r"\$")
 
 
 def escape(value) -> str:

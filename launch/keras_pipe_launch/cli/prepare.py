@@ -216,6 +216,7 @@ def run_at_scale(args) -> int:
     from keras_pipe_train.contract import JOB_NAME
 
     check_at_scale(args)
+    distance = duplicate_distance(args)  # (checked too before anything is listed, written or sent)
     arguments = processing.instance_arguments(args.shard_mb, args.max_side, args.jpeg_quality,
                                               args.max_image_pixels, args.workers)
     name = args.job_name or time.strftime("keras-pipe-prepare-%Y%m%d%H%M%S")
@@ -225,7 +226,7 @@ def run_at_scale(args) -> int:
         processing.prepare_locally(args.source, args.out, instance_count=args.instance_count,
                                    job_dir=args.job_dir or Path("local-jobs") / name,
                                    validation_fraction=args.validation_fraction, seed=args.seed, strict=args.strict,
-                                   arguments=arguments, image=args.image, duplicate_distance=duplicate_distance(args))
+                                   arguments=arguments, image=args.image, duplicate_distance=distance)
         return 0
     request = processing_request(args, name, arguments)
     if args.dry_run:
@@ -233,7 +234,7 @@ def run_at_scale(args) -> int:
         return 0
     use_region(args)
     return processing.run_on_sagemaker(request, args.source, args.out, validation_fraction=args.validation_fraction,
-                                       seed=args.seed, strict=args.strict, duplicate_distance=duplicate_distance(args))
+                                       seed=args.seed, strict=args.strict, duplicate_distance=distance)
 
 
 def check_at_scale(args) -> None:
@@ -241,7 +242,6 @@ def check_at_scale(args) -> None:
 
     if args.overwrite:
         raise PrepareError("--overwrite is for a prepare on one machine: at scale, OUT must be a new prefix")
-    duplicate_distance(args)
     if args.multi_label or args.label_attribute:
         raise PrepareError(f"--{'multi-label' if args.multi_label else 'label-attribute'} reads a CSV or a manifest, "
                            "which is prepared on one machine: at scale, SOURCE is a prefix of class folders")

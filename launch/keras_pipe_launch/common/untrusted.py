@@ -10,6 +10,8 @@ import os
 import stat
 from pathlib import Path
 
+from keras_pipe_train.text import printable
+
 MESSAGE_BYTES = 64 << 10  # a failure file or ExitMessage: SageMaker keeps 1 KB of it
 
 
@@ -21,7 +23,7 @@ def shown(location: str | os.PathLike | bytes, keep: str = "") -> str:
         text = os.fsencode(location).decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:  # a str with a lone surrogate (JSON's "\ud800"), which no bytes stand for
         text = os.fspath(location).encode("utf-8", "backslashreplace").decode()
-    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+    return printable(text, keep)
 
 
 def log_line(line: str) -> str:

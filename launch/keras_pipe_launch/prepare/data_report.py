@@ -20,11 +20,12 @@ from __future__ import annotations
 import io
 import json
 import statistics
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from keras_pipe_launch.prepare.duplicates import Fingerprint, Group
-from keras_pipe_launch.prepare.sources import Labels, Location
+from keras_pipe_launch.prepare.sources import Labels, Location, shown
 from keras_pipe_train import pages
 from keras_pipe_train.images import DEFAULT_MAX_PIXELS
 
@@ -90,6 +91,16 @@ def sizes(prints: Sequence[Fingerprint | None]) -> dict:
             "width": {"min": min(widths), "median": statistics.median(widths), "max": max(widths)},
             "height": {"min": min(heights), "median": statistics.median(heights), "max": max(heights)},
             "longer_side": buckets}
+
+
+def say(report: dict, page: str) -> None:
+    """What the report found, on stderr, and where its page is (`page`, as the user reaches it)."""
+    found = report["duplicates"]
+    if found["groups"]:
+        print(f"prepare: {len(found['groups'])} groups of duplicate images ({found['images_in_groups']} images; "
+              f"{found['label_conflicts']} with different labels): each kept in one part, listed in the data report",
+              file=sys.stderr)
+    print(f"prepare: the data's report: {shown(page)} ({JSON_NAME} beside it)", file=sys.stderr)
 
 
 def write(folder: Path, report: dict, thumbnails: dict[str, bytes | None]) -> None:

@@ -379,8 +379,8 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
 
 def find_duplicates(listing: Listing, reader: sources.Reader, max_pixels: int, distance: int | None,
                     workers: int) -> tuple[list, list[duplicates.Group]]:
-    """Every image's fingerprint and the groups of duplicates among them (duplicates.py), said on
-    stderr; nothing when not asked (distance None): each image is then read once, not twice."""
+    """Every image's fingerprint and the groups of duplicates among them (duplicates.py); nothing
+    when not asked (distance None): each image is then read once, not twice."""
     if distance is None:
         return [None] * len(listing.items), []
     from tqdm import tqdm
@@ -393,16 +393,7 @@ def find_duplicates(listing: Listing, reader: sources.Reader, max_pixels: int, d
                 yield result
 
         prints = duplicates.fingerprints(locations, reader.read, max_pixels, mapped)
-    found = duplicates.groups(prints, distance)
-    if found:
-        conflicts = sum(len({_label_set(listing.items[i][1]) for i in group.members}) > 1 for group in found)
-        print(f"prepare: {len(found)} groups of duplicate images ({sum(len(g.members) for g in found)} images; "
-              f"{conflicts} with different labels): each kept in one part, listed in the data report", file=sys.stderr)
-    return prints, found
-
-
-def _label_set(labels: Labels) -> tuple[int, ...]:
-    return tuple(sorted(labels)) if isinstance(labels, tuple) else (labels,)
+    return prints, duplicates.groups(prints, distance)  # (said with the data report: data_report.say)
 
 
 def write_data_report(work: Path, out: Path, report: dict, listing: Listing, source: str,
@@ -410,8 +401,7 @@ def write_data_report(work: Path, out: Path, report: dict, listing: Listing, sou
     by_name = {data_report.name_of(where, source): where for where, _ in listing.items}
     thumbnails = data_report.thumbnails_of(report, lambda name: reader.read(by_name[name]))
     data_report.write(work, report, thumbnails)
-    print(f"prepare: the data's report: {shown(out / data_report.HTML_NAME)} ({data_report.JSON_NAME} beside it)",
-          file=sys.stderr)
+    data_report.say(report, str(out / data_report.HTML_NAME))
 
 
 def summarize(classes: list[str], written: Written, rejected: int, shards: dict[str, list], where: str,

@@ -349,13 +349,7 @@ def write_data_report(client, plan: Plan, merged: Merged, found: list[duplicates
         for name, kind in ((data_report.JSON_NAME, "application/json"), (data_report.HTML_NAME, "text/html")):
             client.upload_file(str(Path(folder) / name), bucket, prefix + name,
                                ExtraArgs={"ContentType": f"{kind}; charset=utf-8"})
-    said = report["duplicates"]
-    if found:
-        print(f"prepare: {len(found)} groups of duplicate images ({said['images_in_groups']} images; "
-              f"{said['label_conflicts']} with different labels): each in one part, listed in the data report",
-              file=sys.stderr)
-    print(f"prepare: the data's report: {shown(f's3://{bucket}/{prefix}{data_report.HTML_NAME}')} "
-          f"({data_report.JSON_NAME} beside it)", file=sys.stderr)
+    data_report.say(report, f"s3://{bucket}/{prefix}{data_report.HTML_NAME}")
 
 
 def merge_reports(client, plan: Plan, bucket: str, prefix: str) -> tuple[Merged, dict[str, set[str]]]:

@@ -1,0 +1,10 @@
+"""Text from data nobody sanitised (file names, S3 keys, class names), as it can be printed, logged
+or drawn: a control character (a terminal's escape code, a line break, one a font has no glyph for)
+is said as Python writes it in a string (`\\x1b`, `\\n`), never sent."""
+
+from __future__ import annotations
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with each character that is not printable said, except those of `keep`."""
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
