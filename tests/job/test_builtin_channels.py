@@ -9,16 +9,16 @@ Interface"):
     application/x-sagemaker-model                     incremental training's `model` channel
 
 Each job runs container/train with a notebook's hyperparameters as it sends them (tests/builtin/
-notebooks.py: a ResNet-18 at 224 or 206 px), with weights=none where it asks for ImageNet weights
-(this machine cannot download them) and 1 epoch, on a few dozen of MXNet's own test images
+notebooks.py: a ResNet-18 at 224 px) for 1 epoch, on a few dozen of MXNet's own test images
 (tests/data/*.rec: digits, 32x32 JPEGs, which the job resizes to the notebook's image_shape): about
-20 s a job on 2 CPU cores. Learning the
-digits at those settings would take hundreds of images and several epochs (tests/held_out.py's
-check: 600 digits, 3 epochs of a small network at 32 px), so what each job is shown to do is read
-its records with the right labels: the audit ($TRAIN_AUDIT_DIR) gives the digest of the serialized
-Example of every record trained and validated on, which must be exactly those of the images and
-labels the test wrote. (That .rec files and manifests train a model that learns, read by the same
-readers: test_mxnet_records.py, test_manifest.py; the .lst reader makes the same Examples.)
+20 s a job on 2 CPU cores. Learning the digits at those settings would take hundreds of images and
+several epochs (tests/held_out.py's check: 600 digits, 3 epochs of a small network at 32 px), so
+what each job is shown to do is read its records with the right labels: the audit
+($TRAIN_AUDIT_DIR) gives the digest of the serialized Example of every record trained and validated
+on, which must be exactly those of the images and labels the test wrote. (That .rec files and
+manifests train a model that learns, read by the same readers: test_mxnet_records.py,
+test_manifest.py. The lst-format, multi-label and Ground Truth notebooks' channels are trained for
+all their epochs, audited the same way, in tests/builtin/test_notebooks.py.)
 """
 
 from __future__ import annotations
@@ -108,64 +108,11 @@ def lst_channels(job, role: str, images: list[tuple[bytes, list]], first_index: 
     (job.data_dir / f"{role}_lst" / f"{role}.lst").write_text(lst_lines(entries, im2rec))
 
 
-@pytest.mark.slow
-def test_the_lst_notebooks_four_channels_of_images_and_lst_files(job, tmp_path):
-    """Image-classification-lst-format.ipynb: train, validation, train_lst, validation_lst, all
-    application/x-image, File mode; its hyperparameters as sent (ResNet-18, 3,206,206, resize 256,
-    top_k 5, mini_batch_size 128)."""
-    images = digits()
-    train, validation = images[:40], images[200:216]
-    lst_channels(job, "train", [(image, [label]) for image, label in train], 0)
-    lst_channels(job, "validation", [(image, [label]) for image, label in validation], 200)
-    out = one_epoch(job, {**notebooks.mxnet_lst_format(10, len(train)), "weights": "none"}, tmp_path / "audit")
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert ("channel train: application/x-image: images, listed by channel train_lst's .lst; read as "
-            "record_format=lst") in out.stdout
-    assert "backbone=resnet18" in out.stdout and "image_size=206" in out.stdout
-    read_as(tmp_path / "audit", [example(image, label) for image, label in train],
-            [example(image, label) for image, label in validation])
-
-
-@pytest.mark.slow
-def test_the_multi_label_notebooks_lst_lines_of_one_value_per_class(job, tmp_path):
-    """Image-classification-multilabel-lst.ipynb: its .lst lines hold one 0 or 1 per class (str()
-    of each), read as MXNet reads them (label_format=multi_hot, with no hyperparameter saying so)."""
-    pairs = [(image, [int(v) for v in labels]) for image, labels in mxnet_images("pairs-mxnet.rec")]
-    train, validation = pairs[:32], pairs[100:112]
-    lst_channels(job, "train", train, 0, im2rec=False)
-    lst_channels(job, "validation", validation, 100, im2rec=False)
-    out = one_epoch(job, {**notebooks.mxnet_multi_label(10, len(train)), "weights": "none"}, tmp_path / "audit")
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "multi_label=1: label_format=multi_hot" in out.stdout
-    read_as(tmp_path / "audit", [example(image, [float(v) for v in labels], multi_hot=True) for image, labels in train],
-            [example(image, [float(v) for v in labels], multi_hot=True) for image, labels in validation])
-
-
 def ground_truth_lines(images: list[tuple[bytes, int]]) -> list[list[bytes]]:
     """What SageMaker streams of each manifest line for AttributeNames ["source-ref", "category"]:
     the image, then the label, as Ground Truth writes it (3) or as AWS's IC page does ("3")."""
     forms = (lambda y: json.dumps(y), lambda y: json.dumps(str(y)), lambda y: f"{y}.0")
     return [[image, forms[i % 3](label).encode()] for i, (image, label) in enumerate(images)]
-
-
-@pytest.mark.slow
-def test_the_ground_truth_notebooks_augmented_manifest_streamed_in_pipe_mode(job, tmp_path):
-    """The Ground Truth demo's training job: AugmentedManifestFile channels, application/x-recordio,
-    RecordWrapperType RecordIO, Pipe mode; AttributeNames ["source-ref", "category"], which reach the
-    job nowhere (inputdataconfig.json does not hold them): the first record of a line is the image,
-    the second its label."""
-    images = digits()
-    train, validation = images[:40], images[200:216]
-    for role, lines in (("train", ground_truth_lines(train)), ("validation", ground_truth_lines(validation))):
-        job.add_channel(role, wrapper="RecordIO", content_type=RECORDIO)
-        job.feed(role, [job.write(f"{role}-{i:05d}-{j}", value) for i, line in enumerate(lines)
-                        for j, value in enumerate(line)], wrapper="RecordIO")
-    out = one_epoch(job, {**notebooks.mxnet_ground_truth(10, len(train)), "weights": "none"}, tmp_path / "audit")
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert ("channel train: application/x-recordio, RecordIO-wrapped: an augmented manifest, image then label; read "
-            "as attribute_names=source-ref,label") in out.stdout
-    read_as(tmp_path / "audit", [example(image, label) for image, label in train],
-            [example(image, label) for image, label in validation])
 
 
 @pytest.fixture(scope="module")

@@ -412,6 +412,10 @@ HYPERPARAMETERS = {
                        "training steps per call into TensorFlow (the host reads metrics once per call): more keeps "
                        "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
+        Hyperparameter("precise_bn_examples", 1024, _integer(0, 100_000),
+                       "a backbone trained from scratch (weights=none): its BatchNorm statistics recomputed after "
+                       "each epoch with the epoch's final weights, on up to this many of its last training images "
+                       "(kept on the host as uint8; 0: the moving averages as they are)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
         Hyperparameter("optimizer", "adam", _choice(OPTIMIZERS),
                        "adam, adamw, sgd, nesterov, rmsprop, adagrad or adadelta"),
@@ -535,6 +539,7 @@ class JobConfig:
     augmentation_random_flip: str
     steps_per_execution: int | str
     shuffle_buffer: int
+    precise_bn_examples: int
     dropout: float
     optimizer: str
     momentum: float

@@ -30,6 +30,7 @@ from keras_pipe_train import preprocess
 from keras_pipe_train.config import JobConfig
 from keras_pipe_train.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.errors import DataError, UserError
+from keras_pipe_train.precise_batchnorm import RecentImages
 from keras_pipe_train.sources import class_folders, example, lst, manifest, mxnet_records
 from keras_pipe_train.sources.class_folders import ClassFolderReader
 from pipemode import PipeReader, pipe_dataset
@@ -273,8 +274,9 @@ class EpochInput:
     def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
                  epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None,
                  interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
-                 side: str | None = None):
+                 side: str | None = None, recent: RecentImages | None = None):
         self.channel, self.layout, self.config = channel, layout, config
+        self.recent = recent  # (training: keeps the pass's last images, for precise_batchnorm)
         self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
         self.interrupt, self.seen, self.side = interrupt, seen, side
         self.reader: PipeReader | FileReader | None = None
@@ -307,8 +309,9 @@ class EpochInput:
             start = tf.constant([seed, context.input_pipeline_id], tf.int64)
             dataset = dataset.enumerate(start=first).map(
                 lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
-            return decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry,
-                                                                              resize_to, interpolation), seeded=True)
+            dataset = decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry,
+                                                                                 resize_to, interpolation), seeded=True)
+            return self.recent.tap(dataset).prefetch(AUTOTUNE) if self.recent else dataset
         return decoded(dataset, config, lambda x: preprocess.for_eval(x, size, resize_to, interpolation))
 
     def nothing_read(self, epoch: int) -> DataError:
@@ -330,9 +333,10 @@ class EpochInput:
 
 def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epoch: int, skip_steps: int = 0,
                    audit: Audit | None = None, interrupt: threading.Event | None = None,
-                   seen: manifest.ClassNames | None = None, side: str | None = None) -> EpochInput:
+                   seen: manifest.ClassNames | None = None, side: str | None = None,
+                   recent: RecentImages | None = None) -> EpochInput:
     return EpochInput(channel, layout, config, training=True, epoch=epoch, skip_steps=skip_steps, audit=audit,
-                      interrupt=interrupt, seen=seen, side=side)
+                      interrupt=interrupt, seen=seen, side=side, recent=recent)
 
 
 def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,

@@ -32,6 +32,7 @@ from keras_pipe_train.errors import ClusterError, UserError
 from keras_pipe_train.export import export
 from keras_pipe_train.loop import Stopped, Trainer
 from keras_pipe_train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
+from keras_pipe_train.precise_batchnorm import PreciseBatchNorm, RecentImages
 from keras_pipe_train.recipe import Loss, epoch_factor, make_optimizer
 from keras_pipe_train.sources import manifest
 
@@ -96,6 +97,8 @@ class Training:
     # last, early stopping's best)
     evaluations: dict = dataclasses.field(default_factory=dict)
     host: str = "algo-1"
+    # a backbone from scratch: its BatchNorm statistics recomputed after each epoch (precise_bn_examples)
+    precise_bn: PreciseBatchNorm | None = None
     # the class names a manifest's lines give, read on this host (the model's, without class_names)
     seen: manifest.ClassNames = dataclasses.field(default_factory=manifest.ClassNames)
 
@@ -204,9 +207,11 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     checkpoints.check_writable(checkpoint_bytes(model, copies=4 if best else 3))
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
+    precise_bn = (PreciseBatchNorm(model, cluster, config.batch_size, RecentImages(config.precise_bn_examples))
+                  if from_scratch and config.precise_bn_examples else None)
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
                     phases(config, from_scratch), from_scratch, audit, train_source, validation, rule, best,
-                    host=resources.current_host)
+                    host=resources.current_host, precise_bn=precise_bn)
 
 
 def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
@@ -216,6 +221,8 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
     started = time.perf_counter()
     training.trainer.set_epoch_factor(epoch_factor(training.config, phase.start, phase.end, epoch))
     results, steps = train_pass(training, phase, epoch, step)
+    if training.precise_bn:
+        recompute_batchnorm(training.precise_bn, epoch)
     if training.validation:
         results |= validate(training, phase, epoch, steps)
     training.epochs.add(epoch, phase.name, results, time.perf_counter() - started)
@@ -227,6 +234,19 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
         raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in "
                       f"{training.layout.checkpoints}")
     return following
+
+
+def recompute_batchnorm(precise_bn: PreciseBatchNorm, epoch: int) -> None:
+    """The backbone's BatchNorm statistics recomputed with the epoch's final weights, before it is
+    validated, checkpointed or exported (precise_batchnorm.py says why)."""
+    started = time.perf_counter()
+    used = precise_bn.recompute()
+    if used:
+        log.info("batchnorm statistics of epoch %d recomputed with its final weights on its last %d training "
+                 "images (precise_bn_examples) in %.1f s", epoch + 1, used, time.perf_counter() - started)
+    else:
+        log.warning("batchnorm statistics of epoch %d not recomputed: no training image of it was kept (the epoch "
+                    "resumed after its last step?): its moving averages are used as they are", epoch + 1)
 
 
 def stop_early(training: Training, phase: Phase, epoch: int) -> int:
@@ -260,8 +280,11 @@ def stop_early(training: Training, phase: Phase, epoch: int) -> int:
 def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple[dict, int]:
     """Trains on the epoch's pass from step `step`: (its metrics, the steps of the epoch done)."""
     t, config = training, training.config
+    recent = t.precise_bn.recent if t.precise_bn else None
+    if recent:
+        recent.clear()  # (the statistics are of this epoch's images: a pass's at most)
     train_input = datasets.training_input(t.train_source.channel, t.layout, config, epoch, step, t.audit,
-                                          t.trainer.stop, t.seen, side=t.train_source.side)
+                                          t.trainer.stop, t.seen, side=t.train_source.side, recent=recent)
     train = t.cluster.strategy.distribute_datasets_from_function(train_input)
     on_step = (lambda steps: t.audit.write({"epoch": epoch, "trained_steps": steps})) if t.audit else None
     results, steps, stopped = t.trainer.train_epoch(train, epoch, step, config.batch_size, on_step)
