@@ -125,6 +125,7 @@ def test_the_tensorflow_notebook_trains_on_its_training_channel_and_its_client_g
     out = run_train(job, KERAS_HOME=str(keras_home))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "dialect tensorflow: the hyperparameters are read with the built-in TensorFlow" in out.stdout + out.stderr
+    assert "batchnorm statistics" not in out.stdout + out.stderr  # (a pretrained backbone's stay as they are)
     model = job.base / "model"
     assert json.loads((model / "classes.json").read_text()) == list(COLORS)
     assert json.loads((model / "serving.json").read_text())["dialect"] == "tensorflow"
@@ -139,7 +140,7 @@ def test_the_tensorflow_notebook_trains_on_its_training_channel_and_its_client_g
 
 
 # The MXNet full-training notebook's job trains a ResNet-18 from scratch at 224 pixels, about 10
-# photos a second on 2 cores: it is given 288 photos, 5 batches of its 64 an epoch.
+# photos a second on 2 cores: it is given 96 photos, 2 batches of its 64 an epoch.
 RECORDIO = "application/x-recordio"
 
 
@@ -206,10 +207,10 @@ def test_the_mxnet_full_training_notebook_trains_on_rec_files_and_its_clients_ge
     (application/x-recordio, File mode). The model is asked by the notebook's real-time cell 45, the
     same argmax of the bare list that the incremental (cell 35, SDK v2's Predictor) and Ground Truth
     (cell 61) notebooks do, and by its batch transform's get_label (cell 31) on the .out files."""
-    for role, count, seed in (("train", 96, 1), ("validation", 8, 2)):
+    for role, count, seed in (("train", 32, 1), ("validation", 8, 2)):
         job.add_channel(role, mode="File", content_type=RECORDIO)
         rec_file(job.data_dir / role / f"{role}.rec", labelled(COLORS, count, seed))
-    log = trained(job, notebooks.mxnet_full_training(len(COLORS), 96 * len(COLORS)))
+    log = trained(job, notebooks.mxnet_full_training(len(COLORS), 32 * len(COLORS)))
     asked = asked_files(tmp_path / "test_inputs", COLORS)
     expected = {color: [color] * len(paths) for color, paths in asked.items()}
     monkeypatch.chdir(tmp_path)
@@ -284,7 +285,9 @@ def test_the_ground_truth_notebooks_job_trains_on_its_augmented_manifest_in_pipe
     log = trained(job, {**notebooks.mxnet_ground_truth(len(COLORS), len(train)), "weights": "none"},
                   tmp_path / "audit", said=("channel train: application/x-recordio, RecordIO-wrapped: an augmented "
                                             "manifest, image then label; read as attribute_names=source-ref,label",
-                                            "epochs=30", "lr_scheduler_step=(10, 20)"))
+                                            "epochs=30", "lr_scheduler_step=(10, 20)",
+                                            "batchnorm statistics of epoch 30 recomputed with its final weights on "
+                                            "its last 12 training images"))
     read_as(tmp_path / "audit", [example(image, label) for image, label in train],
             [example(image, label) for image, label in validation])
     asked = asked_files(tmp_path / "test_inputs", COLORS)

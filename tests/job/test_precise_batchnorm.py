@@ -50,6 +50,25 @@ def test_images_are_kept_as_uint8_rounded_and_clipped_and_a_new_size_starts_afre
     assert recent.images().shape == (2, 2, 2, 3)
 
 
+def test_fewer_large_images_are_kept_than_asked_for():
+    recent = RecentImages(1024, max_bytes=10 * 600 * 600 * 3)
+    recent.keep(np.zeros((4, 600, 600, 3), np.uint8))
+    assert recent.slots == 10
+    recent.keep(np.zeros((12, 600, 600, 3), np.uint8))
+    assert len(recent.images()) == 10
+    assert RecentImages(5).slots == 0  # (until a batch says the images' size)
+
+
+def test_a_resumed_epoch_reads_again_the_batches_that_fill_the_ring():
+    """(datasets.EpochInput decodes them again, only to keep them: test_local_runner's stopped and
+    rerun job ends with the uninterrupted one's statistics)"""
+    recent = RecentImages(10, image_size=8)
+    assert recent.slots == 10
+    assert recent.batches_to_fill(4, available=7) == 3  # (10 images: 3 batches of 4)
+    assert recent.batches_to_fill(4, available=2) == 2  # (the epoch resumed after 2 batches)
+    assert RecentImages(1024, image_size=600, max_bytes=10 * 600 * 600 * 3).slots == 10
+
+
 def test_the_tap_keeps_each_batch_that_passes_and_changes_nothing():
     import tensorflow as tf
 

@@ -415,7 +415,7 @@ HYPERPARAMETERS = {
         Hyperparameter("precise_bn_examples", 1024, _integer(0, 100_000),
                        "a backbone trained from scratch (weights=none): its BatchNorm statistics recomputed after "
                        "each epoch with the epoch's final weights, on up to this many of its last training images "
-                       "(kept on the host as uint8; 0: the moving averages as they are)"),
+                       "(kept on the host as uint8, 256 MiB at most; 0: the moving averages as they are)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
         Hyperparameter("optimizer", "adam", _choice(OPTIMIZERS),
                        "adam, adamw, sgd, nesterov, rmsprop, adagrad or adadelta"),

@@ -291,13 +291,19 @@ class EpochInput:
             # shuffling batches would keep every batch's records together. Seeded per epoch, so a
             # resumed epoch gets the same order.
             dataset = dataset.shuffle(config.shuffle_buffer, seed=seed)
-        dataset = dataset.batch(context.get_per_replica_batch_size(config.batch_size))
+        batch = context.get_per_replica_batch_size(config.batch_size)
+        dataset = dataset.batch(batch)
         # each step takes one batch per local replica
         first = self.skip_steps * (context.num_replicas_in_sync // context.num_input_pipelines)
-        if first:
-            dataset = dataset.skip(first)  # batches already trained on: skipped before decoding
+        # a resumed epoch decodes again the batches before `first` that the epoch's last images kept
+        # for precise BN may include (only kept: skipped again once decoded), so that its statistics
+        # are those of the uninterrupted epoch
+        again = self.recent.batches_to_fill(batch, first) if self.recent and self.training else 0
+        if first - again:
+            dataset = dataset.skip(first - again)  # batches already trained on: skipped before decoding
         if self.audit:
-            dataset = self.audit.tap(dataset, self.epoch, first, validation=not self.training)
+            dataset = self.audit.tap(dataset, self.epoch, first - again, validation=not self.training,
+                                     logged_from=first)
         size, augment = config.image_size, config.augment
         resize_to, interpolation = config.resize, config.resize_interpolation
         geometry = preprocess.Geometry(config.augmentation_random_rotation, config.augmentation_random_zoom,
@@ -307,11 +313,13 @@ class EpochInput:
             # each batch's augmentation seed: the epoch's, this worker's pipeline, the batch's index in
             # the pass (counted from the first, also when resuming after skipped ones)
             start = tf.constant([seed, context.input_pipeline_id], tf.int64)
-            dataset = dataset.enumerate(start=first).map(
+            dataset = dataset.enumerate(start=first - again).map(
                 lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
             dataset = decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry,
                                                                                  resize_to, interpolation), seeded=True)
-            return self.recent.tap(dataset).prefetch(AUTOTUNE) if self.recent else dataset
+            if not self.recent:
+                return dataset
+            return self.recent.tap(dataset).skip(again).prefetch(AUTOTUNE)
         return decoded(dataset, config, lambda x: preprocess.for_eval(x, size, resize_to, interpolation))
 
     def nothing_read(self, epoch: int) -> DataError:
@@ -376,8 +384,12 @@ class Audit:
         with self._lock, open(self.path, "a") as f:
             f.write(json.dumps({"pid": os.getpid(), **entry}) + "\n")
 
-    def tap(self, dataset: tf.data.Dataset, epoch: int, first_batch: int, validation: bool = False) -> tf.data.Dataset:
+    def tap(self, dataset: tf.data.Dataset, epoch: int, first_batch: int, validation: bool = False,
+            logged_from: int = 0) -> tf.data.Dataset:
+        """`logged_from`: batches before it pass unlogged (read again only for precise BN)."""
         def record(index, batch):
+            if index < logged_from:
+                return batch
             digests = [hashlib.sha1(r).hexdigest() for r in batch.numpy()]
             entry = {"epoch": epoch, "batch": int(index), "records": digests}
             self.write({**entry, "validation": True} if validation else entry)

@@ -32,7 +32,7 @@ from keras_pipe_train.errors import ClusterError, UserError
 from keras_pipe_train.export import export
 from keras_pipe_train.loop import Stopped, Trainer
 from keras_pipe_train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
-from keras_pipe_train.precise_batchnorm import PreciseBatchNorm, RecentImages
+from keras_pipe_train.precise_batchnorm import PreciseBatchNorm, RecentImages, batchnorm_layers
 from keras_pipe_train.recipe import Loss, epoch_factor, make_optimizer
 from keras_pipe_train.sources import manifest
 
@@ -207,8 +207,9 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     checkpoints.check_writable(checkpoint_bytes(model, copies=4 if best else 3))
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
-    precise_bn = (PreciseBatchNorm(model, cluster, config.batch_size, RecentImages(config.precise_bn_examples))
-                  if from_scratch and config.precise_bn_examples else None)
+    precise_bn = (PreciseBatchNorm(model, cluster, config.batch_size,
+                                   RecentImages(config.precise_bn_examples, config.image_size))
+                  if from_scratch and config.precise_bn_examples and batchnorm_layers(model) else None)
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
                     phases(config, from_scratch), from_scratch, audit, train_source, validation, rule, best,
                     host=resources.current_host, precise_bn=precise_bn)

@@ -10,11 +10,11 @@ accuracy 1 from epoch 4, validation accuracy 0.33 (3 classes) until epoch 21; th
 statistics recomputed on its training images validated at 1.0.
 
 So after each epoch of such a backbone, its BatchNorm statistics are recomputed on the last
-`precise_bn_examples` training images of the epoch, run through the network in training mode
-with the epoch's final weights: the mean over the batches of each batch's mean and variance
-(Wu & Johnson, "Rethinking 'Batch' in BatchNorm", 2021, section 3; detectron2's PreciseBN). The
-images are kept as the training pass decodes them (augmented), as uint8, in a ring on the host:
-Pipe mode cannot read a pass twice.
+`precise_bn_examples` training images of the epoch (fewer where they would take over 256 MiB),
+run through the network in training mode with the epoch's final weights: the mean over the
+batches of each batch's mean and variance (Wu & Johnson, "Rethinking 'Batch' in BatchNorm",
+2021, section 3; detectron2's PreciseBN). The images are kept as the training pass decodes them
+(augmented), as uint8, in a ring on the host: Pipe mode cannot read a pass twice.
 
 A pretrained backbone's BatchNorm layers stay in inference mode (model.build_classifier): their
 statistics never change, and none of this runs.
@@ -34,14 +34,35 @@ from keras_pipe_train.distribute import Cluster
 log = logging.getLogger(__name__)
 
 
-class RecentImages:
-    """The last `capacity` images of a training pass, kept by tap() as the pipeline makes them."""
+# The most host memory the kept images take: 1024 images at 224 px are 154 MB; at 600 px
+# (EfficientNetB7's size) 1024 would be 1.1 GB, so fewer are kept (242).
+MAX_BYTES = 256 * 2**20
 
-    def __init__(self, capacity: int):
-        self.capacity = capacity
+
+class RecentImages:
+    """The last `capacity` images of a training pass (fewer where they would take more than
+    `max_bytes`), kept by tap() as the pipeline makes them."""
+
+    def __init__(self, capacity: int, image_size: int | None = None, max_bytes: int = MAX_BYTES):
+        self.capacity, self.image_size, self.max_bytes = capacity, image_size, max_bytes
         self._images: np.ndarray | None = None  # allocated at the first batch: its image shape
         self._next = self._count = 0
         self._lock = threading.Lock()  # (tf.data may run the tap on any of its threads)
+
+    @property
+    def slots(self) -> int:
+        """How many images the ring holds (without image_size: 0 until the first batch says it)."""
+        if self._images is not None:
+            return len(self._images)
+        return self._slots_for(self.image_size * self.image_size * 3) if self.image_size else 0
+
+    def _slots_for(self, image_bytes: int) -> int:
+        return min(self.capacity, max(1, self.max_bytes // max(1, image_bytes)))
+
+    def batches_to_fill(self, batch: int, available: int) -> int:
+        """How many of the `available` batches (of `batch` images) before a resumed epoch's first
+        must be kept again for the ring to hold what the uninterrupted epoch's would."""
+        return min(available, -(-self.slots // batch))
 
     def clear(self) -> None:
         with self._lock:
@@ -49,27 +70,29 @@ class RecentImages:
 
     def keep(self, images: np.ndarray) -> None:
         """Keeps `images` (a batch, [0, 255]), dropping the oldest beyond the capacity."""
-        images = images[-self.capacity:]
         if images.dtype != np.uint8:
             images = np.clip(np.rint(images), 0, 255).astype(np.uint8)
         with self._lock:
             if self._images is None or self._images.shape[1:] != images.shape[1:]:
-                self._images = np.empty((self.capacity, *images.shape[1:]), np.uint8)
+                slots = self._slots_for(images[0].nbytes)
+                self._images = np.empty((slots, *images.shape[1:]), np.uint8)
                 self._next = self._count = 0
+            slots = len(self._images)
+            images = images[-slots:]
             first = self._next
             end = first + len(images)
-            head = min(end, self.capacity) - first
+            head = min(end, slots) - first
             self._images[first:first + head] = images[:head]
             self._images[:end - first - head] = images[head:]  # (wrapped round)
-            self._next = end % self.capacity
-            self._count = min(self._count + len(images), self.capacity)
+            self._next = end % slots
+            self._count = min(self._count + len(images), slots)
 
     def images(self) -> np.ndarray:
         """The images kept, oldest first (a copy)."""
         with self._lock:
             if not self._count:
                 return np.empty((0,), np.uint8)
-            if self._count < self.capacity:
+            if self._count < len(self._images):
                 return self._images[:self._count].copy()
             return np.concatenate([self._images[self._next:], self._images[:self._next]])
 
@@ -109,7 +132,7 @@ class PreciseBatchNorm:
         self.model, self.cluster, self.recent = model, cluster, recent
         self.per_replica_batch = cluster.per_replica_batch(global_batch)
         self.layers = [layer for layer in batchnorm_layers(model) if layer.trainable]
-        self._functions: dict = {}  # element spec -> traced step
+        self._functions: list = []  # (element spec, traced step); (specs need not be hashable)
 
     def recompute(self) -> int:
         """Sets each layer's moving mean and variance to the means of its batch statistics over the
@@ -151,22 +174,24 @@ class PreciseBatchNorm:
         creates the statistics unsynchronised, aggregation NONE: under MirroredStrategy each
         replica keeps its own, and the model is saved with the first's.)"""
         spec = dataset.element_spec
-        if spec not in self._functions:
-            model, strategy, moving = self.model, self.cluster.strategy, list(self._moving())
+        for known, function in self._functions:
+            if known == spec:
+                return function
+        model, strategy, moving = self.model, self.cluster.strategy, list(self._moving())
 
-            def forward(images):
-                model(images, training=True)
-                return tf.concat([tf.reshape(tf.cast(variable.value, tf.float32), [-1]) for variable in moving], 0)
+        def forward(images):
+            model(images, training=True)
+            return tf.concat([tf.reshape(tf.cast(variable.value, tf.float32), [-1]) for variable in moving], 0)
 
-            self._functions[spec] = tf.function(
-                lambda images: strategy.reduce("mean", strategy.run(forward, args=(images,)), axis=None))
-        return self._functions[spec]
+        function = tf.function(lambda images: strategy.reduce("mean", strategy.run(forward, args=(images,)), axis=None))
+        self._functions.append((spec, function))
+        return function
 
 
 class batch_statistics:
     """Within: `layers` keep each training-mode batch's statistics as their moving ones (momentum
     0). Keras reads a BatchNorm layer's momentum when a function is traced, so the steps traced
-    within keep it, and the training steps, traced before, keep theirs."""
+    within keep it, and the training steps, traced outside (before or after), keep theirs."""
 
     def __init__(self, layers):
         self.layers = layers
