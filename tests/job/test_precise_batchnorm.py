@@ -64,7 +64,9 @@ def test_a_resumed_epoch_reads_again_the_batches_that_fill_the_ring():
     rerun job ends with the uninterrupted one's statistics)"""
     recent = RecentImages(10, image_size=8)
     assert recent.slots == 10
-    assert recent.batches_to_fill(4, available=7) == 3  # (10 images: 3 batches of 4)
+    # (10 images: 3 batches of 4, and one more per replica: the pass's last batch may be short)
+    assert recent.batches_to_fill(4, available=7) == 4
+    assert recent.batches_to_fill(4, available=20, replicas=2) == 5
     assert recent.batches_to_fill(4, available=2) == 2  # (the epoch resumed after 2 batches)
     assert RecentImages(1024, image_size=600, max_bytes=10 * 600 * 600 * 3).slots == 10
 
@@ -88,6 +90,7 @@ replicas = int(sys.argv[1])
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
                                            [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
+from keras_pipe_train.checkpoints import random_states
 from keras_pipe_train.distribute import Cluster
 from keras_pipe_train.precise_batchnorm import PreciseBatchNorm, RecentImages
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if replicas > 1 else tf.distribute.get_strategy()
@@ -99,13 +102,15 @@ with strategy.scope():
     features = keras.layers.Conv2D(4, 3, use_bias=False, name="conv")(inputs)
     x = keras.layers.BatchNormalization(momentum=0.9, name="bn")(features)
     x = keras.layers.BatchNormalization(momentum=0.9, name="frozen")(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dropout(0.5)(keras.layers.GlobalAveragePooling2D()(x))
     model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))
 model.get_layer("frozen").trainable = False
 frozen = [w.numpy().copy() for w in model.get_layer("frozen").non_trainable_weights]
 recent = RecentImages(20)
 recent.keep(images)
 precise = PreciseBatchNorm(model, Cluster(strategy, 1, 0, True), 8, recent)
+model.get_layer("bn").moving_variance.assign(np.full(4, np.inf, np.float32))  # (a float16 overflow's)
+seeds = [state.numpy().tolist() for state in random_states(model).states]
 used = precise.recompute()
 # expected: the mean over the per-replica batches of the steps of each batch's moments of the conv's output
 per_replica = min(8 // replicas, 20 // replicas)
@@ -120,6 +125,7 @@ print(json.dumps({
     "variance": bn.moving_variance.numpy().tolist(),
     "expected_variance": np.mean([c.var(axis=(0, 1, 2)) for c in chunks], 0).tolist(),
     "momentum": bn.momentum,
+    "seeds_unchanged": seeds == [state.numpy().tolist() for state in random_states(model).states] and len(seeds) == 1,
     "copies_equal": all(np.array_equal(copy.numpy(), bn.moving_variance.numpy())
                         for copy in strategy.experimental_local_results(bn.moving_variance.value)),
     "frozen_unchanged": all(np.array_equal(a, w.numpy()) for a, w in zip(frozen, model.get_layer("frozen").non_trainable_weights)),
@@ -132,7 +138,8 @@ print(json.dumps({
 def test_the_statistics_are_the_mean_of_the_batches_moments_with_the_final_weights(replicas):
     """A ring of 20 of 23 images, batches of 8 (4 per replica on two): every image kept used in
     whole per-replica batches, each layer's moving mean and variance the mean over those batches of
-    their moments, on every replica; a layer that does not train is left alone, the momentum the training steps use is
+    their moments, on every replica, even from an infinite variance; Dropout's random state as it
+    was; a layer that does not train is left alone, the momentum the training steps use is
     unchanged, and with no image kept nothing is recomputed."""
     out = run_logged([sys.executable, "-c", RECOMPUTE, str(replicas)], wait_s(120), cwd=REPO / "train")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -142,3 +149,4 @@ def test_the_statistics_are_the_mean_of_the_batches_moments_with_the_final_weigh
     np.testing.assert_allclose(found["variance"], found["expected_variance"], rtol=1e-4, atol=1e-3)
     assert found["momentum"] == 0.9 and found["frozen_unchanged"] and found["none_kept"] == 0
     assert found["copies_equal"]  # (each replica's copy: Keras keeps one per replica, unsynchronised)
+    assert found["seeds_unchanged"]  # (Dropout's generator, run in training mode, put back as it was)

@@ -298,7 +298,8 @@ class EpochInput:
         # a resumed epoch decodes again the batches before `first` that the epoch's last images kept
         # for precise BN may include (only kept: skipped again once decoded), so that its statistics
         # are those of the uninterrupted epoch
-        again = self.recent.batches_to_fill(batch, first) if self.recent and self.training else 0
+        local = context.num_replicas_in_sync // context.num_input_pipelines
+        again = self.recent.batches_to_fill(batch, first, local) if self.recent and self.training else 0
         if first - again:
             dataset = dataset.skip(first - again)  # batches already trained on: skipped before decoding
         if self.audit:

@@ -244,10 +244,12 @@ def recompute_batchnorm(precise_bn: PreciseBatchNorm, epoch: int) -> None:
     used = precise_bn.recompute()
     if used:
         log.info("batchnorm statistics of epoch %d recomputed with its final weights on its last %d training "
-                 "images (precise_bn_examples) in %.1f s", epoch + 1, used, time.perf_counter() - started)
+                 "images (precise_bn_examples; on each host) in %.1f s", epoch + 1, used,
+                 time.perf_counter() - started)
     else:
-        log.warning("batchnorm statistics of epoch %d not recomputed: no training image of it was kept (the epoch "
-                    "resumed after its last step?): its moving averages are used as they are", epoch + 1)
+        log.warning("batchnorm statistics of epoch %d not recomputed: a host kept fewer of its training images "
+                    "than it has devices (a shard that ran out?): the moving averages are used as they are",
+                    epoch + 1)
 
 
 def stop_early(training: Training, phase: Phase, epoch: int) -> int:

@@ -29,13 +29,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_pipe_train.checkpoints import random_states
 from keras_pipe_train.distribute import Cluster
 
 log = logging.getLogger(__name__)
 
 
 # The most host memory the kept images take: 1024 images at 224 px are 154 MB; at 600 px
-# (EfficientNetB7's size) 1024 would be 1.1 GB, so fewer are kept (242).
+# (EfficientNetB7's size) 1024 would be 1.1 GB, so fewer are kept (248). (While the statistics are
+# recomputed, a copy of the images and a tensor of them take about twice that again.)
 MAX_BYTES = 256 * 2**20
 
 
@@ -59,10 +61,12 @@ class RecentImages:
     def _slots_for(self, image_bytes: int) -> int:
         return min(self.capacity, max(1, self.max_bytes // max(1, image_bytes)))
 
-    def batches_to_fill(self, batch: int, available: int) -> int:
+    def batches_to_fill(self, batch: int, available: int, replicas: int = 1) -> int:
         """How many of the `available` batches (of `batch` images) before a resumed epoch's first
-        must be kept again for the ring to hold what the uninterrupted epoch's would."""
-        return min(available, -(-self.slots // batch))
+        must be kept again for the ring to hold what the uninterrupted epoch's would. With slack of
+        a batch per replica: an epoch resumed after its last step (stopped while validating) counts
+        the pass's last batch, which may be short, and on several replicas batches beyond it."""
+        return min(available, -(-self.slots // batch) + replicas)
 
     def clear(self) -> None:
         with self._lock:
@@ -151,9 +155,17 @@ class PreciseBatchNorm:
             lambda context: tf.data.Dataset.from_tensor_slices(used).batch(batch, drop_remainder=True).map(
                 lambda x: tf.cast(x, tf.float32)))
         total = 0.0
+        # (in training mode Dropout draws masks: its generators' states are put back, so that the
+        # training that follows draws what it would have, and a resumed job what the first did)
+        generators = random_states(self.model).states
+        states = [state.numpy() for state in generators]
         with batch_statistics(self.layers):  # (the steps are traced with momentum 0: see there)
+            for variable in self._moving():  # (momentum 0 keeps 0 x a statistic: an inf would stay NaN)
+                variable.assign(np.zeros(variable.shape, variable.dtype))
             for images_batch in dataset:
                 total = total + self._step(dataset)(images_batch).numpy().astype(np.float64)
+        for state, value in zip(generators, states):
+            state.assign(value)
         means, first = total / steps, 0
         for variable in self._moving():
             size = int(np.prod(variable.shape))
