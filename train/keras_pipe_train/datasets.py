@@ -294,11 +294,11 @@ class EpochInput:
         batch = context.get_per_replica_batch_size(config.batch_size)
         dataset = dataset.batch(batch)
         # each step takes one batch per local replica
-        first = self.skip_steps * (context.num_replicas_in_sync // context.num_input_pipelines)
+        local = context.num_replicas_in_sync // context.num_input_pipelines
+        first = self.skip_steps * local
         # a resumed epoch decodes again the batches before `first` that the epoch's last images kept
         # for precise BN may include (only kept: skipped again once decoded), so that its statistics
         # are those of the uninterrupted epoch
-        local = context.num_replicas_in_sync // context.num_input_pipelines
         again = self.recent.batches_to_fill(batch, first, local) if self.recent and self.training else 0
         if first - again:
             dataset = dataset.skip(first - again)  # batches already trained on: skipped before decoding

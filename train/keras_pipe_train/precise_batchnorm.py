@@ -162,8 +162,9 @@ class PreciseBatchNorm:
         with batch_statistics(self.layers):  # (the steps are traced with momentum 0: see there)
             for variable in self._moving():  # (momentum 0 keeps 0 x a statistic: an inf would stay NaN)
                 variable.assign(np.zeros(variable.shape, variable.dtype))
+            step = self._step(dataset)
             for images_batch in dataset:
-                total = total + self._step(dataset)(images_batch).numpy().astype(np.float64)
+                total = total + step(images_batch).numpy().astype(np.float64)
         for state, value in zip(generators, states):
             state.assign(value)
         means, first = total / steps, 0
