@@ -2,12 +2,15 @@
 
 Most tests spend their time in things one core cannot speed up: importing TensorFlow, tracing a
 train step, waiting on a writer process, a container or a server: two workers keep CI's two cores
-busy (the whole suite: about 34 minutes on this project's 2-core machine).
+busy (the whole suite: about 40 minutes on this project's 2-core machine).
 
 Every test is its own unit of work, handed to whichever worker is free, except the tests that
 need the training image and the Docker Engine (tests/engine.py): those run one after the other on
 one worker. Their session fixtures build the image and start a dockerd of their own; two workers
-would each build the image and start a second daemon beside the first.
+would each build the image and start a second daemon beside the first. Likewise each module of
+SHARED_TRAINING runs on one worker: its tests share a fixture that trains a model, which each
+worker would otherwise train again (seen in CI's durations: test_job_e2e's pretrained backbone, 54
+s, set up on both workers).
 
 xdist's own way to keep tests together (`--dist loadgroup` and the `xdist_group` mark) does nothing
 under pytest 9: xdist 3.8 renames the test's `_nodeid`, which pytest 9 no longer reads. So the
@@ -23,8 +26,24 @@ import pytest
 ENGINE_TESTS = ("tests/image/", "tests/docs/test_docs.py::test_the_documents_commands_run_as_written[docs/image.md]")
 
 
+# Modules whose tests share a module or session fixture that runs a training job (the fixture's name)
+SHARED_TRAINING = (
+    "tests/job/test_job_e2e.py",  # pretrained_backbone
+    "tests/job/test_early_stopping.py",  # first_epoch_weights, peak_weights
+    "tests/serve/test_builtin_clients.py",  # served
+)
+
+
 def needs_the_engine(nodeid: str) -> bool:
     return nodeid.startswith(ENGINE_TESTS)
+
+
+def scope_of(nodeid: str) -> str:
+    """The unit of work `nodeid` belongs to: the engine's tests, a module of SHARED_TRAINING, or itself."""
+    if needs_the_engine(nodeid):
+        return "engine"
+    module = nodeid.split("::", 1)[0]
+    return module if module in SHARED_TRAINING else nodeid
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -32,11 +51,12 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class EngineTestsTogether(LoadScopeScheduling):
-        """xdist's scope scheduler, a scope being one test, or all the engine's tests. It hands out
-        the biggest scope first (the engine's), then the others in the order collected: the long
-        end-to-end tests of tests/bench, docs and job before the short ones of reader and serve."""
+        """xdist's scope scheduler, a scope being one test, all the engine's tests, or a module of
+        SHARED_TRAINING. It hands out the biggest scopes first (the engine's), then the others in
+        the order collected: the long end-to-end tests of tests/bench, docs and job before the
+        short ones of reader and serve."""
 
         def _split_scope(self, nodeid: str) -> str:
-            return "engine" if needs_the_engine(nodeid) else nodeid
+            return scope_of(nodeid)
 
     return EngineTestsTogether(config, log)
