@@ -22,6 +22,7 @@ statistics never change, and none of this runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 
@@ -155,18 +156,13 @@ class PreciseBatchNorm:
             lambda context: tf.data.Dataset.from_tensor_slices(used).batch(batch, drop_remainder=True).map(
                 lambda x: tf.cast(x, tf.float32)))
         total = 0.0
-        # (in training mode Dropout draws masks: its generators' states are put back, so that the
-        # training that follows draws what it would have, and a resumed job what the first did)
-        generators = random_states(self.model).states
-        states = [state.numpy() for state in generators]
-        with batch_statistics(self.layers):  # (the steps are traced with momentum 0: see there)
+        # (the steps are traced with momentum 0: see batch_statistics)
+        with batch_statistics(self.layers), random_states_kept(self.model):
             for variable in self._moving():  # (momentum 0 keeps 0 x a statistic: an inf would stay NaN)
                 variable.assign(np.zeros(variable.shape, variable.dtype))
             step = self._step(dataset)
             for images_batch in dataset:
                 total = total + step(images_batch).numpy().astype(np.float64)
-        for state, value in zip(generators, states):
-            state.assign(value)
         means, first = total / steps, 0
         for variable in self._moving():
             size = int(np.prod(variable.shape))
@@ -199,6 +195,20 @@ class PreciseBatchNorm:
         function = tf.function(lambda images: strategy.reduce("mean", strategy.run(forward, args=(images,)), axis=None))
         self._functions.append((spec, function))
         return function
+
+
+@contextlib.contextmanager
+def random_states_kept(model: keras.Model):
+    """Within: `model` runs in training mode, where Dropout draws masks; after, its generators'
+    states are put back, so that the training that follows draws what it would have, and a resumed
+    job what the first did."""
+    generators = random_states(model).states
+    states = [state.numpy() for state in generators]
+    try:
+        yield
+    finally:
+        for state, value in zip(generators, states):
+            state.assign(value)
 
 
 class batch_statistics:
