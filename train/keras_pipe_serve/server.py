@@ -69,6 +69,7 @@ from typing import TypeVar
 
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
 from keras_pipe_train import contract  # (no TensorFlow: the master never loads it)
+from keras_pipe_train.unneeded_imports import skip_unneeded_imports
 
 log = logging.getLogger("keras_pipe_serve")
 T = TypeVar("T")
@@ -286,6 +287,8 @@ def run(argv: list[str] | None = None) -> None:
                   config["inter"])
 
     from gunicorn.app.base import BaseApplication
+
+    skip_unneeded_imports()  # (in the master: its workers, forked from it, import TensorFlow)
 
     class Server(BaseApplication):
         def load_config(self):

@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                             "from /opt/ml/input/config (train --help says more)")
         config, channels, resources = read_job(layout, log)
 
+        from keras_pipe_train.unneeded_imports import skip_unneeded_imports
+
+        skip_unneeded_imports()
         from keras_pipe_train import job  # TensorFlow loads here, after the cheap checks
         from keras_pipe_train.loop import Stopped
 
