@@ -19,9 +19,8 @@ SDK2_INSTALLED := $(SDK2)/.installed
 TOOLKIT := .venv-toolkit
 TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 # The pinned requirements as wheels (and sdists), for the tests that install as a new user does
-# with the index off: `make demo` from an empty checkout, the reader's install snippet in a virtualenv
-# of its own (tests/docs). Downloaded here, as the virtualenvs' packages are; the tests never reach
-# the internet.
+# with the index off: the reader's install snippet in a virtualenv of its own (tests/docs).
+# Downloaded here, as the virtualenvs' packages are; the tests never reach the internet.
 WHEELHOUSE := .wheelhouse
 WHEELHOUSE_DOWNLOADED := $(WHEELHOUSE)/.downloaded
 

@@ -247,7 +247,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.ping:
         return pings(int(args.ping[0]), float(args.ping[1]))
-    seconds = 1.5 if args.quick else 8.0
+    seconds = 0.75 if args.quick else 8.0  # (--quick: each load long enough for a few pings, every 0.1 s)
+    warm_s = 0.5 if args.quick else 2.0
     client_counts = (1, 8) if args.quick else (1, 2, 8, 32)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as work:
         model = exported(Path(work) / "model", args.quick)
@@ -265,7 +266,7 @@ def main(argv=None) -> None:
             served = Served(model, Path(work) / f"serve-{label}.log", **env)
             try:
                 for images in sorted({images for images, _ in rows}):  # (warm: threads started, memory taken)
-                    served.load(*bodies[images], max(clients for _, clients in rows), 2.0)
+                    served.load(*bodies[images], max(clients for _, clients in rows), warm_s)
                 after = []  # (the workers' memory after each load: a leak shows as growth load after load)
                 for images, clients in rows:
                     result = served.load(*bodies[images], clients, seconds)
