@@ -181,7 +181,10 @@ def user_machine(tmp_path, moto_endpoint, checkout_venv):
             (checkout / venv).symlink_to(REPO / venv)
     optout = tmp_path / "sagemaker-config.yaml"
     optout.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "VIRTUAL_ENV", "PYTHONPATH"))}
+    # (a user's shell: this one's, without AWS' settings, a virtualenv, or `make test`'s make variables, with
+    # which a make the documents run would print the folders it enters and take make test's PYTEST_ARGS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "VIRTUAL_ENV", "PYTHONPATH"))
+           and k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     env.update(PATH=f"{checkout_venv / 'bin'}:{env['PATH']}", AWS_ENDPOINT_URL=moto_endpoint,
                AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1",
                SAGEMAKER_VALIDATE_ROLE="false",  # (docs/sagemaker.md: moto lacks IAM's role simulation)
@@ -349,17 +352,15 @@ def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request
     return ran
 
 
-def make_demo_installs_first(checkout: Path) -> None:
+def make_demo_installs_first(checkout: Path, env: dict) -> None:
     """The README's `make demo` in a fresh clone (no .venv) creates .venv and installs the pinned
     requirements and the project into it, then runs the demo: what make plans there (`make -n`).
     The install itself is not run again here: it is the very rule (Makefile: $(INSTALLED)) that CI's
     setup runs on its clean clone before the tests (.ci/run: `make test-setup`), online as a user's
-    is; run again here, offline from the wheelhouse, it cost the suite 90 s. The checkout then gets
+    is; run again here, offline from the wheelhouse, it took 89 s. The checkout then gets
     its installed .venv back, and its `make demo` runs the demo alone."""
-    def planned() -> list[str]:  # (in a user's shell: not in `make test`'s, whose make variables would
-        # make this make print the folders it enters)
-        shell = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-        out = subprocess.run(["make", "-n", "demo"], cwd=checkout, env=shell, capture_output=True, text=True,
+    def planned() -> list[str]:  # (in the user's shell: user_machine's `env`)
+        out = subprocess.run(["make", "-n", "demo"], cwd=checkout, env=env, capture_output=True, text=True,
                              check=True)
         return [line for line in out.stdout.splitlines() if not line.lstrip().startswith("#")]
 
@@ -519,7 +520,7 @@ def test_the_documents_that_need_the_engine_run_on_the_workers_engine():
 def test_the_documents_commands_run_as_written(document, user_machine, moto_endpoint, request):
     checkout, env = user_machine
     if document == "README.md":
-        make_demo_installs_first(checkout)
+        make_demo_installs_first(checkout, env)
     if BASE and document == "docs/image.md":
         request.getfixturevalue("image")  # (skips with the reason where no engine works)
     before = training_jobs(moto_endpoint)
