@@ -55,7 +55,11 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
         return {"probabilities": probabilities, "class_ids": ids, "classes": tf.gather(names, ids)}
 
     archive = keras.export.ExportArchive()
-    archive.track(model)
+    # The SavedModel's variables, as archive.track(model) would list them, without track's walk
+    # through every object of the model in search of lookup tables (a model of this job has none):
+    # 1.5 s of each export (4.1 s against 5.6 s for a MobileNetV3-Small here).
+    for name in ("variables", "trainable_variables", "non_trainable_variables"):
+        archive.add_variable_collection(name, getattr(model, name))
     # the input is named *_bytes: TF Serving's REST API then accepts {"b64": ...} for it
     archive.add_endpoint("serving_default", serve,
                          input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
