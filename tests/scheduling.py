@@ -31,6 +31,7 @@ SHARED_TRAINING = (
     "tests/job/test_job_e2e.py",  # pretrained_backbone
     "tests/job/test_early_stopping.py",  # first_epoch_weights, peak_weights
     "tests/serve/test_builtin_clients.py",  # served
+    "tests/builtin/test_full_training_notebooks.py",  # full_training
 )
 
 

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 from tests.builtin import notebooks
-from tests.builtin.cells import a1_cell_31_get_label, a1_cell_45, a8_cell_35, a9_cell_35, a10_cell_61, b1_cell_44
+from tests.builtin.cells import a1_cell_31_get_label, a1_cell_45, a9_cell_35, a10_cell_61, b1_cell_44
 from tests.conftest import FakeJob, run_logged
 from tests.job.conftest import run_train, write_hyperparameters
 from tests.job.test_builtin_channels import example, ground_truth_lines, lst_channels, read_as
@@ -140,8 +140,6 @@ def test_the_tensorflow_notebook_trains_on_its_training_channel_and_its_client_g
 
 
 
-# The MXNet full-training notebook's job trains a ResNet-18 from scratch at 224 pixels, about 10
-# photos a second on 2 cores: it is given 96 photos, 2 batches of its 64 an epoch.
 RECORDIO = "application/x-recordio"
 
 
@@ -200,29 +198,6 @@ def asked_files(folder, classes, count: int = 2, seed: int = 9) -> dict[str, lis
         path.write_bytes(image)
         paths.setdefault(classes[label], []).append(str(path))
     return paths
-
-
-def test_the_mxnet_full_training_notebook_trains_on_rec_files_and_its_clients_get_each_class(job, tmp_path, monkeypatch):
-    """Image-classification-fulltraining.ipynb: a ResNet-18 trained from scratch at 224 pixels for 2
-    epochs (batches of 64, learning rate 0.01; SGD with momentum 0.9 and weight decay 1e-4, MXNet's
-    defaults, which the dialect gives), on .rec files in train and validation
-    (application/x-recordio, File mode). The model is asked by the notebook's real-time cell 45, the
-    same argmax of the bare list that the incremental (cell 35, SDK v2's Predictor) and Ground Truth
-    (cell 61) notebooks do, and by its batch transform's get_label (cell 31) on the .out files."""
-    for role, count, seed in (("train", 32, 1), ("validation", 8, 2)):
-        job.add_channel(role, mode="File", content_type=RECORDIO)
-        rec_file(job.data_dir / role / f"{role}.rec", labelled(COLORS, count, seed))
-    log = trained(job, notebooks.mxnet_full_training(len(COLORS), 32 * len(COLORS)))
-    asked = asked_files(tmp_path / "test_inputs", COLORS)
-    expected = {color: [color] * len(paths) for color, paths in asked.items()}
-    monkeypatch.chdir(tmp_path)
-    with serving(job.base / "model", tmp_path / "serve.log") as server:
-        runtime, ic_classifier = Runtime(server), Predictor(server)
-        for cell in (lambda path: a1_cell_45(runtime, "ic-endpoint", path, list(COLORS))[0],
-                     lambda path: a8_cell_35(ic_classifier, path, list(COLORS), IdentitySerializer),
-                     lambda path: a10_cell_61(runtime, "ic-endpoint", list(COLORS), [Path(path).name])):
-            assert {color: [cell(path) for path in paths] for color, paths in asked.items()} == expected, log
-    assert transformed(job.base / "model", asked, tmp_path, COLORS) == expected, log
 
 
 def transformed(model_dir, asked: dict[str, list[str]], tmp_path, classes) -> dict[str, list[str]]:

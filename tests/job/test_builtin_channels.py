@@ -8,25 +8,19 @@ Interface"):
     application/x-image (File)                        images, listed by train_lst's .lst file
     application/x-sagemaker-model                     incremental training's `model` channel
 
-Each job runs container/train with a notebook's hyperparameters as it sends them (tests/builtin/
-notebooks.py: a ResNet-18 at 224 px) for 1 epoch, on a few dozen of MXNet's own test images
-(tests/data/*.rec: digits, 32x32 JPEGs, which the job resizes to the notebook's image_shape): about
-20 s a job on 2 CPU cores. Learning the digits at those settings would take hundreds of images and
-several epochs (tests/held_out.py's check: 600 digits, 3 epochs of a small network at 32 px), so
-what each job is shown to do is read its records with the right labels: the audit
-($TRAIN_AUDIT_DIR) gives the digest of the serialized Example of every record trained and validated
-on, which must be exactly those of the images and labels the test wrote. (That .rec files and
-manifests train a model that learns, read by the same readers: test_mxnet_records.py,
-test_manifest.py. The lst-format, multi-label and Ground Truth notebooks' channels are trained for
-all their epochs, audited the same way, in tests/builtin/test_notebooks.py.)
+Here: which format each content type gives (and what is refused, naming why), and the .lst
+reader, line by line. The jobs that train on each of these channels as the notebooks lay them out,
+their records audited (the digest of the serialized Example of every record trained and validated
+on must be exactly those of the images and labels the test wrote), and served to the notebooks'
+clients: tests/builtin (the full-training notebook's .rec files and the incremental notebook's
+`model` channel in test_full_training_notebooks.py; the lst-format, multi-label and Ground Truth
+notebooks' in test_notebooks.py). The helpers that lay the channels out are here, shared with them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import struct
-import tarfile
 
 import pytest
 
@@ -72,13 +66,6 @@ def example(image: bytes, label, multi_hot: bool = False) -> str:
     return hashlib.sha1(encode_example(image, label, multi_hot=multi_hot)).hexdigest()
 
 
-def one_epoch(job, request: dict, audit_dir=None):
-    """container/train on `job` with a notebook's `request` for 1 epoch, its records audited into
-    `audit_dir` when given; its CompletedProcess."""
-    write_hyperparameters(job, **{**request, "epochs": "1"})
-    return run_train(job, **({"TRAIN_AUDIT_DIR": str(audit_dir)} if audit_dir else {}))
-
-
 def read_as(audit_dir, expected_train: list[str], expected_validation: list[str]) -> None:
     """The job's one epoch trained on exactly the records `expected_train` and validated on
     `expected_validation` (digests: example())."""
@@ -113,70 +100,6 @@ def ground_truth_lines(images: list[tuple[bytes, int]]) -> list[list[bytes]]:
     the image, then the label, as Ground Truth writes it (3) or as AWS's IC page does ("3")."""
     forms = (lambda y: json.dumps(y), lambda y: json.dumps(str(y)), lambda y: f"{y}.0")
     return [[image, forms[i % 3](label).encode()] for i, (image, label) in enumerate(images)]
-
-
-@pytest.fixture(scope="module")
-def full_training(tmp_path_factory):
-    """Image-classification-fulltraining.ipynb's job: .rec files in train and validation,
-    application/x-recordio, File mode; its hyperparameters as sent (ResNet-18 from scratch, 224 px),
-    1 epoch. (job, its output, the audit's folder.)"""
-    from tests.conftest import FakeJob
-
-    base = tmp_path_factory.mktemp("full_training")
-    job = FakeJob(base / "opt_ml")
-    for role in ("train", "validation"):
-        job.add_channel(role, mode="File", content_type=RECORDIO)
-        (job.data_dir / role).mkdir()
-    # 24 of the 240 records trained on: MXNet's writer's file, cut after its 24th record
-    records = mxnet_records_of("digits-mxnet.rec")
-    (job.data_dir / "train" / "train.rec").write_bytes(b"".join(records[:24]))
-    (job.data_dir / "validation" / "validation.rec").write_bytes(b"".join(records[200:212]))
-    shutil.copy(DATA_DIR / "digits-mxnet.idx", job.data_dir / "train" / "train.idx")  # (not data)
-    out = one_epoch(job, notebooks.mxnet_full_training(10, 24), base / "audit")
-    return job, out, base / "audit"
-
-
-def mxnet_records_of(name: str) -> list[bytes]:
-    """The RecordIO records of tests/data/`name`, each with its framing, as the file holds them."""
-    data, records, offset = (DATA_DIR / name).read_bytes(), [], 0
-    while offset < len(data):
-        length = struct.unpack_from("<I", data, offset + 4)[0] & ((1 << 29) - 1)
-        end = offset + 8 + length + (-length % 4)
-        records.append(data[offset:end])
-        offset = end
-    return records
-
-
-@pytest.mark.slow
-def test_the_full_training_notebooks_rec_files(full_training):
-    job, out, audit = full_training
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert ("channel train: application/x-recordio: MXNet RecordIO image files (im2rec's .rec); read as "
-            "record_format=recordio") in out.stdout
-    assert "backbone=resnet18" in out.stdout and "image_size=224" in out.stdout
-    images = digits()
-    read_as(audit, [example(image, label) for image, label in images[:24]],
-            [example(image, label) for image, label in images[200:212]])
-
-
-@pytest.mark.slow
-def test_the_incremental_notebook_continues_a_model_in_its_model_channel(full_training, job):
-    """Image-classification-incremental-training-highlevel.ipynb: the next job's request, with the
-    previous job's model.tar.gz in a `model` channel (application/x-sagemaker-model, File mode),
-    and the same num_layers, image_shape and num_classes (the IC page's rule)."""
-    previous, first, _ = full_training
-    assert first.returncode == 0, first.stdout[-3000:]
-    for role in ("train", "validation"):
-        job.add_channel(role, mode="File", content_type=RECORDIO)
-        shutil.copytree(previous.data_dir / role, job.data_dir / role)
-    job.add_channel("model", mode="File", content_type="application/x-sagemaker-model")
-    (job.data_dir / "model").mkdir()
-    with tarfile.open(job.data_dir / "model" / "model.tar.gz", "w:gz") as archive:  # as SageMaker packs /opt/ml/model
-        for path in sorted((previous.base / "model").iterdir()):
-            archive.add(path, arcname=path.name)
-    out = one_epoch(job, notebooks.mxnet_incremental(10, 24, continued=True))
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert "the classifier kept (the same classes)" in out.stdout
 
 
 def test_the_built_ins_content_types_decide_the_format_and_nothing_else_does():
