@@ -4,7 +4,7 @@ validation, train_lst, validation_lst, all application/x-image, File mode) and i
 (weights=none: this machine cannot download ImageNet weights; 1 epoch), with no hyperparameter of
 this job's saying the format: each channel's ContentType, set by --channel-option, reaches the job
 in inputdataconfig.json as SageMaker writes it, and the job decides from it
-(keras_pipe_train.content_types; what it then trains on: tests/job/test_builtin_channels.py)."""
+(keras_pipe_train.content_types; what it then trains on: tests/builtin)."""
 
 from __future__ import annotations
 
