@@ -14,6 +14,7 @@ import random
 import struct
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import zlib
@@ -120,6 +121,15 @@ def tfrecord_bytes(records: list[bytes]) -> bytes:
     from pipemode import tfrecord
 
     return tfrecord.encode(records)
+
+
+def model_tar_gz(folder: Path, archive: Path) -> Path:
+    """`folder` (a job's /opt/ml/model) packed into `archive` as SageMaker packs model.tar.gz: its
+    files and folders at the top."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(folder.rglob("*")):
+            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
+    return archive
 
 
 @pytest.fixture

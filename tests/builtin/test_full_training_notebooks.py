@@ -6,7 +6,6 @@ client cells). The second job needs the first one's model: the two share its job
 
 from __future__ import annotations
 
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,23 @@ import pytest
 from tests.builtin import notebooks
 from tests.builtin.cells import a1_cell_45, a8_cell_35, a10_cell_61
 from tests.builtin.test_notebooks import COLORS, asked_files, labelled, rec_file, serving, trained, transformed
-from tests.conftest import FakeJob
-from tests.job.test_builtin_channels import example, read_as
+from tests.conftest import FakeJob, model_tar_gz
+from tests.job.test_builtin_channels import RECORDIO, example, read_as
 from tests.serve.test_builtin_clients import IdentitySerializer, Predictor, Runtime
 
 pytestmark = pytest.mark.slow
 
-RECORDIO = "application/x-recordio"
 # A ResNet-18 trained from scratch at 224 pixels, about 10 photos a second on 2 cores: 32 photos of
 # each colour, 2 batches of the notebook's 64 an epoch
 TRAIN, VALIDATION = labelled(COLORS, 32, 1), labelled(COLORS, 8, 2)
+
+
+def rec_channels(job: FakeJob) -> None:
+    """The notebooks' train and validation channels: TRAIN and VALIDATION in a .rec file each
+    (application/x-recordio, File mode)."""
+    for role, images in (("train", TRAIN), ("validation", VALIDATION)):
+        job.add_channel(role, mode="File", content_type=RECORDIO)
+        rec_file(job.data_dir / role / f"{role}.rec", images)
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +40,7 @@ def full_training(tmp_path_factory):
     (application/x-recordio, File mode), its records audited. (The job, its log.)"""
     base = tmp_path_factory.mktemp("full-training")
     job = FakeJob(base / "opt_ml")
-    for role, images in (("train", TRAIN), ("validation", VALIDATION)):
-        job.add_channel(role, mode="File", content_type=RECORDIO)
-        rec_file(job.data_dir / role / f"{role}.rec", images)
+    rec_channels(job)
     log = trained(job, notebooks.mxnet_full_training(len(COLORS), len(TRAIN)), base / "audit",
                   said=("channel train: application/x-recordio: MXNet RecordIO image files (im2rec's .rec); read as "
                         "record_format=recordio", "backbone=resnet18", "image_size=224"))
@@ -72,14 +76,10 @@ def test_the_incremental_notebooks_second_job_continues_the_model_in_its_model_c
     (application/x-sagemaker-model, File mode) and the same .rec channels; its model asked by the
     notebook's cell 35 (its first job, in SDK v2's local mode: tests/image/test_sdk_local.py)."""
     previous, _ = full_training
-    for role, images in (("train", TRAIN), ("validation", VALIDATION)):
-        job.add_channel(role, mode="File", content_type=RECORDIO)
-        rec_file(job.data_dir / role / f"{role}.rec", images)
+    rec_channels(job)
     job.add_channel("model", mode="File", content_type="application/x-sagemaker-model")
     (job.data_dir / "model").mkdir()
-    with tarfile.open(job.data_dir / "model" / "model.tar.gz", "w:gz") as archive:  # as SageMaker packs /opt/ml/model
-        for path in sorted((previous.base / "model").iterdir()):
-            archive.add(path, arcname=path.name)
+    model_tar_gz(previous.base / "model", job.data_dir / "model" / "model.tar.gz")
     log = trained(job, notebooks.mxnet_incremental(len(COLORS), len(TRAIN), continued=True),
                   said=("the classifier kept (the same classes)",))
     asked = asked_files(tmp_path / "test_inputs", COLORS)

@@ -37,7 +37,7 @@ from tests.builtin import notebooks
 from tests.builtin.cells import a1_cell_31_get_label, a1_cell_45, a9_cell_35, a10_cell_61, b1_cell_44
 from tests.conftest import FakeJob, run_logged
 from tests.job.conftest import run_train, write_hyperparameters
-from tests.job.test_builtin_channels import example, ground_truth_lines, lst_channels, read_as
+from tests.job.test_builtin_channels import RECORDIO, example, ground_truth_lines, lst_channels, read_as
 from tests.serve.conftest import Server
 from tests.serve.test_builtin_clients import PIXELS, S3, IdentitySerializer, Predictor, Runtime
 from tests.timeouts import wait_s
@@ -137,10 +137,6 @@ def test_the_tensorflow_notebook_trains_on_its_training_channel_and_its_client_g
         b1_cell_44(Predictor(server), images, HTML=str, display=shown.append)
     predicted = [html.split("Predicted Label: ")[1].split("</figcaption>")[0] for html in shown]
     assert predicted == [color for color in COLORS for _ in asked[color]], predicted
-
-
-
-RECORDIO = "application/x-recordio"
 
 
 RGB = {**PIXELS, "cyan": (25, 230, 230), "magenta": (230, 25, 230)}

@@ -14,6 +14,7 @@ from keras_pipe_train import incremental
 from keras_pipe_train.errors import UserError
 from keras_pipe_train.export import export
 from keras_pipe_train.model import backbone_of, build_backbone, build_classifier
+from tests.conftest import model_tar_gz
 
 CLASSES = ("zero", "one", "two")
 
@@ -30,11 +31,7 @@ def previous_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("previous") / "model"
     model = classifier(seed=1)
     export(model, CLASSES, 32, folder)
-    archive = folder.parent / "model.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(folder.rglob("*")):
-            tar.add(path, arcname=path.relative_to(folder).as_posix(), recursive=False)
-    return folder, archive, model
+    return folder, model_tar_gz(folder, folder.parent / "model.tar.gz"), model
 
 
 def channel_with(tmp_path, archive=None, files=None):

@@ -167,9 +167,7 @@ def test_a_request_past_the_timeout_is_answered_504_and_dropped_and_the_server_g
         # cores shared with other tests, one slow image took longer than this 1 s in a CI run); a
         # next request, held to the same 1 s, may time out behind them. The rest of the request is
         # never computed.
-        until = time.monotonic() + 20
-        while ping(server.port)[0] != 200 and time.monotonic() < until:
-            time.sleep(0.1)
+        server.wait_until_healthy(timeout=20)
         assert ping(server.port)[0] == 200
         until = time.monotonic() + 20
         while (after := post(server.port, image_bytes("JPEG", 40, 30), "image/jpeg", timeout=5))[0] == 504 and \
