@@ -60,7 +60,7 @@ test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
 # cores, a property up to 3 minutes: hence a test limit of an hour, not pyproject.toml's 300 s):
 # the TFRecord, RecordIO and TextLine decoders, the Ground Truth manifest lines (tests/hypothesis_profiles.py)
 PROPERTIES := tests/reader/test_tfrecord_properties.py tests/reader/test_recordio_properties.py \
-  tests/reader/test_textline_properties.py tests/job/test_manifest_properties.py
+  tests/reader/test_textline_properties.py tests/job/sources/test_manifest_properties.py
 fuzz: $(INSTALLED)
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest --timeout=3600 $(PROPERTIES) $(PYTEST_ARGS)
 

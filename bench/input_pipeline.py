@@ -4,8 +4,8 @@
     python -m bench.input_pipeline --quick    # tiny: a correctness check, not a benchmark
 
 Measured side by side in one run (best of the repeats), on the same JPEG TFRecords:
-  pipe        the job's training pipeline (train/keras_pipe_train/datasets.py: shuffle, batch, parse_example, fused
-              JPEG decode-and-crop, resize, flip, brightness/contrast) fed from Pipe-mode FIFOs
+  pipe        the job's training pipeline (train/keras_pipe_train/sources/datasets.py: shuffle, batch,
+              parse_example, fused JPEG decode-and-crop, resize, flip, brightness/contrast) fed from Pipe-mode FIFOs
   files       the same pipeline fed from the TFRecord files (File mode)
   naive       TFRecordDataset -> parse_single_example -> decode_jpeg -> resize -> batch, one map
               each, no augmentation, TF's default options: TF 2.21's tf.data parallelises these
@@ -91,8 +91,9 @@ class Job:
 def ours(job: Job):
     import tensorflow as tf
 
-    from keras_pipe_train import contract, datasets
-    from keras_pipe_train.config import JobConfig
+    from keras_pipe_train.settings import contract
+    from keras_pipe_train.settings.config import JobConfig
+    from keras_pipe_train.sources import datasets
 
     config = JobConfig.from_hyperparameters({"num_classes": 10, "image_size": SIZE, "batch_size": BATCH,
                                              "shuffle_buffer": 256})
@@ -153,7 +154,7 @@ def input_wait(files: list[str], workdir: Path, steps: int) -> dict:
     import keras
     import tensorflow as tf
 
-    from keras_pipe_train.model import build_backbone, build_classifier
+    from keras_pipe_train.model.classifier import build_backbone, build_classifier
 
     job = Job(workdir, files, "Pipe")
     try:

@@ -8,7 +8,7 @@ Photos of 500x375, 2000x1500 and 4032x3024 (12 MP) pixels, JPEG quality 90, are 
 64, by pipelines compared at equal augmentation:
   per-example      the usual tf.data recipe: TFRecordDataset -> parse_single_example -> decode_jpeg
                    -> resize -> flip -> brightness/contrast -> batch, one map each
-  job              the job's pipeline (keras_pipe_train/datasets.py) with the same augmentation (augment=flip,color):
+  job              the job's pipeline (sources/datasets.py) with the same augmentation (augment=flip,color):
                    batched parsing, each JPEG decoded at the smallest scale that keeps 224 pixels
   per-example+crop the recipe with the job's default random crop (25-100 % of the area) first
   job+crop         the job's default pipeline (augment=crop,flip,color): fused crop-and-decode
@@ -17,7 +17,7 @@ Both run in one process set up as the job's (pipemode.allocator.keep_record_memo
 (all threads of the process counted: the cost per core), and wall images/s on this machine (what
 its cores deliver: the per-example recipe's random maps are not parallelised by tf.data, the job's
 pipeline runs batches in parallel). Then the training loop: steps/s of a tiny model on in-memory
-batches, our loop (train/keras_pipe_train/loop.py) against Keras' fit, both with the same steps_per_execution.
+batches, our loop (train/keras_pipe_train/training/loop.py) against Keras' fit, both with the same steps_per_execution.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def per_example(files: list[str], crop: bool):
     """The per-example recipe, with the job's flip and colour changes (and its crop sampler)."""
     import tensorflow as tf
 
-    from keras_pipe_train import preprocess
+    from keras_pipe_train.sources import preprocess
 
     features = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
                 "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
@@ -81,8 +81,9 @@ def per_example(files: list[str], crop: bool):
 def job_pipeline(files: list[str], workdir: Path, augment: str):
     import tensorflow as tf
 
-    from keras_pipe_train import contract, datasets
-    from keras_pipe_train.config import JobConfig
+    from keras_pipe_train.settings import contract
+    from keras_pipe_train.settings.config import JobConfig
+    from keras_pipe_train.sources import datasets
 
     job = Job(workdir, files, "File")
     config = JobConfig.from_hyperparameters({"num_classes": 2, "image_size": SIZE, "batch_size": BATCH,
@@ -130,8 +131,8 @@ def loop_overhead(steps: int, steps_per_execution: int) -> dict:
     import keras
     import tensorflow as tf
 
-    from keras_pipe_train.distribute import Cluster
-    from keras_pipe_train.loop import Trainer
+    from keras_pipe_train.training.distribute import Cluster
+    from keras_pipe_train.training.loop import Trainer
 
     images = np.random.default_rng(0).random((steps * 8, 8, 8, 3)).astype(np.float32)
     labels = (np.arange(steps * 8) % 3).astype(np.int64)

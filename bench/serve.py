@@ -49,8 +49,8 @@ PING_LIMIT_S = 2.0  # SageMaker's: a ping unanswered in 2 s counts against the i
 def exported(folder: Path, quick: bool) -> Path:
     import keras
 
-    from keras_pipe_train import model as M
-    from keras_pipe_train.export import export
+    from keras_pipe_train.model import classifier as M
+    from keras_pipe_train.model.export import export
 
     keras.utils.set_random_seed(1)
     size = 32 if quick else 224

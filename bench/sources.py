@@ -4,7 +4,7 @@
     python -m bench.sources --quick    # tiny: a correctness check, not a benchmark
 
 The same JPEG photos (500x375, quality 90, 10 classes), read by the job's training pipeline
-(train/keras_pipe_train/datasets.py: shuffle, batch, parse, fused decode-and-crop, flip, colour, at
+(train/keras_pipe_train/sources/datasets.py: shuffle, batch, parse, fused decode-and-crop, flip, colour, at
 224x224) from:
   tfrecord-pipe   `keras-pipe prepare` shards, streamed in Pipe mode (keras-pipe local's feeder)
   tfrecord-file   the same shards in File mode
@@ -126,8 +126,9 @@ class Source:
     def epoch(self):
         import tensorflow as tf
 
-        from keras_pipe_train import contract, datasets
-        from keras_pipe_train.config import JobConfig
+        from keras_pipe_train.settings import contract
+        from keras_pipe_train.settings.config import JobConfig
+        from keras_pipe_train.sources import datasets
 
         config = JobConfig.from_hyperparameters(self.hyperparameters)
         channel = contract.read_input_data_config()["train"]

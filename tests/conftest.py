@@ -219,7 +219,7 @@ def head_only_weights(tmp_path_factory):
     """Any backbone weights file: with weights given, phase 1 trains only the head (fast steps)."""
     import keras
 
-    from keras_pipe_train.model import build_backbone
+    from keras_pipe_train.model.classifier import build_backbone
 
     keras.utils.set_random_seed(1)
     path = tmp_path_factory.mktemp("weights") / "backbone.weights.h5"

@@ -1,5 +1,5 @@
 """The Hypothesis profiles of the property tests (tests/reader/test_*_properties.py,
-tests/job/test_manifest_properties.py), loaded on import:
+tests/job/sources/test_manifest_properties.py), loaded on import:
 
     make test   the "quick" profile: a few hundred examples per property, in seconds
     make fuzz   the "long" one (HYPOTHESIS_PROFILE=long): tens of thousands, minutes

@@ -14,7 +14,7 @@ from tests.builtin import notebooks
 from tests.builtin.cells import a1_cell_45, a8_cell_35, a10_cell_61
 from tests.builtin.test_notebooks import COLORS, asked_files, labelled, rec_file, serving, trained, transformed
 from tests.conftest import FakeJob, model_tar_gz
-from tests.job.test_builtin_channels import RECORDIO, example, read_as
+from tests.job.sources.test_builtin_channels import RECORDIO, example, read_as
 from tests.serve.test_builtin_clients import IdentitySerializer, Predictor, Runtime
 
 pytestmark = pytest.mark.slow

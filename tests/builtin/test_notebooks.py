@@ -37,7 +37,7 @@ from tests.builtin import notebooks
 from tests.builtin.cells import a1_cell_31_get_label, a1_cell_45, a9_cell_35, a10_cell_61, b1_cell_44
 from tests.conftest import FakeJob, run_logged
 from tests.job.conftest import run_train, write_hyperparameters
-from tests.job.test_builtin_channels import RECORDIO, example, ground_truth_lines, lst_channels, read_as
+from tests.job.sources.test_builtin_channels import RECORDIO, example, ground_truth_lines, lst_channels, read_as
 from tests.serve.conftest import Server
 from tests.serve.test_builtin_clients import PIXELS, S3, IdentitySerializer, Predictor, Runtime
 from tests.timeouts import wait_s
@@ -100,7 +100,7 @@ with h5py.File(sys.argv[1], "w") as f:  # the legacy form of Keras' downloaded I
 
 @pytest.fixture(scope="module")
 def keras_home(tmp_path_factory):
-    """MobileNetV2's "ImageNet" weights where the image keeps them (tests/job/test_imagenet_weights.py
+    """MobileNetV2's "ImageNet" weights where the image keeps them (tests/job/model/test_imagenet_weights.py
     says why MobileNetV2's can be put there): a MobileNetV2 trained here on six colours for a few
     seconds, so that its features tell colours apart, as ImageNet's would. (Its weights do not
     depend on the input's size: the file Keras looks for at 224 pixels holds them.)"""

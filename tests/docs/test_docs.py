@@ -97,7 +97,7 @@ def test_the_documents_link_to_what_exists_and_nothing_outside_the_repository():
 
 
 def test_the_hyperparameter_table_of_the_docs_is_the_jobs():
-    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
 
     section = (REPO / "docs/job.md").read_text().split("\n## Hyperparameters\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \| (.*?) \| (.*?) \|$", section, re.M)
@@ -111,8 +111,8 @@ def test_the_hyperparameter_table_of_the_docs_is_the_jobs():
 
 def test_the_migration_pages_tables_are_the_dialects():
     """docs/migration.md lists every hyperparameter of both built-ins, its default and what it does
-    here, as keras_pipe_train.dialects reads them."""
-    from keras_pipe_train import dialects
+    here, as keras_pipe_train.settings.dialects reads them."""
+    from keras_pipe_train.settings import dialects
 
     text = (REPO / "docs/migration.md").read_text()
     for heading, names in (("## The MXNet algorithm", dialects.MXNET_NAMES),
@@ -124,7 +124,7 @@ def test_the_migration_pages_tables_are_the_dialects():
 
 
 def test_the_backbone_table_of_the_docs_is_the_jobs():
-    from keras_pipe_train.backbones import BACKBONES
+    from keras_pipe_train.settings.backbones import BACKBONES
 
     section = (REPO / "docs/job.md").read_text().split("\n## Backbones\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| (\w+) \| (`.*?`) \| .*? \| (\d+) \| ([\d, ]+) \|$", section, re.M)

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from keras_pipe_train import failure
-from keras_pipe_train.errors import DataError, UserError
+from keras_pipe_train.settings import failure
+from keras_pipe_train.settings.errors import DataError, UserError
 from keras_pipe_train.sources.example import encode_example
 from pipemode import tfrecord
 from pipemode.crc import masked_crc32c

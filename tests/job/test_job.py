@@ -4,10 +4,10 @@ import keras
 import numpy as np
 import pytest
 
-from keras_pipe_train import contract
 from keras_pipe_train import job as training_job
-from keras_pipe_train.config import JobConfig
-from keras_pipe_train.model import build_backbone
+from keras_pipe_train.model.classifier import build_backbone
+from keras_pipe_train.settings import contract
+from keras_pipe_train.settings.config import JobConfig
 from pipemode import tfrecord
 from tests.job.conftest import write_hyperparameters
 
@@ -86,7 +86,7 @@ def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_pha
     phase's, not the head phase's epoch of the same number."""
     from types import SimpleNamespace
 
-    from keras_pipe_train.early_stopping import Rule
+    from keras_pipe_train.training.early_stopping import Rule
 
     rows = [{"epoch": e, "phase": "head", "val_loss": loss} for e, loss in ((1, 0.5), (2, 0.6), (3, 0.7))]
     rows += [{"epoch": e, "phase": "fine_tune", "val_loss": loss} for e, loss in ((1, 0.3), (2, 0.4), (3, 0.45))]

@@ -1,13 +1,16 @@
 """The code's shape, read from its imports (every import: at the top, inside functions, for type
 checking): no import circle anywhere in train/ and launch/; the three distributions depend one way
-(the reader on nothing of ours, the job on the reader, the launcher on both); and the launcher's
-programs sit in their subpackages, the command line on top, shared pieces below, imports pointing
-down only (keras_pipe_launch/__init__.py draws it)."""
+(the reader on nothing of ours, the job on the reader, the launcher on both); and the job's parts
+and the launcher's programs sit in their subpackages, floors whose imports point down only, never
+to a subpackage on the same floor (keras_pipe_train/__init__.py and keras_pipe_launch/__init__.py
+draw them)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -15,8 +18,14 @@ PACKAGES = {"pipemode": REPO / "train/pipemode/pipemode", "keras_pipe_train": RE
             "keras_pipe_launch": REPO / "launch/keras_pipe_launch"}
 # which distributions each may import
 DEPENDS_ON = {"pipemode": set(), "keras_pipe_train": {"pipemode"}, "keras_pipe_launch": {"pipemode", "keras_pipe_train"}}
-# the launcher's layers: a subpackage imports only from lower ones (and within itself)
-LAYERS = {"common": 0, "sample_data": 1, "local": 1, "sagemaker": 1, "prepare": 2, "demo": 2, "cli": 3}
+# Each package's floors: a subpackage imports only from lower ones (and within itself); the modules
+# on top (TOP) may import any of them
+LAYERS = {
+    "keras_pipe_launch": {"common": 0, "sample_data": 1, "local": 1, "sagemaker": 1, "prepare": 2, "demo": 2, "cli": 3},
+    "keras_pipe_train": {"settings": 0, "sources": 1, "model": 2, "training": 2, "report": 3},
+}
+TOP = {"keras_pipe_launch": {"keras_pipe_launch", "keras_pipe_launch.__main__"},
+       "keras_pipe_train": {"keras_pipe_train", "keras_pipe_train.main", "keras_pipe_train.job"}}
 
 
 def module_name(path: Path) -> str:
@@ -110,15 +119,36 @@ def layer(module: str) -> str | None:
     return parts[1] if len(parts) > 1 else None
 
 
-def test_every_launcher_module_sits_in_its_programs_subpackage_or_the_shared_layer():
-    loose = [m for m in graph() if m.startswith("keras_pipe_launch") and layer(m) not in LAYERS
-             and m not in ("keras_pipe_launch", "keras_pipe_launch.__main__")]
+def floor(module: str) -> int | None:
+    """Which floor of its package `module` is on (None: on top, or in no floor)."""
+    return LAYERS.get(module.split(".")[0], {}).get(layer(module))
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_every_module_sits_in_its_parts_subpackage_or_on_top(package):
+    loose = [m for m in graph() if m.split(".")[0] == package and layer(m) not in LAYERS[package]
+             and m not in TOP[package]]
     assert loose == []
 
 
-def test_the_launchers_imports_point_down_only():
-    upward = [(module, target) for module, targets in graph().items() if module.startswith("keras_pipe_launch.")
-              and layer(module) in LAYERS for target in targets
-              if target.startswith("keras_pipe_launch.") and layer(target) != layer(module)
-              and LAYERS.get(layer(target), 99) >= LAYERS[layer(module)]]
-    assert upward == []
+def upward(edges: dict[str, set[str]], package: str) -> list[tuple[str, str]]:
+    """The imports of `package`'s floors that point up, or to another subpackage on the same floor."""
+    return [(module, target) for module, targets in sorted(edges.items())
+            if module.split(".")[0] == package and floor(module) is not None for target in sorted(targets)
+            if target.split(".")[0] == package and layer(target) != layer(module)
+            and (floor(target) is None or floor(target) >= floor(module))]
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_imports_point_down_only(package):
+    assert upward(graph(), package) == []
+
+
+def test_the_floor_rule_finds_an_import_upward_one_beside_and_one_to_the_top():
+    edges = {"keras_pipe_train.sources.datasets": {"keras_pipe_train.training.loop"},
+             "keras_pipe_train.model.export": {"keras_pipe_train.training.tasks", "keras_pipe_train.sources.images"},
+             "keras_pipe_train.training.loop": {"keras_pipe_train.settings.config", "keras_pipe_train.job"}}
+    assert upward(edges, "keras_pipe_train") == [
+        ("keras_pipe_train.model.export", "keras_pipe_train.training.tasks"),
+        ("keras_pipe_train.sources.datasets", "keras_pipe_train.training.loop"),
+        ("keras_pipe_train.training.loop", "keras_pipe_train.job")]

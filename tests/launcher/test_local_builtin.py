@@ -4,7 +4,7 @@ validation, train_lst, validation_lst, all application/x-image, File mode) and i
 (weights=none: this machine cannot download ImageNet weights; 1 epoch), with no hyperparameter of
 this job's saying the format: each channel's ContentType, set by --channel-option, reaches the job
 in inputdataconfig.json as SageMaker writes it, and the job decides from it
-(keras_pipe_train.content_types; what it then trains on: tests/builtin)."""
+(keras_pipe_train.sources.content_types; what it then trains on: tests/builtin)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from tests.builtin import notebooks
 from tests.conftest import launch_local
-from tests.job.test_builtin_channels import IMAGE, digits, lst_lines
+from tests.job.sources.test_builtin_channels import IMAGE, digits, lst_lines
 
 CHANNELS = ("train", "validation", "train_lst", "validation_lst")
 

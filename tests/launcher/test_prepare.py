@@ -322,7 +322,7 @@ def test_a_csv_saved_by_excel_with_a_byte_order_mark_keeps_its_header_out_of_the
 
 
 def test_class_names_with_commas_get_a_hint_the_job_reads_back(tmp_path, capsys):
-    from keras_pipe_train.config import JobConfig
+    from keras_pipe_train.settings.config import JobConfig
 
     names = ["cat, tabby", "dog", "bird's nest"]
     rows = ["path,label"] + [f'img{i}.jpg,"{names[i % 3]}"' for i in range(12)]

@@ -287,7 +287,7 @@ def prepared_records(out) -> set[bytes]:
 def test_prepare_makes_of_a_manifest_in_s3_the_examples_the_job_streams_from_it(tmp_path, s3_manifests, digits):
     """The same images through prepare + TFRecord, or streamed from the manifest: the same Examples."""
     from keras_pipe_launch.prepare.dataset import prepare
-    from keras_pipe_train.config import JobConfig
+    from keras_pipe_train.settings.config import JobConfig
     from keras_pipe_train.sources import manifest
 
     bucket, _ = s3_manifests

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from keras_pipe_train.metrics import METRIC_DEFINITIONS
+from keras_pipe_train.training.metrics import METRIC_DEFINITIONS
 from tests.conftest import sdk2_python
 from tests.launcher.conftest import dry_run_request, launch_cli, sent_through_sdk
 

@@ -25,8 +25,8 @@ def exported(folder: Path, threshold: float | None = None) -> Path:
     each image gets its own answer."""
     import keras
 
-    from keras_pipe_train import model as M
-    from keras_pipe_train.export import export
+    from keras_pipe_train.model import classifier as M
+    from keras_pipe_train.model.export import export
 
     keras.utils.set_random_seed(3)
     backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),

@@ -47,8 +47,8 @@ def color_model(folder: Path, dialect: str, multi_label: bool = False) -> Path:
     weighing each channel for its class (sigmoid, from 0.5 of a channel up: multi-label)."""
     import keras
 
-    from keras_pipe_train import model as M
-    from keras_pipe_train.export import export
+    from keras_pipe_train.model import classifier as M
+    from keras_pipe_train.model.export import export
 
     backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
                                  keras.layers.Conv2D(3, 1, activation="relu")], name="colors")
@@ -166,7 +166,7 @@ def answer(server: Server, image: str, accept: str | None = None, content_type: 
 
 
 def test_the_export_writes_its_dialect(served, model_dir, tmp_path):
-    from keras_pipe_train import export
+    from keras_pipe_train.model import export
 
     assert json.loads((model_dir / "serving.json").read_text())["dialect"] == "keras-pipe"  # export()'s default
     mxnet, tensorflow = (served[name].model for name in ("mxnet", "tensorflow"))

@@ -10,7 +10,7 @@ from keras_pipe_serve import payloads
 from keras_pipe_serve.payloads import RICH, RICH_LINES, BadRequest, answer_type, parse, render, top_k_of
 from keras_pipe_serve.predictor import ModelError, dialect_of
 
-from keras_pipe_train.dialects import DIALECTS
+from keras_pipe_train.settings.dialects import DIALECTS
 
 JPEG = b"\xff\xd8\xff\xe0 a jpeg"
 PNG = b"\x89PNG\r\n\x1a\n a png"

@@ -38,7 +38,7 @@ import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from keras_pipe_train.dialects import KERAS_PIPE, MXNET, TENSORFLOW
+from keras_pipe_train.settings.dialects import KERAS_PIPE, MXNET, TENSORFLOW
 
 IMAGE_TYPES = ("application/x-image", "image/", "application/octet-stream")
 JSON = "application/json"

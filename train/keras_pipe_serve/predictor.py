@@ -5,7 +5,7 @@ export before dialects, or none at all: "keras-pipe").
 
 It loads the SavedModel the job exported (model/1, TF Serving's layout) with TensorFlow alone: no
 Keras, no code of the job, so a worker starts in seconds and holds one graph. Each image is checked
-from its header first (keras_pipe_train.images: not an image, damaged, a decompression bomb), so
+from its header first (keras_pipe_train.sources.images: not an image, damaged, a decompression bomb), so
 a bad image is a 400 naming it instead of an error from inside the graph; the graph checks the
 same limits again (preprocess.checked) for callers that reach it directly.
 """
@@ -18,8 +18,8 @@ import os
 from pathlib import Path
 
 from keras_pipe_serve.payloads import BadRequest
-from keras_pipe_train import images as image_checks
-from keras_pipe_train.dialects import DIALECTS, KERAS_PIPE
+from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
+from keras_pipe_train.sources import images as image_checks
 
 log = logging.getLogger("keras_pipe_serve")
 

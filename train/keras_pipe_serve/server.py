@@ -68,8 +68,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
-from keras_pipe_train import contract  # (no TensorFlow: the master never loads it)
-from keras_pipe_train.unneeded_imports import skip_unneeded_imports
+from keras_pipe_train.settings import contract  # (no TensorFlow: the master never loads it)
+from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
 
 log = logging.getLogger("keras_pipe_serve")
 T = TypeVar("T")

@@ -13,28 +13,28 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train import (
-    contract,
-    datasets,
-    distribute,
-    evaluation,
-    incremental,
-    metrics,
-    mistakes,
-    report_page,
-    tensorboard_pictures,
+from keras_pipe_train.model import incremental
+from keras_pipe_train.model.classifier import (
+    build_backbone,
+    build_classifier,
+    freeze,
+    prepare_from_scratch,
+    unfreeze_top,
 )
-from keras_pipe_train.checkpoints import Checkpoints, Progress
-from keras_pipe_train.config import JobConfig
-from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig
-from keras_pipe_train.early_stopping import BestWeights, Rule
-from keras_pipe_train.errors import ClusterError, UserError
-from keras_pipe_train.export import export
-from keras_pipe_train.loop import Stopped, Trainer
-from keras_pipe_train.model import build_backbone, build_classifier, freeze, prepare_from_scratch, unfreeze_top
-from keras_pipe_train.precise_batchnorm import PreciseBatchNorm, RecentImages, batchnorm_layers
-from keras_pipe_train.recipe import Loss, epoch_factor, make_optimizer
-from keras_pipe_train.sources import manifest
+from keras_pipe_train.model.export import export
+from keras_pipe_train.report import evaluation, job_page, mistakes, tensorboard_pictures
+from keras_pipe_train.settings import contract
+from keras_pipe_train.settings.config import JobConfig
+from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig
+from keras_pipe_train.settings.errors import ClusterError, UserError
+from keras_pipe_train.sources import datasets, manifest
+from keras_pipe_train.sources.recent_images import RecentImages
+from keras_pipe_train.training import distribute, metrics
+from keras_pipe_train.training.checkpoints import Checkpoints, Progress
+from keras_pipe_train.training.early_stopping import BestWeights, Rule
+from keras_pipe_train.training.loop import Stopped, Trainer
+from keras_pipe_train.training.precise_batchnorm import PreciseBatchNorm, batchnorm_layers
+from keras_pipe_train.training.recipe import Loss, epoch_factor, make_optimizer
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +239,7 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
 
 def recompute_batchnorm(precise_bn: PreciseBatchNorm, epoch: int) -> None:
     """The backbone's BatchNorm statistics recomputed with the epoch's final weights, before it is
-    validated, checkpointed or exported (precise_batchnorm.py says why)."""
+    validated, checkpointed or exported (training/precise_batchnorm.py says why)."""
     started = time.perf_counter()
     used = precise_bn.recompute()
     if used:
@@ -351,7 +351,7 @@ def final_metrics(training: Training) -> dict:
 def evaluate_exported(training: Training, final: dict) -> None:
     """The model as exported, on the validation channel, with the details the epochs' lines leave
     out (each class's, the confusion matrix): the chief writes output/data/evaluation.json and its
-    pictures (evaluation.py) from the sums of the exported epoch's own validation pass; a resumed
+    pictures (report/evaluation.py) from the sums of the exported epoch's own validation pass; a resumed
     job exporting an epoch that an earlier run validated makes one more pass, every worker with
     it. It comes after the export, which nothing here can then cost the job; a stop request skips
     that pass (or, in Pipe mode, cuts it short), and a report that cannot be written is a warning."""
@@ -385,7 +385,7 @@ def evaluate_exported(training: Training, final: dict) -> None:
 
 
 def write_report(training: Training, found: dict) -> None:
-    """The chief's report page (report_page.py) and TensorBoard's pictures, with the gallery of the
+    """The chief's report page (report/job_page.py) and TensorBoard's pictures, with the gallery of the
     validation images the exported model gets most wrong: one more pass over the validation channel,
     the chief's alone (the other hosts wait for it in leave_together). A report that cannot be made
     is a warning: the model, metrics.json and evaluation.json stand."""
@@ -404,9 +404,9 @@ def write_report(training: Training, found: dict) -> None:
             worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop,
                                   budget_s=budget)
             if not t.trainer.stop.is_set():
-                gallery = report_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
+                gallery = job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
-        path = report_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
+        path = job_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
                                  gallery)
         log.info("the job's report: %s%s", path, "" if gallery else " (no gallery: a stop request)")
         if t.epochs.writer:
@@ -452,7 +452,7 @@ def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
 
 
 # Hyperparameters a job may change and still resume its checkpoints (train longer or shorter, with
-# another global batch, other time limits); any other change makes it another job (checkpoints.py).
+# another global batch, other time limits); any other change makes it another job (training/checkpoints.py).
 RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
                      "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
                      "steps_per_execution", "dialect_notes")

@@ -57,7 +57,7 @@ when set:
 It writes model/ (the exported model), output/data/metrics.json, checkpoints/, and on failure
 output/failure with exit code 2 (configuration), 3 (data), 4 (cluster) or 1 (a bug); 143 when
 stopped by SIGTERM. To run a job on this machine, use `keras-pipe local` (it lays out /opt/ml);
-the hyperparameters are listed in train/keras_pipe_train/config.py and docs/job.md.
+the hyperparameters are listed in train/keras_pipe_train/settings/config.py and docs/job.md.
 """
 
 
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_pipe_train import contract, failure
+    from keras_pipe_train.settings import contract, failure
     from pipemode import allocator
 
     allocator.keep_record_memory()
@@ -80,17 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm(stop)
     try:
         if argv:  # (SageMaker passes none; AlgorithmSpecification.ContainerArguments would)
-            from keras_pipe_train.errors import UserError
+            from keras_pipe_train.settings.errors import UserError
 
             raise UserError(f"train takes no arguments, got {' '.join(argv)!r}: the job reads its settings "
                             "from /opt/ml/input/config (train --help says more)")
         config, channels, resources = read_job(layout, log)
 
-        from keras_pipe_train.unneeded_imports import skip_unneeded_imports
+        from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
 
         skip_unneeded_imports()
         from keras_pipe_train import job  # TensorFlow loads here, after the cheap checks
-        from keras_pipe_train.loop import Stopped
+        from keras_pipe_train.training.loop import Stopped
 
         try:
             final = job.run(config, layout, channels, resources, stop)
@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 def read_job(layout, log: logging.Logger) -> tuple:
     """(the job's settings, its channels, its hosts) from /opt/ml/input/config, each checked, and said
     in the log: the cheap checks, before TensorFlow loads."""
-    from keras_pipe_train import content_types, contract
-    from keras_pipe_train.config import JobConfig
-    from keras_pipe_train.sources import lst
+    from keras_pipe_train.settings import contract
+    from keras_pipe_train.settings.config import JobConfig
+    from keras_pipe_train.sources import content_types, lst
     from keras_pipe_train.sources.class_folders import with_folder_classes
 
     hyperparameters = contract.read_hyperparameters(layout.hyperparameters)

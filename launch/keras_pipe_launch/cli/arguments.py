@@ -28,7 +28,7 @@ from keras_pipe_launch.common.channels import (
 )
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import key_values
-from keras_pipe_train.contract import INPUT_MODES, RECORD_WRAPPERS
+from keras_pipe_train.settings.contract import INPUT_MODES, RECORD_WRAPPERS
 
 _OPTIONS = {"input-mode": "input_mode", "record-wrapper": "record_wrapper", "compression": "compression",
             "distribution": "distribution", "shuffle-seed": "shuffle_seed", "content-type": "content_type"}

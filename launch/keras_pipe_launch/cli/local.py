@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_pipe_train.contract import JOB_NAME
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.contract import JOB_NAME
+    from keras_pipe_train.settings.errors import UserError
 
     try:
         if args.resume:

@@ -68,7 +68,9 @@ from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.prepare import duplicates, images, processing
 from keras_pipe_launch.prepare.dataset import PrepareError, check_options, prepare
 from keras_pipe_launch.prepare.images import bits, jpeg_quality, megabytes, whole_number
-from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
+from keras_pipe_train.settings.config import (
+    DEFAULT_MAX_PIXELS,  # (Pillow and TensorFlow load only when images are checked)
+)
 
 
 def add_parser(subparsers) -> None:
@@ -213,7 +215,7 @@ def run_at_scale(args) -> int:
     import time
 
     from keras_pipe_launch.sagemaker.request import RequestError
-    from keras_pipe_train.contract import JOB_NAME
+    from keras_pipe_train.settings.contract import JOB_NAME
 
     check_at_scale(args)
     distance = duplicate_distance(args)  # (checked too before anything is listed, written or sent)

@@ -26,7 +26,7 @@ from pathlib import Path
 from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
-from keras_pipe_train.contract import JOB_NAME  # (SageMaker's training job names)
+from keras_pipe_train.settings.contract import JOB_NAME  # (SageMaker's training job names)
 
 REPORT = "report.html"
 MAX_MEMBER_BYTES = 256 << 20  # a file of output.tar.gz unpacked (its pictures, JSON and page are far smaller)

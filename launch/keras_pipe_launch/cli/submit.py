@@ -37,7 +37,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.errors import UserError
 
     try:
         spec = spec_from(args)

@@ -29,7 +29,7 @@ from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.sagemaker import tuning
 from keras_pipe_launch.sagemaker.follow import follow_tuning_job
 from keras_pipe_launch.sagemaker.request import RequestError
-from keras_pipe_train.metrics import METRIC_DEFINITIONS
+from keras_pipe_train.training.metrics import METRIC_DEFINITIONS
 
 
 def add_parser(subparsers) -> None:
@@ -58,7 +58,7 @@ def tuning_spec_from(args: argparse.Namespace) -> tuning.TuningSpec:
     static = dict(job.hyperparameters)
     if job.checkpoint_s3_uri and "other_checkpoints" not in static:
         # The training jobs share the checkpoint prefix, each in its own subfolder
-        # (train/keras_pipe_train/checkpoints.py): a job must resume its own checkpoints (spot)
+        # (train/keras_pipe_train/training/checkpoints.py): a job must resume its own checkpoints (spot)
         # and leave the other jobs' alone.
         static["other_checkpoints"] = "ignore"
     objective_type = args.objective_type or ("Minimize" if args.objective.endswith("loss") else "Maximize")
@@ -70,7 +70,7 @@ def tuning_spec_from(args: argparse.Namespace) -> tuning.TuningSpec:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.errors import UserError
 
     try:
         spec = tuning_spec_from(args)

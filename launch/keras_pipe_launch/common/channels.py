@@ -16,7 +16,7 @@ import re
 
 from keras_pipe_launch.common import container_config
 from keras_pipe_launch.common.usage import UsageError
-from keras_pipe_train.contract import INPUT_MODES, RECORD_WRAPPERS
+from keras_pipe_train.settings.contract import INPUT_MODES, RECORD_WRAPPERS
 
 COMPRESSIONS = ("None", "Gzip")
 DATA_TYPES = ("S3Prefix", "AugmentedManifestFile")
@@ -125,8 +125,8 @@ def channel_hyperparameters(channels: list[ChannelSpec], values: dict[str, str])
 
 def _attribute_names(value: str) -> tuple[str, ...] | None:
     """--hp attribute_names as the job reads it (None: a value it cannot read, which its check says)."""
-    from keras_pipe_train.config import HYPERPARAMETERS
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
+    from keras_pipe_train.settings.errors import UserError
 
     try:
         return HYPERPARAMETERS["attribute_names"].parse("attribute_names", value)
@@ -135,8 +135,8 @@ def _attribute_names(value: str) -> tuple[str, ...] | None:
 
 
 def _check_record_format(channels: list[ChannelSpec], values: dict[str, str]) -> None:
-    from keras_pipe_train.config import HYPERPARAMETERS
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
+    from keras_pipe_train.settings.errors import UserError
 
     try:
         record_format = HYPERPARAMETERS["record_format"].parse("record_format", values.get("record_format", "tfrecord"))

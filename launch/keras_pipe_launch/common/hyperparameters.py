@@ -1,5 +1,5 @@
 """--hp KEY=VALUE options, as SageMaker passes hyperparameters (every value a string), checked
-against the training job's own schema (train/keras_pipe_train/config.py: one source of truth)."""
+against the training job's own schema (train/keras_pipe_train/settings/config.py: one source of truth)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def parse(items: list[str]) -> dict[str, str]:
 
 
 def check(values: dict[str, str]) -> None:
-    """Reads the values as the job does (raises keras_pipe_train.errors.UserError)."""
-    from keras_pipe_train.config import JobConfig
+    """Reads the values as the job does (raises keras_pipe_train.settings.errors.UserError)."""
+    from keras_pipe_train.settings.config import JobConfig
 
     JobConfig.from_hyperparameters(values)

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from keras_pipe_launch.common.untrusted import shown
-from keras_pipe_train.contract import is_hidden
+from keras_pipe_train.settings.contract import is_hidden
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 READ_BYTES = 1 << 20

@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from keras_pipe_train.text import printable
+from keras_pipe_train.report.text import printable
 
 MESSAGE_BYTES = 64 << 10  # a failure file or ExitMessage: SageMaker keeps 1 KB of it
 

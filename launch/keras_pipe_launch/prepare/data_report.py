@@ -1,6 +1,6 @@
 """What prepare found in the data, beside the dataset it wrote: OUT/data_report.json (every number
 and every duplicate group, for programs) and OUT/report.html (for people: one self-contained page,
-keras_pipe_train.pages).
+keras_pipe_train.report.pages).
 
     classes         each class's images in train and validation (class balance)
     sizes           the images' widths and heights: range, median, and how many by longer side
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from keras_pipe_launch.prepare.duplicates import Fingerprint, Group
 from keras_pipe_launch.prepare.sources import Labels, Location, shown
-from keras_pipe_train import pages
-from keras_pipe_train.images import DEFAULT_MAX_PIXELS
+from keras_pipe_train.report import pages
+from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 
 JSON_NAME = "data_report.json"
 HTML_NAME = "report.html"

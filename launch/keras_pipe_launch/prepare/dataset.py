@@ -25,7 +25,9 @@ from pathlib import Path
 
 from keras_pipe_launch.prepare import data_report, duplicates, images, sources
 from keras_pipe_launch.prepare.sources import Labels, Listing, ListingError, Location, shown
-from keras_pipe_train.images import DEFAULT_MAX_PIXELS  # (Pillow and TensorFlow load only when images are checked)
+from keras_pipe_train.settings.config import (
+    DEFAULT_MAX_PIXELS,  # (Pillow and TensorFlow load only when images are checked)
+)
 
 
 class PrepareError(ValueError):

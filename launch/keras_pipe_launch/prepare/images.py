@@ -26,7 +26,7 @@ def checked(data: bytes, max_pixels: int, max_side: int | None = None,
     With max_side, an image whose longer side is larger is stored shrunk to it, as a JPEG."""
     import tensorflow as tf
 
-    from keras_pipe_train import images, preprocess
+    from keras_pipe_train.sources import images, preprocess
 
     problem = images.problem(data, max_pixels)
     if problem:
@@ -49,7 +49,7 @@ def shrunk(encoded, max_side: int, quality: int) -> bytes:
     factors)."""
     import tensorflow as tf
 
-    from keras_pipe_train import preprocess
+    from keras_pipe_train.sources import preprocess
 
     if tf.io.is_jpeg(encoded):
         height, width = (int(n) for n in tf.io.extract_jpeg_shape(encoded)[:2])

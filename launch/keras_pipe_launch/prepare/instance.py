@@ -28,8 +28,8 @@ from keras_pipe_launch.prepare.dataset import ImageOptions, default_workers, in_
 from keras_pipe_launch.prepare.images import jpeg_quality, megabytes, whole_number
 from keras_pipe_launch.prepare.plan import PARTS, PLAN_FILE, REPORTS, Plan, shard_prefix
 from keras_pipe_launch.prepare.reports import Report
-from keras_pipe_train.contract import is_hidden
-from keras_pipe_train.images import DEFAULT_MAX_PIXELS
+from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
+from keras_pipe_train.settings.contract import is_hidden
 
 
 def base_dir() -> Path:

@@ -20,7 +20,7 @@ import time
 from keras_pipe_launch.common.objects import parse_s3_uri
 from keras_pipe_launch.prepare.plan import PARTS, REPORTS, RUN_ID
 from keras_pipe_launch.prepare.sources import shown
-from keras_pipe_train.contract import JOB_NAME
+from keras_pipe_train.settings.contract import JOB_NAME
 
 RUN_FILE = "prepare-run.json"
 RUNNING, COMPLETE, INCOMPLETE = "running", "complete", "incomplete"

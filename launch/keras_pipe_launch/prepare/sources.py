@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from keras_pipe_launch.common.manifests import entries, manifest_object, short
 from keras_pipe_launch.common.objects import S3Store, SourceError, parse_s3_uri
 from keras_pipe_launch.common.untrusted import shown
-from keras_pipe_train.contract import is_hidden
+from keras_pipe_train.settings.contract import is_hidden
 from keras_pipe_train.sources import manifest_labels as labels_of
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp"}

@@ -17,7 +17,7 @@ import time
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.secrets import looks_secret
 from keras_pipe_launch.sagemaker.request import RequestError, check_image_and_role
-from keras_pipe_train.contract import JOB_NAME
+from keras_pipe_train.settings.contract import JOB_NAME
 
 # serverless endpoints (CreateEndpointConfig's ServerlessConfig; AWS's documented limits)
 SERVERLESS_MEMORY_MB = (1024, 2048, 3072, 4096, 5120, 6144)

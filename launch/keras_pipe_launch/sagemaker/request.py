@@ -14,8 +14,8 @@ import time
 from keras_pipe_launch.common.channels import WHOLE_FILE_CHANNELS, ChannelError, ChannelSpec
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.secrets import looks_secret
-from keras_pipe_train.contract import JOB_NAME
-from keras_pipe_train.metrics import METRIC_DEFINITIONS
+from keras_pipe_train.settings.contract import JOB_NAME
+from keras_pipe_train.training.metrics import METRIC_DEFINITIONS
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 TENSORBOARD_LOCAL_PATH = "/opt/ml/output/tensorboard"
@@ -26,7 +26,7 @@ _IMAGE = re.compile(r"^[^\s]+/[^\s]+(:[\w.-]+|@sha256:[0-9a-f]{64})?$")
 
 class RequestError(ValueError):
     """A training job request described wrongly: the message says what to change. (The job's own
-    failures are keras_pipe_train.errors.JobError and its kinds.)"""
+    failures are keras_pipe_train.settings.errors.JobError and its kinds.)"""
 
 
 @dataclasses.dataclass(frozen=True)

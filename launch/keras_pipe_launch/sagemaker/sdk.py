@@ -13,7 +13,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING
 
 from keras_pipe_launch.sagemaker.request import CHECKPOINT_LOCAL_PATH, TENSORBOARD_LOCAL_PATH, JobSpec, RequestError
-from keras_pipe_train.metrics import METRIC_DEFINITIONS
+from keras_pipe_train.training.metrics import METRIC_DEFINITIONS
 
 if TYPE_CHECKING:
     from keras_pipe_launch.common.channels import ChannelSpec

@@ -51,8 +51,8 @@ class TuningSpec:
 def _schema(name: str):
     """The job's Hyperparameter typing `name`'s values: its own, or the one a built-in algorithm's
     number stands for (mini_batch_size, eps ...); None for any other name."""
-    from keras_pipe_train.config import HYPERPARAMETERS
-    from keras_pipe_train.dialects import NUMBERS_AS
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
+    from keras_pipe_train.settings.dialects import NUMBERS_AS
 
     return HYPERPARAMETERS.get(NUMBERS_AS.get(name, name))
 
@@ -83,7 +83,7 @@ def parse_range(text: str) -> Range:
 
 
 def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> list[str]:
-    """Raises RequestError (or keras_pipe_train.errors.UserError) for what would make the tuning job
+    """Raises RequestError (or keras_pipe_train.settings.errors.UserError) for what would make the tuning job
     fail; returns warnings."""
     warnings = validate(spec.job)
     static = dict(spec.job.hyperparameters)
@@ -108,7 +108,7 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
     if "top_k" in spec.objective and "top_k" not in static and "top_k" not in names:
         raise RequestError(f"--objective {spec.objective}: the job reports it only with hyperparameter top_k set "
                            "(--hp top_k=5)")
-    from keras_pipe_train.config import MULTI_LABEL_METRICS
+    from keras_pipe_train.settings.config import MULTI_LABEL_METRICS
 
     metric = spec.objective.split(":", 1)[-1]
     if metric in MULTI_LABEL_METRICS and metric != "accuracy" and "multi_label" not in names \
@@ -125,8 +125,8 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
 
 def _flag_set(value) -> bool:
     """Whether a true/false hyperparameter's value, as given, is true (one the job refuses is not)."""
-    from keras_pipe_train.config import HYPERPARAMETERS
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
+    from keras_pipe_train.settings.errors import UserError
 
     try:
         return value is not None and HYPERPARAMETERS["multi_label"].parse("multi_label", value)
@@ -136,9 +136,9 @@ def _flag_set(value) -> bool:
 
 def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
     """Every bound and categorical value is one the job accepts, alone and with the static ones."""
-    from keras_pipe_train.config import HYPERPARAMETERS
-    from keras_pipe_train.dialects import MXNET_NAMES, TENSORFLOW_NAMES
-    from keras_pipe_train.errors import UserError
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
+    from keras_pipe_train.settings.dialects import MXNET_NAMES, TENSORFLOW_NAMES
+    from keras_pipe_train.settings.errors import UserError
 
     for r in spec.ranges:
         schema = _schema(r.name)

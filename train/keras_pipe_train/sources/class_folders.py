@@ -25,8 +25,8 @@ import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from keras_pipe_train.contract import ChannelConfig, Paths, ResourceConfig, is_hidden
-from keras_pipe_train.errors import UserError
+from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig, is_hidden
+from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.sources import listed
 from pipemode import options
 from pipemode.errors import UnreadableError, UnusableRecordError
@@ -46,8 +46,8 @@ def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelCon
     """The hyperparameters, with class_names set to the train channel's class folders when
     record_format=class_folders leaves them to the folders (the request's own record_format, or its
     dialect's: the built-in TensorFlow algorithm's is class folders)."""
-    from keras_pipe_train import dialects
-    from keras_pipe_train.config import HYPERPARAMETERS
+    from keras_pipe_train.settings import dialects
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
 
     read = dialects.translate(raw, len(resources.hosts)).hyperparameters
     record_format = HYPERPARAMETERS["record_format"].parse("record_format", read.get("record_format", "tfrecord"))

@@ -10,8 +10,8 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 from tensorflow.core.example import example_pb2
 
-from keras_pipe_train import images
-from keras_pipe_train.config import HYPERPARAMETERS
+from keras_pipe_train.settings.config import HYPERPARAMETERS
+from keras_pipe_train.sources import images
 from pipemode.tfrecord import MAX_RECORD_BYTES
 
 IMAGE_FEATURE = HYPERPARAMETERS["image_feature"].default

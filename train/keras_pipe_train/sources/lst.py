@@ -35,8 +35,8 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
-from keras_pipe_train.contract import TRAINING_CHANNEL, ChannelConfig, is_hidden
-from keras_pipe_train.errors import UserError
+from keras_pipe_train.settings.contract import TRAINING_CHANNEL, ChannelConfig, is_hidden
+from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.sources import listed
 from keras_pipe_train.sources.manifest_labels import NUMBER_TEXT
 from pipemode import options

@@ -30,8 +30,8 @@ from collections.abc import Callable
 
 from tensorflow.core.example import example_pb2, feature_pb2
 
-from keras_pipe_train.config import JobConfig, manifest_roles
-from keras_pipe_train.errors import DataError
+from keras_pipe_train.settings.config import JobConfig, manifest_roles
+from keras_pipe_train.settings.errors import DataError
 from keras_pipe_train.sources import manifest_labels as labels_of
 from pipemode.errors import UnusableRecordError
 from pipemode.recordio import Line

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from tensorflow.core.example import example_pb2, feature_pb2
 
-from keras_pipe_train.config import JobConfig
+from keras_pipe_train.settings.config import JobConfig
 
 HEADER = struct.Struct("<IfQQ")  # (MXNet packs it natively: little-endian, no padding, on every platform it runs on)
 

@@ -1,0 +1,177 @@
+"""The job's report page and its gallery of mistakes (mistakes.py, job_page.py), from the parts:
+which images enter the gallery, a page whatever the class names hold, bounded in size however
+many classes, and multi-label's page as a browser shows it. (A whole job's page: test_job_e2e.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+
+from keras_pipe_train.report import evaluation, job_page
+from keras_pipe_train.report.mistakes import KEEP, Worst, thumbnail
+from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
+from tests.browser import open_page, painted
+
+
+def images(count: int, side: int = 32, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(0, 255, (count, side, side, 3)).astype(np.float32)
+
+
+def test_the_gallery_keeps_the_wrong_ones_of_highest_loss_across_batches():
+    worst = Worst(SingleLabel(3), keep=4)
+    rng = np.random.default_rng(1)
+    expected = []
+    for batch in range(5):
+        labels = rng.integers(0, 3, 16)
+        probabilities = rng.dirichlet(np.ones(3), 16).astype(np.float32)
+        losses = -np.log(probabilities[np.arange(16), labels])
+        worst.add(images(16, seed=batch), labels, probabilities, losses)
+        wrong = np.argmax(probabilities, -1) != labels
+        expected += [float(loss) for loss in losses[wrong]]
+    kept = worst.worst_first()
+    assert [m.loss for m in kept] == pytest.approx(sorted(expected, reverse=True)[:4])
+    assert worst.seen == 80 and worst.wrong_count == len(expected)
+    for mistake in kept:
+        assert mistake.given != mistake.predicted and mistake.jpeg[:2] == b"\xff\xd8"
+        assert set(mistake.probabilities) == {*mistake.given, *mistake.predicted}
+
+
+def test_an_example_it_gets_right_never_enters_even_with_a_high_loss():
+    worst = Worst(SingleLabel(2), keep=4)
+    probabilities = np.array([[0.45, 0.55], [0.9, 0.1]], np.float32)  # right but unsure; confidently wrong
+    worst.add(images(2), np.array([1, 1]), probabilities, np.array([5.0, 2.3]))  # (losses as given)
+    (only,) = worst.worst_first()
+    assert only.given == (1,) and only.predicted == (0,) and only.loss == 2.3
+
+
+def test_multi_label_mistakes_are_label_sets_at_the_threshold():
+    task = MultiLabel(4, threshold=0.5)
+    worst = Worst(task, keep=KEEP)
+    labels = np.array([[1, 0, 1, 0], [0, 1, 0, 0]], np.float32)
+    probabilities = np.array([[0.9, 0.6, 0.2, 0.1], [0.1, 0.8, 0.1, 0.3]], np.float32)
+    worst.add(images(2), labels, probabilities, np.array([0.7, 0.1]))
+    (mistake,) = worst.worst_first()
+    assert mistake.given == (0, 2) and mistake.predicted == (0, 1)
+    assert mistake.as_json(("a", "b", "c", "d"))["probabilities"] == {"a": 0.9, "c": 0.2, "b": 0.6}
+
+
+def test_the_pass_ends_at_its_time_budget_and_says_so(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from keras_pipe_train.report.mistakes import find
+
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(3, "softmax")])
+    rng = np.random.default_rng(2)
+    dataset = tf.data.Dataset.from_tensor_slices((images(40, 8), rng.integers(0, 3, 40))).batch(10)
+    whole = find(model, SingleLabel(3), dataset)
+    assert (whole.seen, whole.cut) == (40, False)
+    cut = find(model, SingleLabel(3), dataset, budget_s=0)
+    assert (cut.seen, cut.cut) == (10, True)
+    found = single_label_evaluation(["a", "b", "c"])
+    evaluation.write(tmp_path, found, ROWS)
+    shown = job_page.Gallery(cut.worst_first(), cut.seen, cut.wrong_count, cut.cut)
+    text = job_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe"}, "job-4", shown).read_text()
+    assert f"it gets {cut.wrong_count} of the first 10 validation images wrong" in text
+
+
+def test_a_thumbnail_is_small_whatever_the_input_size():
+    from PIL import Image
+
+    for side, expected in ((224, 128), (32, 64), (100, 100)):
+        picture = Image.open(io.BytesIO(thumbnail(images(1, side)[0])))
+        assert picture.size == (expected, expected), side
+
+
+def single_label_evaluation(classes: list[str], examples: int = 50) -> dict:
+    count = len(classes)
+    matrix = np.diag(np.full(count, 3))
+    matrix[0, 1] = 4
+    per_class = [{"class": c, "precision": 0.5, "recall": 0.25, "f1": i / count, "support": 4}
+                 for i, c in enumerate(classes)]
+    return {"epoch": 2, "examples": examples, "multi_label": False, "metrics": {"val_loss": 0.8, "val_accuracy": 0.6},
+            "classes": classes, "per_class": per_class,
+            "confusion_matrix": {"rows": "true class", "columns": "predicted class", "counts": matrix}
+            if count <= 256 else None}
+
+
+ROWS = [{"epoch": 1, "phase": "head", "train_loss": 1.2, "train_accuracy": 0.5, "val_loss": 1.0, "val_accuracy": 0.55,
+         "seconds": 3.0},
+        {"epoch": 2, "phase": "head", "train_loss": 0.9, "train_accuracy": 0.6, "val_loss": 0.8, "val_accuracy": 0.6,
+         "seconds": 3.0}]
+
+
+def gallery(task, classes: int, count: int) -> job_page.Gallery:
+    worst = Worst(task, keep=KEEP)
+    rng = np.random.default_rng(3)
+    if isinstance(task, MultiLabel):
+        labels = (rng.random((count, classes)) > 0.5).astype(np.float32)
+        probabilities = rng.random((count, classes)).astype(np.float32)
+    else:
+        labels = rng.integers(0, classes, count)
+        probabilities = rng.dirichlet(np.ones(classes), count).astype(np.float32)
+    worst.add(images(count, 224), labels, probabilities, rng.uniform(0, 5, count))
+    return job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count)
+
+
+def test_class_names_are_text_in_the_page_never_markup(tmp_path):
+    hostile = ['<img src="http://127.0.0.1:9/x.png">', "</table><script>alert(1)</script>", "a&b", "ordinary"]
+    found = single_label_evaluation(hostile)
+    evaluation.write(tmp_path, found, ROWS)
+    settings = {"dialect": "keras-pipe", "class_names": hostile, "dialect_notes": ["<b>note</b>"]}
+    page = job_page.write(tmp_path, found, ROWS, settings, "job-1", gallery(SingleLabel(4), 4, 40)).read_text()
+    assert "<script>" not in page and '<img src="http' not in page and "<b>note" not in page
+    assert "&lt;/table&gt;&lt;script&gt;" in page
+    opened = open_page(tmp_path / "report.html", tmp_path / "browser")
+    assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+
+
+def test_the_page_is_bounded_however_many_classes(tmp_path):
+    classes = [f"class number {i} with a long name" for i in range(2000)]
+    found = single_label_evaluation(classes, examples=100_000)
+    evaluation.write(tmp_path, found, ROWS)  # (too many classes for a matrix: per_class.png)
+    page = job_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe", "class_names": classes}, "job-1",
+                             gallery(SingleLabel(2000), 2000, 500))
+    text = page.read_text()
+    assert page.stat().st_size < 1_500_000, page.stat().st_size
+    assert text.count("<tr>") < job_page.MAX_CLASS_ROWS + 100
+    assert f"the {job_page.MAX_CLASS_ROWS} of lowest F1 of 2000 classes" in text
+    assert text.count('<div class="tile">') == KEEP
+    assert f"... ({len(json.dumps(classes)):,} characters)" in text  # (the setting, shortened)
+
+
+def test_a_multi_label_page_in_a_browser(tmp_path):
+    classes = ["sky", "tree", "car", "person", "dog"]
+    tp, fp, fn = np.array([5, 4, 0, 3, 2]), np.array([1, 0, 6, 2, 0]), np.array([0, 7, 2, 1, 0])
+    found = {"epoch": 3, "examples": 20, "multi_label": True, "metrics": {"val_loss": 0.4, "val_f1_micro": 0.7},
+             "classes": classes, "threshold": 0.5,
+             "per_class": [{"class": c, "precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 5} for c in classes],
+             "per_class_counts": {"true_positives": tp, "false_positives": fp, "false_negatives": fn,
+                                  "true_negatives": 20 - tp - fp - fn}}
+    rows = [dict(row, train_f1_micro=0.6, val_f1_micro=0.7) for row in ROWS]
+    evaluation.write(tmp_path, found, rows)
+    shown = gallery(MultiLabel(5), 5, 30)
+    page = job_page.write(tmp_path, found, rows, {"dialect": "mxnet"}, "job-2", shown)
+    text = page.read_text()
+    missed = re.search(r"Classes most often missed</h3><table>.*?<tbody>(.*?)</tbody>", text).group(1)
+    assert re.findall(r"<tr><td>(\w+)</td>", missed) == ["tree", "car", "person"]  # (by false negatives)
+    assert "labelled: " in text and text.count('<div class="tile">') == len(shown.mistakes) > 0
+    opened = open_page(page, tmp_path / "browser")
+    assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+    pictures, area = painted(page, tmp_path / "browser")
+    assert pictures == len(shown.mistakes) and area >= pictures * 64 * 64, (pictures, area)
+
+
+def test_a_job_stopped_before_its_gallery_says_so(tmp_path):
+    found = single_label_evaluation(["a", "b"])
+    evaluation.write(tmp_path, found, ROWS)
+    text = job_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe"}, "job-3", None).read_text()
+    assert "no gallery: a stop request came before the pass that finds them ended" in text
+    empty = dataclasses.replace(gallery(SingleLabel(2), 2, 4), mistakes=[], wrong=0)
+    text = job_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe"}, "job-3", empty).read_text()
+    assert "none: it gets all 4 validation images right" in text

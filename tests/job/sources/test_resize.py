@@ -1,0 +1,139 @@
+"""resize (MXNet's: the shorter side resized to it, then image_size taken from the centre, or at
+random in training with augment crop) and resize_interpolation (tf.image.resize's methods): the
+preprocessing against references computed with tf.image directly, and the exported serving
+signature, which must prepare an image as validation did."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_pipe_train.settings.config import INTERPOLATIONS, JobConfig
+from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.sources import preprocess
+
+RNG = np.random.default_rng(4)
+WIDE = RNG.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+TALL = RNG.integers(0, 256, (61, 44, 3), dtype=np.uint8)
+SEED = tf.constant([5, 11], tf.int64)
+
+
+def png(picture) -> tf.Tensor:
+    return tf.io.encode_png(picture)
+
+
+def reference(picture, size: int, shorter: int, method: str = "bilinear") -> np.ndarray:
+    """The size x size centre of the picture resized to `shorter` on its shorter side, computed
+    here with tf.image alone (the longer side rounded down, the offsets too, as MXNet's)."""
+    height, width = picture.shape[:2]
+    shape = (shorter, width * shorter // height) if height <= width else (height * shorter // width, shorter)
+    resized = tf.cast(tf.image.resize(picture, shape, method=method), tf.float32)
+    cropped = tf.image.crop_to_bounding_box(resized, (shape[0] - size) // 2, (shape[1] - size) // 2, size, size)
+    return np.clip(cropped.numpy(), 0, 255)
+
+
+def in_dataset(fn, value):
+    return next(iter(tf.data.Dataset.from_tensors(value).map(fn))).numpy()
+
+
+@pytest.mark.parametrize("picture", [WIDE, TALL], ids=["wide", "tall"])
+@pytest.mark.parametrize(("size", "shorter"), [(32, 40), (32, 32), (24, 37)])
+def test_resize_takes_the_centre_of_the_image_resized_on_its_shorter_side(picture, size, shorter):
+    fn = lambda x: preprocess.for_eval(x, size, shorter)  # noqa: E731
+    out = fn(png(picture)).numpy()
+    assert out.shape == (size, size, 3) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, reference(picture, size, shorter))
+    np.testing.assert_array_equal(in_dataset(fn, png(picture).numpy()), out)
+    # training without augment crop sees the same centre (augmentations aside)
+    np.testing.assert_array_equal(preprocess.for_train(png(picture), size, (), SEED, resize_to=shorter).numpy(), out)
+
+
+def test_a_jpeg_with_resize_is_the_reference_and_large_ones_decode_scaled_down_to_resize_not_size():
+    small = tf.io.encode_jpeg(WIDE, quality=100)  # (decoded at its full size: the same pixels)
+    whole = tf.io.decode_jpeg(small, channels=3).numpy()
+    np.testing.assert_array_equal(preprocess.for_eval(small, 32, 40).numpy(), reference(whole, 32, 40))
+    # 1200x1600 at resize 300: libjpeg's 1/4 (300x400), the largest scale that keeps 300 rows, not
+    # the 1/8 that image_size 128 alone would allow (its stripes, 6 pixels apart at 1/4, would be 3
+    # apart at 1/8, blurred away: 14.7 from the reference, where 1/4 is 4.3)
+    yy, xx = np.mgrid[:1200, :1600]
+    stripes = 128 + 100 * np.sin(2 * np.pi * xx / 24.0)
+    large = tf.io.encode_jpeg(np.stack([stripes, yy * 255 // 1200, 255 - stripes], -1).astype(np.uint8), quality=95)
+    out = preprocess.for_eval(large, 128, 300).numpy()
+    resized = tf.image.resize(tf.io.decode_jpeg(large), [300, 400], antialias=True).numpy()
+    assert np.abs(out - resized[86:214, 136:264]).mean() < 7.0
+
+
+@pytest.mark.parametrize("method", INTERPOLATIONS)
+def test_each_interpolation_resizes_as_tf_image_resize_does(method):
+    """Every resize of the image: the whole image's (evaluation, training, serving), the shorter
+    side's with resize, and the training crop's. Methods that ring past 0..255 are clipped."""
+    whole = np.clip(tf.cast(tf.image.resize(WIDE, [32, 32], method=method), tf.float32).numpy(), 0, 255)
+    out = preprocess.for_eval(png(WIDE), 32, interpolation=method).numpy()
+    np.testing.assert_array_equal(out, whole)
+    np.testing.assert_array_equal(preprocess.for_train(png(WIDE), 32, (), SEED, interpolation=method).numpy(), whole)
+    np.testing.assert_array_equal(preprocess.for_eval(png(TALL), 24, 40, method).numpy(),
+                                  reference(TALL, 24, 40, method))
+    if method != "bilinear":
+        assert not np.array_equal(out, preprocess.for_eval(png(WIDE), 32).numpy())
+        for augment in (("crop",), ("crop", "flip", "color", "rotate")):  # (one seed: the same crop)
+            for resize_to in (None, 40):
+                assert not np.array_equal(
+                    preprocess.for_train(png(WIDE), 32, augment, SEED, resize_to=resize_to, interpolation=method),
+                    preprocess.for_train(png(WIDE), 32, augment, SEED, resize_to=resize_to))
+
+
+def test_the_training_crop_with_resize_is_a_square_of_the_resized_image_at_its_scale():
+    """MXNet's rand_crop after its resize: each seed's crop is (within resampling noise) one of the
+    size x size squares of the image resized to `resize` on its shorter side, anywhere in it; not
+    Inception's random-resized crop, whose scale varies."""
+    yy, xx = np.mgrid[:90, :120]
+    # (smooth: a crop's corner falls between the resized image's pixels, which a sharp picture would
+    # show as a difference)
+    smooth = np.stack([xx, yy, 128 + 60 * np.sin(xx / 15.0) * np.cos(yy / 12.0)], -1).astype(np.uint8)
+    resized = tf.image.resize(smooth, [48, 64]).numpy()
+    offsets, differences = set(), []
+    for i in range(12):
+        crop = preprocess.for_train(png(smooth), 32, ("crop",), tf.constant([3, i], tf.int64), resize_to=48).numpy()
+        errors = {(y, x): np.abs(crop - resized[y:y + 32, x:x + 32]).mean() for y in range(17) for x in range(33)}
+        best = min(errors, key=errors.get)
+        offsets.add(best)
+        differences.append(errors[best])
+    # (0.1 to 1.4 here, 0.7 on average; Inception's crops of the same picture: 1.4 to 10.5, 5.5)
+    assert max(differences) < 2.0 and np.mean(differences) < 1.2, differences
+    assert len(offsets) >= 8  # anywhere, not always the centre
+
+
+def test_resize_below_image_size_is_refused_at_configuration_naming_both():
+    with pytest.raises(UserError, match=r"hyperparameter resize \(48\) must be at least image_size \(64\)"):
+        JobConfig.from_hyperparameters({"num_classes": "3", "image_size": "64", "resize": "48"})
+    assert JobConfig.from_hyperparameters({"num_classes": "3", "image_size": "64", "resize": "64"}).resize == 64
+    with pytest.raises(ValueError, match=r"resize \(30\) must be at least the image size \(32\)"):
+        preprocess.for_eval(png(WIDE), 32, 30)
+
+
+def test_the_served_model_prepares_images_as_validation_does(tmp_path):
+    """A tiny model exported with resize and an interpolation: the SavedModel's answer to a JPEG is
+    the Keras model's on for_eval's image of it (the centre of the resized image), not on the
+    whole image resized."""
+    import keras
+
+    from keras_pipe_train.model import classifier as M
+    from keras_pipe_train.model.export import export
+
+    keras.utils.set_random_seed(3)
+    backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
+                                 keras.layers.Conv2D(8, 3, strides=2, activation="relu")], name="tiny")
+    classifier = M.build_classifier("mobilenet_v3_small", backbone, 3, 0.0, pretrained=False)
+    head = classifier.get_layer("classifier")
+    head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])
+    serving = tf.saved_model.load(str(export(classifier, ("a", "b", "c"), 32, tmp_path / "model", resize_to=40,
+                                             interpolation="bicubic")))
+    # a wide picture whose sides differ from its centre: red edges, a blue middle with some texture
+    picture = np.zeros((48, 96, 3), np.uint8)
+    picture[:, :24], picture[:, 72:] = (230, 20, 20), (230, 20, 20)
+    picture[:, 24:72] = np.stack([np.full((48, 48), 30), RNG.integers(0, 120, (48, 48)), np.full((48, 48), 220)], -1)
+    jpeg = tf.io.encode_jpeg(picture, quality=95)
+    answer = serving.signatures["serving_default"](image_bytes=tf.stack([jpeg]))["probabilities"].numpy()
+    validated = classifier(preprocess.for_eval(jpeg, 32, 40, "bicubic")[None]).numpy()
+    np.testing.assert_allclose(answer, validated, atol=1e-5)
+    whole = classifier(preprocess.for_eval(jpeg, 32)[None]).numpy()
+    assert np.abs(answer - whole).max() > 1e-3  # (what it would answer without resize)

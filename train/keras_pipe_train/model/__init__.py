@@ -1,0 +1,12 @@
+"""The network the job trains and exports:
+
+    classifier   a Keras application backbone (or a ResNet of resnets) and a new head, built, loaded
+                 from weights files, frozen and unfrozen for each phase
+    resnets      MXNet's ResNet depths that Keras has no application for, built from plain layers
+    incremental  a previous job's model, from a `model` channel, continued
+    export       the TF Serving SavedModel and its serving signature (which decodes as sources/ does)
+
+`python -m keras_pipe_train.model --download-imagenet NAMES` bakes ImageNet weights into the image.
+It imports settings/ and sources/ (the export decodes images as training does); nothing of training/
+beside it or report/ above.
+"""

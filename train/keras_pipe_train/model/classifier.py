@@ -1,0 +1,183 @@
+"""The transfer-learning model: a Keras application backbone and a new classification head.
+
+Inputs are float32 RGB images in [0, 255]; the backbone's own preprocessing is inside the model.
+Training runs in two phases (https://keras.io/guides/transfer_learning/):
+  1. the backbone frozen, only the new head trains;
+  2. the top `fine_tune_layers` of the backbone unfrozen, at a lower learning rate.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_pipe_train.model import resnets
+from keras_pipe_train.settings.backbones import BACKBONES, IMAGENET_RESNET_DEPTHS
+from keras_pipe_train.settings.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+# Each family's input scaling, as Keras' preprocess_input does it ("caffe", "tf", "torch"), for
+# the families whose application does not scale its input itself: (channel order, scale, offset)
+# with output channel c = input[order[c]] * scale[c] + offset[c], from [0, 255] RGB
+_IMAGENET_MEAN_RGB, _IMAGENET_STD_RGB = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+_CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
+_SCALING = {
+    "caffe": ((2, 1, 0), (1.0, 1.0, 1.0), tuple(-m for m in _CAFFE_MEAN_BGR)),
+    "tf": ((0, 1, 2), (1 / 127.5,) * 3, (-1.0,) * 3),
+    "torch": ((0, 1, 2), tuple(1 / (255 * s) for s in _IMAGENET_STD_RGB),
+              tuple(-m / s for m, s in zip(_IMAGENET_MEAN_RGB, _IMAGENET_STD_RGB))),
+}
+
+
+def build_backbone(name: str, image_size: int, weights: str | None) -> keras.Model:
+    """The backbone without its ImageNet classifier. `weights`: "imagenet", None, or a file."""
+    spec = BACKBONES[name]
+    if weights == "imagenet" and not spec.imagenet_weights:
+        raise UserError(
+            f"backbone {name} has no ImageNet weights (it is built here: Keras has no such ResNet); of MXNet's "
+            f"ResNet depths (num_layers) only {', '.join(map(str, IMAGENET_RESNET_DEPTHS))} have them ("
+            f"{', '.join(f'resnet{depth}' for depth in IMAGENET_RESNET_DEPTHS)}). Set "
+            f"weights=none to train {name} from scratch, or give it a weights file of a {name} backbone "
+            "(weights=pretrained, or a path), or choose one of those depths")
+    constructor = getattr(resnets if spec.built_here else keras.applications, spec.application)
+    kwargs = {"include_preprocessing": True} if spec.include_preprocessing else {}
+    from_file = weights not in (None, "imagenet")
+    if from_file and not spec.loads_weight_files:
+        raise UserError(f"backbone {name} cannot be restored from a weights file ({weights}): its application "
+                        "builds its input scaling differently for ImageNet weights, which a file cannot say. Use "
+                        "weights=imagenet (downloaded, or baked into the image), or another backbone")
+    try:
+        backbone = constructor(
+            include_top=False, weights=None if from_file else weights,
+            input_shape=(image_size, image_size, 3), **kwargs,
+        )
+    except Exception as err:
+        if weights == "imagenet":
+            raise UserError(
+                f"could not load the ImageNet weights of {name} ({type(err).__name__}: {err}). "
+                "Without internet access (network isolation), put the weights file in a "
+                "'pretrained' channel and set weights=pretrained, or bake them into the image "
+                "(docker build --build-arg BAKE_WEIGHTS=...)"
+            ) from err
+        raise
+    if from_file:
+        load_backbone_weights(backbone, Path(weights), name)
+    return backbone
+
+
+def load_backbone_weights(backbone: keras.Model, path: Path, name: str) -> None:
+    """Loads a .weights.h5 file, or a legacy .h5 one (such as Keras' downloaded ImageNet files)."""
+    if not path.is_file():
+        raise UserError(f"backbone weights file {path} does not exist")
+    problem = None
+    # Keras can load part of a mismatched file, only warning that the rest "will retain their
+    # freshly-initialized weights": that would train on random features unnoticed, so any
+    # warning while loading counts as a mismatch.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            backbone.load_weights(str(path))
+        except Exception as err:  # Keras raises ValueError, KeyError or h5py errors on a mismatch
+            problem = f"{type(err).__name__}: {err}"
+    problem = problem or next((str(w.message) for w in caught), None)
+    if problem:
+        raise UserError(
+            f"weights file {path} does not fit backbone {name} ({problem[:300]}); it must hold "
+            f"the weights of a {name} backbone without its classifier (include_top=False), "
+            "such as a previous job's model/backbone.weights.h5"
+        )
+    log.info("loaded backbone weights from %s", path)
+
+
+def input_scaling(name: str) -> keras.layers.Layer | None:
+    """The backbone's input scaling from [0, 255] RGB (None when its application does it itself),
+    as a fixed 1x1 convolution: a plain Keras layer, so the saved .keras model loads without this
+    project's code (a custom layer would not)."""
+    mode = BACKBONES[name].preprocessing
+    if mode == "builtin":
+        return None
+    order, scale, offset = _SCALING[mode]
+    kernel = np.zeros((1, 1, 3, 3), np.float32)
+    for out, source in enumerate(order):
+        kernel[0, 0, source, out] = scale[out]
+    layer = keras.layers.Conv2D(3, 1, name=f"{mode}_preprocessing", trainable=False)
+    layer.build((None, None, None, 3))
+    layer.set_weights([kernel, np.array(offset, np.float32)])
+    return layer
+
+
+def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int, dropout: float,
+                     *, pretrained: bool = True, l2: float = 0.0, activation: str = "softmax") -> keras.Model:
+    """The backbone with a new head: pooling, dropout and a dense layer giving each class's
+    probability (`activation`: softmax over the classes, or sigmoid, each class on its own)."""
+    size = backbone.input_shape[1]
+    images = keras.Input((size, size, 3), name="images")
+    scaling = input_scaling(backbone_name)
+    x = scaling(images) if scaling else images
+    # training=False keeps a pretrained backbone's BatchNorm layers in inference mode for good,
+    # even once phase 2 unfreezes them: updating their statistics on a small dataset would wreck
+    # the pretrained features (Keras transfer-learning guide). A backbone trained from scratch
+    # has no statistics worth keeping: its BatchNorm layers follow the training flag.
+    x = backbone(x, training=False if pretrained else None)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    x = keras.layers.Dropout(dropout, name="dropout")(x)
+    # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
+    # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)
+    regularizer = keras.regularizers.L2(l2) if l2 else None
+    probabilities = keras.layers.Dense(num_classes, activation=activation, dtype="float32", name="classifier",
+                                       kernel_regularizer=regularizer)(x)
+    return keras.Model(images, probabilities, name=f"{backbone_name}_classifier")
+
+
+def freeze(backbone: keras.Model) -> None:
+    backbone.trainable = False
+
+
+def prepare_from_scratch(backbone: keras.Model, momentum: float = 0.9) -> None:
+    """Makes a randomly initialised backbone trainable as a whole.
+
+    Keras applications build BatchNorm with momentum 0.999, tuned for ImageNet-length runs; in a
+    run of a few hundred steps the moving statistics used at inference barely leave their
+    initial values and validation accuracy stays at chance however well training goes (seen here
+    on the digits). 0.9 lets them converge within an epoch or two.
+    """
+    backbone.trainable = True
+    for layer in backbone.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = momentum
+
+
+def backbone_of(model: keras.Model) -> keras.Model:
+    """The backbone inside a classifier built by build_classifier (also one loaded from .keras)."""
+    return next(layer for layer in model.layers if isinstance(layer, keras.Model))
+
+
+def unfreeze_top(backbone: keras.Model, count: int) -> list[str]:
+    """Makes the top `count` layers of the backbone trainable, except BatchNormalization layers.
+    Returns the names of the layers that train. The model must be compiled again afterwards:
+    Keras fixes the trainable weights at compile time."""
+    backbone.trainable = True
+    first = max(0, len(backbone.layers) - count)  # count may exceed the layers: all of them
+    training = []
+    for index, layer in enumerate(backbone.layers):
+        layer.trainable = index >= first and not isinstance(layer, keras.layers.BatchNormalization)
+        if layer.trainable and layer.weights:
+            training.append(layer.name)
+    return training
+
+
+def download_imagenet_weights(names: list[str]) -> None:
+    """Fetches the ImageNet weights of these backbones into $KERAS_HOME (the image bakes them in
+    with BAKE_WEIGHTS, for jobs that run without internet access)."""
+    for name in names:
+        if name not in BACKBONES:
+            raise SystemExit(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}")
+        build_backbone(name, 224, "imagenet")
+        print(f"downloaded the ImageNet weights of {name}")
+

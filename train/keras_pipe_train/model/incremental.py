@@ -1,0 +1,162 @@
+"""Incremental training: a previous job's model, given in a `model` channel, continued.
+
+As with SageMaker's built-in image classifiers, the channel holds what a job left in S3: its
+model.tar.gz (File mode copies it as it is), or the model/ folder's files. The job reads
+model.keras and classes.json from it (out of the archive, without unpacking anything else), builds
+its model from its own hyperparameters as usual, and copies the previous model's weights into it:
+the backbone's always; the classifier's when the classes are the same (`reinitialize_top_layer`,
+the TensorFlow algorithm's name: auto keeps a head of the same classes and replaces any other,
+true always replaces it, false refuses other classes). Building anew, rather than training the
+loaded model, keeps every setting of this job (image size, dropout, L2, the head's activation)
+and needs no trust in the file's graph beyond Keras' safe loading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path
+
+import keras
+
+from keras_pipe_train.model.classifier import backbone_of
+from keras_pipe_train.settings.backbones import BACKBONES
+from keras_pipe_train.settings.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "model"
+MODEL_FILE, CLASSES_FILE = "model.keras", "classes.json"
+MAX_MODEL_BYTES = 8 << 30  # model.keras of the largest backbone (ConvNeXt XLarge, 350M weights) is 1.4 GB
+MAX_CLASSES_BYTES = 64 << 20
+
+
+class Previous:
+    """The model in the channel: the Keras model, its class names, and where it came from."""
+
+    def __init__(self, model: keras.Model, classes: list[str], source: str):
+        self.model, self.classes, self.source = model, classes, source
+
+    @property
+    def backbone_name(self) -> str | None:
+        name = self.model.name.removesuffix("_classifier")
+        return name if name in BACKBONES and self.model.name.endswith("_classifier") else None
+
+    @property
+    def multi_label(self) -> bool:
+        return self.model.get_layer("classifier").activation.__name__ == "sigmoid"
+
+
+def load(folder: Path) -> Previous:
+    """The previous model in the channel's folder; a UserError says what is missing or wrong."""
+    if not folder.is_dir():
+        raise UserError(f"channel '{CHANNEL}' folder {folder} does not exist (the channel must be in File or FastFile "
+                        "mode)")
+    archives = sorted(p for p in folder.rglob("*.tar.gz") if p.is_file())
+    models = sorted(p for p in folder.rglob(MODEL_FILE) if p.is_file())
+    found = archives + models
+    if len(found) != 1:
+        listed = ", ".join(str(p.relative_to(folder)) for p in found[:5]) or "neither"
+        raise UserError(f"channel '{CHANNEL}' must hold one previous model: its model.tar.gz (as SageMaker stores a "
+                        f"job's model) or its model/ folder's {MODEL_FILE} and {CLASSES_FILE}; {folder} holds {listed}")
+    with tempfile.TemporaryDirectory() as work:
+        if archives:
+            model_path, classes_path = _unpack(archives[0], Path(work))
+        else:
+            model_path, classes_path = models[0], models[0].with_name(CLASSES_FILE)
+        source = str(found[0].relative_to(folder))
+        try:
+            model = keras.saving.load_model(model_path, compile=False, safe_mode=True)
+        except Exception as err:  # (Keras raises ValueError, TypeError, zipfile and h5py errors)
+            raise UserError(f"channel '{CHANNEL}': {source} holds a {MODEL_FILE} that Keras cannot load "
+                            f"({type(err).__name__}: {str(err)[:300]})") from err
+        classes = _classes(classes_path, source)
+    previous = Previous(model, classes, source)
+    layers = {layer.name for layer in model.layers}
+    nested = [layer for layer in model.layers if isinstance(layer, keras.Model)]
+    if (previous.backbone_name is None or "classifier" not in layers or len(nested) != 1
+            or len(classes) != model.output_shape[-1]):
+        raise UserError(f"channel '{CHANNEL}': {source} is not a model this job exported (its model is "
+                        f"{model.name!r} with {model.output_shape[-1]} outputs for {len(classes)} class names)")
+    return previous
+
+
+def _unpack(archive: Path, work: Path) -> tuple[Path, Path]:
+    """model.keras and classes.json out of the archive, as regular files of at most so much: no
+    other member is read, and no member's name or link decides where anything is written."""
+    wanted = {MODEL_FILE: MAX_MODEL_BYTES, CLASSES_FILE: MAX_CLASSES_BYTES}
+    got = {}
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if name not in wanted or name in got:
+                    continue
+                if not member.isreg() or member.size > wanted[name]:
+                    raise UserError(f"channel '{CHANNEL}': {archive.name}'s {name} is not a regular file of at most "
+                                    f"{wanted[name] >> 20} MB")
+                with tar.extractfile(member) as source, open(work / name, "wb") as target:
+                    shutil.copyfileobj(source, target)
+                got[name] = work / name
+            # to the end of the gzip stream, which checks its CRC: tarfile takes a damaged header
+            # after the first for the archive's end, and would hand over damaged members unsaid
+            while tar.fileobj.read(1 << 20):
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:  # (zlib: a damaged member's data)
+        raise UserError(f"channel '{CHANNEL}': {archive.name} cannot be read as a model.tar.gz "
+                        f"({type(err).__name__}: {err})") from err
+    if MODEL_FILE not in got:
+        raise UserError(f"channel '{CHANNEL}': {archive.name} holds no {MODEL_FILE} at its top: it must be a "
+                        "model.tar.gz this job exported (a SageMaker job's output/model.tar.gz)")
+    return got[MODEL_FILE], got.get(CLASSES_FILE, work / CLASSES_FILE)
+
+
+def _classes(path: Path, source: str) -> list[str]:
+    try:
+        classes = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"channel '{CHANNEL}': {source} has no readable {CLASSES_FILE} beside its {MODEL_FILE} "
+                        f"({type(err).__name__})") from err
+    if not (isinstance(classes, list) and all(isinstance(name, str) for name in classes)):
+        raise UserError(f"channel '{CHANNEL}': {source}'s {CLASSES_FILE} is not a list of class names")
+    return classes
+
+
+def continue_from(previous: Previous, model: keras.Model, backbone_name: str, class_names: tuple[str, ...],
+                  multi_label: bool, reinitialize_top_layer: str) -> bool:
+    """Copies the previous model's weights into `model` (built for this job): the backbone's, and
+    the classifier's unless it is replaced. Returns whether the head was kept."""
+    if previous.backbone_name != backbone_name:
+        raise UserError(f"channel '{CHANNEL}': the previous model's backbone is {previous.backbone_name}, and "
+                        f"this job's is {backbone_name}: set hyperparameter backbone={previous.backbone_name} to "
+                        "continue it")
+    if not BACKBONES[backbone_name].loads_weight_files:
+        raise UserError(f"channel '{CHANNEL}': backbone {backbone_name} cannot be continued from a model's weights "
+                        "(its application builds its input scaling differently for ImageNet weights); train it anew")
+    try:
+        backbone_of(model).set_weights(backbone_of(previous.model).get_weights())
+    except ValueError as err:
+        raise UserError(f"channel '{CHANNEL}': the previous model's backbone weights do not fit this job's "
+                        f"({str(err)[:300]})") from err
+    same = list(class_names) == previous.classes and multi_label == previous.multi_label
+    if reinitialize_top_layer == "false" and not same:
+        raise UserError(f"channel '{CHANNEL}': reinitialize_top_layer=false keeps the previous classifier, which was "
+                        f"trained for {_described(previous.classes, previous.multi_label)}; this job has "
+                        f"{_described(list(class_names), multi_label)}. Set reinitialize_top_layer=auto to replace it")
+    keep = same and reinitialize_top_layer != "true"
+    if keep:
+        model.get_layer("classifier").set_weights(previous.model.get_layer("classifier").get_weights())
+    why = ("the same classes" if keep else "reinitialize_top_layer=true" if same
+           else f"the classes differ: it was trained for {_described(previous.classes, previous.multi_label)}")
+    log.info("incremental training: continuing %s (channel '%s', backbone %s): the backbone's weights, and the "
+             "classifier %s (%s)", previous.source, CHANNEL, backbone_name, "kept" if keep else "replaced", why)
+    return keep
+
+
+def _described(classes: list[str], multi_label: bool) -> str:
+    shown = ", ".join(classes[:8]) + (", ..." if len(classes) > 8 else "")
+    return f"{len(classes)} classes ({shown}){', multi-label' if multi_label else ''}"

@@ -1,0 +1,191 @@
+"""output/data/report.html: one page a person opens after a job (from output.tar.gz, the local job
+folder, or `keras-pipe report JOB`), built from what evaluation.py writes beside it and the
+gallery of mistakes.py.
+
+    the headline figures        the exported model's validation metrics, examples, epochs
+    learning curves             learning_curves.png, inline
+    the worst mistakes          the KEEP validation images of highest loss: the picture the model
+                                saw, the label given, what it predicted, with what probability
+    where it is confused        single-label: the confusion matrix and the most-confused class
+                                pairs; multi-label: the classes most missed and most wrongly
+                                predicted, and each class's precision, recall and F1
+    each class                  precision, recall, F1 and support, the worst F1 first
+    the settings                the dialect the request was read in, what was translated, and
+                                every hyperparameter as the job resolved it
+
+Bounded in size whatever the validation set or the classes (about 1.5 MB at most: two pictures,
+KEEP thumbnails of ~5 KB, at most MAX_CLASS_ROWS rows and MAX_PAIRS pairs); evaluation.json keeps
+every number. With pages.py's policy, it loads nothing from outside itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from keras_pipe_train.report import pages
+from keras_pipe_train.report.mistakes import Mistake
+
+NAME = "report.html"
+MAX_CLASS_ROWS = 500
+MAX_PAIRS = 15
+MAX_SETTING = 1000  # characters of one setting's value
+
+
+@dataclasses.dataclass(frozen=True)
+class Gallery:
+    mistakes: list[Mistake]
+    seen: int  # validation images the pass looked at
+    wrong: int  # of them, those the model gets wrong
+    cut: bool = False  # the pass stopped at its time budget: `seen` are the first of the channel
+
+
+def write(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
+          gallery: Gallery | None) -> Path:
+    path = folder / NAME
+    path.write_text(render(folder, evaluation, rows, settings, job_name, gallery), encoding="utf-8")
+    return path
+
+
+def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
+           gallery: Gallery | None) -> str:
+    multi = evaluation["multi_label"]
+    kind = "multi-label" if multi else "single-label"
+    subtitle = (f"{kind} classifier of {len(evaluation['classes'])} classes, dialect {settings.get('dialect')}; "
+                f"the model exported (epoch {evaluation.get('epoch')}) on {evaluation['examples']:,} validation "
+                "examples")
+    sections = [headline(evaluation, rows),
+                pages.section("Learning curves", pages.figure(_picture(folder, "learning_curves.png"),
+                                                              "loss and accuracy (or F1) by epoch"), anchor="curves"),
+                mistakes_section(gallery, evaluation["classes"], multi),
+                confusion_section(folder, evaluation),
+                class_table(evaluation),
+                settings_section(settings)]
+    return pages.page(f"Training job {job_name}", subtitle, sections)
+
+
+def _picture(folder: Path, name: str) -> bytes | None:
+    path = folder / name
+    return path.read_bytes() if path.is_file() else None
+
+
+def headline(evaluation: dict, rows: list[dict]) -> str:
+    figures = [(pages.number(value), name.replace("val_", "validation ").replace("_", " "))
+               for name, value in evaluation["metrics"].items()]
+    figures += [(f"{evaluation['examples']:,}", "validation examples"), (str(len(rows)), "epochs trained"),
+                (str(len(evaluation["classes"])), "classes")]
+    seconds = sum(row.get("seconds") or 0 for row in rows)
+    if seconds:
+        figures.append((f"{seconds / 60:.1f} min", "training and validation time"))
+    return pages.cards(figures)
+
+
+def mistakes_section(gallery: Gallery | None, classes: list[str], multi: bool) -> str:
+    title = "The validation images it gets most wrong"
+    if gallery is None:
+        return pages.section(title, pages.note("no gallery: a stop request came before the pass that finds them "
+                                               "ended"), anchor="mistakes")
+    if not gallery.mistakes:
+        return pages.section(title, pages.note(f"none: it gets all {gallery.seen:,} validation images right"
+                                               if gallery.seen else "no validation image was seen"),
+                             anchor="mistakes")
+    tiles = "".join(_tile(mistake, tuple(classes), multi) for mistake in gallery.mistakes)
+    which = "all" if len(gallery.mistakes) == gallery.wrong else f"the {len(gallery.mistakes)} of highest loss"
+    seen = f"{'first ' if gallery.cut else ''}{gallery.seen:,}"
+    return pages.section(title, pages.note(
+        f"it gets {gallery.wrong:,} of the {seen} validation images wrong; here {which}, worst first, as "
+        "the model saw them (resized and cropped as for serving). A confident wrong prediction is often a wrong "
+        "label"), f'<div class="gallery">{tiles}</div>', anchor="mistakes")
+
+
+def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
+    shown = mistake.as_json(classes)
+    probabilities = shown["probabilities"]
+
+    def listed(names: list[str]) -> str:
+        return ", ".join(f"{name} ({probabilities[name]:.0%})" for name in names) or "none"
+
+    if multi:
+        lines = [f"labelled: {listed(shown['given'])}", f"predicted: {listed(shown['predicted'])}"]
+    else:
+        lines = [f"label: {shown['given'][0]} ({probabilities[shown['given'][0]]:.0%})",
+                 f"predicted: {shown['predicted'][0]} ({probabilities[shown['predicted'][0]]:.0%})"]
+    text = "<br>".join(pages.escape(line) for line in lines)
+    alt = f"validation image labelled {', '.join(shown['given']) or 'none'}"
+    return f'<div class="tile">{pages.image(mistake.jpeg, "image/jpeg", alt)}{text}<br>loss {shown["loss"]:.3f}</div>'
+
+
+
+def confusion_section(folder: Path, evaluation: dict) -> str:
+    classes = evaluation["classes"]
+    if evaluation["multi_label"]:
+        counts = evaluation["per_class_counts"]
+        missed = _ranked(classes, counts["false_negatives"], counts["true_positives"])
+        extra = _ranked(classes, counts["false_positives"], counts["true_negatives"])
+        return pages.section(
+            "Where it errs", pages.figure(_picture(folder, "per_class.png"), "each class's precision, recall and F1"),
+            "<h3>Classes most often missed</h3>",
+            pages.table(["class", "missed (false negatives)", "of its positives"], missed, [False, True, True]),
+            "<h3>Classes most often predicted wrongly</h3>",
+            pages.table(["class", "false positives", "of its negatives"], extra, [False, True, True]),
+            anchor="confusion")
+    matrix = evaluation.get("confusion_matrix")
+    if matrix is None:
+        return pages.section("Where it errs", pages.figure(_picture(folder, "per_class.png"),
+                                                           "each class (too many for a confusion matrix)"),
+                             anchor="confusion")
+    counts = np.asarray(matrix["counts"])
+    return pages.section("Where it is confused", pages.figure(_picture(folder, "confusion_matrix.png"),
+                                                              "rows: true class, as shares of its examples"),
+                         "<h3>The most-confused pairs</h3>", confused_pairs(counts, classes), anchor="confusion")
+
+
+def _ranked(classes: list[str], wrong: list, other: list) -> list:
+    order = sorted(range(len(classes)), key=lambda c: -wrong[c])[:MAX_PAIRS]
+    return [(classes[c], pages.number(wrong[c]), f"{wrong[c] / max(wrong[c] + other[c], 1):.1%}")
+            for c in order if wrong[c]]
+
+
+def confused_pairs(counts: np.ndarray, classes: list[str]) -> str:
+    off = counts.astype(np.float64).copy()
+    np.fill_diagonal(off, 0)
+    order = np.argsort(-off, axis=None)[:MAX_PAIRS]
+    support = counts.sum(axis=1)
+    rows = [(classes[i], classes[j], pages.number(int(off[i, j])), f"{off[i, j] / max(support[i], 1):.1%}")
+            for i, j in zip(*np.unravel_index(order, off.shape)) if off[i, j]]
+    if not rows:
+        return pages.note("no validation example was given a wrong class")
+    return pages.table(["true class", "predicted as", "examples", "of the true class"], rows,
+                       [False, False, True, True])
+
+
+def class_table(evaluation: dict) -> str:
+    per_class = sorted(evaluation["per_class"], key=lambda row: (row["f1"] if row["f1"] is not None else -1,
+                                                                 row["class"]))
+    shown = per_class[:MAX_CLASS_ROWS]
+    rows = [(row["class"], pages.number(row["precision"]), pages.number(row["recall"]), pages.number(row["f1"]),
+             pages.number(row["support"])) for row in shown]
+    parts = [pages.table(["class", "precision", "recall", "F1", "support"], rows, [False, True, True, True, True])]
+    if len(per_class) > len(shown):
+        parts.append(pages.note(f"the {len(shown)} of lowest F1 of {len(per_class)} classes: evaluation.json has all"))
+    return pages.section("Each class, the worst first", *parts, anchor="classes")
+
+
+def _shortened(text: str) -> str:
+    """A setting as the table shows it: at most MAX_SETTING characters (thousands of class names)."""
+    return text if len(text) <= MAX_SETTING else f"{text[:MAX_SETTING]}... ({len(text):,} characters)"
+
+
+def settings_section(settings: dict) -> str:
+    notes = settings.get("dialect_notes") or ()
+    rows = [(name, _shortened(json.dumps(value) if not isinstance(value, str) else value))
+            for name, value in settings.items() if name != "dialect_notes"]
+    parts = [pages.note(f"read in the {settings.get('dialect')} dialect")]
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{pages.escape(n)}</li>" for n in notes) + "</ul>")
+    parts.append(f"<details><summary>every hyperparameter as the job resolved it ({len(rows)})</summary>"
+                 f"{pages.table(['name', 'value'], rows)}</details>")
+    return pages.section("The settings", *parts, anchor="settings")

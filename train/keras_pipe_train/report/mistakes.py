@@ -1,0 +1,134 @@
+"""The validation images the exported model gets most wrong: of those it gets wrong, the ones of
+highest loss, as fastai's plot_top_losses shows them, for the job's report page (job_page.py) and TensorBoard.
+
+One pass over the validation channel, on the chief alone, after the export (the other hosts wait
+for it in the job's last collective): each batch through the model as exported, each example's
+loss as validation computes it (the plain cross-entropy), and only the KEEP worst kept, in a heap:
+memory stays bounded whatever the size of the set. What is kept of an image is the picture the
+model saw (its input, after the same resize and crop as validation and serving), shrunk to a
+THUMBNAIL-pixel JPEG: at most KEEP x ~5 KB in the page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import logging
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
+
+log = logging.getLogger(__name__)
+
+KEEP = 24  # images in the report's gallery
+THUMBNAIL = 128  # pixels: the longer side of a gallery image
+QUALITY = 85
+
+
+@dataclasses.dataclass(frozen=True)
+class Mistake:
+    """One validation image and what the model said of it. `given`/`predicted`: class ids (one each
+    for single-label; for multi-label, the classes labelled / those at or above the threshold);
+    `probabilities`: the model's probability of each class in either."""
+
+    loss: float
+    jpeg: bytes
+    given: tuple[int, ...]
+    predicted: tuple[int, ...]
+    probabilities: dict[int, float]
+
+    def as_json(self, class_names: tuple[str, ...]) -> dict:
+        def name(label: int) -> str:
+            return class_names[label] if label < len(class_names) else str(label)
+
+        return {"loss": round(self.loss, 4), "given": [name(c) for c in self.given],
+                "predicted": [name(c) for c in self.predicted],
+                "probabilities": {name(c): round(p, 4) for c, p in self.probabilities.items()}}
+
+
+class Worst:
+    """Of the examples seen so far that the model gets wrong, the `keep` of highest loss (a
+    min-heap: the least bad of them on top)."""
+
+    def __init__(self, task: SingleLabel | MultiLabel, keep: int = KEEP):
+        self.task, self.keep = task, keep
+        self.seen = self.wrong_count = 0
+        self.cut = False  # (the pass ended at its time budget, before the channel's end)
+        self._heap: list = []
+        self._order = itertools.count()  # (ties broken by arrival, never by comparing images)
+
+    def wrong(self, labels: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
+        """Which examples the model gets wrong: another class (single-label), or not exactly the
+        classes labelled (multi-label, at the threshold)."""
+        if isinstance(self.task, MultiLabel):
+            return np.any((probabilities >= self.task.threshold) != (labels >= 0.5), axis=-1)
+        return np.argmax(probabilities, axis=-1) != labels
+
+    def add(self, images: np.ndarray, labels: np.ndarray, probabilities: np.ndarray, losses: np.ndarray) -> None:
+        self.seen += len(losses)
+        wrong = self.wrong(labels, probabilities)
+        self.wrong_count += int(wrong.sum())
+        losses = np.where(wrong, losses, -np.inf)  # (only the wrong ones enter the gallery)
+        for index in np.argsort(-losses)[:min(self.keep, int(wrong.sum()))]:
+            loss = float(losses[index])
+            if not np.isfinite(loss):
+                loss = float("inf")
+            if len(self._heap) == self.keep and loss <= self._heap[0][0]:
+                break  # (sorted: none after it is worse either)
+            entry = (loss, next(self._order), self._mistake(images[index], labels[index], probabilities[index], loss))
+            if len(self._heap) < self.keep:
+                heapq.heappush(self._heap, entry)
+            else:
+                heapq.heapreplace(self._heap, entry)
+
+    def _mistake(self, image: np.ndarray, label: np.ndarray, probabilities: np.ndarray, loss: float) -> Mistake:
+        probabilities = probabilities.astype(np.float64)
+        if isinstance(self.task, MultiLabel):
+            given = tuple(int(c) for c in np.flatnonzero(label >= 0.5))
+            predicted = tuple(int(c) for c in np.flatnonzero(probabilities >= self.task.threshold))
+        else:
+            given, predicted = (int(label),), (int(np.argmax(probabilities)),)
+        shown = dict.fromkeys((*given, *predicted))
+        return Mistake(loss, thumbnail(image), given, predicted, {c: float(probabilities[c]) for c in shown})
+
+    def worst_first(self) -> list[Mistake]:
+        return [entry[2] for entry in sorted(self._heap, key=lambda entry: (-entry[0], entry[1]))]
+
+
+def thumbnail(image: np.ndarray) -> bytes:
+    """The model's input image (0-255 floats, height x width x 3) as a JPEG of at most THUMBNAIL pixels a side."""
+    pixels = tf.convert_to_tensor(image, tf.float32)
+    height, width = int(pixels.shape[0]), int(pixels.shape[1])
+    if max(height, width) > THUMBNAIL:
+        scale = THUMBNAIL / max(height, width)
+        pixels = tf.image.resize(pixels, [max(1, round(height * scale)), max(1, round(width * scale))],
+                                 antialias=True)
+    elif max(height, width) < THUMBNAIL // 2:  # (a tiny input shown at a visible size, pixels kept sharp)
+        factor = (THUMBNAIL // 2) // max(height, width)
+        pixels = tf.image.resize(pixels, [height * factor, width * factor], method="nearest")
+    pixels = tf.cast(tf.clip_by_value(tf.round(pixels), 0, 255), tf.uint8)
+    return tf.io.encode_jpeg(pixels, quality=QUALITY).numpy()
+
+
+def find(model, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop=None, keep: int = KEEP,
+         budget_s: float | None = None) -> Worst:
+    """The worst `keep` of `dataset`'s (images, labels) batches for `model`; `stop` (a
+    threading.Event) ends the pass early, and so does `budget_s` seconds gone (`cut` then says so)."""
+    worst = Worst(task, keep)
+    predict = tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    batches = iter(dataset)
+    for images, labels in batches:
+        if stop is not None and stop.is_set():
+            break
+        probabilities = tf.cast(predict(images), tf.float32)
+        losses = task.per_example_loss(False, labels, probabilities)
+        worst.add(images.numpy(), labels.numpy(), probabilities.numpy(), losses.numpy())
+        if deadline is not None and time.monotonic() > deadline:
+            worst.cut = next(batches, None) is not None  # (cut only if something was left)
+            break
+    return worst

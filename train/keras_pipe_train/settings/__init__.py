@@ -1,0 +1,13 @@
+"""What the job is told and how it answers, read before anything is built, without TensorFlow:
+
+    config            the hyperparameters: one typed, validated table, defaults in one place
+    dialects          the hyperparameters of SageMaker's built-in image classifiers, read as they mean them
+    backbones         the backbones a job can choose, and what each needs around it (model/ builds them)
+    contract          SageMaker's container contract: /opt/ml, the channels, the resources
+    errors            the kinds of error a job can end with
+    failure           any failure as SageMaker reports it: /opt/ml/output/failure and the exit code
+    unneeded_imports  the Python imports the job's and the server's processes skip
+
+The ground floor: it imports nothing of the job's (only the reader, pipemode), and every other part
+of the job, the server and the launcher may import it.
+"""

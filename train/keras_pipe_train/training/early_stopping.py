@@ -1,0 +1,102 @@
+"""Early stopping: when a phase stops improving, it ends, and its best epoch's weights are kept.
+export_epoch=best without early stopping keeps them the same way, under a rule that never stops.
+
+The decision is made from the metric rows of the epochs done (metrics.json's rows, which every
+checkpoint keeps), never from state held elsewhere: a job resumed from a checkpoint, or one host of
+several, reaches the same decision at the same epoch. (Every host computes the same validation
+metrics: their sums are all-reduced across hosts before any host reads them.) The best epoch's
+weights are copied into variables that checkpoints hold beside the model's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import keras
+import tensorflow as tf
+
+from keras_pipe_train.settings.config import JobConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    best_epoch: int  # 1-based, as the rows number them
+    best: float
+    improved: bool  # the last epoch is the new best
+    stop: bool  # the phase ends after the last epoch
+    epochs_without_improvement: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    metric: str  # a row's key: val_loss (lower is better) or val_accuracy
+    patience: int | float  # (inf: never stops)
+    min_delta: float
+    tolerance: float  # relative to the best so far (MXNet's early_stopping_tolerance)
+    min_epochs: int
+
+    @classmethod
+    def of(cls, config: JobConfig, validated: bool = True) -> Rule | None:
+        """Early stopping's rule; or, for export_epoch=best without it, one that only keeps each
+        phase's best epoch by early_stopping_metric (the first of equal ones: any change counts,
+        early_stopping_min_delta and _tolerance are early stopping's) and never ends a phase; None
+        when neither is asked, or export_epoch=best has no validation metrics to choose by
+        (`validated`: the job validates, on a validation channel or validation_split_ratio's share;
+        early stopping without validation is refused before this)."""
+        if config.early_stopping:
+            return cls(config.early_stopping_metric, config.early_stopping_patience, config.early_stopping_min_delta,
+                       config.early_stopping_tolerance, config.early_stopping_min_epochs)
+        if config.export_epoch == "best" and validated:
+            return cls(config.early_stopping_metric, math.inf, 0.0, 0.0, 1)
+        return None
+
+    @property
+    def stops(self) -> bool:
+        """Whether this rule may end a phase (early stopping's), or only keeps its best epoch."""
+        return math.isfinite(self.patience)
+
+    def better(self, value: float, best: float) -> bool:
+        """Whether `value` improves on `best` by more than min_delta and tolerance x |best|. Not a
+        number (a diverged or empty evaluation) never improves."""
+        if not math.isfinite(value):
+            return False
+        if not math.isfinite(best):
+            return True
+        gain = best - value if self.metric.endswith("loss") else value - best
+        return gain > max(self.min_delta, self.tolerance * abs(best))
+
+    def verdict(self, rows: list[dict], phase: str) -> Verdict:
+        """The state after the last row of `phase` (rows of other phases are not counted: each
+        phase stops on its own)."""
+        mine = [row for row in rows if row["phase"] == phase]
+        best_epoch, best = 0, float("nan")
+        for row in mine:
+            value = row.get(self.metric)
+            value = float("nan") if value is None else float(value)
+            if not best_epoch or self.better(value, best):
+                best_epoch, best = row["epoch"], value
+        waited = sum(1 for row in mine if row["epoch"] > best_epoch)
+        stop = waited >= self.patience and len(mine) >= self.min_epochs
+        return Verdict(best_epoch, best, bool(mine) and mine[-1]["epoch"] == best_epoch, stop, waited)
+
+
+class BestWeights(tf.Module):
+    """A copy of every weight of the model (trained or not, BatchNorm's statistics included) as it
+    was at the phase's best epoch. Tracked by checkpoints (the `best` entry), so a resumed job keeps
+    it. Made in the strategy's scope: mirrored on every replica like the model's."""
+
+    def __init__(self, model: keras.Model):
+        super().__init__(name="best_weights")
+        # (the model itself is not an attribute: the module would track it, and checkpoints would
+        # then hold the model twice)
+        self.copies = [tf.Variable(tf.zeros(w.shape, w.dtype), trainable=False, name=f"best_{i}")
+                       for i, w in enumerate(model.weights)]
+
+    def keep(self, model: keras.Model) -> None:
+        for copy, weight in zip(self.copies, model.weights):
+            copy.assign(weight.value)
+
+    def restore(self, model: keras.Model) -> None:
+        for copy, weight in zip(self.copies, model.weights):
+            weight.assign(copy)
