@@ -9,9 +9,11 @@ import os
 import sys
 
 from keras_pipe_launch.cli import deploy, local, predict, prepare, report, submit, transform, tune
+from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
 
 
 def main(argv=None) -> int:
+    quiet_tensorflow_start()  # (a command prints its own lines, not TensorFlow's start-up notices)
     parser = argparse.ArgumentParser(prog="keras-pipe",
                                      description="Run, submit and prepare Keras training jobs for SageMaker; "
                                                  "predict with their models.")

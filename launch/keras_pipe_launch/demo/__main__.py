@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
+
 OUT = Path("demo-output")
 # what the demo shows of a run: the runner's lines, metric lines, and the job's own INFO lines
 # without their timestamps (the full logs go to files)
@@ -135,6 +137,7 @@ def transfer_channels(out: Path, data: str = "digits-5-9") -> tuple[str, ...]:
 def main() -> int:
     started = time.time()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    quiet_tensorflow_start()
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir()
     held_out = make_data()

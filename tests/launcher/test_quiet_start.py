@@ -1,0 +1,74 @@
+"""`keras-pipe`'s commands print their own lines: TensorFlow's start-up notices, which it writes from
+C++ while it imports, stay out of the terminal unless TF_CPP_MIN_LOG_LEVEL=0 asks for them
+(keras_pipe_launch/common/quiet_start.py); its warnings and errors still show."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import run_logged
+
+KERAS_PIPE = Path(sys.executable).parent / "keras-pipe"  # the console script, as users type it
+NOTICES = ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard")
+
+
+def prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    photos = tmp_path / "photos"
+    if not photos.exists():
+        made = run_logged([sys.executable, "-m", "keras_pipe_launch.sample_data", str(photos), "--count", "40"], 120)
+        assert made.returncode == 0, made.stderr
+    here = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"  # (each run's own folder: the same lines)
+    here.mkdir()
+    done = run_logged([str(KERAS_PIPE), "prepare", "../photos", "prepared", "--max-side", "64"], 240, cwd=here,
+                      env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, **env})
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_keras_pipe_prepare_prints_its_own_lines_only_unless_tensorflows_are_asked_for(tmp_path):
+    quiet = prepare(tmp_path)
+    lines = (quiet.stdout + quiet.stderr).splitlines()
+    assert lines and all(line.startswith("prepare: ") for line in lines), lines
+    asked = prepare(tmp_path, TF_CPP_MIN_LOG_LEVEL="0")
+    assert "oneDNN custom operations" in asked.stderr or "cpu_feature_guard" in asked.stderr, asked.stderr
+    assert [line for line in (asked.stdout + asked.stderr).splitlines() if line.startswith("prepare: ")] == lines
+
+
+# A process that imports a stand-in for tensorflow (in a folder of its own, first on sys.path) which
+# writes to file descriptor 2 as TensorFlow's C++ does: two notices, a warning, an error, a line
+# without its newline; then the process says it got through, on stdout
+FAKE_TENSORFLOW = r'''
+import os
+for line in (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
+             b"I0000 00:00:1795793292.406502    3049 port.cc:153] oneDNN custom operations are on.\n",
+             b"W0000 00:00:1795793292.5    3049 gpu_device.cc:2344] Cannot dlopen some GPU libraries.\n",
+             b"To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow\n",
+             b"E0000 00:00:1795793292.6    3049 cuda_dnn.cc:8310] Unable to register cuDNN factory\n",
+             b"no newline at the end"):
+    os.write(2, line)
+'''
+IMPORTER = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
+quiet_tensorflow_start()
+import tensorflow
+print("imported", tensorflow.__file__.startswith(sys.argv[1]))
+'''
+
+
+def test_only_the_info_notices_are_dropped_and_the_rest_passes_in_order(tmp_path):
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text(FAKE_TENSORFLOW)
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = run_logged([sys.executable, "-c", IMPORTER, str(tmp_path)], 60, env=env)
+    assert out.returncode == 0 and out.stdout == "imported True\n", out
+    assert out.stderr.splitlines() == [
+        "W0000 00:00:1795793292.5    3049 gpu_device.cc:2344] Cannot dlopen some GPU libraries.",
+        "E0000 00:00:1795793292.6    3049 cuda_dnn.cc:8310] Unable to register cuDNN factory",
+        "no newline at the end"], out.stderr
+    shown = run_logged([sys.executable, "-c", IMPORTER, str(tmp_path)], 60, env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    assert len(shown.stderr.splitlines()) == 6 and "oneDNN" in shown.stderr, shown.stderr
