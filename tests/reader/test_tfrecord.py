@@ -277,13 +277,34 @@ def test_any_max_record_bytes_is_accepted_even_beyond_what_a_length_field_holds(
 
 
 # A reader process: one pass of channel train through PipeReader, one corrupt record allowed, then
-# its peak RSS as the kernel counts it (VmHWM) and what it read, as JSON.
+# its peak RSS as the kernel counts it (VmHWM) and what it read, as JSON. With HEAD and FILLER, the
+# FIFO's writer is a thread of this process, as a training job's other threads are (TensorFlow's,
+# allocating beside the reader): it writes HEAD's bytes, then FILLER bytes from one 1 MiB block, so
+# that the process holds no copy of the stream, and its peak is the reader's.
 _READ_ONE_PASS = """
-import json, sys
+import json, os, sys, threading
 from pipemode import PipeReader
-reader = PipeReader("train", "TFRecord", pipe_dir=sys.argv[1], config_dir=sys.argv[2], state_dir=sys.argv[3],
+pipe_dir, config_dir, state_dir, *writer = sys.argv[1:]
+
+def write(head, filler):
+    block = b"x" * (1 << 20)
+    with open(os.path.join(pipe_dir, "train_0"), "wb", buffering=0) as fifo:
+        for data in [head] + [block[:min(len(block), filler - sent)] for sent in range(0, filler, len(block))]:
+            view = memoryview(data)
+            while view:
+                view = view[fifo.write(view):]
+
+if writer:
+    os.mkfifo(os.path.join(pipe_dir, "train_0"))
+    with open(writer[0], "rb") as f:
+        head = f.read()
+    thread = threading.Thread(target=write, args=(head, int(writer[1])))
+    thread.start()
+reader = PipeReader("train", "TFRecord", pipe_dir=pipe_dir, config_dir=config_dir, state_dir=state_dir,
                     max_corrupted_records_to_skip=1)
 records = sum(len(batch) for batch in reader.read_pass())
+if writer:
+    thread.join()
 with open("/proc/self/status") as status:
     peak = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:"))
 print(json.dumps({"records": records, "skipped": reader.history[-1].skipped, "peak": peak}))
@@ -327,9 +348,9 @@ def moving_realloc(folder) -> dict:
     return {"LD_PRELOAD": str(folder / "moving_realloc.so")}
 
 
-def peak_rss_of_a_pass(folder, stream: bytes, env: dict) -> dict:
-    """A PipeReader process (with `env`) reading `stream` from a FIFO that its writer, another
-    process (tests/pipe_writer.py), feeds."""
+def peak_rss_of_a_pass(folder, head: bytes, filler: int, env: dict, writer: str) -> dict:
+    """A PipeReader process (with `env`) reading `head`, then `filler` bytes, from a FIFO that its
+    writer feeds: another process (tests/pipe_writer.py) or a thread of the reader's own."""
     import json
     import subprocess
     import sys
@@ -339,31 +360,40 @@ def peak_rss_of_a_pass(folder, stream: bytes, env: dict) -> dict:
     for sub in ("config", "data", "state"):
         (folder / sub).mkdir(parents=True)
     (folder / "config" / "inputdataconfig.json").write_text(json.dumps({"train": {"TrainingInputMode": "Pipe"}}))
-    (folder / "stream.tfrecord").write_bytes(stream)
-    writer = subprocess.Popen([sys.executable, str(REPO / "tests" / "pipe_writer.py"), "--dir", str(folder / "data"),
-                               "--channel", "train", "--passes", "1", str(folder / "stream.tfrecord")])
+    program = [sys.executable, "-c", _READ_ONE_PASS, str(folder / "data"), str(folder / "config"), str(folder / "state")]
+    if writer == "a thread":
+        (folder / "head.tfrecord").write_bytes(head)
+        process = None
+        program += [str(folder / "head.tfrecord"), str(filler)]
+    else:
+        (folder / "stream.tfrecord").write_bytes(head + b"x" * filler)
+        process = subprocess.Popen([sys.executable, str(REPO / "tests" / "pipe_writer.py"), "--dir",
+                                    str(folder / "data"), "--channel", "train", "--passes", "1",
+                                    str(folder / "stream.tfrecord")])
     try:
-        out = subprocess.run([sys.executable, "-c", _READ_ONE_PASS, str(folder / "data"), str(folder / "config"),
-                              str(folder / "state")], capture_output=True, text=True, timeout=wait_s(120), cwd=REPO,
+        out = subprocess.run(program, capture_output=True, text=True, timeout=wait_s(120), cwd=REPO,
                              env={**os.environ, **env})
     finally:
-        assert writer.wait(timeout=wait_s(60)) == 0
+        assert process is None or process.wait(timeout=wait_s(60)) == 0
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
 
+@pytest.mark.parametrize("writer", ["another process", "a thread"])
 @pytest.mark.parametrize("allocator", ["glibc's", "a realloc that moves blocks"])
-def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, tmp_path):
+def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, writer, tmp_path):
     """A CRC-valid header claiming 2 GB, then 150 MB and the stream's end: the reader's peak RSS
     (the kernel's count, not Python's) grows by about those 150 MB over the same program reading a
     small stream; not by 1.9x that, as it did where realloc moves a block to grow it (a buffer
-    grown by appends: the old block and the new one at once)."""
+    grown by appends: the old block and the new one at once). The same with the FIFO's writer a
+    thread of the reading process, as in a training job, whose heap TensorFlow's threads share.
+    (The decoder's pieces are kept as they come and joined once whole: tfrecord._complete.)"""
     env = moving_realloc(tmp_path / "allocator") if allocator != "glibc's" else {}
     header = struct.pack("<Q", tfrecord.MAX_RECORD_BYTES)
     forged = tfrecord.encode(RECORDS) + header + struct.pack("<I", masked_crc32c(header))
     arrived = 150 << 20
-    small = peak_rss_of_a_pass(tmp_path / "small", forged + b"x" * (1 << 20), env)
-    large = peak_rss_of_a_pass(tmp_path / "large", forged + b"x" * arrived, env)
+    small = peak_rss_of_a_pass(tmp_path / "small", forged, 1 << 20, env, writer)
+    large = peak_rss_of_a_pass(tmp_path / "large", forged, arrived, env, writer)
     for run in (small, large):  # (the records before it, then the forged one skipped: the stream ended in it)
         assert (run["records"], run["skipped"]) == (len(RECORDS), 1), run
     grown = large["peak"] - small["peak"]
