@@ -1,13 +1,12 @@
 """The code blocks of the project's Markdown documents, as tests/docs/test_docs.py runs them.
 
-A fenced ```bash block is a list of commands (lines joined at a trailing backslash); a command that
-cannot run in the tests says so where users read it, in a comment on its last line or on a comment
-line just before it: `# ... (not tested here: REASON)` or `# not tested here: REASON`, REASON
-beginning with one of REASONS (what the tests lack), then saying what exactly.
-A fenced ```python block is a snippet, run as a script. An HTML comment just before a block, which
-Markdown does not show, tells the tests what the block needs around it:
+A fenced ```bash block is a list of commands (lines joined at a trailing backslash); a fenced
+```python block is a snippet, run as a script. HTML comments just before a block, which Markdown
+does not show, tell the tests what the block needs around it, and which of its commands they
+cannot run and why (a reader sees the commands and the document's own words, nothing of the tests):
 
     <!-- doc-test: python sdk-v2 docker; environment pipe-channels train validation -->
+    <!-- doc-test: untested 2 takes longer than CI allows: it is the suite CI runs -->
 
   python sdk-v3 | sdk-v2          run with SageMaker SDK v3 (.venv) or v2 (.venv-sdk2)
   python same-request-as-previous-dry-run
@@ -22,6 +21,8 @@ Markdown does not show, tells the tests what the block needs around it:
   environment fresh-venv          the document's commands run in a new virtualenv (a user's own),
                                   first on PATH, where pip installs offline from the pinned
                                   requirements' wheels (`make test` downloads them) and nothing else
+  untested N REASON               the block's command N (from 1) is not run: REASON begins with one of
+                                  REASONS (what the tests lack), then says what exactly (no ";")
 
 Nothing here does a step for the reader: what a user must do is a command in the document.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<text>.*?)\s*-->\s*$")
-NOT_TESTED = re.compile(r"not tested here:\s*(?P<reason>[^)]*[^)\s])")
+UNTESTED = re.compile(r"^untested\s+(?P<number>\d+)\s+(?P<reason>.+)$")
 # What a command the tests cannot run may need, and they lack (every other command runs)
 REASONS = ("needs AWS", "needs a GPU", "needs the internet", "takes longer than CI allows")
 
@@ -46,6 +47,7 @@ class Block:
     lang: str
     text: str
     directives: dict[str, list[str]]
+    untested: dict[int, str] = dataclasses.field(default_factory=dict)  # command number (from 1): why not run
 
     @property
     def where(self) -> str:
@@ -62,12 +64,15 @@ class Command:
 def blocks(path: Path) -> list[Block]:
     """Every fenced block of the document, with the directives of the comment just before it."""
     found, lines = [], path.read_text().splitlines()
-    index, pending = 0, {}
+    index, pending, untested = 0, {}, {}
     while index < len(lines):
         directive = DIRECTIVE.match(lines[index])
         fence = FENCE.match(lines[index])
-        if directive:
-            pending = parse_directives(directive.group("text"))
+        if directive:  # (several comment lines in a row add up)
+            found_directives, found_untested = parse_directives(directive.group("text"))
+            for key, values in found_directives.items():
+                pending.setdefault(key, []).extend(values)
+            untested.update(found_untested)
         elif fence:
             indent, start = fence.group("indent"), index
             index += 1
@@ -75,43 +80,45 @@ def blocks(path: Path) -> list[Block]:
             while index < len(lines) and lines[index].strip() != "```":
                 body.append(lines[index][len(indent):] if lines[index].startswith(indent) else lines[index])
                 index += 1
-            found.append(Block(path, start + 1, fence.group("lang"), "\n".join(body) + "\n", pending))
-            pending = {}
+            found.append(Block(path, start + 1, fence.group("lang"), "\n".join(body) + "\n", pending, untested))
+            pending, untested = {}, {}
         elif lines[index].strip():
-            pending = {}  # a directive belongs to the block right after it
+            pending, untested = {}, {}  # a directive belongs to the block right after it
         index += 1
     return found
 
 
-def parse_directives(text: str) -> dict[str, list[str]]:
-    """'python sdk-v2 docker; environment fresh-venv' -> {"python": [...], "environment": [...]}"""
+def parse_directives(text: str) -> tuple[dict[str, list[str]], dict[int, str]]:
+    """'python sdk-v2 docker; environment fresh-venv; untested 2 needs AWS: ...' ->
+    ({"python": [...], "environment": [...]}, {2: "needs AWS: ..."})"""
     directives: dict[str, list[str]] = {}
+    untested: dict[int, str] = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
+        if command := UNTESTED.match(part):
+            untested[int(command.group("number"))] = command.group("reason")
+            continue
         key, *values = part.split()
         directives.setdefault(key, []).extend(values)
-    return directives
+    return directives, untested
 
 
 def commands(block: Block) -> list[Command]:
-    """The commands of a bash block; comment lines apply their marker to the next command."""
-    found, pending_reason, parts, first = [], None, [], 0
+    """The commands of a bash block, each with the reason it is not run (untested), or None."""
+    found, parts, first = [], [], 0
     for number, line in enumerate(block.text.splitlines(), start=block.line + 1):
         stripped = line.strip()
         if not parts and (not stripped or stripped.startswith("#")):
-            marker = NOT_TESTED.search(stripped)
-            if marker:
-                pending_reason = marker.group("reason")
             continue
         if not parts:
             first = number
         parts.append(line)
         if line.rstrip().endswith("\\"):
             continue
-        text = "\n".join(parts)
-        marker = NOT_TESTED.search(text.splitlines()[-1])
-        reason = marker.group("reason") if marker else pending_reason
-        found.append(Command(text, first, reason))
-        parts, pending_reason = [], None
+        found.append(Command("\n".join(parts), first, block.untested.get(len(found) + 1)))
+        parts = []
     if parts:
         raise AssertionError(f"{block.where}: the block ends inside a command (a trailing backslash)")
+    beyond = sorted(set(block.untested) - set(range(1, len(found) + 1)))
+    if beyond:
+        raise AssertionError(f"{block.where}: untested {beyond}: the block has {len(found)} commands")
     return found

@@ -4,8 +4,7 @@ Each document runs in a checkout of its own (a copy of this one, with its virtua
 who follows it: one bash session for all its blocks, `.venv/bin` first on PATH (as after `source
 .venv/bin/activate`), S3 and SageMaker served by moto on 127.0.0.1 (AWS_ENDPOINT_URL) with a bucket
 `my-bucket`, image commands on the tests' engines. What a block needs around it is said in an HTML
-comment Markdown does not show, and a command that cannot run here says so where users read it
-(tests/doc_blocks.py). A document's commands must all exit 0; some outcomes are checked after.
+comment Markdown does not show, as is a command that cannot run here, and why (tests/docs/doc_blocks.py). A document's commands must all exit 0; some outcomes are checked after.
 """
 
 from __future__ import annotations
@@ -57,6 +56,8 @@ def test_every_block_is_one_the_tests_know_how_to_run():
                 assert reason is None or reason.startswith(doc_blocks.REASONS) and len(reason) > 30, \
                     f"{block.where}: a command the tests do not run must say why, beginning with one of " \
                     f"{doc_blocks.REASONS} and saying what exactly: {reason!r}"
+            # what the tests know of a block is hidden from its reader (doc_blocks.py)
+            assert "not tested here" not in block.text, f"{block.where}: say it in a doc-test comment: untested N REASON"
             # what a block needs around it, never a step the reader must do (doc_blocks.py)
             assert set(block.directives) <= {"python", "environment"}, f"{block.where}: {block.directives}"
 
