@@ -34,11 +34,11 @@ def hps(recipe: tuple[str, ...], **changes) -> tuple[str, ...]:
 
 
 RECIPES = {
-    "the demo's: adam, 3 head + 12 fine-tuning epochs": TRANSFER_RECIPE,
+    "the demo's: adam, cosine, 3 head + 12 fine-tuning epochs": TRANSFER_RECIPE,
     "nesterov, cosine, 30 warmup steps, clipping at 1": hps(
         TRANSFER_RECIPE, optimizer="nesterov", learning_rate=0.05, fine_tune_learning_rate=0.002,
         lr_schedule="cosine", warmup_steps=30, gradient_clip_norm=1.0),
-    "adamw, label smoothing 0.1, early stopping": hps(TRANSFER_RECIPE, optimizer="adamw", label_smoothing=0.1,
+    "adamw, cosine, label smoothing 0.1, early stopping": hps(TRANSFER_RECIPE, optimizer="adamw", label_smoothing=0.1,
                                                       early_stopping="true", early_stopping_patience=3),
     # (no flip: a mirrored digit is another sign)
     "augment=crop,rotate,zoom,aspect,shear": hps(TRANSFER_RECIPE, augment="crop,rotate,zoom,aspect,shear"),

@@ -428,11 +428,14 @@ def assert_same_request(where: str, dry_run: dict, recording: Path, sdk: str, mo
 
 def demo_learned(output: str, checkout: Path, new_jobs: list[dict]) -> None:
     """`make demo` (the README's first command) shows transfer learning working: 5 classes each,
-    chance is 20 %; runs here: 94-96 % pretraining, 96-97 % transfer and served."""
+    chance is 20 %; and its served model scores what the README says it does here (97 %: the demo
+    is seeded, and gives it each time here; 2 points allowed for another CPU's arithmetic)."""
     summary = output[output.index("summary ("):]
     pretrain, transfer = map(int, re.findall(r"validation accuracy (\d+)%", summary))
     served = int(re.search(r"the served SavedModel scores (\d+)%", summary).group(1))
     assert pretrain >= 80 and transfer >= 85 and served >= 85, summary
+    stated = int(re.search(r"held-out JPEGs:\s+(\d+)\s+%\s+of\s+them\s+right\s+here", (REPO / "README.md").read_text()).group(1))
+    assert abs(served - stated) <= 2, f"the README says {stated} %, make demo printed {served} %: {summary}"
     assert "all 180 held-out images: rows are the true digit" in output
     assert (checkout / "demo-output/transfer/algo-1/model/1/saved_model.pb").is_file()
     assert "launch | fed algo-1/train pass 0:" in output  # the transfer job ran in Pipe mode
