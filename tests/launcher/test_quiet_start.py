@@ -37,9 +37,9 @@ def test_keras_pipe_prepare_prints_its_own_lines_only_unless_tensorflows_are_ask
     assert [line for line in (asked.stdout + asked.stderr).splitlines() if line.startswith("prepare: ")] == lines
 
 
-# A process that imports a stand-in for tensorflow (in a folder of its own, first on sys.path) which
-# writes to file descriptor 2 as TensorFlow's C++ does: two notices, a warning, an error, a line
-# without its newline; then the process says it got through, on stdout
+# A stand-in for tensorflow (imported from a folder of its own, first on sys.path) which writes to
+# file descriptor 2 as TensorFlow's C++ does: two notices, a warning, an error, a line without its
+# newline; then the process that imported it says it got through, on stdout
 FAKE_TENSORFLOW = r'''
 import os
 for line in (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n",
@@ -61,14 +61,46 @@ print("imported", tensorflow.__file__.startswith(sys.argv[1]))
 
 
 def test_only_the_info_notices_are_dropped_and_the_rest_passes_in_order(tmp_path):
-    (tmp_path / "tensorflow").mkdir()
-    (tmp_path / "tensorflow" / "__init__.py").write_text(FAKE_TENSORFLOW)
+    folder = fake_tensorflow(tmp_path, FAKE_TENSORFLOW)
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    out = run_logged([sys.executable, "-c", IMPORTER, str(tmp_path)], 60, env=env)
+    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env=env)
     assert out.returncode == 0 and out.stdout == "imported True\n", out
     assert out.stderr.splitlines() == [
         "W0000 00:00:1795793292.5    3049 gpu_device.cc:2344] Cannot dlopen some GPU libraries.",
         "E0000 00:00:1795793292.6    3049 cuda_dnn.cc:8310] Unable to register cuDNN factory",
         "no newline at the end"], out.stderr
-    shown = run_logged([sys.executable, "-c", IMPORTER, str(tmp_path)], 60, env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    shown = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
     assert len(shown.stderr.splitlines()) == 6 and "oneDNN" in shown.stderr, shown.stderr
+
+
+def fake_tensorflow(folder: Path, code: str) -> Path:
+    (folder / "tensorflow").mkdir(parents=True)
+    (folder / "tensorflow" / "__init__.py").write_text(code)
+    return folder
+
+
+def test_what_an_import_that_aborts_said_still_shows(tmp_path):
+    """TensorFlow's fatal lines ("Check failed", or its refusal of a CPU without AVX) come just
+    before abort(): the relay, a process of its own, outlives this one and passes them on."""
+    folder = fake_tensorflow(tmp_path, 'import os\n'
+                             'os.write(2, b"I0000 00:00:1.0   1 port.cc:153] oneDNN custom operations are on.\\n")\n'
+                             'os.write(2, b"F0000 00:00:1.0   1 cpu_feature_guard.cc:1] The TensorFlow library was '
+                             'compiled to use AVX instructions, but these are not available on this machine.\\n")\n'
+                             'os.abort()\n')
+    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60,
+                     env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert out.returncode == -6, out  # (SIGABRT)
+    assert "compiled to use AVX instructions" in out.stderr and "oneDNN" not in out.stderr, out.stderr
+
+
+def test_a_long_write_with_the_gil_held_gets_through(tmp_path):
+    """C++ code writes to stderr holding the GIL; 2 MB is far more than a pipe holds, and the relay
+    (not a thread of this process, which would wait for that GIL) drains it."""
+    folder = fake_tensorflow(tmp_path, 'import ctypes\n'
+                             'line = b"W0000 00:00:1.0   1 x.cc:1] " + b"x" * 200 + b"\\n"\n'
+                             'data = line * 10000\n'
+                             'ctypes.PyDLL(None).write(2, data, len(data))\n')
+    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60,
+                     env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    assert out.returncode == 0 and out.stdout == "imported True\n", out.stdout
+    assert out.stderr.count("x.cc:1]") == 10000

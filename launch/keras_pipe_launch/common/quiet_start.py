@@ -6,11 +6,15 @@ them: twice "WARNING: All log messages before absl::InitializeLog() is called ar
 STDERR" and the oneDNN notice, and CPU builds add the instruction-set one. A command that
 prints three lines of results (`keras-pipe prepare`) printed six of those around them.
 
-So the launcher's commands import TensorFlow with its stderr (file descriptor 2) read through a
-pipe for the duration of the import, and every line passes on to the real stderr as it comes,
-except those INFO notices (warnings and errors still show, as does what came before a crash).
-`TF_CPP_MIN_LOG_LEVEL=0`, TensorFlow's own way to ask for its INFO lines, shows them all again.
-The training job's own log is left alone: SageMaker users read it in CloudWatch as TensorFlow
+So the launcher's programs import TensorFlow with its stderr (file descriptor 2) sent through a
+pipe for the duration of the import, to a small relay process that passes every line on to the
+real stderr as it comes, except those INFO notices: warnings and errors still show, and a line
+that stays without its newline for a moment is passed on as it is. A process, not a thread: the
+relay outlives an import that aborts the process (TensorFlow's fatal "Check failed" lines, or its
+"compiled to use AVX" refusal, then abort()), still shows what it said, and never waits on this
+process's GIL (C code that writes more than the pipe holds while holding it would deadlock with a
+thread). `TF_CPP_MIN_LOG_LEVEL=0`, TensorFlow's own way to ask for its INFO lines, shows them all
+again. A training job's own log is left alone: SageMaker users read it in CloudWatch as TensorFlow
 wrote it (`keras-pipe local` relays it the same way).
 """
 
@@ -20,15 +24,48 @@ import contextlib
 import importlib.abc
 import importlib.util
 import os
-import re
+import subprocess
 import sys
-import threading
 
 # The notices dropped: absl's note on logging before its initialisation, any INFO line
-# (I<MMDD> <time> <thread> <file>:<line>] ...: oneDNN, the CPU instruction sets), and the
-# instruction-set notice's second line, which has no prefix
-NOTICE = re.compile(rb"WARNING: All log messages before absl::InitializeLog\(\)|I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ "
-                    rb"[\w.]+:\d+\] |To enable the following instructions: ")
+# (I<MMDD> <time> <thread> <file>:<line>] ...: oneDNN, the CPU instruction sets; before absl is
+# initialised the time is seconds since 1970), and the instruction-set notice's second line,
+# which has no prefix
+NOTICE = (rb"WARNING: All log messages before absl::InitializeLog\(\)|I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [\w.]+:\d+\] "
+          rb"|To enable the following instructions: ")
+# How long the import's end waits for the relay to pass the last lines on: it ends as soon as the
+# pipe has no writer left, unless a process started during the import holds it (that one's lines
+# are then relayed as it writes them, after)
+RELAY_END_S = 2.0
+
+# The relay: stdin (the pipe) to stdout (the real stderr), line by line, NOTICE lines left out; a
+# partial line is passed on once nothing more has come for 50 ms (a notice is written whole). It
+# ignores Ctrl-C (it ends with the pipe), and once its output is gone (a closed terminal) it goes on
+# reading, so that no writer ever blocks on a full pipe.
+_RELAY = rf"""
+import os, re, select, signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+notice, pending, lost = re.compile({NOTICE!r}), b"", False
+def out(data):
+    global lost
+    while data and not lost:
+        try:
+            data = data[os.write(1, data):]
+        except OSError:
+            lost = True
+while True:
+    if pending and not select.select([0], [], [], 0.05)[0]:
+        out(pending)
+        pending = b""
+        continue
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    *lines, pending = (pending + chunk).split(b"\n")
+    out(b"".join(line + b"\n" for line in lines if not notice.match(line)))
+if pending and not notice.match(pending):
+    out(pending)
+"""
 
 
 def asked_for() -> bool:
@@ -41,33 +78,34 @@ def notices_dropped(stream_fd: int = 2):
     """Within: what is written to `stream_fd` passes on line by line, the NOTICE lines left out."""
     sys.stderr.flush()
     kept = os.dup(stream_fd)
-    read_end, write_end = os.pipe()
-    relay = threading.Thread(target=_relay, args=(read_end, kept), name="quiet-start", daemon=True)
-    relay.start()
-    os.dup2(write_end, stream_fd)
-    os.close(write_end)
     try:
-        yield
+        read_end, write_end = os.pipe()
+        try:
+            relay = subprocess.Popen([sys.executable, "-I", "-S", "-c", _RELAY], stdin=read_end, stdout=kept,
+                                     close_fds=True)
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        try:
+            try:
+                os.dup2(write_end, stream_fd)
+            finally:
+                os.close(write_end)
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(kept, stream_fd)  # (the pipe's last writer gone: the relay reads its end, then stops)
+            try:
+                relay.wait(RELAY_END_S)
+            except subprocess.TimeoutExpired:
+                _still_relaying.append(relay)  # (a process started during the import holds the pipe)
     finally:
-        sys.stderr.flush()
-        os.dup2(kept, stream_fd)  # (the pipe's last writer gone: the relay reads its end, then stops)
-        relay.join()
         os.close(kept)
 
 
-def _relay(read_end: int, out_fd: int) -> None:
-    with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        pending = b""
-        while chunk := pipe.read(65536):
-            *lines, pending = (pending + chunk).split(b"\n")
-            _write(out_fd, [line + b"\n" for line in lines])
-        _write(out_fd, [pending] if pending else [])
-
-
-def _write(out_fd: int, lines: list[bytes]) -> None:
-    data = b"".join(line for line in lines if not NOTICE.match(line))
-    while data:
-        data = data[os.write(out_fd, data):]
+_still_relaying: list[subprocess.Popen] = []
 
 
 class _QuietImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -88,6 +126,9 @@ class _QuietImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
+        # (the module's loader is TensorFlow's own again before its code runs: importlib.resources
+        # and the like find it there)
+        module.__loader__ = module.__spec__.loader = self.loader
         with notices_dropped():
             self.loader.exec_module(module)
 

@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.prepare import duplicates, images, sources
 from keras_pipe_launch.prepare.dataset import ImageOptions, default_workers, in_order, write_examples
@@ -125,6 +126,7 @@ def fingerprints(paths: list[Path], max_pixels: int, workers: int) -> list[dupli
 
 
 def main(argv: list[str] | None = None) -> int:
+    quiet_tensorflow_start()  # (`prepare --local` relays its lines to the terminal, where they are prepare's own)
     base = base_dir()
     try:
         prepare_share(base, arguments(argv))
