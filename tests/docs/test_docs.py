@@ -428,14 +428,17 @@ def assert_same_request(where: str, dry_run: dict, recording: Path, sdk: str, mo
 
 def demo_learned(output: str, checkout: Path, new_jobs: list[dict]) -> None:
     """`make demo` (the README's first command) shows transfer learning working: 5 classes each,
-    chance is 20 %; and its served model scores what the README says it does here (97 %: the demo
-    is seeded, and gives it each time here; 2 points allowed for another CPU's arithmetic)."""
+    chance is 20 %; and its served model scores what the README says: the figure it gives here each
+    time (the demo is seeded), within the range the pretraining's other seeds give, which another
+    CPU's arithmetic may take it anywhere in."""
     summary = output[output.index("summary ("):]
     pretrain, transfer = map(int, re.findall(r"validation accuracy (\d+)%", summary))
     served = int(re.search(r"the served SavedModel scores (\d+)%", summary).group(1))
     assert pretrain >= 80 and transfer >= 85 and served >= 85, summary
-    stated = int(re.search(r"held-out JPEGs:\s+(\d+)\s+%\s+of\s+them\s+right\s+here", (REPO / "README.md").read_text()).group(1))
-    assert abs(served - stated) <= 2, f"the README says {stated} %, make demo printed {served} %: {summary}"
+    stated = re.search(r"held-out JPEGs:\s+(\d+)\s+%\s+of\s+them\s+right\s+here\s+\((\d+)-(\d+)\s+%\s+when",
+                       " ".join((REPO / "README.md").read_text().split()))
+    here, low, high = map(int, stated.groups())
+    assert low <= here <= high and low <= served <= high, f"the README says {here} % ({low}-{high} %): {summary}"
     assert "all 180 held-out images: rows are the true digit" in output
     assert (checkout / "demo-output/transfer/algo-1/model/1/saved_model.pb").is_file()
     assert "launch | fed algo-1/train pass 0:" in output  # the transfer job ran in Pipe mode
@@ -472,6 +475,13 @@ def sdk_local_mode_made_a_model(output: str, checkout: Path, new_jobs: list[dict
     assert (checkout / "sdk-local-output" / "output.tar.gz").is_file()
 
 
+def no_tensorflow_notices(output: str, checkout: Path, new_jobs: list[dict]) -> None:
+    """keras-pipe's commands (prepare on one machine, and its instances with --local) printed their
+    own lines, none of TensorFlow's start-up notices (launch/keras_pipe_launch/common/quiet_start.py)."""
+    for notice in ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard"):
+        assert notice not in output, f"{notice!r} in the document's output"
+
+
 # what some documents' commands must have done, beyond exiting 0: text they printed, or a check
 OUTCOMES = {
     "README.md": [demo_learned, "prepare: 1622 train and 175 validation examples of 10 classes",
@@ -481,7 +491,8 @@ OUTCOMES = {
                       "launch | fed algo-1/train pass 0: 119 records", "launch | fed algo-2/train pass 0: 62 records"],
     "docs/prepare.md": ["upload: 0 files uploaded, 5 already there unchanged", "prepare: 360 train and 40 "
                         "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
-                        "s3://my-bucket/datasets/local-scale-digits/ is complete already (run "],
+                        "s3://my-bucket/datasets/local-scale-digits/ is complete already (run ",
+                        no_tensorflow_notices],
     "docs/image.md": ["launch | algo-1 completed", '"predicted_label": ', sdk_local_mode_made_a_model],
     "docs/tuning.md": ['"HyperParameterTuningJobName"'],
     "docs/sources.md": ["launch | channel train (Pipe, augmented manifest): 270 lines from s3://my-bucket/labelled/",
