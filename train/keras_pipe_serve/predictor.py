@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from keras_pipe_serve.payloads import BadRequest
+from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
 from keras_pipe_train.sources import images as image_checks
 
@@ -66,7 +67,7 @@ class Predictor:
 
         # serving.json (older exports have none: the defaults)
         settings = beside("serving.json") or {}
-        self.max_pixels = int(settings.get("max_image_pixels", image_checks.DEFAULT_MAX_PIXELS))
+        self.max_pixels = int(settings.get("max_image_pixels", DEFAULT_MAX_PIXELS))
         self.threshold = settings.get("threshold")
         self.dialect = dialect_of(settings)
         try:
