@@ -11,6 +11,20 @@ import sys
 
 from tests.conftest import REPO, FakeJob, run_logged
 
+# the job's exit codes (keras_pipe_train.settings.failure.EXIT_CODES): a bad configuration, bad data, a bug
+CONFIG, DATA, INTERNAL = 2, 3, 1
+
+
+def failed(job: FakeJob, out, code: int, first_line: str) -> str:
+    """The job ended with exit `code` and a failure file whose reason (its first line, the part
+    SageMaker shows) starts with `first_line`, the traceback after it; its text."""
+    assert out.returncode == code, out.stdout[-2000:] + out.stderr[-2000:]
+    text = (job.base / "output" / "failure").read_text()
+    assert text.splitlines()[0].startswith(first_line), text[:1000]
+    assert "Traceback" in text  # after the reason
+    assert len(text.splitlines()[0]) < 1024  # what SageMaker shows as FailureReason
+    return text
+
 
 def write_hyperparameters(job: FakeJob, **values) -> None:
     """As SageMaker writes them: every value a string."""

@@ -14,22 +14,21 @@ from keras_pipe_train.sources.example import encode_example
 from pipemode import tfrecord
 from pipemode.crc import masked_crc32c
 from tests.conftest import png_bomb, read_until
-from tests.job.conftest import file_channel, run_train, start_train, write_hyperparameters
+from tests.job.conftest import (
+    CONFIG,
+    DATA,
+    INTERNAL,
+    failed,
+    file_channel,
+    run_train,
+    start_train,
+    write_hyperparameters,
+)
 from tests.timeouts import wait_s
 
-CONFIG, DATA, INTERNAL = 2, 3, 1
 # vgg16: the backbone quickest to build and trace (16 plain layers, 6 s here against 16 s for the
 # default): these jobs are about how they fail, most before their first step
 OK = dict(num_classes=10, image_size=32, epochs=1, weights="none", batch_size=16, augment="false", backbone="vgg16")
-
-
-def failed(job, out, code: int, first_line: str) -> str:
-    assert out.returncode == code, out.stdout[-2000:] + out.stderr[-2000:]
-    text = (job.base / "output" / "failure").read_text()
-    assert text.splitlines()[0].startswith(first_line), text[:1000]
-    assert "Traceback" in text  # after the reason
-    assert len(text.splitlines()[0]) < 1024  # what SageMaker shows as FailureReason
-    return text
 
 
 @pytest.fixture

@@ -279,26 +279,28 @@ def test_any_max_record_bytes_is_accepted_even_beyond_what_a_length_field_holds(
 # A reader process: one pass of channel train through PipeReader, one corrupt record allowed, then
 # its peak RSS as the kernel counts it (VmHWM) and what it read, as JSON. With HEAD and FILLER, the
 # FIFO's writer is a thread of this process, as a training job's other threads are (TensorFlow's,
-# allocating beside the reader): it writes HEAD's bytes, then FILLER bytes from one 1 MiB block, so
-# that the process holds no copy of the stream, and its peak is the reader's.
+# allocating beside the reader): it writes HEAD's bytes, then FILLER bytes, each MiB a buffer of its
+# own allocated, filled and freed in turn, so that the heap the reader grows in churns while the
+# process holds no copy of the stream, and its peak is the reader's.
 _READ_ONE_PASS = """
 import json, os, sys, threading
 from pipemode import PipeReader
 pipe_dir, config_dir, state_dir, *writer = sys.argv[1:]
 
 def write(head, filler):
-    block = b"x" * (1 << 20)
     with open(os.path.join(pipe_dir, "train_0"), "wb", buffering=0) as fifo:
-        for data in [head] + [block[:min(len(block), filler - sent)] for sent in range(0, filler, len(block))]:
+        for size in [-1] + [min(1 << 20, filler - sent) for sent in range(0, filler, 1 << 20)]:
+            data = head if size < 0 else b"x" * size  # (a fresh buffer each time, freed after)
             view = memoryview(data)
             while view:
                 view = view[fifo.write(view):]
+            del view, data
 
 if writer:
     os.mkfifo(os.path.join(pipe_dir, "train_0"))
     with open(writer[0], "rb") as f:
         head = f.read()
-    thread = threading.Thread(target=write, args=(head, int(writer[1])))
+    thread = threading.Thread(target=write, args=(head, int(writer[1])), daemon=True)  # (a failing reader shows why)
     thread.start()
 reader = PipeReader("train", "TFRecord", pipe_dir=pipe_dir, config_dir=config_dir, state_dir=state_dir,
                     max_corrupted_records_to_skip=1)
@@ -386,7 +388,8 @@ def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, 
     (the kernel's count, not Python's) grows by about those 150 MB over the same program reading a
     small stream; not by 1.9x that, as it did where realloc moves a block to grow it (a buffer
     grown by appends: the old block and the new one at once). The same with the FIFO's writer a
-    thread of the reading process, as in a training job, whose heap TensorFlow's threads share.
+    thread of the reading process that allocates and frees a buffer per MiB beside the reader, as
+    in a training job, whose heap TensorFlow's threads share.
     (The decoder's pieces are kept as they come and joined once whole: tfrecord._complete.)"""
     env = moving_realloc(tmp_path / "allocator") if allocator != "glibc's" else {}
     header = struct.pack("<Q", tfrecord.MAX_RECORD_BYTES)

@@ -28,8 +28,7 @@ from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.errors import UserError
 from tests.builtin import notebooks
 from tests.conftest import REPO
-from tests.job.conftest import audited, run_train, trained_records, write_hyperparameters
-from tests.job.test_failures import CONFIG, failed
+from tests.job.conftest import CONFIG, audited, failed, run_train, trained_records, write_hyperparameters
 
 DATA_DIR = REPO / "tests" / "data"
 RECORDIO, IMAGE = "application/x-recordio", "application/x-image"

@@ -14,8 +14,7 @@ from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.errors import UserError
 from tests.conftest import image_bytes
 from tests.held_out import LEARNS, TRAINED, assert_the_model_learned_each_digit
-from tests.job.conftest import run_train, write_hyperparameters
-from tests.job.test_failures import CONFIG, DATA, failed
+from tests.job.conftest import CONFIG, DATA, failed, run_train, write_hyperparameters
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 QUICK = dict(record_format="class_folders", image_size=32, epochs=1, weights="none", batch_size=16, augment="false")

@@ -14,8 +14,7 @@ from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.sources import manifest
 from keras_pipe_train.sources.example import encode_example
 from tests.held_out import LEARNS, TRAINED, assert_the_model_learned_each_digit
-from tests.job.conftest import run_train, write_hyperparameters
-from tests.job.test_failures import CONFIG, DATA, failed
+from tests.job.conftest import CONFIG, DATA, failed, run_train, write_hyperparameters
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 ATTRIBUTES = "source-ref,digit,digit-metadata"

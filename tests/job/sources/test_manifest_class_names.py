@@ -12,8 +12,7 @@ import pytest
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.errors import DataError
 from keras_pipe_train.sources import manifest
-from tests.job.conftest import run_train, write_hyperparameters
-from tests.job.test_failures import DATA, failed
+from tests.job.conftest import DATA, failed, run_train, write_hyperparameters
 
 COLOURS = ["red", "green", "blue", "white"]
 ATTRIBUTES = "source-ref,label,label-metadata"

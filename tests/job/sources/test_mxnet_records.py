@@ -16,8 +16,7 @@ from pipemode import recordio
 from pipemode.corruption import CorruptionPolicy
 from tests.conftest import REPO, stream_reader
 from tests.held_out import LEARNS, assert_the_model_learned_each_digit
-from tests.job.conftest import run_train, write_hyperparameters
-from tests.job.test_failures import CONFIG, DATA, failed
+from tests.job.conftest import CONFIG, DATA, failed, run_train, write_hyperparameters
 
 DATA_DIR = REPO / "tests" / "data"
 QUICK = dict(record_format="recordio", num_classes=10, image_size=32, epochs=1, weights="none", batch_size=16,
