@@ -4,7 +4,8 @@ Each document runs in a checkout of its own (a copy of this one, with its virtua
 who follows it: one bash session for all its blocks, `.venv/bin` first on PATH (as after `source
 .venv/bin/activate`), S3 and SageMaker served by moto on 127.0.0.1 (AWS_ENDPOINT_URL) with a bucket
 `my-bucket`, image commands on the tests' engines. What a block needs around it is said in an HTML
-comment Markdown does not show, as is a command that cannot run here, and why (tests/docs/doc_blocks.py). A document's commands must all exit 0; some outcomes are checked after.
+comment Markdown does not show, as is a command that cannot run here, and why
+(tests/docs/doc_blocks.py). A document's commands must all exit 0; some outcomes are checked after.
 """
 
 from __future__ import annotations

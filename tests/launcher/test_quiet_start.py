@@ -12,7 +12,18 @@ from pathlib import Path
 from tests.conftest import run_logged
 
 KERAS_PIPE = Path(sys.executable).parent / "keras-pipe"  # the console script, as users type it
-NOTICES = ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard")
+
+
+def users_env(**env: str) -> dict:
+    """This environment as a user's, who set no TF_CPP_MIN_LOG_LEVEL, with `env` added."""
+    return {**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, **env}
+
+
+def fake_tensorflow(folder: Path, code: str) -> Path:
+    """A folder holding a stand-in package `tensorflow` whose import runs `code`."""
+    (folder / "tensorflow").mkdir(parents=True)
+    (folder / "tensorflow" / "__init__.py").write_text(code)
+    return folder
 
 
 def prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -23,7 +34,7 @@ def prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     here = tmp_path / f"run-{len(list(tmp_path.iterdir()))}"  # (each run's own folder: the same lines)
     here.mkdir()
     done = run_logged([str(KERAS_PIPE), "prepare", "../photos", "prepared", "--max-side", "64"], 240, cwd=here,
-                      env={**{k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}, **env})
+                      env=users_env(**env))
     assert done.returncode == 0, done.stderr
     return done
 
@@ -62,21 +73,14 @@ print("imported", tensorflow.__file__.startswith(sys.argv[1]))
 
 def test_only_the_info_notices_are_dropped_and_the_rest_passes_in_order(tmp_path):
     folder = fake_tensorflow(tmp_path, FAKE_TENSORFLOW)
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env=env)
+    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env=users_env())
     assert out.returncode == 0 and out.stdout == "imported True\n", out
     assert out.stderr.splitlines() == [
         "W0000 00:00:1795793292.5    3049 gpu_device.cc:2344] Cannot dlopen some GPU libraries.",
         "E0000 00:00:1795793292.6    3049 cuda_dnn.cc:8310] Unable to register cuDNN factory",
         "no newline at the end"], out.stderr
-    shown = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    shown = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env=users_env(TF_CPP_MIN_LOG_LEVEL="0"))
     assert len(shown.stderr.splitlines()) == 6 and "oneDNN" in shown.stderr, shown.stderr
-
-
-def fake_tensorflow(folder: Path, code: str) -> Path:
-    (folder / "tensorflow").mkdir(parents=True)
-    (folder / "tensorflow" / "__init__.py").write_text(code)
-    return folder
 
 
 def test_what_an_import_that_aborts_said_still_shows(tmp_path):
@@ -87,8 +91,7 @@ def test_what_an_import_that_aborts_said_still_shows(tmp_path):
                              'os.write(2, b"F0000 00:00:1.0   1 cpu_feature_guard.cc:1] The TensorFlow library was '
                              'compiled to use AVX instructions, but these are not available on this machine.\\n")\n'
                              'os.abort()\n')
-    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60,
-                     env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env=users_env())
     assert out.returncode == -6, out  # (SIGABRT)
     assert "compiled to use AVX instructions" in out.stderr and "oneDNN" not in out.stderr, out.stderr
 
@@ -100,7 +103,6 @@ def test_a_long_write_with_the_gil_held_gets_through(tmp_path):
                              'line = b"W0000 00:00:1.0   1 x.cc:1] " + b"x" * 200 + b"\\n"\n'
                              'data = line * 10000\n'
                              'ctypes.PyDLL(None).write(2, data, len(data))\n')
-    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60,
-                     env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"})
+    out = run_logged([sys.executable, "-c", IMPORTER, str(folder)], 60, env=users_env())
     assert out.returncode == 0 and out.stdout == "imported True\n", out.stdout
     assert out.stderr.count("x.cc:1]") == 10000

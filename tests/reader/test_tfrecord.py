@@ -285,16 +285,14 @@ def test_any_max_record_bytes_is_accepted_even_beyond_what_a_length_field_holds(
 _READ_ONE_PASS = """
 import json, os, sys, threading
 from pipemode import PipeReader
+from tests.pipe_writer import write_all
 pipe_dir, config_dir, state_dir, *writer = sys.argv[1:]
 
 def write(head, filler):
     with open(os.path.join(pipe_dir, "train_0"), "wb", buffering=0) as fifo:
-        for size in [-1] + [min(1 << 20, filler - sent) for sent in range(0, filler, 1 << 20)]:
-            data = head if size < 0 else b"x" * size  # (a fresh buffer each time, freed after)
-            view = memoryview(data)
-            while view:
-                view = view[fifo.write(view):]
-            del view, data
+        write_all(fifo, head)
+        for sent in range(0, filler, 1 << 20):
+            write_all(fifo, b"x" * min(1 << 20, filler - sent))  # (a fresh buffer each time, freed after)
 
 if writer:
     os.mkfifo(os.path.join(pipe_dir, "train_0"))

@@ -23,7 +23,6 @@ FORMATS = {"JPEG": "JPEG", "MPO": "JPEG", "PNG": "PNG", "GIF": "GIF", "BMP": "BM
 SUPPORTED = "JPEG, PNG, GIF, BMP or WebP"
 
 
-
 @functools.cache
 def _pillow():
     """Pillow, imported when first needed (the launcher loads this module without it)."""

@@ -14,7 +14,8 @@ So after each epoch of such a backbone, its BatchNorm statistics are recomputed 
 run through the network in training mode with the epoch's final weights: the mean over the
 batches of each batch's mean and variance (Wu & Johnson, "Rethinking 'Batch' in BatchNorm",
 2021, section 3; detectron2's PreciseBN). The images are kept as the training pass decodes them
-(augmented), as uint8, in a ring on the host: Pipe mode cannot read a pass twice.
+(augmented), as uint8, in a ring on the host (sources/recent_images.py): Pipe mode cannot read a
+pass twice.
 
 A pretrained backbone's BatchNorm layers stay in inference mode (model/classifier.py): their
 statistics never change, and none of this runs.
