@@ -137,15 +137,63 @@ def test_an_image_the_model_refuses_fails_only_its_own_request():
     assert model.calls[1:] == [[b"1", b"7", b"bad", b"2", b"3"], [b"1"], [b"7", b"bad"], [b"2", b"3"]]
 
 
-def test_the_model_is_called_stuck_once_one_call_runs_past_the_timeout():
+def test_a_call_is_stuck_only_far_past_the_models_own_history_and_never_before_the_floor():
     gate = threading.Event()
     model = Model(gate)
-    batcher = Batcher(model, stuck_after=0.2)
-    assert batcher.problem() is None
-    job = batcher.submit(images(1))
+    batcher = Batcher(model, stuck_floor=0.3)
+    batcher.timed(1, 0.001)  # (a warm-up: a millisecond an image)
+    assert batcher.stuck() is None
+    job = batcher.submit(images(1, 2))
     assert model.entered.wait(5)
+    time.sleep(0.1)
+    assert batcher.stuck() is None and batcher.problem() is None  # (slow so far, not stuck: /ping says 200)
     time.sleep(0.4)
-    assert re.fullmatch(r"one call of the model has run 0\.\d s, past 0\.2 s", batcher.problem())
+    assert re.fullmatch(r"one call of the model on 2 image\(s\) has run 0\.\d s, past 0\.3 s \(20 times the slowest it has "
+                        r"been, 0\.001 s an image, and at least 0\.3 s\)", batcher.stuck())
     gate.set()
     batcher.wait(job, far())
-    assert batcher.problem() is None
+    assert batcher.stuck() is None
+    # a slow model's history lifts the bar: 0.05 s an image, 20 times, 2 images: 2 s
+    batcher.timed(2, 0.1)
+    gate.clear()
+    model.entered.clear()
+    job = batcher.submit(images(3, 4))
+    assert model.entered.wait(5)
+    time.sleep(0.5)
+    assert batcher.stuck() is None
+    gate.set()
+    batcher.wait(job, far())
+
+
+def test_every_job_waiting_or_in_a_call_can_be_failed_at_once():
+    gate, model, batcher, running = held(images(1), max_batch=1)
+    queued = batcher.submit(images(2))
+    batcher.fail_all(RuntimeError("restarting"))
+    for job in (running, queued):
+        with pytest.raises(RuntimeError, match="restarting"):
+            batcher.wait(job, far())
+    assert batcher.queued() == 0
+    gate.set()
+
+
+def test_a_cancelled_request_leaves_the_queue_and_lets_go_of_its_images_at_once():
+    gate, model, batcher, running = held(images(1), max_batch=1)
+    given_up = batcher.submit(images(*range(100, 150)))
+    kept = batcher.submit(images(7))
+    assert batcher.cancel(given_up) == "50 of 50 images were not computed, and will not be"
+    assert given_up.images == () and batcher.queued() == 1
+    gate.set()
+    assert batcher.wait(kept, far())[0] == [[7.0, 7.5]]
+    assert model.calls == [images(1), images(7)]
+
+
+def test_the_model_is_never_called_on_no_image_when_every_waiting_job_was_given_up():
+    model = Model()
+    batcher = Batcher(model, max_batch=8, max_wait=0.3)  # (the runner waits 0.3 s for a fuller batch)
+    job = batcher.submit(images(1))
+    time.sleep(0.05)
+    batcher.cancel(job)
+    time.sleep(0.5)
+    assert model.calls == []
+    assert batcher.wait(batcher.submit(images(2)), far())[0] == [[2.0, 2.5]]
+    assert model.calls == [images(2)]

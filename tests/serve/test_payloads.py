@@ -42,7 +42,7 @@ def test_one_b64_object_is_one_image_answered_as_one():
 def test_json_lines_one_image_per_line_blank_lines_skipped():
     body = f'{{"b64": "{B64}"}}\n\n"{B64}"\r\n{{"image_bytes": {{"b64": "{B64}"}}}}\n'.encode()
     request = parse("application/jsonlines", body)
-    assert request.images == [JPEG] * 3 and request.lines
+    assert list(request.images) == [JPEG] * 3 and request.lines
 
 
 @pytest.mark.parametrize("content_type, body, status, message", [
@@ -62,9 +62,60 @@ def test_json_lines_one_image_per_line_blank_lines_skipped():
     ("application/jsonlines", b"\n\n", 400, "holds no line"),
 ])
 def test_malformed_requests_are_refused_saying_what_is_wrong(content_type, body, status, message):
+    """(Every image read, as Predictor.check reads them before the model runs: a JSON Lines line is
+    decoded only then.)"""
     with pytest.raises(BadRequest, match=re.escape(message)) as refused:
-        parse(content_type, body)
+        list(parse(content_type, body).images)
     assert refused.value.status == status
+
+
+# every 6-bit value (so both alphabets' own characters), at lengths that pad with 0, 1 and 2 '='
+IMAGES = [bytes(range(256)) * 3 + b"xy"[:extra] for extra in (0, 1, 2)]
+
+
+def pem(data: bytes) -> str:
+    """PEM's wrapping (64 columns, CRLF), of the URL-safe alphabet."""
+    text = base64.urlsafe_b64encode(data).decode()
+    return "\r\n".join(text[i:i + 64] for i in range(0, len(text), 64))
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=["padless", "one pad", "two pads"])
+@pytest.mark.parametrize("encode", [
+    lambda data: base64.encodebytes(data).decode(),  # MIME: 76 columns, "\n" after each line (Python's, many clients')
+    lambda data: base64.encodebytes(data).decode().replace("\n", "\r\n"),
+    lambda data: " " + "\t".join(base64.b64encode(data).decode()[i:i + 10] for i in range(0, 1100, 10)) + "\n",
+    lambda data: base64.b64encode(data).decode().rstrip("="),  # unpadded
+    lambda data: base64.urlsafe_b64encode(data).decode(),  # URL-safe
+    lambda data: base64.urlsafe_b64encode(data).decode().rstrip("="),
+    pem,
+], ids=["mime", "mime crlf", "spaces and tabs", "unpadded", "url-safe", "url-safe unpadded", "pem"])
+def test_base64_is_read_as_tf_serving_reads_it(image, encode):
+    """abseil's Base64Unescape (TF Serving's JSON API): whitespace anywhere skipped, padding optional."""
+    text = encode(image)
+    assert parse("application/json", json.dumps({"instances": [{"b64": text}]}).encode()).images == [image]
+    assert list(parse("application/jsonlines", json.dumps({"b64": text}).encode()).images) == [image]
+
+
+@pytest.mark.parametrize("text, problem", [
+    # a character of neither alphabet is refused, not dropped (b64decode(validate=False) would read ABCDEFG)
+    ("QUJD!RUZH", "'!' (character 5) is in neither base64 alphabet"),
+    ("QUJD\x00RUZH", "'\\x00' (character 5) is in neither base64 alphabet"),
+    ("QUJDé", "'é' (character 5) is in neither base64 alphabet"),
+    ("QUJDR", "5 characters (whitespace aside), one more than a multiple of 4, cannot be base64, padded or not"),
+    ("QUJD\nRUZH\nR", "9 characters (whitespace aside), one more than a multiple of 4"),
+    ("QUJDRQ=", "1 '=' after 6 characters, which take 2 (or none)"),
+    ("QUJD=", "1 '=' after 4 characters, which take 0 (or none)"),
+    ("QQ==QUJD", "'=' (padding) before its end"),
+    ("ab+c-d", "it mixes the standard (+/) and URL-safe (-_) alphabets"),
+])
+def test_what_is_not_base64_is_refused_naming_the_image(text, problem):
+    body = json.dumps({"instances": [{"b64": B64}, B64, {"b64": text}]}).encode()
+    with pytest.raises(BadRequest, match=re.escape(f"image 3 is not valid base64: {problem}")) as refused:
+        parse("application/json", body)
+    assert refused.value.status == 400
+    lines = f'"{B64}"\n\n{json.dumps(text)}\n'.encode()
+    with pytest.raises(BadRequest, match=re.escape(f"line 3 is not valid base64: {problem}")):
+        list(parse("application/jsonlines", lines).images)
 
 
 @pytest.mark.parametrize("accept, lines, expected", [
@@ -130,6 +181,70 @@ def test_every_dialect_refuses_what_it_cannot_write_naming_this_projects_type(di
     with pytest.raises(BadRequest, match=f"cannot answer in 'text/csv'.*{re.escape(RICH)}") as refused:
         answer_type("text/csv", ONE, dialect, batch=True)
     assert refused.value.status == 406
+
+
+JSON, JSONL, VERBOSE = "application/json", "application/jsonlines", "tensorflow;verbose"
+
+
+@pytest.mark.parametrize("dialect, accept, batch, expected", [
+    # q-values are weights (RFC 9110 §12.5.1): the heaviest type wins, wherever it is written
+    ("keras-pipe", "application/jsonlines;q=0.5, application/json", False, (JSON, "keras-pipe")),
+    ("mxnet", "application/jsonlines;q=0.5, application/json", True, (JSON, "mxnet")),
+    ("keras-pipe", "application/json;q=0.9, application/vnd.keras-pipe+json", False, (RICH, "keras-pipe")),
+    ("tensorflow", "application/json;q=0.9, application/vnd.keras-pipe+json", False, (RICH, "keras-pipe")),
+    ("keras-pipe", "*/*;q=0.1, application/jsonlines;q=0.5", False, (JSONL, "keras-pipe")),
+    ("keras-pipe", "application/json;q=1.000, application/jsonlines;q=0.999", False, (JSON, "keras-pipe")),
+    # q=0: not acceptable; */* then means the next the dialect writes
+    ("keras-pipe", "application/json;q=0, */*", False, (JSONL, "keras-pipe")),
+    ("mxnet", "application/json;q=0, */*", False, (JSONL, "mxnet")),
+    ("tensorflow", "application/json;q=0, */*", False, (JSONL, "tensorflow")),
+    ("mxnet", "application/jsonlines;q=0, */*", True, (JSON, "mxnet")),  # (batch transform's default is lines)
+    ("keras-pipe", "application/json;q=0, application/*", False, (JSONL, "keras-pipe")),
+    # a type is weighed by the most specific range naming it, not the heaviest
+    ("keras-pipe", "application/json;q=0.2, */*;q=0.5", False, (JSONL, "keras-pipe")),
+    ("keras-pipe", "application/*;q=0.5, application/jsonlines;q=0.4", False, (JSON, "keras-pipe")),
+    ("tensorflow", "application/json;verbose;q=0.3, application/json;q=0.6", False, (JSON, "tensorflow")),
+    ("tensorflow", "application/json;q=0.3, application/json;verbose", False, (JSON, VERBOSE)),
+    ("tensorflow", "application/json;verbose;q=0, application/json", False, (JSON, "tensorflow")),
+    ("tensorflow", "application/json;verbose;q=0, */*", False, (JSON, "tensorflow")),
+    # equal weights: the order the client wrote them
+    ("keras-pipe", "application/jsonlines, application/json", False, (JSONL, "keras-pipe")),
+    ("tensorflow", "application/json, application/json;verbose", False, (JSON, "tensorflow")),
+    ("tensorflow", "application/json;verbose, application/json", False, (JSON, VERBOSE)),
+    ("tensorflow", "application/jsonlines;verbose;q=0.5, application/json;q=0.5", False, (JSONL, VERBOSE)),
+    # parameters this server gives no meaning name the type all the same; quoted strings hold commas
+    ("mxnet", "application/json; charset=utf-8", False, (JSON, "mxnet")),
+    ("tensorflow", 'text/plain;note="a, b; q=1", application/json;verbose', False, (JSON, VERBOSE)),
+    ("keras-pipe", "application/x-jsonlines", False, (JSONL, "keras-pipe")),
+    # Java's URLConnection (its default Accept: q=.2, and a bare *)
+    ("keras-pipe", "text/html, image/gif, image/jpeg, *; q=.2, */*; q=.2", False, (JSON, "keras-pipe")),
+])
+def test_accept_is_weighed_as_rfc_9110_says(dialect, accept, batch, expected):
+    assert answer_type(accept, ONE, dialect, batch) == expected
+
+
+@pytest.mark.parametrize("accept", ["*/*;q=0", "application/json;q=0", "text/csv, */*;q=0",
+                                    "application/json;q=0, application/jsonlines;q=0, application/vnd.keras-pipe+json;q=0, "
+                                    "application/vnd.keras-pipe+jsonlines;q=0"])
+def test_what_the_client_refuses_with_q_0_is_never_the_answer(accept):
+    with pytest.raises(BadRequest, match=re.escape(f"cannot answer in {accept!r}")) as refused:
+        answer_type(accept, ONE, "keras-pipe")
+    assert refused.value.status == 406
+
+
+@pytest.mark.parametrize("weight", ["high", "2", "1.5", "-1", "", "1e-1", "nan", "0x1"])
+def test_a_weight_that_is_no_number_from_0_to_1_is_400(weight):
+    """(A guess could answer in a type the client meant to refuse: it is told instead.)"""
+    with pytest.raises(BadRequest, match=re.escape(f"Accept's 'application/json;q={weight}' has the weight "
+                                                   f"q={weight!r}: a weight is a number from 0 to 1")) as refused:
+        answer_type(f"text/csv, application/json;q={weight}", ONE)
+    assert refused.value.status == 400
+
+
+def test_accepted_reads_each_range_its_parameters_and_weight():
+    assert payloads.accepted("Application/JSON;Verbose;q=0.5, */*;q=.1,, text/csv") == [
+        payloads.Range("application/json", frozenset({"verbose"}), 0.5), payloads.Range("*/*", frozenset(), 0.1),
+        payloads.Range("text/csv", frozenset(), 1.0)]
 
 
 def test_rendering_one_several_and_lines():

@@ -1,25 +1,12 @@
 """How many workers `serve` starts, and with how many TensorFlow threads: from the cores, the GPUs
-and the container's memory limit, as cgroup v2 and v1 write it (a container run with --memory
-shows the same in tests/image/test_container.py)."""
+and the container's memory limit (read from cgroup v2 and v1: tests/serve/test_sizing.py; a container
+run with --memory shows the same in tests/image/test_container.py)."""
 
 import pytest
-from keras_pipe_serve.server import RUNNER_MB, WORKER_MB, gpu_slot, gpus, memory_limit, plan
+from keras_pipe_serve.server import gpu_slot
+from keras_pipe_serve.sizing import RUNNER_MB, WORKER_MB, gpus, plan
 
 MB = 2**20
-
-
-@pytest.mark.parametrize("files, limit", [
-    ({"memory.max": "2147483648\n"}, 2 * 1024 * MB),  # cgroup v2, --memory 2g
-    ({"memory.max": "max\n"}, None),  # cgroup v2, no limit
-    ({"memory/memory.limit_in_bytes": "1258291200\n"}, 1200 * MB),  # cgroup v1, --memory 1200m
-    ({"memory/memory.limit_in_bytes": "9223372036854771712\n"}, None),  # cgroup v1, no limit
-    ({}, None),  # neither (not Linux, or no memory controller)
-])
-def test_the_memory_limit_is_read_from_cgroup_v2_or_v1(tmp_path, files, limit):
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    assert memory_limit(tmp_path) == limit
 
 
 def test_gpus_are_counted_from_their_device_nodes(tmp_path):

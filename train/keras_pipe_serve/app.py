@@ -1,39 +1,66 @@
-"""The WSGI application SageMaker's inference contract asks for: GET /ping, POST /invocations.
+"""The ASGI application SageMaker's inference contract asks for: GET /ping, POST /invocations.
 
-A worker builds it once, loading the model first: gunicorn hands a worker requests only after
-that, so /ping answers 200 only once the model is loaded (while it loads, a ping waits in the
-socket's queue, which SageMaker counts as not healthy yet). GET /execution-parameters is left
-out on purpose (404): batch transform then uses its own defaults or the job's settings, and the
+Everything is decided at the door, in the worker's event loop (keras_pipe_serve.connections), as
+soon as a request's headers are in, before its body is read:
+- /ping is answered there and then: nothing a request does occupies the loop (parsing, checking
+  and answering run in PARSE_THREADS threads, the model in the batcher's), so a ping never waits
+  behind requests, however many clients there are or however they behave.
+- Admission: requests past their body (parsing, waiting for the model, in a model call) are
+  counted, and so are the bytes of the bodies being read or held. A request that would go past
+  either (`max_queue` requests; `body_budget` bytes) is answered 503 with Retry-After at once; its
+  body is then read and dropped, never parsed, so that its client gets the answer (closing on
+  unread bytes makes TCP reset the connection, and the answer can be lost) and a kept-alive
+  connection goes on.
+- Time: a request's `timeout` (SAGEMAKER_MODEL_SERVER_TIMEOUT) runs from its arrival, through its
+  body, its parsing, its wait and its model calls: past it, it is answered 504 and its images not
+  yet computed are never computed. A body that stops arriving for BODY_IDLE_S is answered 408.
+- A stuck model call (Batcher.stuck: far longer than the model has ever needed) is not waited out:
+  the watchdog answers every request waiting with 503 and ends the worker, which gunicorn
+  replaces with a fresh one (the model loaded again, in seconds; /ping answers 200 again once it
+  is). A call merely slower than the timeout costs its requests a 504, not the instance.
+
+A worker builds the app once, loading the model first: gunicorn hands a worker connections only
+after that, so /ping answers 200 only once the model is loaded (while it loads, a ping waits in the
+socket's queue, which SageMaker counts as not healthy yet). GET /execution-parameters is left out
+on purpose (404): batch transform then uses its own defaults or the job's settings, and the
 SageMaker SDK's local mode rejects the "MULTI_RECORD" spelling AWS's documentation gives for it.
-
-Each request runs in a thread of its own (gunicorn's gthread worker) that never calls the model
-itself: it parses and checks the request, queues its images for the model's thread
-(keras_pipe_serve.batcher) and waits. So /ping, answered in its own thread, never waits behind
-inference, and a waiting request ends when its time (SAGEMAKER_MODEL_SERVER_TIMEOUT) is up or its
-client has gone, whatever the model is doing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import socket
+import os
 import time
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from keras_pipe_serve import payloads
-from keras_pipe_serve.batcher import Batcher, Full, Gone, TimedOut
+from keras_pipe_serve.batcher import Batcher, Full
 from keras_pipe_serve.payloads import BadRequest
-from keras_pipe_serve.predictor import Predictor
+from keras_pipe_serve.predictor import ImageError, Predictor
 
 log = logging.getLogger("keras_pipe_serve")
 
-# an unread body up to this size is read (and dropped) before a refusal, so that its client gets the
-# answer and the connection stays usable: SageMaker's batch transform sends at most 100 MB
-# (MaxPayloadInMB); a larger one closes the connection instead
+# a refused request's body up to this size is read and dropped, so that its client gets the answer
+# and the connection goes on: SageMaker's batch transform sends at most 100 MB (MaxPayloadInMB); a
+# larger one, or one that stops arriving (DRAIN_S), closes the connection instead
 DRAIN_LIMIT = 100 << 20
+DRAIN_S = 5.0
+# seconds a body may stop arriving before the request is answered 408: far beyond a pause of any
+# working client (SageMaker's front end sends a body as fast as its network), short enough that
+# clients that stall hold their bytes of the budget briefly
+BODY_IDLE_S = 10.0
+# threads parsing bodies, checking images and writing answers: the work of the request itself,
+# in Python (the GIL's), beside the model's
+PARSE_THREADS = 2
+# the watchdog's look at the model's calls
+WATCH_S = 1.0
+# a worker ended for a stuck model exits with this; gunicorn starts another
+STUCK_EXIT = 70
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable",
-           411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
+           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
            500: "Internal Server Error", 503: "Service Unavailable", 504: "Gateway Timeout"}
 ROUTES = {"/ping": ("GET", "HEAD"), "/invocations": ("POST",)}
 RETRY_AFTER_S = 1  # a full queue drains in about a model call: the client's retry is soon welcome
@@ -47,131 +74,287 @@ class Refused(BadRequest):
         self.headers = list(headers)
 
 
+class Gone(Exception):
+    """The client's connection was reset: nobody is left to answer."""
+
+
+def busy(message: str) -> Refused:
+    return Refused(503, message, ("Retry-After", str(RETRY_AFTER_S)))
+
+
+def printable(text: str, limit: int = 100) -> str:
+    """`text` for a log line: a path's %0a, decoded to a newline, would forge a line of its own."""
+    return text[:limit].encode("unicode_escape").decode("ascii")
+
+
+@dataclass
+class Door:
+    """What is in flight, counted where requests arrive: `requests` past their body (parsing,
+    queued, in the model), of at most `max_requests`; `body_bytes` of bodies being read or held, of
+    at most `body_budget` (a body of unknown length counts as the largest allowed)."""
+    max_requests: int
+    body_budget: int
+    requests: int = 0
+    body_bytes: int = 0
+
+    def full(self, body: int) -> str | None:
+        """Why a request with a body of `body` bytes cannot come in now (None: it can)."""
+        if self.requests >= self.max_requests:
+            return f"{self.requests} requests are in flight already, the most this worker takes (KERAS_PIPE_MAX_QUEUE)"
+        if self.body_bytes and self.body_bytes + body > self.body_budget:
+            return (f"bodies of {self.body_bytes} bytes are being read or held, and this one's {body} would pass the "
+                    f"{self.body_budget} bytes this worker holds at once (KERAS_PIPE_MAX_BODIES_MB)")
+        return None
+
+
 class App:
     def __init__(self, predictor: Predictor, batcher: Batcher, max_body: int, batch: bool = False,
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, max_queue: int = 64, body_budget: int | None = None):
         """`batch`: serving a batch transform (SAGEMAKER_BATCH), whose default answer may differ
-        (payloads.answer_type). `timeout`: the seconds a request may take, from its arrival."""
+        (payloads.answer_type). `timeout`: the seconds a request may take, from its arrival.
+        `max_queue`, `body_budget`: the door's limits (Door)."""
         self.predictor = predictor
         self.batcher = batcher
         self.max_body = max_body
         self.batch = batch
         self.timeout = timeout
+        self.door = Door(max_queue, body_budget or 4 * max_body)
+        self._threads = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="request")
+        self._watchdog: asyncio.Task | None = None
+        self.restarting: str | None = None  # why this worker is ending (a stuck model): /ping says so, as 503
 
-    def __call__(self, environ: dict, start_response: Callable):
+    async def __call__(self, scope: dict, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _lifespan(self, receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._watchdog = asyncio.get_running_loop().create_task(self._watch())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._watchdog:
+                    self._watchdog.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _watch(self) -> None:
+        """Ends the worker once a model call is stuck (Batcher.stuck), answering every request
+        waiting for the model with 503 first: a thread inside TensorFlow cannot be stopped, and a
+        worker whose model is stuck answers no request again."""
+        while True:
+            await asyncio.sleep(WATCH_S)
+            why = self.batcher.stuck()
+            if why:
+                log.error("the model is stuck: %s; this worker (pid %d) ends, and gunicorn starts another",
+                          why, os.getpid())
+                self.restarting = f"the model was stuck ({why}); it is being restarted"
+                self.batcher.fail_all(busy(f"{self.restarting}: retry shortly"))
+                await asyncio.sleep(0.5)  # (the answers go out)
+                logging.shutdown()
+                os._exit(STUCK_EXIT)
+
+    # -- one request --
+    async def _http(self, scope: dict, receive, send) -> None:
         arrived = time.monotonic()
-        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "")
+        path, method = scope.get("path", ""), scope.get("method", "")
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
+        body_unread = True  # (a refusal before the body is read drops it after answering: _drained)
         try:
             if path not in ROUTES:
-                raise BadRequest(404, f"no such path {path[:100]!r}: this server answers GET /ping and "
+                raise BadRequest(404, f"no such path {printable(path)!r}: this server answers GET /ping and "
                                       "POST /invocations")
             if method not in ROUTES[path]:
                 raise Refused(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
             if path == "/ping":
-                problem = self.batcher.problem()
+                problem = self.restarting or self.batcher.problem()
                 if problem:
                     raise Refused(503, f"the model cannot answer: {problem}")
-                return _respond(start_response, 200, b"", "text/plain")
-            kind, body = self.invocations(environ, arrived + self.timeout)
-            return _respond(start_response, 200, body, kind)
+                await _respond(send, 200, b"", "text/plain")
+                return
+            if self.restarting:
+                raise busy(f"{self.restarting}: retry shortly")
+            length = self._length(headers)
+            cost = self.max_body if length is None else length
+            full = self.door.full(cost)
+            if full:
+                raise busy(f"the server is at capacity ({full}); retry shortly")
+            self.door.body_bytes += cost
+            try:
+                deadline = arrived + self.timeout
+                body_unread = False
+                body = await _body(receive, length, self.max_body, deadline)
+                kind, answer = await self._invocations(headers, body, deadline, receive)
+            finally:
+                self.door.body_bytes -= cost
+            await _respond(send, 200, answer, kind)
         except BadRequest as refused:
             # every refusal is logged with its reason (the access log has only its status)
-            log.warning("%d %s %s: %s", refused.status, method, path[:100], refused)
-            close = not _drained(environ)
-            return _respond(start_response, refused.status, _error(str(refused)), payloads.JSON, close,
-                            getattr(refused, "headers", []))
+            log.warning("%d %s %s: %s", refused.status, method, printable(path), refused)
+            await self._refuse(send, receive, refused.status, _error(str(refused)), body_unread,
+                               getattr(refused, "headers", []))
         except Gone as gone:
-            log.warning("%s %s: the client closed its connection before its answer: %s", method, path[:100], gone)
-            return _respond(start_response, 503, b"", "text/plain", close=True)
+            log.warning("%s %s: the client's connection was reset before its answer: %s", method, printable(path),
+                        gone)
         except Exception:  # a bug here, not the client's fault: logged whole, the worker kept alive
-            log.exception("500 %s %s: an unexpected error", method, path[:100])
-            return _respond(start_response, 500, _error("the server failed on this request (see its log)"),
-                            payloads.JSON, close=not _drained(environ))
+            log.exception("500 %s %s: an unexpected error", method, printable(path))
+            await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
+                               body_unread)
 
-    def invocations(self, environ: dict, deadline: float) -> tuple[str, bytes]:
-        request = payloads.parse(environ.get("CONTENT_TYPE"), self._body(environ))
-        # Accept, top_k and each image's header are checked before the model runs: a request that
-        # cannot be answered costs nothing. The answer is in the model's dialect; top_k shapes only
-        # this project's.
-        answer = payloads.answer_type(environ.get("HTTP_ACCEPT"), request, self.predictor.dialect, self.batch)
+    @staticmethod
+    async def _refuse(send, receive, status: int, body: bytes, body_unread: bool,
+                      extra: list[tuple[str, str]] = ()) -> None:
+        """The answer first, then, where the body was never read, the body read and dropped
+        (_drained); a body read in part (a stall, a timeout) closes the connection."""
+        await _respond(send, status, body, payloads.JSON, close=not body_unread, extra=extra)
+        if body_unread:
+            await _drained(receive)
+
+    def _length(self, headers: dict) -> int | None:
+        """The body's declared length (None: chunked), refused at once past max_body."""
+        raw = headers.get("content-length")
+        if raw is None:
+            return None
+        if not raw.strip().isdigit():
+            raise BadRequest(400, f"Content-Length {raw[:30]!r} is not a number")
+        length = int(raw)
+        if length > self.max_body:
+            raise BadRequest(413, f"the body is {length} bytes; this server takes at most {self.max_body} "
+                                  f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
+        return length
+
+    async def _invocations(self, headers: dict, body: bytearray, deadline: float, receive) -> tuple[str, bytes]:
+        request, answer, top_k = await self._in_thread(self._parsed, deadline, headers, body)
+        self.door.requests += 1
+        try:
+            try:
+                job = self.batcher.submit(request.images)
+            except Full as full:
+                raise busy(f"the server is at capacity ({full}); retry shortly") from None
+            outputs = await self._answered(job, deadline, receive)
+            return answer.kind, await self._in_thread(self._rendered, deadline, outputs, top_k, answer, request)
+        finally:
+            self.door.requests -= 1
+
+    def _parsed(self, headers: dict, body: bytearray):
+        """(in a request thread) The request's images, how to answer and top_k: Accept, top_k and
+        each image's header are checked before the model runs, so that a request that cannot be
+        answered costs nothing. The answer is in the model's dialect; top_k shapes only this
+        project's."""
+        request = payloads.parse(headers.get("content-type"), body)
+        answer = payloads.answer_type(headers.get("accept"), request, self.predictor.dialect, self.batch)
         top_k = None
         if answer.form == payloads.RICH_FORM:
-            top_k = payloads.top_k_of(environ.get("HTTP_X_AMZN_SAGEMAKER_CUSTOM_ATTRIBUTES"),
-                                      self.predictor.default_top_k)
+            top_k = payloads.top_k_of(headers.get("x-amzn-sagemaker-custom-attributes"), self.predictor.default_top_k)
         self.predictor.check(request.images)
-        try:
-            job = self.batcher.submit(request.images)
-        except Full as full:
-            raise Refused(503, f"the server is at capacity ({full}); retry shortly",
-                          ("Retry-After", str(RETRY_AFTER_S))) from None
-        try:
-            outputs = self.batcher.wait(job, deadline, _gone(environ.get("gunicorn.socket")))
-        except TimedOut as late:
-            raise Refused(504, f"no answer within {self.timeout:g} s (SAGEMAKER_MODEL_SERVER_TIMEOUT): "
-                               f"{late}") from None
-        predictions = self.predictor.predictions(*outputs, top_k)
-        return answer.kind, payloads.render(predictions, answer, request)
+        return request, answer, top_k
 
-    def _body(self, environ: dict) -> bytes:
-        length = environ.get("CONTENT_LENGTH") or ""
-        stream = environ["wsgi.input"]
-        if length:
-            try:
-                size = int(length)
-            except ValueError:
-                raise BadRequest(400, f"Content-Length {length[:30]!r} is not a number") from None
-            if size > self.max_body:
-                raise BadRequest(413, f"the body is {size} bytes; this server takes at most {self.max_body} "
+    def _rendered(self, outputs, top_k, answer, request) -> bytes:
+        return payloads.render(self.predictor.predictions(*outputs, top_k), answer, request)
+
+    async def _in_thread(self, work, deadline: float, *args):
+        """work(*args) in a request thread, given up (504) at the deadline."""
+        future = asyncio.get_running_loop().run_in_executor(self._threads, work, *args)
+        try:
+            return await asyncio.wait_for(future, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise self._late("the request was still being read or answered") from None
+
+    async def _answered(self, job, deadline: float, receive):
+        """The job's outputs, once the model has them; 504 at the deadline, Gone once the client's
+        connection is reset: either gives the job up (Batcher.cancel)."""
+        count = len(job.images)
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        job.when_done(lambda: loop.call_soon_threadsafe(_settle, done))
+        reset = loop.create_task(receive())  # (after the body, receive() returns only when the connection is lost)
+        try:
+            finished, _ = await asyncio.wait({done, reset}, timeout=max(0.0, deadline - time.monotonic()),
+                                             return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            reset.cancel()
+        if done not in finished:
+            if reset in finished:
+                raise Gone(self.batcher.cancel(job))
+            raise self._late(self.batcher.cancel(job))
+        if isinstance(job.error, ImageError):
+            raise BadRequest(400, job.error.named(count))
+        if job.error is not None:
+            raise job.error
+        return job.probabilities, job.predicted
+
+    def _late(self, what: str) -> Refused:
+        return Refused(504, f"no answer within {self.timeout:g} s (SAGEMAKER_MODEL_SERVER_TIMEOUT): {what}")
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def _body(receive, length: int | None, max_body: int, deadline: float) -> bytearray:
+    """The whole body, into one buffer of its declared length (no copy of it made on the way, nor
+    after: the parser slices it); 408 when it stops arriving for BODY_IDLE_S, 504 at the deadline,
+    413 past max_body when it is sent in chunks."""
+    body = bytearray(length) if length is not None else bytearray()
+    at = 0
+    while True:
+        wait = min(BODY_IDLE_S, deadline - time.monotonic())
+        try:
+            message = await asyncio.wait_for(receive(), max(0.0, wait))
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise Refused(504, f"the body was still arriving at the request's timeout ({at} bytes of "
+                                   f"{length if length is not None else 'a chunked body'} read)") from None
+            raise Refused(408, f"the body stopped arriving for {BODY_IDLE_S:g} s after {at} bytes of "
+                               f"{length if length is not None else 'a chunked body'}") from None
+        if message["type"] == "http.disconnect":
+            raise Gone(f"{at} bytes of its body read")
+        chunk = message.get("body", b"")
+        if length is None:
+            if at + len(chunk) > max_body:
+                raise BadRequest(413, f"the body is more than {max_body} bytes, this server's limit "
                                       f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
-            return stream.read(size)
-        body = stream.read(self.max_body + 1)  # chunked: read one byte past the limit to know
-        if len(body) > self.max_body:
-            raise BadRequest(413, f"the body is more than {self.max_body} bytes, this server's limit "
-                                  f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
-        return body
+            body += chunk
+        else:
+            body[at:at + len(chunk)] = chunk
+        at += len(chunk)
+        if not message.get("more_body", False):
+            return body if length is None or at == length else body[:at]
 
 
-def _gone(sock: socket.socket | None) -> Callable[[], bool]:
-    """Whether the client has closed its end: a peek that finds the connection's end (b""), or an
-    error. Data waiting (a pipelined request) or none yet both mean it is still there."""
-    def gone() -> bool:
-        if sock is None:
-            return False
+async def _drained(receive) -> bool:
+    """Reads the rest of a refused request's body and drops it, so that the connection can carry the
+    next request; False where it cannot (more than DRAIN_LIMIT, a client that stops sending for
+    DRAIN_S, or one gone): gunicorn then closes the connection after the answer."""
+    read, until = 0, time.monotonic() + DRAIN_S
+    while True:
         try:
-            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
+            message = await asyncio.wait_for(receive(), max(0.0, until - time.monotonic()))
+        except TimeoutError:
             return False
-        except OSError:
+        if message["type"] == "http.disconnect":
+            return False
+        read += len(message.get("body", b""))
+        if read > DRAIN_LIMIT:
+            return False
+        if not message.get("more_body", False):
             return True
-    return gone
 
 
 def _error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
-def _drained(environ: dict) -> bool:
-    """Reads the rest of the request's body and drops it, so that the connection can carry the next
-    request; False where it cannot (more than DRAIN_LIMIT, or the client stopped sending): the
-    connection is then closed with the answer."""
-    length = environ.get("CONTENT_LENGTH") or ""
-    if length.isdigit() and int(length) > DRAIN_LIMIT:
-        return False
-    stream, read = environ["wsgi.input"], 0
-    try:
-        while chunk := stream.read(1 << 20):
-            read += len(chunk)
-            if read > DRAIN_LIMIT:
-                return False
-    except Exception:  # (a broken or malformed body: the connection cannot go on)
-        return False
-    return True
-
-
-def _respond(start_response: Callable, status: int, body: bytes, kind: str, close: bool = False,
-             extra: list[tuple[str, str]] = ()) -> list[bytes]:
+async def _respond(send, status: int, body: bytes, kind: str, close: bool = False,
+                   extra: list[tuple[str, str]] = ()) -> None:
     headers = [("Content-Type", kind), ("Content-Length", str(len(body))), *extra]
     if close:  # (the rest of the request is unread: the connection cannot carry another)
         headers.append(("Connection", "close"))
-    start_response(f"{status} {REASONS.get(status, '')}".rstrip(), headers)
-    return [body]
+    # (names as HTTP/1.1 clients have always seen them: some read headers case-sensitively)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]})
+    await send({"type": "http.response.body", "body": body})

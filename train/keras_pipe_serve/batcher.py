@@ -21,6 +21,12 @@ themselves never run the model, so a ping never waits behind it (keras_pipe_serv
   never computed.
 - One image that the model cannot decode fails the model's call for the whole batch: the batch is
   then run again request by request, so that only the request holding it gets the error.
+- A cancelled request leaves the queue at once, and lets go of its images: behind a long request,
+  the images of requests given up no longer stay in memory until the model reaches them.
+- Stuck or slow: `stuck()` says when a call has run far longer than the model has ever needed for
+  as many images (STUCK_FACTOR times its slowest seconds per image, at least `stuck_floor`): the
+  server then restarts its worker (keras_pipe_serve.app). A call merely slower than the request
+  timeout is not stuck: its requests get 504s, and the instance stays in service.
 """
 
 from __future__ import annotations
@@ -29,6 +35,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+
+# a call is stuck once it has run this many times the model's slowest seconds per image so far,
+# times its images: far beyond any slowness its inputs explain (a PNG of the largest size allowed
+# decodes in about a second)
+STUCK_FACTOR = 20
+# and never before this many seconds (KERAS_PIPE_STUCK_AFTER_S): a first call, or one of a model
+# whose history is short, is given time
+STUCK_FLOOR_S = 30.0
 
 # what a model call returns for its images: each one's probabilities, and a multi-label model's 0/1
 # per class (or None): Predictor.run
@@ -65,6 +79,22 @@ class Job:
         self.cancelled = False
         self.done = threading.Event()
         self._filling = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """callback() once the job is answered or failed, in the thread that ends it (a model
+        runner's), or at once if it is already."""
+        with self._filling:
+            if not self.done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def _finish(self) -> None:  # (with self._filling held)
+        self.done.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
 
     def fill(self, start: int, outputs: Outputs) -> None:
         probabilities, predicted = outputs
@@ -76,30 +106,31 @@ class Job:
                 self.predicted[start:start + len(predicted)] = predicted
             self.left -= len(probabilities)
             if not self.left:
-                self.done.set()
-
-    def drop(self) -> str:
-        self.cancelled = True
-        return f"{len(self.images) - self.taken} of {len(self.images)} images were not computed, and will not be"
+                self._finish()
 
     def fail(self, error: BaseException) -> None:
-        self.error, self.cancelled = error, True  # (its slices still queued are dropped)
-        self.done.set()
+        with self._filling:
+            if self.done.is_set():
+                return
+            self.error, self.cancelled = error, True  # (its slices still queued are dropped)
+            self._finish()
 
 
 class Batcher:
     def __init__(self, run: Callable[[list[bytes]], Outputs], max_batch: int = 32, max_wait: float = 0.0,
-                 max_queue: int = 64, stuck_after: float = 60.0, runners: int = 1):
-        """`stuck_after`: seconds one model call may run before /ping calls the model stuck (the
-        server's request timeout: no request could be answered in time). `runners`: threads
-        calling the model at once, each on the next batch."""
+                 max_queue: int = 64, stuck_floor: float = STUCK_FLOOR_S, runners: int = 1):
+        """`stuck_floor`: the fewest seconds after which a call may be called stuck (stuck()).
+        `runners`: threads calling the model at once, each on the next batch."""
         self._run = run
-        self.stuck_after = stuck_after
+        self.stuck_floor = stuck_floor
+        self.slowest_per_image = 0.0  # the longest a finished call took, per image: the model's history
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self._queue: deque[Job] = deque()
         self._ready = threading.Condition()
         self._idle = 0  # runners waiting for work
+        self._running: set[Job] = set()  # jobs with a slice in a call now
         self.busy_since: list[float | None] = [None] * runners  # when each runner's call now running began
+        self.busy_images = [0] * runners  # and on how many images
         self._threads = [threading.Thread(target=self._serve, args=(i,), name=f"model-{i}", daemon=True)
                          for i in range(runners)]
         for thread in self._threads:
@@ -109,43 +140,91 @@ class Batcher:
     def submit(self, images: list[bytes]) -> Job:
         job = Job(images)
         with self._ready:
-            queued = sum(not queued.cancelled for queued in self._queue)
-            if queued >= self.max_queue:
-                raise Full(f"{queued} requests are queued for the model already")
+            if len(self._queue) >= self.max_queue:
+                raise Full(f"{len(self._queue)} requests are queued for the model already")
             self._queue.append(job)
             self._ready.notify()
         return job
+
+    def queued(self) -> int:
+        """Requests waiting for the model, none of their images taken yet or some."""
+        return len(self._queue)
+
+    def cancel(self, job: Job) -> str:
+        """Gives the job up: out of the queue, its images let go (slices a runner has taken finish,
+        unused); says how many of its images were never computed."""
+        with self._ready:
+            job.cancelled = True
+            if job in self._queue:
+                self._queue.remove(job)
+            count, left = len(job.images), len(job.images) - job.taken
+            job.images = ()
+        return f"{left} of {count} images were not computed, and will not be"
+
+    def fail_all(self, error: BaseException) -> None:
+        """Every job queued or in a call ends with `error` (the worker is about to restart)."""
+        with self._ready:
+            jobs = list(self._queue)
+            self._queue.clear()
+        for job in jobs + list(self._running):
+            job.fail(error)
 
     def wait(self, job: Job, deadline: float, gone: Callable[[], bool] = lambda: False, poll: float = 0.1) -> Outputs:
         """The job's outputs; TimedOut at `deadline` (time.monotonic), Gone as soon as `gone()` says
         so (asked every `poll` seconds); or the job's own error. Both cancel it."""
         while not job.done.wait(max(0.0, min(poll, deadline - time.monotonic()))):
             if time.monotonic() >= deadline:
-                raise TimedOut(job.drop())
+                raise TimedOut(self.cancel(job))
             if gone():
-                raise Gone(job.drop())
+                raise Gone(self.cancel(job))
         if job.error is not None:
             raise job.error
         return job.probabilities, job.predicted
 
     def problem(self) -> str | None:
-        """Why the model cannot answer now (None: it can): what /ping says."""
+        """Why the model cannot answer now (None: it can): what /ping says. A slow call is not one:
+        it ends, and the model answers again."""
         if not all(thread.is_alive() for thread in self._threads):
             return "a thread calling the model has stopped"
-        since = min((t for t in self.busy_since if t is not None), default=None)
-        if since is not None and time.monotonic() - since > self.stuck_after:
-            return f"one call of the model has run {time.monotonic() - since:.1f} s, past {self.stuck_after:g} s"
         return None
+
+    def stuck(self) -> str | None:
+        """Why a call now running is stuck, not slow (None: none is): it has run longer than
+        STUCK_FACTOR times the model's slowest seconds per image so far, times its images, and
+        than `stuck_floor`."""
+        now = time.monotonic()
+        for since, count in zip(list(self.busy_since), list(self.busy_images)):
+            if since is None:
+                continue
+            limit = max(self.stuck_floor, STUCK_FACTOR * self.slowest_per_image * count)
+            if now - since > limit:
+                return (f"one call of the model on {count} image(s) has run {now - since:.1f} s, past {limit:.1f} s "
+                        f"({STUCK_FACTOR} times the slowest it has been, {self.slowest_per_image:.3f} s an image, "
+                        f"and at least {self.stuck_floor:g} s)")
+        return None
+
+    def timed(self, images: int, seconds: float) -> None:
+        """A call's time on `images` images, into the model's history (the predictor's warm-up
+        call gives the first)."""
+        if images:
+            self.slowest_per_image = max(self.slowest_per_image, seconds / images)
 
     # -- the model thread's side --
     def _serve(self, runner: int) -> None:
         while True:
             batch = self._next_batch()
-            self.busy_since[runner] = time.monotonic()
+            if not batch:  # (every job waiting was given up meanwhile: no call on no image)
+                continue
+            count = sum(end - start for _, start, end in batch)
+            self.busy_images[runner], self.busy_since[runner] = count, time.monotonic()
+            jobs = {job for job, _, _ in batch}
+            self._running |= jobs
             try:
                 self._compute(batch)
+                self.timed(count, time.monotonic() - self.busy_since[runner])
             finally:
                 self.busy_since[runner] = None
+                self._running -= jobs
 
     def _next_batch(self) -> list[tuple[Job, int, int]]:
         """(job, start, end) slices of the queued jobs, at most max_batch images in all, and no more
@@ -184,21 +263,35 @@ class Batcher:
         return sum(len(job.images) - job.taken for job in self._queue if not job.cancelled)
 
     def _compute(self, batch: list[tuple[Job, int, int]]) -> None:
-        images = [image for job, start, end in batch for image in job.images[start:end]]
+        # each slice's images, taken here, out of the lock (a lazy request decodes them now): a job
+        # given up meanwhile has let go of its images and is left out
+        slices = [(job, start, images) for job, start, end in batch
+                  if len(images := job.images[start:end]) == end - start and not job.cancelled]
+        self._call(slices)
+
+    def _call(self, slices: list[tuple[Job, int, list]]) -> None:
+        if not slices:
+            return
         try:
-            outputs = self._run(images)
+            outputs = self._run([image for _, _, images in slices for image in images])
         except Exception as err:  # (whose fault it is is found by running each alone)
-            if len(batch) == 1:
-                batch[0][0].fail(err)
+            if len(slices) == 1:
+                job = slices[0][0]
+                if hasattr(err, "index"):  # (the predictor's ImageError: which image, in this slice)
+                    err.index += slices[0][1]
+                job.fail(err)
+                with self._ready:
+                    if job in self._queue:
+                        self._queue.remove(job)
                 return
-            for job, start, end in batch:
-                if not job.cancelled:
-                    self._compute([(job, start, end)])
+            for one in slices:
+                if not one[0].cancelled:
+                    self._call([one])
             return
         probabilities, predicted = outputs
         at = 0
-        for job, start, end in batch:
-            count = end - start
+        for job, start, images in slices:
+            count = len(images)
             if not job.cancelled:
                 job.fill(start, (probabilities[at:at + count], None if predicted is None else predicted[at:at + count]))
             at += count

@@ -10,17 +10,29 @@ Requests, as SageMaker's built-in image classifiers and TF Serving take them:
                           {"b64": ...}} items and {"inputs": [...]}), a plain list of base64
                           strings or {"b64": ...} objects, or one such object: a list of images
   application/jsonlines   one image per line, in any of the JSON forms of one image above (batch
-                          transform with SplitType=Line)
+                          transform with SplitType=Line); blank lines skipped
+  application/x-recordio  MXNet RecordIO records, one image each (batch transform with
+                          SplitType=RecordIO: several records a body with BatchStrategy=MultiRecord);
+                          a record of im2rec's .rec (an image record: IRHeader, then the image) is
+                          its image; answered as JSON Lines is, a line per record
+Base64 is read as TF Serving's JSON API reads it (abseil's Base64Unescape): line breaks and other
+whitespace inside skipped (MIME's 76-column lines), '=' padding optional, the URL-safe alphabet too.
+JSON Lines and RecordIO bodies (batch transform's reach 100 MB) are not decoded at parse: their
+images are a LazyImages, decoded one at a time when asked, so that a body costs itself and the
+slice the model is running rather than 2-4 times itself; Predictor.check reads each once before the
+model runs, so a line or record that cannot be decoded is still a 400 that names it.
 Answers, by the dialect the model was trained in (serving.json's "dialect"), so that a built-in
-algorithm's clients read them as they read that built-in's (Accept; a missing Accept and */* are
-the dialect's default, the first in each list; q-values are ignored, the first type written wins):
-  keras-pipe  application/json (also with JSON Lines in: application/jsonlines): this project's
-              prediction object (predicted_label or predicted_labels and threshold, top_k, labels,
-              probabilities); application/jsonlines: one line per image, its object
+algorithm's clients read them as they read that built-in's (Accept, weighed as RFC 9110 §12.5.1
+says: the type of highest q wins, each type weighed by the most specific range naming it, equals
+in the order written; a missing Accept, */* and application/* are the dialect's default, the first
+in each list, and then the next the dialect writes):
+  keras-pipe  application/json (with JSON Lines or RecordIO in: application/jsonlines): this
+              project's prediction object (predicted_label or predicted_labels and threshold,
+              top_k, labels, probabilities); application/jsonlines: one line per image, its object
   mxnet       application/json: the bare list of every class's probability, in label order (the
               built-in's notebooks do np.argmax(json.loads(body))); application/jsonlines:
               {"prediction": [p0, p1, ...]} per image, the default in batch transform
-              (SAGEMAKER_BATCH=true) and with JSON Lines in
+              (SAGEMAKER_BATCH=true) and with JSON Lines or RecordIO in
   tensorflow  application/json: {"probabilities": [...]}; application/json;verbose: {"probabilities":
               [...], "labels": [...], "predicted_label": "<name of the likeliest class>"};
               application/jsonlines (;verbose): those objects, one line per image
@@ -32,18 +44,26 @@ One image sent as such is answered with one JSON value; several, in JSON, with {
 
 from __future__ import annotations
 
-import base64
 import binascii
 import json
+import re
+import struct
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from keras_pipe_train.settings.dialects import KERAS_PIPE, MXNET, TENSORFLOW
+from pipemode.corruption import CorruptionPolicy
+from pipemode.errors import CorruptRecordError
+from pipemode.recordio import MAGIC, MAGIC_BYTES, RecordIODecoder
 
 IMAGE_TYPES = ("application/x-image", "image/", "application/octet-stream")
 JSON = "application/json"
 JSON_LINES = ("application/jsonlines", "application/x-jsonlines", "application/json-lines")
-ACCEPTED = "application/x-image, image/jpeg, image/png, application/json or application/jsonlines"
+RECORDIO = "application/x-recordio"
+ACCEPTED = ("application/x-image, image/jpeg, image/png, application/json, application/jsonlines or "
+            "application/x-recordio")
 # this project's own answer, one Accept away in any dialect (the dialect: serving.json's, Predictor.dialect)
 RICH = "application/vnd.keras-pipe+json"
 RICH_LINES = "application/vnd.keras-pipe+jsonlines"
@@ -63,8 +83,8 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True)
 class Request:
-    images: list[bytes]
-    lines: bool  # JSON Lines in: the answer keeps one line per input line unless told otherwise
+    images: Sequence[bytes]  # a list, or for JSON Lines and RecordIO a LazyImages (decoded when read)
+    lines: bool  # JSON Lines or RecordIO in: the answer keeps a line per line (record) in unless told otherwise
     single: bool  # one image sent as such (not as a list of one): answered with one object
 
 
@@ -73,7 +93,7 @@ def media_type(header: str | None) -> str:
     return (header or "").split(";")[0].strip().lower()
 
 
-def parse(content_type: str | None, body: bytes) -> Request:
+def parse(content_type: str | None, body: bytes | bytearray | memoryview) -> Request:
     kind = media_type(content_type)
     if not kind:
         raise BadRequest(415, f"the request has no Content-Type; send {ACCEPTED}")
@@ -86,23 +106,21 @@ def parse(content_type: str | None, body: bytes) -> Request:
         images, single = _images_of(value)
         return Request(images, lines=False, single=single)
     if kind in JSON_LINES:
-        text = _text(body, "the request body")
-        images = [_one_image(_json_text(line, f"line {number}"), f"line {number}")
-                  for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-        if not images:
-            raise BadRequest(400, "the JSON Lines body holds no line: send one image per line")
-        return Request(images, lines=True, single=False)
+        return Request(json_lines(body), lines=True, single=False)
+    if kind == RECORDIO:
+        # (a record per image, as batch transform splits: answered a line per record, as lines are)
+        return Request(recordio(body), lines=True, single=False)
     raise BadRequest(415, f"unsupported Content-Type {kind!r}: send {ACCEPTED}")
 
 
-def _text(body: bytes, where: str) -> str:
+def _text(body: bytes | bytearray | memoryview, where: str) -> str:
     try:
-        return body.decode("utf-8")
+        return str(body, "utf-8")  # (a memoryview too: a line of a body is decoded without a copy of its bytes)
     except UnicodeDecodeError as err:
         raise BadRequest(400, f"{where} is not UTF-8 text (byte {err.start}): JSON must be") from None
 
 
-def _json(body: bytes, where: str):
+def _json(body: bytes | bytearray | memoryview, where: str):
     return _json_text(_text(body, where), where)
 
 
@@ -143,18 +161,191 @@ def _one_image(value, where: str) -> bytes:
     if not isinstance(value, str):
         raise BadRequest(400, f"{where} is not an image: expected {{\"b64\": \"<base64 of the image>\"}} or a base64 "
                               f"string, got {type(value).__name__}")
-    try:
-        data = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        try:  # the URL-safe alphabet (TF Serving accepts both)
-            data = base64.urlsafe_b64decode(value)
-            if base64.urlsafe_b64encode(data).rstrip(b"=") != value.encode().rstrip(b"="):
-                raise ValueError
-        except (binascii.Error, ValueError):
-            raise BadRequest(400, f"{where} is not valid base64") from None
+    data = unbase64(value, where)
     if not data:
         raise BadRequest(400, f"{where} is empty")
     return data
+
+
+# abseil's ascii_isspace, which its Base64Unescape skips wherever it stands (MIME and PEM wrap lines)
+_SPACE = re.compile(r"[ \t\n\v\f\r]+")
+# anything neither alphabet, padding nor such whitespace holds: refused, never dropped (as
+# b64decode(validate=False) would, silently losing the data around it)
+_OUTSIDE = re.compile(r"[^A-Za-z0-9+/\-_= \t\n\v\f\r]")
+_URL_SAFE = str.maketrans("-_", "+/")
+
+
+def unbase64(text: str, where: str) -> bytes:
+    """The bytes `text` encodes, read as TF Serving's JSON API reads base64 (abseil's Base64Unescape,
+    and WebSafeBase64Unescape for the URL-safe alphabet): whitespace anywhere skipped, '=' padding
+    optional but exact when given; a 400 naming `where` and what is wrong otherwise."""
+    try:  # the usual: one padded line of the standard alphabet, decoded in C at once
+        data = binascii.a2b_base64(text, strict_mode=True)
+        # (as long as the text says: strict mode still takes '=' after a whole quantum, "QUJD=")
+        if len(data) == len(text) // 4 * 3 - text[-2:].count("="):
+            return data
+    except (binascii.Error, ValueError):  # (ValueError: a character outside ASCII)
+        pass
+    if bad := _OUTSIDE.search(text):
+        raise BadRequest(400, f"{where} is not valid base64: {bad.group()!r} (character {bad.start() + 1}) is in "
+                              f"neither base64 alphabet")
+    digits = _SPACE.sub("", text)
+    data = digits.rstrip("=")
+    padding, needed = len(digits) - len(data), -len(data) % 4
+    if "=" in data:
+        raise BadRequest(400, f"{where} is not valid base64: '=' (padding) before its end")
+    if ("+" in data or "/" in data) and ("-" in data or "_" in data):
+        raise BadRequest(400, f"{where} is not valid base64: it mixes the standard (+/) and URL-safe (-_) alphabets")
+    if len(data) % 4 == 1:  # (6 bits cannot end a byte: no padding makes this base64)
+        raise BadRequest(400, f"{where} is not valid base64: {len(data)} characters (whitespace aside), one more "
+                              f"than a multiple of 4, cannot be base64, padded or not")
+    if padding and padding != needed:
+        raise BadRequest(400, f"{where} is not valid base64: {padding} '=' after {len(data)} characters, which "
+                              f"take {needed} (or none)")
+    return binascii.a2b_base64(data.translate(_URL_SAFE) + "=" * needed, strict_mode=True)
+
+
+class LazyImages(Sequence):
+    """The images of a JSON Lines or RecordIO body, decoded when asked for, one at a time:
+    len(images); images[i] -> bytes; images[a:b] -> list[bytes]; iterating. It holds the body (a
+    view of it, never a copy) and where each line or record lies in it, nothing decoded.
+
+    Why: batch transform's bodies reach 100 MB, and decoding one whole (its text, every line's
+    JSON, every image) took 2 to 4 times that at once; read as the model reads, a slice at a time,
+    a body costs itself and a slice. The price: every read decodes again (Predictor.check's pass,
+    then the model's slices: each image decoded twice), CPU spent to keep memory flat.
+    A line or record that cannot be decoded raises the 400 naming it (BadRequest)."""
+
+    def __init__(self, body: memoryview, starts: array, ends: array):
+        self._body, self._starts, self._ends = body, starts, ends
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __getitem__(self, index: int | slice) -> bytes | list[bytes]:
+        if isinstance(index, slice):
+            return [self._image(i) for i in range(len(self))[index]]
+        return self._image(range(len(self))[index])  # (negative indices; IndexError past the end)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return map(self._image, range(len(self)))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {len(self)} images in a body of {len(self._body)} bytes>"
+
+    def _image(self, index: int) -> bytes:
+        raise NotImplementedError
+
+
+class JsonLinesImages(LazyImages):
+    """A JSON Lines body's images: a line each (blank ones skipped), named by its line number."""
+
+    def __init__(self, body: memoryview, starts: array, ends: array, numbers: array):
+        super().__init__(body, starts, ends)
+        self._numbers = numbers  # each image's line number, from 1 (blank lines count, as an editor counts)
+
+    def _image(self, index: int) -> bytes:
+        where = f"line {self._numbers[index]}"
+        return _one_image(_json(self._body[self._starts[index]:self._ends[index]], where), where)
+
+
+class RecordIOImages(LazyImages):
+    """A RecordIO body's images: a record each, named by its number (from 1) and byte offset."""
+
+    def _image(self, index: int) -> bytes:
+        start, end = self._starts[index], self._ends[index]
+        # the record's parts joined as dmlc joins them (the magic word put back between them), by
+        # the training reader's own decoder
+        stream = next(RecordIODecoder(CorruptionPolicy()).streams(_reader(self._body[start:end]), "the record"))
+        return record_image(stream.read_all(), f"record {index + 1} (byte offset {start})")
+
+
+# a line holding anything but whitespace; and any line, with its "\n" (JSON Lines' separator: a
+# "\r" before it is JSON's whitespace)
+_NOT_BLANK = re.compile(rb"\S")
+_LINE = re.compile(rb"[^\n]*\n|[^\n]+")
+
+
+def json_lines(body: bytes | bytearray | memoryview) -> JsonLinesImages:
+    """The lines of a JSON Lines body, found in one pass over it and nothing decoded (LazyImages)."""
+    view = _view(body)
+    starts, ends, numbers = array("Q"), array("Q"), array("Q")
+    for number, line in enumerate(_LINE.finditer(view), 1):
+        start, end = line.span()
+        if _NOT_BLANK.search(view, start, end):
+            starts.append(start)
+            ends.append(end)
+            numbers.append(number)
+    if not starts:
+        raise BadRequest(400, "the JSON Lines body holds no line: send one image per line")
+    return JsonLinesImages(view, starts, ends, numbers)
+
+
+def recordio(body: bytes | bytearray | memoryview) -> RecordIOImages:
+    """The records of a RecordIO body, framed in one pass over it (by the training reader's RecordIO
+    decoder, pipemode.recordio) and nothing decoded (LazyImages); a 400 naming the first record
+    that is not RecordIO."""
+    view = _view(body)
+    if not view:
+        raise BadRequest(400, "the request body is empty: send RecordIO records, an image each")
+    if view[:4] != MAGIC_BYTES:  # (the usual mistake: one image sent as such, said as such)
+        raise BadRequest(400, f"the body is not RecordIO: it starts with {bytes(view[:8])!r}, not RecordIO's magic "
+                              f"number {MAGIC:#010x}; send one image as application/x-image, or RecordIO records "
+                              f"(SageMaker's SplitType=RecordIO) as {RECORDIO}")
+    starts = array("Q")
+    try:
+        # (raising at the first bad record: the policy skips none)
+        for stream in RecordIODecoder(CorruptionPolicy()).streams(_reader(view), "the request body"):
+            starts.append(stream.offset)
+    except CorruptRecordError as err:
+        raise BadRequest(400, f"record {err.record + 1} of the body (at byte offset {err.offset}) is not valid "
+                              f"RecordIO: {err.detail}") from None
+    # (framed without a gap: each record ends where the next one starts)
+    return RecordIOImages(view, starts, starts[1:] + array("Q", [len(view)]))
+
+
+def _view(body: bytes | bytearray | memoryview) -> memoryview:
+    """The body as bytes to slice without copying (the server's buffer is a bytearray)."""
+    return memoryview(body).cast("B")
+
+
+def _reader(view: memoryview):
+    """read(n) over a body in memory, as pipemode's RecordIO decoder reads a stream: the bytes it
+    expects (it joins what it reads back with bytes), each piece a copy of at most a record's part
+    (or 1 MB), dropped once framed: never the body whole."""
+    at = 0
+
+    def read(n: int) -> bytes:
+        nonlocal at
+        piece = bytes(view[at:at + n])
+        at += len(piece)
+        return piece
+
+    return read
+
+
+# how images start (JPEG, PNG, GIF, BMP, WebP: the formats the model decodes): a record holding
+# one as such is that image, not an im2rec record
+_IMAGE_STARTS = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
+# im2rec's IRHeader (mxnet.recordio.pack; keras_pipe_train.sources.mxnet_records reads the same for training)
+_IR_HEADER = struct.Struct("<IfQQ")  # flag, label, id, id2
+
+
+def record_image(payload: bytes | memoryview, where: str) -> bytes:
+    """The image a RecordIO record holds: the payload itself where it starts as an image does, else
+    what follows im2rec's IRHeader (uint32 flag, float32 label, uint64 id, uint64 id2, then `flag`
+    float32 labels when flag > 0): every record of the .rec files the MXNet built-in trains on."""
+    if bytes(payload[:8]).startswith(_IMAGE_STARTS):
+        return bytes(payload)
+    if len(payload) < _IR_HEADER.size:
+        raise BadRequest(400, f"{where} is neither an image nor an im2rec image record: {len(payload)} bytes, fewer "
+                              f"than the image record header's {_IR_HEADER.size}")
+    labels = _IR_HEADER.unpack_from(payload)[0]  # (the flag: 0 where the one label is in the header itself)
+    image = _IR_HEADER.size + 4 * labels
+    if image > len(payload):
+        raise BadRequest(400, f"{where} is neither an image nor an im2rec image record: its header says {labels} "
+                              f"labels follow, more than its {len(payload)} bytes hold")
+    return bytes(payload[image:])
 
 
 class Answer(NamedTuple):
@@ -168,37 +359,124 @@ class Answer(NamedTuple):
         return self.kind in (JSON_LINES[0], RICH_LINES)
 
 
-def accepted(accept: str | None) -> list[tuple[str, set[str]]]:
-    """'application/json;verbose, */*;q=0.1' -> [('application/json', {'verbose'}), ('*/*', set())]:
-    each media type with its parameters' names (q, the weight, left out)."""
-    wanted = []
-    for part in (accept or "").split(","):
-        if part.strip():
-            kind, *parameters = part.split(";")
-            names = {p.split("=")[0].strip().lower() for p in parameters} - {"q", ""}
-            wanted.append((kind.strip().lower(), names))
-    return wanted
+class Range(NamedTuple):
+    """One media range of Accept: its type ('application/json', 'application/*', '*/*'), the names
+    of its parameters (its weight left out) and its weight, q."""
+    kind: str
+    parameters: frozenset[str]
+    q: float
+
+
+# a list's items and an item's parameters, split where no quoted string holds the separator
+_ITEMS = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^,"])+')
+_PARAMETERS = re.compile(r'(?:"(?:[^"\\]|\\.)*"|[^;"])+')
+# a weight: RFC 9110's qvalue ("0", "0.5", "1.000") read as any plain decimal, so that ".2" (Java's
+# URLConnection sends "*; q=.2") and a fourth decimal are understood
+_QVALUE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+
+
+def accepted(accept: str | None) -> list[Range]:
+    """'application/json;verbose, */*;q=0.1' -> [Range('application/json', {'verbose'}, 1.0),
+    Range('*/*', set(), 0.1)]: each media range, its parameters' names and its weight (RFC 9110
+    §12.5.1; 1 unless given). A weight that is not a number from 0 to 1 is a 400: the RFC gives it
+    no meaning, and no guess is safe (taken as 1, it could answer in a type the client meant to rule
+    out with q=0); said, the client can mend it."""
+    ranges = []
+    for item in _ITEMS.findall(accept or ""):
+        kind, *parameters = (p.strip() for p in _PARAMETERS.findall(item))
+        if not kind:
+            continue
+        names, q = set(), 1.0
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            name = name.strip().lower()
+            if name == "q":
+                q = _weight(value.strip(), item.strip())
+            elif name:
+                names.add(name)
+        ranges.append(Range(kind.lower(), frozenset(names), q))
+    return ranges
+
+
+def _weight(value: str, item: str) -> float:
+    q = float(value) if _QVALUE.fullmatch(value) else -1.0
+    if not 0 <= q <= 1:
+        raise BadRequest(400, f"Accept's {item!r} has the weight q={value[:20]!r}: a weight is a number from 0 to "
+                              f"1 (RFC 9110 §12.5.1)")
+    return q
+
+
+class _Offer(NamedTuple):
+    """An answer this server can write: the media types that ask for it, and whether it is the
+    verbose form (True, False: the TensorFlow dialect's JSON; None: a type with no such form)."""
+    names: tuple[str, ...]
+    verbose: bool | None
+    answer: Answer
+
+
+def _offers(dialect: str, lines: bool) -> list[_Offer]:
+    """What the server writes in `dialect`, in its order of preference: the default first (JSON
+    Lines where `lines`), the other of JSON and JSON Lines next, this project's types last."""
+    kinds = [(JSON, (JSON,)), (JSON_LINES[0], JSON_LINES)]
+    rich = [(RICH, (RICH,)), (RICH_LINES, (RICH_LINES,))]
+    if lines:
+        kinds.reverse()
+        rich.reverse()
+    offers = []
+    for kind, names in kinds:
+        if dialect == TENSORFLOW:  # (verbose: a parameter of the type, naming the other form)
+            offers += [_Offer(names, False, Answer(kind, TENSORFLOW)),
+                       _Offer(names, True, Answer(kind, TENSORFLOW_VERBOSE))]
+        else:
+            offers.append(_Offer(names, None, Answer(kind, MXNET if dialect == MXNET else RICH_FORM)))
+    return offers + [_Offer(names, None, Answer(kind, RICH_FORM)) for kind, names in rich]
+
+
+def _specificity(range_: Range, offer: _Offer) -> int | None:
+    """How closely the range names the offer, by RFC 9110's precedence (3: the type with its
+    verbose parameter, 2: the type, 1: application/*, 0: */*), or None where it does not name it.
+    Parameters other than verbose, and verbose where the type has no such form, are passed over
+    (charset=utf-8 still names JSON)."""
+    verbose = offer.verbose is not None and "verbose" in range_.parameters
+    if verbose and not offer.verbose:  # (the range names the verbose form only)
+        return None
+    if range_.kind == "*/*":
+        return 0
+    if range_.kind == "application/*":  # (every answer is application/...)
+        return 1
+    if range_.kind in offer.names:
+        return 3 if verbose else 2
+    return None
 
 
 def answer_type(accept: str | None, request: Request, dialect: str = KERAS_PIPE, batch: bool = False) -> Answer:
-    """How to answer, from Accept (a list, with q-values ignored: the first one this server
-    writes wins) and the model's dialect; `batch`: the server runs for batch transform
-    (SAGEMAKER_BATCH), where the MXNet built-in's default answer is JSON Lines."""
-    for kind, parameters in accepted(accept) or [("*/*", set())]:
-        if kind in ("*/*", "application/*"):  # the dialect's default
-            lines = request.lines or (batch and dialect == MXNET)
-            kind = JSON_LINES[0] if lines else JSON
-        if kind == RICH:
-            return Answer(RICH, RICH_FORM)
-        if kind == RICH_LINES:
-            return Answer(RICH_LINES, RICH_FORM)
-        if kind == JSON or kind in JSON_LINES:
-            answer_kind = JSON if kind == JSON else JSON_LINES[0]
-            if dialect == TENSORFLOW:
-                return Answer(answer_kind, TENSORFLOW_VERBOSE if "verbose" in parameters else TENSORFLOW)
-            return Answer(answer_kind, MXNET if dialect == MXNET else RICH_FORM)
-    raise BadRequest(406, f"cannot answer in {accept!r}: Accept {ANSWERS[dialect]}, or {RICH} or {RICH_LINES} "
-                          f"(this project's own answer)")
+    """How to answer, from Accept and the model's dialect, as RFC 9110 §12.5.1 says: each answer
+    this server writes is weighed by the most specific range naming it (q=0: not acceptable), and
+    the heaviest wins; equals, in the order the client wrote their ranges, then the dialect's
+    order (so */* is the dialect's default, and the next where the default weighs 0). `batch`: the
+    server runs for batch transform (SAGEMAKER_BATCH), where the MXNet built-in's default answer is
+    JSON Lines."""
+    ranges = accepted(accept) or [Range("*/*", frozenset(), 1.0)]
+    candidates = []  # (-q, the place of the range giving it, the dialect's preference, the answer): the least wins
+    for preference, offer in enumerate(_offers(dialect, request.lines or (batch and dialect == MXNET))):
+        weighed = _weighed(offer, ranges)
+        if weighed and weighed[0] > 0:
+            candidates.append((-weighed[0], weighed[1], preference, offer.answer))
+    if not candidates:
+        raise BadRequest(406, f"cannot answer in {accept!r}: Accept {ANSWERS[dialect]}, or {RICH} or {RICH_LINES} "
+                              f"(this project's own answer)")
+    return min(candidates)[-1]
+
+
+def _weighed(offer: _Offer, ranges: list[Range]) -> tuple[float, int] | None:
+    """The offer's weight and the place of the range that gives it: the most specific range naming
+    it, of equally specific ones the first written; None where none names it."""
+    naming = [(specificity, -place) for place, range_ in enumerate(ranges)
+              if (specificity := _specificity(range_, offer)) is not None]
+    if not naming:
+        return None
+    place = -max(naming)[1]
+    return ranges[place].q, place
 
 
 def render(predictions: list[dict], answer: Answer, request: Request) -> bytes:

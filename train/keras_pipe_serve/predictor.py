@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from keras_pipe_serve.payloads import BadRequest
@@ -25,6 +26,20 @@ from keras_pipe_train.sources import images as image_checks
 log = logging.getLogger("keras_pipe_serve")
 
 DEFAULT_TOP_K = 5
+
+
+class ImageError(BadRequest):
+    """A 400 for one image of a request: `index`, its place in the request (from 0), which the
+    answer names."""
+
+    def __init__(self, index: int, problem: str):
+        super().__init__(400, problem)
+        self.index = index
+        self.problem = problem
+
+    def named(self, count: int) -> str:
+        """The message, naming the image among `count` sent."""
+        return f"{'the body' if count == 1 else f'item {self.index + 1}'} {self.problem}"
 
 
 class ModelError(Exception):
@@ -100,26 +115,57 @@ class Predictor:
         """One prediction object per image, in this thread (the server's workers go through a
         batcher instead: keras_pipe_serve.batcher)."""
         self.check(images)
-        return self.predictions(*self.run(images), top_k)
+        try:
+            return self.predictions(*self.run(images), top_k)
+        except ImageError as err:
+            raise BadRequest(400, err.named(len(images))) from None
 
-    def check(self, images: list[bytes]) -> None:
-        """A 400 naming the first image that this model cannot take, from the headers alone."""
-        for number, data in enumerate(images, 1):
+    def check(self, images: Sequence[bytes]) -> None:
+        """A 400 naming the first image that this model cannot take, from the headers alone. A JSON
+        Lines or RecordIO request's images (payloads.LazyImages) are decoded here, one at a time, so
+        that a line or record that cannot be is its 400 too, before the model runs, and memory holds
+        the body and one image (this loop keeps none of them)."""
+        for index, data in enumerate(images):
             problem = self.problem(data)
             if problem:
-                where = "the body" if len(images) == 1 else f"item {number}"
-                raise BadRequest(400, f"{where} {problem}")
+                raise BadRequest(400, ImageError(index, problem).named(len(images)))
 
     def run(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
         """The model's call on checked images: each one's probabilities, and a multi-label model's
-        0/1 per class (else None)."""
+        0/1 per class (else None). No call on no image: ([], None)."""
+        if not len(images):
+            return [], None
         tf = self._tf
         try:
-            out = self._serve(image_bytes=tf.constant(images))
+            # (a body sent as one image is the server's buffer, a bytearray: TensorFlow takes bytes)
+            out = self._serve(image_bytes=tf.constant([i if isinstance(i, bytes) else bytes(i) for i in images]))
         except tf.errors.InvalidArgumentError as err:  # what the header check cannot see: a corrupt scan
-            raise BadRequest(400, f"an image cannot be decoded: {err.message.splitlines()[0][:300]}") from None
+            raise self._undecodable(images, err) from None
         return (out["probabilities"].numpy().tolist(),
                 out["predicted"].numpy().tolist() if self.multi_label else None)
+
+    def _undecodable(self, images: list[bytes], err) -> ImageError:
+        """The error naming the first of `images` that the model cannot decode: the call failed as
+        a whole, so each is tried alone (a rare path: a scan that passed the header check)."""
+        failing = 0
+        if len(images) > 1:
+            for index, image in enumerate(images):
+                try:
+                    self._serve(image_bytes=self._tf.constant([image]))
+                except self._tf.errors.InvalidArgumentError as alone:
+                    failing, err = index, alone
+                    break
+        return ImageError(failing, f"cannot be decoded: {err.message.splitlines()[0][:300]}")
+
+    def warm_up(self) -> float:
+        """One call on a small image, so that the first request does not pay for the graph's first
+        run (kernels chosen, memory reserved); its seconds, the model's first history (Batcher.timed)."""
+        import time
+
+        image = self._tf.io.encode_png(self._tf.zeros([8, 8, 3], self._tf.uint8)).numpy()
+        started = time.monotonic()
+        self.run([image])
+        return time.monotonic() - started
 
     def predictions(self, probabilities: list[list[float]], predicted: list[list[int]] | None,
                     top_k: int | None = None) -> list[dict]:

@@ -63,11 +63,12 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from keras_pipe_serve.batcher import STUCK_FLOOR_S
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
+from keras_pipe_serve.sizing import Plan, cpus, gpus, memory_limit, model_bytes, plan
 from keras_pipe_train.settings import contract  # (no TensorFlow: the master never loads it)
 from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
 
@@ -77,92 +78,18 @@ T = TypeVar("T")
 DEFAULT_PAYLOAD_MB = 6
 # SageMaker sends SIGKILL 30 s after SIGTERM: requests in flight get most of that to finish
 GRACEFUL_S = 25
-# threads of a worker beyond the queue's requests: for pings and for refusals, which never wait
-PING_THREADS = 8
-# a worker's memory beside its model: TensorFlow's runtime, the graph, a batch's activations at
-# 224x224; and each thread calling the model beyond the first, the activations of one more batch
-# (measured with mobilenet_v3_small: PSS 630-670 MB with one, 1,000-1,040 MB with two; `python -m
-# bench.serve` prints them)
-WORKER_MB = 700
-RUNNER_MB = 400
+# a batch transform waits for an answer up to its invocation timeout, 600 s unless the job says
+# otherwise (ModelClientConfig.InvocationsTimeoutInSeconds), and passes the container no setting of it
+BATCH_TIMEOUT_S = 600
+# the bodies a worker reads or holds at once, unless KERAS_PIPE_MAX_BODIES_MB says: four of the largest
+# allowed, at least this many MB, and never more than a quarter of the worker's share of the memory limit
+BODIES_MB = 256
+# seconds a connection may wait for its next request: above the 60 s idle timeout of AWS's load
+# balancers, which close theirs first (KERAS_PIPE_KEEPALIVE_S)
+KEEPALIVE_S = 75
 # how far below the request threads the model's threads run (KERAS_PIPE_MODEL_NICENESS; 0: level)
 MODEL_NICENESS = 5
 ACCESS_LOG_FORMAT = '%(h)s - - %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'  # common log format, and the time
-UNLIMITED = 1 << 60  # cgroup v1 says "no limit" with a number near 2**63
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (not Linux)
-        return os.cpu_count() or 1
-
-
-def gpus(dev: Path = Path("/dev")) -> int:
-    """The GPUs this container sees (the NVIDIA runtime gives it only /dev nodes of its own)."""
-    return sum(1 for node in dev.glob("nvidia[0-9]*"))
-
-
-def memory_limit(cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """The container's memory limit in bytes (cgroup v2's memory.max, else v1's
-    memory.limit_in_bytes), or None where there is none."""
-    for path in (cgroup / "memory.max", cgroup / "memory" / "memory.limit_in_bytes"):
-        try:
-            raw = path.read_text().strip()
-        except OSError:
-            continue
-        if raw == "max" or not raw.isdigit() or int(raw) >= UNLIMITED:
-            return None
-        return int(raw)
-    return None
-
-
-def model_bytes(model_dir: Path) -> int:
-    return sum(f.stat().st_size for f in Path(model_dir).rglob("*") if f.is_file())
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How the server uses the instance: `workers` processes, each with `runners` threads calling
-    its model at once, TensorFlow with `intra` threads within an op and `inter` ops at once; `why`
-    each choice was made (logged at start)."""
-    workers: int
-    runners: int
-    intra: int
-    inter: int
-    why: tuple[str, ...]
-
-
-def plan(cpus: int, gpu_count: int, memory: int | None, model_size: int, asked: int | None = None,
-         intra: int | None = None, inter: int | None = None) -> Plan:
-    """One worker per GPU, calling its model from one thread, TensorFlow on its share of the cores
-    (the decoding); on a host without one, one worker whose model is called from a thread per core,
-    each call on one TensorFlow thread; never more workers than `memory` holds. `asked`
-    (SAGEMAKER_MODEL_SERVER_WORKERS) and `intra`, `inter` (TF_NUM_INTRAOP_THREADS,
-    TF_NUM_INTEROP_THREADS) win; the cores are shared among the workers."""
-    if asked:
-        workers, why = asked, [f"SAGEMAKER_MODEL_SERVER_WORKERS={asked}"]
-    elif gpu_count:
-        workers, why = gpu_count, [f"{gpu_count} GPU(s): one worker each"]
-    else:
-        workers, why = 1, [f"no GPU: one worker, calling its model from a thread per core, {cpus}"]
-    runners = 1 if gpu_count else max(1, cpus // workers)
-    each = (WORKER_MB + RUNNER_MB * (runners - 1)) * 2**20 + 2 * model_size
-    if memory is None:
-        why.append("no memory limit")
-    else:
-        fits = memory // each
-        held = f"the memory limit, {memory / 2**20:.0f} MB, holds {fits} at about {each / 2**20:.0f} MB each"
-        if fits < workers and not asked:
-            workers = max(1, fits)
-            why.append(held if fits else f"warning: {held}; one started anyway")
-        else:
-            why.append(held if fits >= workers else f"warning: {held}")
-    share = max(1, cpus // workers)
-    default_intra, default_inter = (share, share) if gpu_count else (1, runners)
-    if intra or inter:
-        why.append(f"TensorFlow threads as TF_NUM_{'INTRAOP' if intra else 'INTEROP'}_THREADS says")
-    return Plan(workers, runners, intra or default_intra, inter or default_inter, tuple(why))
 
 
 def _positive(name: str, default: float, kind=int, zero: bool = False):
@@ -187,16 +114,20 @@ def settings(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if (args.workers is not None and args.workers < 1) or not 0 < args.port < 65536:
         parser.error("--workers must be at least 1 and --port in 1..65535")
+    batch = os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true"
     return dict(model_dir=Path(args.model_dir), bind=f"{args.host}:{args.port}", workers=args.workers,
-                timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", 60, float),
+                timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", BATCH_TIMEOUT_S if batch else 60, float),
                 max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float) * 1024 * 1024),
-                batch=os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true",
+                batch=batch,
+                bodies=_positive("KERAS_PIPE_MAX_BODIES_MB", None, float),
+                stuck_floor=_positive("KERAS_PIPE_STUCK_AFTER_S", STUCK_FLOOR_S, float),
                 max_batch=_positive("KERAS_PIPE_MAX_BATCH", 32),
                 max_wait=_positive("KERAS_PIPE_BATCH_WAIT_MS", 0, float, zero=True) / 1000,
-                max_queue=_positive("KERAS_PIPE_MAX_QUEUE", max(64, 2 * _cpus())),
+                max_queue=_positive("KERAS_PIPE_MAX_QUEUE", max(64, 2 * cpus())),
                 intra=_positive("TF_NUM_INTRAOP_THREADS", None),
                 inter=_positive("TF_NUM_INTEROP_THREADS", None),
-                niceness=_positive("KERAS_PIPE_MODEL_NICENESS", MODEL_NICENESS, zero=True))
+                niceness=_positive("KERAS_PIPE_MODEL_NICENESS", MODEL_NICENESS, zero=True),
+                keepalive=_positive("KERAS_PIPE_KEEPALIVE_S", KEEPALIVE_S))
 
 
 def made_yielding(make: Callable[[], T], niceness: int) -> T:
@@ -235,13 +166,14 @@ def gpu_slot(live: list[int | None], count: int) -> int:
 
 def gunicorn_settings(config: dict, chosen: Plan, gpu_count: int) -> dict:
     settings_ = {
-        "bind": [config["bind"]], "workers": chosen.workers, "worker_class": "gthread",
-        "threads": config["max_queue"] + PING_THREADS,
-        # (the heartbeat: gthread's main thread never runs a request, so this only catches a worker
-        # hung as a whole; a request's own time is the app's to end)
-        "timeout": max(60, int(config["timeout"]) + 30),
+        "bind": [config["bind"]], "workers": chosen.workers,
+        "worker_class": "keras_pipe_serve.connections.Worker",  # (gunicorn's ASGI worker: connections.py says why)
+        "asgi_loop": "asyncio", "asgi_lifespan": "on",  # (the lifespan starts the app's watchdog)
+        # (the heartbeat: the event loop beats every second unless it is blocked, which nothing in
+        # it does for long; a request's own time, and a stuck model, are the app's to end)
+        "timeout": 60,
         "graceful_timeout": GRACEFUL_S,
-        "keepalive": 75,  # above the 60 s idle timeout of AWS's load balancers
+        "keepalive": config["keepalive"],
         "preload_app": False,  # the model is loaded in each worker, after the fork
         "accesslog": "-", "access_log_format": ACCESS_LOG_FORMAT,  # stdout, as CloudWatch collects it
         "errorlog": "-", "proc_name": "keras-pipe-serve",
@@ -259,20 +191,35 @@ def gunicorn_settings(config: dict, chosen: Plan, gpu_count: int) -> dict:
     return settings_
 
 
+def body_budget(max_body: int, memory: int | None, workers: int, asked_mb: float | None = None) -> int:
+    """The bytes of bodies a worker reads or holds at once (App's door): KERAS_PIPE_MAX_BODIES_MB, else
+    four of the largest allowed and at least BODIES_MB, at most a quarter of the worker's share of
+    the memory limit; never less than one of the largest."""
+    if asked_mb:
+        return int(asked_mb * 2**20)
+    budget = max(4 * max_body, BODIES_MB * 2**20)
+    if memory is not None:
+        budget = min(budget, memory // workers // 4)
+    return max(budget, max_body)
+
+
 def loaded_app(config: dict, chosen: Plan):
-    """What a worker serves: the model loaded, its batcher's threads started (both below the
-    request threads' priority: made_yielding), the WSGI app on them."""
+    """What a worker serves: the model loaded and warmed up, its batcher's threads started (both
+    below the request threads' priority: made_yielding), the ASGI app on them."""
     from keras_pipe_serve.app import App
     from keras_pipe_serve.batcher import Batcher
     from keras_pipe_serve.predictor import Predictor
 
     def model():
         predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
-        return predictor, Batcher(predictor.run, config["max_batch"], config["max_wait"], config["max_queue"],
-                                  stuck_after=config["timeout"], runners=chosen.runners)
+        batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], config["max_queue"],
+                          stuck_floor=config["stuck_floor"], runners=chosen.runners)
+        batcher.timed(1, predictor.warm_up())
+        return predictor, batcher
 
     predictor, batcher = made_yielding(model, config["niceness"])
-    return App(predictor, batcher, config["max_body"], config["batch"], config["timeout"])
+    return App(predictor, batcher, config["max_body"], config["batch"], config["timeout"], config["max_queue"],
+               body_budget(config["max_body"], memory_limit(), chosen.workers, config["bodies"]))
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -283,7 +230,7 @@ def run(argv: list[str] | None = None) -> None:
     except ModelError as err:
         raise SystemExit(f"serve: {err}") from None
     gpu_count = gpus()
-    chosen = plan(_cpus(), gpu_count, memory_limit(), model_bytes(served), config["workers"], config["intra"],
+    chosen = plan(cpus(), gpu_count, memory_limit(), model_bytes(served), config["workers"], config["intra"],
                   config["inter"])
 
     from gunicorn.app.base import BaseApplication

@@ -1,0 +1,266 @@
+"""`keras-pipe-serve` facing crowds and bad clients, as the door decides (keras_pipe_serve.app and
+.connections): /ping answered through a crowd, stalled uploads and lingering closes; a 503 with
+Retry-After before the body is read; each request's time counted from its arrival; idle and
+half-sent connections closed; a request pipelined behind a refused body answered; the body
+budget; a hung model call recovered by a fresh worker; and a path that would forge a log line.
+Real server, real sockets. (How fast, with how many clients: bench.serve.)"""
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import image_bytes
+from tests.serve.conftest import CLASSES
+from tests.serve.test_load import PING_LIMIT_S, instances, logged, ping, post, served, slow_png
+
+pytestmark = pytest.mark.slow
+
+JPEG = image_bytes("JPEG", 40, 30)
+
+
+def request_head(length: int, kind: str = "image/jpeg", path: str = "/invocations") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {kind}\r\nContent-Length: {length}\r\n\r\n").encode()
+
+
+def answer_of(sock: socket.socket) -> tuple[int, dict, bytes]:
+    """One HTTP/1.1 answer read off `sock` (status, headers, body), by its Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before an answer: {data[:200]!r}")
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    while len(body) < int(headers.get("content-length", 0)):
+        body += sock.recv(65536)
+    return int(lines[0].split()[1]), headers, body
+
+
+def closed_by_server(sock: socket.socket, within: float) -> float | None:
+    """Seconds until the server closed `sock` (None: still open after `within`)."""
+    sock.settimeout(within)
+    started = time.monotonic()
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionResetError:
+        pass
+    return time.monotonic() - started
+
+
+class Pinger:
+    """/ping every 0.1 s on a new connection, as SageMaker's health check comes, in a thread."""
+
+    def __init__(self, port: int):
+        self.port, self.pings, self._stop = port, [], threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.pings.append(ping(self.port))
+            time.sleep(0.1)
+
+    def stop(self) -> list[tuple[int | None, float]]:
+        self._stop.set()
+        self._thread.join()
+        return self.pings
+
+
+def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes(model_dir, tmp_path):
+    """120 kept-alive clients sending one image after another, 40 uploads that stall halfway, and
+    clients that send Connection: close and never close their end: every ping is answered 200
+    within SageMaker's 2 s; the crowd is answered 200 or 503 with Retry-After, never later than its
+    timeout and a second; the stalled uploads get 408 once their body stops for 10 s (app.BODY_IDLE_S)."""
+    server = served(model_dir, tmp_path, SAGEMAKER_MODEL_SERVER_TIMEOUT="15", KERAS_PIPE_MAX_QUEUE="16")
+    stop, answers, lingering, stalled = threading.Event(), [], [], []
+
+    def crowd_client():
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            while not stop.is_set():
+                sent = time.monotonic()
+                sock.sendall(request_head(len(JPEG)) + JPEG)
+                status, headers, _ = answer_of(sock)
+                answers.append((status, time.monotonic() - sent, headers.get("retry-after")))
+                if status == 503:
+                    time.sleep(0.2)
+
+    try:
+        for _ in range(40):  # headers and half a body, then nothing
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sock.sendall(request_head(len(JPEG)) + JPEG[: len(JPEG) // 2])
+            stalled.append(sock)
+        crowd = [threading.Thread(target=crowd_client) for _ in range(120)]
+        for thread in crowd:
+            thread.start()
+        pinger = Pinger(server.port)
+        for _ in range(10):  # a ping, asking to close, and the client never closing its end
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            lingering.append(sock)
+            time.sleep(0.3)
+        time.sleep(3)
+        pings = pinger.stop()
+        stop.set()
+        for thread in crowd:
+            thread.join()
+        # the stalled uploads: 408, 10 s after their last byte (before their 15 s timeout)
+        for sock in stalled:
+            status, headers, body = answer_of(sock)
+            assert status == 408 and headers.get("connection") == "close", (status, body)
+            assert b"the body stopped arriving for 10 s after" in body
+        for sock in lingering:
+            assert answer_of(sock)[0] == 200
+    finally:
+        stop.set()
+        for sock in stalled + lingering:
+            sock.close()
+        assert server.stop() == 0
+    assert len(pings) >= 20 and all(status == 200 and took < PING_LIMIT_S for status, took in pings), pings
+    statuses = {status for status, _, _ in answers}
+    assert statuses <= {200, 503} and 200 in statuses, statuses
+    assert all(retry == "1" for status, _, retry in answers if status == 503)
+    assert max(took for _, took, _ in answers) < 15 + 1, sorted(took for _, took, _ in answers)[-5:]
+
+
+def test_past_capacity_a_request_is_answered_503_before_its_body_is_sent(model_dir, tmp_path):
+    """With one request in flight (KERAS_PIPE_MAX_QUEUE=1), the next is refused on its headers alone:
+    its client has sent no byte of its body when the 503 comes. Then the body it sends is read and
+    dropped, and the connection carries its next request."""
+    server = served(model_dir, tmp_path, KERAS_PIPE_MAX_QUEUE="1", KERAS_PIPE_MAX_BATCH="1")
+    long_one: list = []
+    try:
+        holder = threading.Thread(target=lambda: long_one.append(post(server.port, instances([slow_png()] * 30))))
+        holder.start()
+        while True:  # (until the holder's request is in: a request sent before is let in and waits for its body)
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=1)
+            sock.sendall(request_head(len(JPEG)))
+            try:
+                status, headers, body = answer_of(sock)
+                break
+            except TimeoutError:
+                sock.close()
+        with sock:
+            sock.settimeout(10)
+            assert status == 503 and headers["retry-after"] == "1", body
+            assert "the server is at capacity" in json.loads(body)["error"]
+            sock.sendall(JPEG)  # (the body, after all: read and dropped)
+            sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer_of(sock)[0] == 200
+        holder.join()
+        assert long_one[0][0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_request_pipelined_right_behind_a_refused_body_is_answered(server):
+    """A refusal is answered before its body is read; a client then sends its next request on the
+    heels of the body (http.client does), in the same packets as the body's end."""
+    body = b"x" * (1 << 20)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_head(len(body), path="/nowhere") + body + b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer_of(sock)[0] == 404
+        assert answer_of(sock)[0] == 200
+
+
+def test_the_body_budget_refuses_a_body_that_would_pass_it_before_reading_it(model_dir, tmp_path):
+    """KERAS_PIPE_MAX_BODIES_MB=1: a body of 0.6 MB being read holds its share; another of 0.6 MB is
+    refused on its headers; once the first is answered, the second is taken."""
+    server = served(model_dir, tmp_path, KERAS_PIPE_MAX_BODIES_MB="1")
+    size = 600_000
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as first, \
+                socket.create_connection(("127.0.0.1", server.port), timeout=10) as second:
+            first.sendall(request_head(size, "application/octet-stream") + b"\0" * 1000)  # (and the rest later)
+            time.sleep(0.5)
+            second.sendall(request_head(size, "application/octet-stream"))
+            status, headers, body = answer_of(second)
+            assert status == 503 and headers["retry-after"] == "1", body
+            assert "bodies of 600000 bytes are being read or held, and this one's 600000 would pass the 1048576 " \
+                   "bytes this worker holds at once (KERAS_PIPE_MAX_BODIES_MB)" in json.loads(body)["error"]
+            first.sendall(b"\0" * (size - 1000))
+            assert answer_of(first)[0] == 400  # (zeros are no image: answered all the same)
+        assert post(server.port, JPEG, "image/jpeg")[0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_idle_connections_and_half_sent_headers_are_closed_after_the_keepalive(model_dir, tmp_path):
+    """KERAS_PIPE_KEEPALIVE_S=2: a connection that never sends a byte, one that sent half its headers,
+    and one kept alive after its answer are each closed by the server within seconds."""
+    server = served(model_dir, tmp_path, KERAS_PIPE_KEEPALIVE_S="2")
+    try:
+        silent = socket.create_connection(("127.0.0.1", server.port))
+        half = socket.create_connection(("127.0.0.1", server.port))
+        half.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\n")
+        kept = socket.create_connection(("127.0.0.1", server.port))
+        kept.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer_of(kept)[0] == 200
+        for sock in (silent, half, kept):
+            took = closed_by_server(sock, 10)
+            assert took is not None and took < 4, took
+            sock.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_path_cannot_forge_a_line_of_the_log(server):
+    """%0a in a path decodes to a newline: the refusal's log line shows it escaped."""
+    status, _, _ = server.request("GET", "/nowhere%0d%0aforged-line")
+    assert status == 404
+    logged(server, r"WARNING keras_pipe_serve: 404 GET /nowhere\\r\\nforged-line: no such path '/nowhere\\\\r\\\\nforged")
+    assert not any(line.startswith("forged-line") for line in server.log.read_text().splitlines())
+
+
+def hanging_model(folder: Path) -> Path:
+    """A SavedModel with the job's signature (image_bytes in, probabilities out) whose call never
+    ends on an image 13 pixels wide (a loop in the graph: a thread inside TensorFlow that nothing
+    can stop, as a deadlocked op or a wedged GPU leaves one), and answers at once otherwise."""
+    import tensorflow as tf
+
+    class Hanging(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def serve(self, image_bytes):
+            widths = tf.map_fn(lambda b: tf.shape(tf.io.decode_image(b, channels=3, expand_animations=False))[1],
+                               image_bytes, fn_output_signature=tf.int32)
+            hang = tf.reduce_any(tf.equal(widths, 13))
+            spun = tf.while_loop(lambda i: tf.logical_or(hang, i < 0), lambda i: i + 1, [tf.constant(0)])
+            first = tf.one_hot(tf.zeros_like(widths) + tf.minimum(spun, 0), len(CLASSES))
+            return {"probabilities": first}
+
+    module = Hanging()
+    tf.saved_model.save(module, str(folder / "1"), signatures={"serving_default": module.serve})
+    (folder / "classes.json").write_text(json.dumps(list(CLASSES)))
+    return folder
+
+
+def test_a_hung_model_call_is_answered_503_and_its_worker_replaced_the_instance_healthy_again(tmp_path):
+    """A call that never ends (KERAS_PIPE_STUCK_AFTER_S=3: stuck after 3 s, the model's history
+    being milliseconds): its request is answered 503 with Retry-After, the worker ends and gunicorn
+    starts another in the same server (no restart of the container), and /ping says 200 again once
+    it answers: all within a minute. Slow calls are not stuck (test_load's timeout test)."""
+    model = hanging_model(tmp_path / "model")
+    server = served(model, tmp_path, KERAS_PIPE_STUCK_AFTER_S="3", SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    try:
+        started = time.monotonic()
+        status, body, headers = post(server.port, image_bytes("PNG", 13, 20), "image/png", timeout=60)
+        assert status == 503 and headers["Retry-After"] == "1", body
+        assert "the model was stuck (one call of the model on 1 image(s) has run" in json.loads(body)["error"]
+        server.wait_until_healthy(timeout=60 - (time.monotonic() - started))
+        status, body, _ = post(server.port, image_bytes("PNG", 20, 20), "image/png", timeout=10)
+        assert status == 200 and json.loads(body)["predicted_label"] == CLASSES[0], body
+        assert time.monotonic() - started < 60
+        assert server.process.poll() is None  # (the same server: its master started a new worker)
+    finally:
+        assert server.stop() == 0
+    logged(server, r"ERROR keras_pipe_serve: the model is stuck: one call of the model on 1 image\(s\) has run \d+\.\d s, "
+                   r"past 3\.0 s .*; this worker \(pid \d+\) ends, and gunicorn starts another")
+    assert len([line for line in server.log.read_text().splitlines() if "Booting worker" in line]) == 2

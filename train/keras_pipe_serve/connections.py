@@ -1,0 +1,159 @@
+"""The worker's connections: gunicorn's own ASGI worker (an asyncio event loop; gunicorn.workers.gasgi),
+with what its HTTP/1.1 protocol leaves out or gets wrong, which a server facing any client needs.
+
+Why an event loop at all: a connection then costs a socket and a few objects, not a thread. With
+gunicorn's gthread worker (this server's before), every connection held a thread of a fixed pool
+while it was read, waited or lingered: 300 clients, 80 stalled uploads, or clients lingering
+after Connection: close took every thread, and /ping waited in gunicorn's queue behind them (4.1
+to 10 s, past SageMaker's 2 s). Here the loop reads every connection at once, answers /ping
+itself, and hands only parsing and the model to threads (keras_pipe_serve.app). Why gunicorn's
+worker and not uvicorn's: gunicorn is already the server (master, worker restarts, graceful
+SIGTERM, one worker per GPU), this worker ships with it, and uvicorn has the first two gaps
+(measured here, gunicorn 26.2.0 and uvicorn 0.54.0, both with an ASGI app that echoes its body):
+
+- **Idle connections are never closed.** gunicorn arms its keep-alive timer after a response and
+  cancels it as its loop turns to wait for the next request, so the timer never fires (a kept-alive
+  connection was still open after 30 s with keepalive=3; uvicorn closed it at 3 s). Neither closes
+  a connection that never sends a byte, nor one that sends part of its headers and stops. Here
+  each waits at most `keepalive` seconds for its next request and HEADERS_S for the rest of the
+  headers it started (or `keepalive`, if shorter).
+- **A half-closed client gets no answer.** A client may end its side once its request is sent
+  (shutdown(SHUT_WR), as `nc -N` does): asyncio then closes the whole connection unless told not
+  to, and the answer is lost (both servers answered nothing). Here the connection stays open for
+  the answer, then closes. TCP cannot tell a client that half-closed from one that closed: a
+  request whose client sent its end is computed and answered (the answer goes nowhere if it was
+  gone; its time is still bounded by the request timeout), and one whose connection is reset is
+  given up at once.
+- **A request sent right behind a body can be lost.** gunicorn's parser keeps the bytes that
+  follow a request in the same read (the next request, pipelined) and drops them when it is reset
+  for that next request; the client then waits for an answer that never comes. A client sends its
+  next request so whenever it gets its answer before the server has read the body's end: this
+  server answers a refusal (a 503 at the door) before reading the body, and `http.client` sent its
+  next request on the heels of the body it had finished sending. Here those bytes are fed again
+  once the parser is reset (_KeepingParser).
+- (Bodies: gunicorn gives up on a body that stops arriving only after its worker timeout, and
+  uvicorn never does; the app reads bodies with its own timeouts: keras_pipe_serve.app.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+from gunicorn.asgi.protocol import ASGIProtocol
+from gunicorn.workers import gasgi
+
+# seconds a client has to finish the headers it began (nginx's client_header_timeout is 60; the
+# front end of SageMaker sends a request's headers at once)
+HEADERS_S = 15.0
+
+
+class Protocol(ASGIProtocol):
+    """gunicorn's HTTP/1.1 connection, with idle and header timeouts and half-closed clients answered."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._idle: asyncio.TimerHandle | None = None
+        self._peer_done = False  # the client sent its end (EOF) while a request was under way
+        self._headers_begun = False
+        super().connection_made(transport)
+        self.worker.connections.add(self)
+        self._wait_idle(self.cfg.keepalive)
+
+    def close_if_idle(self) -> None:
+        """Closes the connection unless a request is under way (at shutdown)."""
+        if self._current_request is None:
+            self._close_transport()
+
+    def _wait_idle(self, seconds: float) -> None:
+        """Closes the connection if no request's headers complete within `seconds`."""
+        if self._idle:
+            self._idle.cancel()
+        self._idle = self.worker.loop.call_later(seconds, self._idle_timeout) if seconds > 0 else None
+
+    def _idle_timeout(self) -> None:
+        self._idle = None
+        if self._current_request is None:  # (no request under way: nothing to answer)
+            self._close_transport()
+
+    def data_received(self, data: bytes) -> None:
+        if self._current_request is None and not self._headers_begun:
+            self._headers_begun = True  # the first bytes of a request: its headers have HEADERS_S to finish
+            self._wait_idle(min(HEADERS_S, self.cfg.keepalive))
+        super().data_received(data)
+
+    def _setup_callback_parser(self) -> None:
+        super()._setup_callback_parser()
+        self._callback_parser = _KeepingParser(self._callback_parser, self._pipelined)
+
+    def _pipelined(self, data: bytes) -> None:
+        """The bytes that followed the last request, fed once the connection waits for the next."""
+        if not self._closed:
+            self.data_received(data)
+
+    def _on_headers_complete(self):
+        if self._idle:
+            self._idle.cancel()
+            self._idle = None
+        self._headers_begun = False
+        return super()._on_headers_complete()
+
+    def _arm_keepalive_timer(self) -> None:
+        """After each response (gunicorn's own timer here never fires: see the module's docstring)."""
+        if self._peer_done:  # (the client can send nothing more)
+            self._close_transport()
+            return
+        self._wait_idle(self.cfg.keepalive)
+
+    def eof_received(self) -> bool | None:
+        """The client's end: kept open for the answer to a request under way, else closed."""
+        if self._current_request is not None and not self._closed:
+            self._peer_done = True
+            return True
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle:
+            self._idle.cancel()
+            self._idle = None
+        super().connection_lost(exc)
+
+
+class _KeepingParser:
+    """gunicorn's parser, whose reset for the next request keeps the bytes that followed the request
+    just parsed, and hands them to `pipelined` on the loop's next turn: after the connection's loop
+    has cleared the last request (fed at once, the next request's headers would be cleared with it)."""
+
+    def __init__(self, parser, pipelined):
+        self._parser = parser
+        self._pipelined = pipelined
+
+    def reset(self) -> None:
+        left = self._parser.remaining() if self._parser.is_complete else b""
+        self._parser.reset()
+        if left:
+            asyncio.get_running_loop().call_soon(self._pipelined, left)
+
+    def __getattr__(self, name: str):
+        return getattr(self._parser, name)
+
+
+class Worker(gasgi.ASGIWorker):
+    """gunicorn's ASGI worker serving each connection with Protocol."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.connections: weakref.WeakSet[Protocol] = weakref.WeakSet()
+
+    def handle_exit_signal(self) -> None:
+        """SIGTERM: the connections waiting for a request are closed at once, those with one close
+        after its answer. (gunicorn's own waits for every connection, idle kept-alive ones too,
+        until its graceful timeout.)"""
+        super().handle_exit_signal()
+        for connection in list(self.connections):
+            connection.close_if_idle()
+
+    def init_process(self) -> None:
+        # gasgi builds each connection with the ASGIProtocol name of its own module, and has no
+        # setting for another: that name is pointed at Protocol, in this worker process only
+        gasgi.ASGIProtocol = Protocol
+        super().init_process()
