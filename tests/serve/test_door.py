@@ -5,8 +5,11 @@ half-sent connections closed; a request pipelined behind a refused body answered
 budget; a hung model call recovered by a fresh worker; and a path that would forge a log line.
 Real server, real sockets. (How fast, with how many clients: bench.serve.)"""
 
+import base64
 import json
+import re
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import image_bytes
-from tests.serve.conftest import CLASSES
+from tests.serve.conftest import CLASSES, Server
 from tests.serve.test_load import PING_LIMIT_S, instances, logged, ping, post, served, slow_png
 
 pytestmark = pytest.mark.slow
@@ -264,3 +267,74 @@ def test_a_hung_model_call_is_answered_503_and_its_worker_replaced_the_instance_
     logged(server, r"ERROR keras_pipe_serve: the model is stuck: one call of the model on 1 image\(s\) has run \d+\.\d s, "
                    r"past 3\.0 s .*; this worker \(pid \d+\) ends, and gunicorn starts another")
     assert len([line for line in server.log.read_text().splitlines() if "Booting worker" in line]) == 2
+
+
+def worker_pid(server: Server) -> int:
+    return int(subprocess.run(["pgrep", "-P", str(server.process.pid)], capture_output=True, text=True).stdout.split()[0])
+
+
+def peak_growth(pid: int, send, *args, **options):
+    """(bytes the process's peak RSS rose above its RSS while send(*args, **options) ran, what it
+    returned). Linux: clear_refs 5 resets the peak, VmHWM, to the RSS of the moment."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    before = _status_kb(pid, "VmRSS")
+    sent = send(*args, **options)
+    return (_status_kb(pid, "VmHWM") - before) * 1024, sent
+
+
+def _status_kb(pid: int, field: str) -> int:
+    return int(re.search(rf"^{field}:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)[1])
+
+
+def test_a_batch_transforms_multirecord_bodies_are_answered_within_one_and_a_half_times_their_size(model_dir,
+                                                                                                     tmp_path):
+    """SAGEMAKER_BATCH=true, as a batch transform runs the server: the timeout is the transform's
+    600 s; a 30 MB MultiRecord mini-batch, in RecordIO (SplitType=RecordIO: records framed and
+    padded as im2rec writes them) and in JSON Lines, is answered a line per image, in order; and
+    the worker's peak memory grows by at most 1.5 times the body while it does (the body itself,
+    and a slice of images at a time beside it)."""
+    from pipemode.recordio import encode_record
+
+    kinds = [image_bytes("JPEG", 160 + i, 120, quality=95) for i in range(3)]
+    count = 30_000_000 // len(kinds[0])
+    images = [kinds[i % 3] for i in range(count)]
+
+    def bodies(images: list[bytes]) -> dict[str, bytes]:
+        return {"application/x-recordio": b"".join(encode_record(image) for image in images),
+                "application/jsonlines": b"\n".join(json.dumps({"b64": base64.b64encode(image).decode()}).encode()
+                                                    for image in images)}
+
+    small = bodies(images[:300])
+    server = served(model_dir, tmp_path, SAGEMAKER_BATCH="true", SAGEMAKER_MAX_PAYLOAD_IN_MB="50")
+    try:
+        pid = worker_pid(server)
+        for kind, body in bodies(images).items():
+            # (a small one first: the model's first calls on images of this size set up what they keep)
+            assert post(server.port, small[kind], kind)[0] == 200
+            grew, (status, answer, headers) = peak_growth(pid, post, server.port, body, kind, timeout=300)
+            assert status == 200 and headers["Content-Type"] == "application/jsonlines", answer[:300]
+            rows = [json.loads(line) for line in answer.decode().splitlines()]
+            assert len(rows) == count
+            assert [row["predicted_label"] for row in rows[:3]] * (count // 3) == [r["predicted_label"] for r in rows]
+            print(f"{kind}: {len(body) / 1e6:.1f} MB, {count} images; the worker's peak grew {grew / len(body):.2f}x")
+            assert grew <= 1.5 * len(body), (kind, grew / len(body))
+    finally:
+        assert server.stop() == 0
+    logged(server, r"requests end after 600 s; bodies up to 52428800 bytes \(batch transform\)")
+
+
+def test_an_image_the_model_cannot_decode_is_named_among_the_request(server):
+    """An image whose header is sound, which the model's decoder still refuses, passes the header
+    check and fails in the model's call: the 400 names the item."""
+    import io
+
+    from PIL import Image
+
+    good = image_bytes("JPEG", 40, 30)
+    out = io.BytesIO()
+    Image.new("1", (40, 30)).save(out, "BMP")  # (a 1-bit BMP: sound to Pillow, refused by TensorFlow's decoder)
+    broken = out.getvalue()
+    status, answer, _ = server.request("POST", "/invocations", instances([good, good, broken, good]),
+                                       Content_Type="application/json")
+    assert status == 400, answer[:300]
+    assert json.loads(answer)["error"].startswith("item 3 cannot be decoded: "), answer[:300]

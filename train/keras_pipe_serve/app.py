@@ -298,32 +298,37 @@ def _settle(future: asyncio.Future) -> None:
 async def _body(receive, length: int | None, max_body: int, deadline: float) -> bytearray:
     """The whole body, into one buffer of its declared length (no copy of it made on the way, nor
     after: the parser slices it); 408 when it stops arriving for BODY_IDLE_S, 504 at the deadline,
-    413 past max_body when it is sent in chunks."""
+    413 past max_body when it is sent in chunks. One timer for the whole read, moved on at each
+    chunk: a chunk already arrived is taken without a turn of the loop (asyncio.wait_for would
+    start a task for each, and the chunks arriving meanwhile would pile up, a second copy of the
+    body)."""
     body = bytearray(length) if length is not None else bytearray()
     at = 0
-    while True:
-        wait = min(BODY_IDLE_S, deadline - time.monotonic())
-        try:
-            message = await asyncio.wait_for(receive(), max(0.0, wait))
-        except TimeoutError:
-            if time.monotonic() >= deadline:
-                raise Refused(504, f"the body was still arriving at the request's timeout ({at} bytes of "
-                                   f"{length if length is not None else 'a chunked body'} read)") from None
-            raise Refused(408, f"the body stopped arriving for {BODY_IDLE_S:g} s after {at} bytes of "
-                               f"{length if length is not None else 'a chunked body'}") from None
-        if message["type"] == "http.disconnect":
-            raise Gone(f"{at} bytes of its body read")
-        chunk = message.get("body", b"")
-        if length is None:
-            if at + len(chunk) > max_body:
-                raise BadRequest(413, f"the body is more than {max_body} bytes, this server's limit "
-                                      f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
-            body += chunk
-        else:
-            body[at:at + len(chunk)] = chunk
-        at += len(chunk)
-        if not message.get("more_body", False):
-            return body if length is None or at == length else body[:at]
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(None) as timer:
+            while True:
+                timer.reschedule(loop.time() + max(0.0, min(BODY_IDLE_S, deadline - time.monotonic())))
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Gone(f"{at} bytes of its body read")
+                chunk = message.get("body", b"")
+                if length is None:
+                    if at + len(chunk) > max_body:
+                        raise BadRequest(413, f"the body is more than {max_body} bytes, this server's limit "
+                                              f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
+                    body += chunk
+                else:
+                    body[at:at + len(chunk)] = chunk
+                at += len(chunk)
+                if not message.get("more_body", False):
+                    return body if length is None or at == length else body[:at]
+    except TimeoutError:
+        declared = length if length is not None else "a chunked body"
+        if time.monotonic() >= deadline:
+            raise Refused(504, f"the body was still arriving at the request's timeout ({at} bytes of {declared} "
+                               f"read)") from None
+        raise Refused(408, f"the body stopped arriving for {BODY_IDLE_S:g} s after {at} bytes of {declared}") from None
 
 
 async def _drained(receive) -> bool:

@@ -1,19 +1,22 @@
 """`serve`: what SageMaker runs to host the model (`docker run IMAGE serve`): gunicorn workers,
 each with the SavedModel loaded in-process, answering on port 8080.
 
-Why gunicorn, with gthread workers, and no nginx or TF Serving: the model call is the whole cost of
+Why gunicorn, with its ASGI worker, and no nginx or TF Serving: the model call is the whole cost of
 a request and releases the GIL, so the model called in-process, fed by a batcher
 (keras_pipe_serve.batcher), is as fast as a model server would be (0.9 to 1.1 of the model's own
-batched calls in one process, from 8 clients on), without a second server to start, watch and proxy to.
-gunicorn brings what a hand-written loop would get wrong: HTTP/1.1 parsing, keep-alive, worker
-supervision and restarts, graceful shutdown on SIGTERM. Its gthread worker runs each request in a
-thread of a pool; here the pool has room for every request the queue may hold and PING_THREADS
-more, so that a ping always finds a thread, and no request thread runs the model
-(keras_pipe_serve.app). With one thread per worker, as this server had before, or sync workers, a
-ping waited behind every invocation in flight: with 4 clients sending 32-image requests, /ping's
-p99 was 3.4 s, over SageMaker's 2 s; now a few ms at 8 such clients (docs/speed.md has the
-figures). The master never imports TensorFlow; each worker loads the model after the fork
-(TensorFlow's thread pools do not survive one).
+batched calls in one process, from 8 clients on), without a second server to start, watch and
+proxy to. gunicorn brings what a hand-written server would get wrong: HTTP/1.1 parsing, keep-alive,
+worker supervision and restarts, graceful shutdown on SIGTERM. Its ASGI worker is an event loop
+(keras_pipe_serve.connections says why that worker, and what it adds to it): every connection is
+read at once, at the cost of a socket, and everything is decided at the door, as a request's
+headers come in (keras_pipe_serve.app): /ping answered there and then; admission, with 503 and
+Retry-After before a body is read; each request's time counted from its arrival; bodies that
+stall, idle connections and lingering closes costing a socket each, not a thread. Its gthread
+worker, this server's before, held a thread of a fixed pool per connection: 300 clients, 80
+stalled uploads or a few lingering closes took them all, and /ping waited 4 to 10 s behind them
+(docs/speed.md has the figures of both). The master never imports TensorFlow; each worker loads
+the model after the fork (TensorFlow's thread pools do not survive one), warms it up, and is
+replaced by the master if it ends: a watchdog ends a worker whose model call is stuck.
 
 How many workers: one per GPU, each on its own (CUDA_VISIBLE_DEVICES set per worker); on a host
 without one, one, whose model is called from a thread per core, each call on one TensorFlow
@@ -31,23 +34,39 @@ first, and twice the model's size. Each choice is logged.
 Settings, from the environment as SageMaker and its SDKs set them:
   SAGEMAKER_BIND_TO_PORT          the port (inference pipelines set it; default 8080)
   SAGEMAKER_MODEL_SERVER_WORKERS  workers (default: as above)
-  SAGEMAKER_MODEL_SERVER_TIMEOUT  seconds a request may take from its arrival (60): past it, it is
-                                  answered 504 and its images not yet computed are dropped
+  SAGEMAKER_MODEL_SERVER_TIMEOUT  seconds a request may take from its arrival (60; in a batch
+                                  transform 600, the transform's own default invocation timeout,
+                                  which SageMaker does not pass on): past it, it is answered 504 and
+                                  its images not yet computed are dropped
   SAGEMAKER_MAX_PAYLOAD_IN_MB     the largest body taken (batch transform sets it; default 6 MB,
                                   real-time inference's own limit); however many images it holds
                                   go through the model KERAS_PIPE_MAX_BATCH at a time
-  SAGEMAKER_BATCH                 "true" in a batch transform (SageMaker sets it): a model of the
-                                  MXNet built-in's dialect then answers JSON Lines by default, as
-                                  that built-in did (keras_pipe_serve.payloads)
+  SAGEMAKER_BATCH                 "true" in a batch transform (SageMaker sets it): the timeout's
+                                  default is 600 s, and a model of the MXNet built-in's dialect
+                                  answers JSON Lines by default, as that built-in did
+                                  (keras_pipe_serve.payloads)
   SM_MODEL_DIR                    the model (default: model/ under the job's base folder, where the
                                   training job writes it: /opt/ml/model, or under $SAGEMAKER_BASE_DIR)
 and this server's own:
   KERAS_PIPE_MAX_BATCH            images per model call, across requests (32)
   KERAS_PIPE_BATCH_WAIT_MS        how long the model waits for more images once one request is
                                   queued (0: requests arriving while it is busy make the next batch)
-  KERAS_PIPE_MAX_QUEUE            requests queued per worker; one more is answered 503 with
-                                  Retry-After (64, or twice the cores where more: `keras-pipe
-                                  transform` sends as many requests at once as the instance's cores)
+  KERAS_PIPE_MAX_QUEUE            requests in flight per worker past their body (parsed, waiting
+                                  for the model or in a call); one more is answered 503 with
+                                  Retry-After on its headers (64, or twice the cores where more:
+                                  `keras-pipe transform` sends as many requests at once as the
+                                  instance's cores)
+  KERAS_PIPE_MAX_BODIES_MB        the bodies a worker reads or holds at once, by their declared
+                                  length; a body that would pass it is answered 503 likewise (four
+                                  of the largest allowed, at least 256 MB, at most a quarter of the
+                                  worker's share of the memory limit)
+  KERAS_PIPE_STUCK_AFTER_S        the fewest seconds after which a model call may be called stuck
+                                  (30): stuck is 20 times the model's slowest seconds per image so
+                                  far, times the call's images, and at least this; the worker is
+                                  then replaced (keras_pipe_serve.batcher)
+  KERAS_PIPE_KEEPALIVE_S          seconds a connection may wait for its next request (75: above
+                                  the 60 s idle timeout of AWS's load balancers), and at most for
+                                  the rest of headers it began (15)
   KERAS_PIPE_MODEL_NICENESS       how much lower the model's threads' scheduling priority is than the
                                   request threads', so that a ping never waits for a core (5; 0:
                                   the same)
