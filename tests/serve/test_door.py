@@ -338,3 +338,28 @@ def test_an_image_the_model_cannot_decode_is_named_among_the_request(server):
                                        Content_Type="application/json")
     assert status == 400, answer[:300]
     assert json.loads(answer)["error"].startswith("item 3 cannot be decoded: "), answer[:300]
+
+
+def test_each_requests_time_runs_from_its_arrival_not_from_when_the_model_takes_it(model_dir, tmp_path):
+    """SAGEMAKER_MODEL_SERVER_TIMEOUT=2 and 12 clients at once, each sending 30 images that take
+    the model a third of a second each (seconds of work behind one another): every client has its
+    answer, 200 or 504, within the 2 s and a margin for these shared cores, after it sent its
+    request; none waits for the requests ahead of it to be computed."""
+    server = served(model_dir, tmp_path, SAGEMAKER_MODEL_SERVER_TIMEOUT="2", KERAS_PIPE_MAX_BATCH="1")
+    body, answers = instances([slow_png()] * 30), []
+
+    def client():
+        sent = time.monotonic()
+        status, _, _ = post(server.port, body, timeout=60)
+        answers.append((status, time.monotonic() - sent))
+
+    try:
+        clients = [threading.Thread(target=client) for _ in range(12)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+    finally:
+        assert server.stop() == 0
+    assert {status for status, _ in answers} == {504}, answers
+    assert max(took for _, took in answers) < 2 + 2, answers
