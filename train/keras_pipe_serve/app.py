@@ -5,12 +5,16 @@ soon as a request's headers are in, before its body is read:
 - /ping is answered there and then: nothing a request does occupies the loop (parsing, checking
   and answering run in PARSE_THREADS threads, the model in the batcher's), so a ping never waits
   behind requests, however many clients there are or however they behave.
-- Admission: requests past their body (parsing, waiting for the model, in a model call) are
-  counted, and so are the bytes of the bodies being read or held. A request that would go past
-  either (`max_queue` requests; `body_budget` bytes) is answered 503 with Retry-After at once; its
-  body is then read and dropped, never parsed, so that its client gets the answer (closing on
-  unread bytes makes TCP reset the connection, and the answer can be lost) and a kept-alive
-  connection goes on.
+- Admission: every request in flight is counted (its body being read, parsed, waiting for the
+  model, in a model call), and so are the bytes of the bodies being read or held. A request that
+  would go past either (`max_queue` requests; `body_budget` bytes) is answered 503 with
+  Retry-After at once; its body is then read and dropped, never parsed, so that its client gets
+  the answer (closing on unread bytes makes TCP reset the connection, and the answer can be lost)
+  and a kept-alive connection goes on. The limit is high (512 requests: what a model answers in
+  seconds, well within the timeout), so that a crowd waits its turn instead of being refused and
+  coming back at once: with 64, 100 clients resending after each 503 made 1,900 refusals a
+  second, which took the loop's time from /ping (p99 167 ms; bench.serve --crowds). The same
+  refusal is logged once a second, with how many more there were.
 - Time: a request's `timeout` (SAGEMAKER_MODEL_SERVER_TIMEOUT) runs from its arrival, through its
   body, its parsing, its wait and its model calls: past it, it is answered 504 and its images not
   yet computed are never computed. A body that stops arriving for BODY_IDLE_S is answered 408.
@@ -89,9 +93,9 @@ def printable(text: str, limit: int = 100) -> str:
 
 @dataclass
 class Door:
-    """What is in flight, counted where requests arrive: `requests` past their body (parsing,
-    queued, in the model), of at most `max_requests`; `body_bytes` of bodies being read or held, of
-    at most `body_budget` (a body of unknown length counts as the largest allowed)."""
+    """What is in flight, counted where requests arrive: `requests` from their headers to their
+    answer, of at most `max_requests`; `body_bytes` of bodies being read or held, of at most
+    `body_budget` (a body of unknown length counts as the largest allowed)."""
     max_requests: int
     body_budget: int
     requests: int = 0
@@ -105,6 +109,33 @@ class Door:
             return (f"bodies of {self.body_bytes} bytes are being read or held, and this one's {body} would pass the "
                     f"{self.body_budget} bytes this worker holds at once (KERAS_PIPE_MAX_BODIES_MB)")
         return None
+
+
+class Refusals:
+    """The refusals' log lines: each status's first in a second logged whole, the rest of that
+    second counted and said in one line after it (a crowd turned away at the door would otherwise
+    write a line per request, thousands a second, on the loop that answers /ping). 4xx lines, a
+    client's own mistakes, are each logged."""
+
+    def __init__(self, every: float = 1.0):
+        self.every = every
+        self._last: dict[int, float] = {}
+        self._held: dict[int, tuple[int, str]] = {}
+
+    def log(self, status: int, line: str) -> None:
+        now = time.monotonic()
+        if status < 500 or now - self._last.get(status, -self.every) >= self.every:
+            self._last[status] = now
+            log.warning("%d %s", status, line)
+        else:
+            count, _ = self._held.get(status, (0, line))
+            self._held[status] = (count + 1, line)
+
+    def flush(self) -> None:
+        """Says how many refusals of each status went unsaid since their last line."""
+        held, self._held = self._held, {}
+        for status, (count, line) in held.items():
+            log.warning("%d (%d more in the last %g s, the last:) %s", status, count, self.every, line)
 
 
 class App:
@@ -122,6 +153,7 @@ class App:
         self._threads = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="request")
         self._watchdog: asyncio.Task | None = None
         self.restarting: str | None = None  # why this worker is ending (a stuck model): /ping says so, as 503
+        self.refusals = Refusals()
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -147,6 +179,7 @@ class App:
         worker whose model is stuck answers no request again."""
         while True:
             await asyncio.sleep(WATCH_S)
+            self.refusals.flush()
             why = self.batcher.stuck()
             if why:
                 log.error("the model is stuck: %s; this worker (pid %d) ends, and gunicorn starts another",
@@ -183,6 +216,7 @@ class App:
             if full:
                 raise busy(f"the server is at capacity ({full}); retry shortly")
             self.door.body_bytes += cost
+            self.door.requests += 1
             try:
                 deadline = arrived + self.timeout
                 body_unread = False
@@ -190,10 +224,12 @@ class App:
                 kind, answer = await self._invocations(headers, body, deadline, receive)
             finally:
                 self.door.body_bytes -= cost
+                self.door.requests -= 1
             await _respond(send, 200, answer, kind)
         except BadRequest as refused:
-            # every refusal is logged with its reason (the access log has only its status)
-            log.warning("%d %s %s: %s", refused.status, method, printable(path), refused)
+            # every refusal is logged with its reason (the access log has only its status), the
+            # same one once a second
+            self.refusals.log(refused.status, f"{method} {printable(path)}: {refused}")
             await self._refuse(send, receive, refused.status, _error(str(refused)), body_unread,
                                getattr(refused, "headers", []))
         except Gone as gone:
@@ -228,16 +264,12 @@ class App:
 
     async def _invocations(self, headers: dict, body: bytearray, deadline: float, receive) -> tuple[str, bytes]:
         request, answer, top_k = await self._in_thread(self._parsed, deadline, headers, body)
-        self.door.requests += 1
         try:
-            try:
-                job = self.batcher.submit(request.images)
-            except Full as full:
-                raise busy(f"the server is at capacity ({full}); retry shortly") from None
-            outputs = await self._answered(job, deadline, receive)
-            return answer.kind, await self._in_thread(self._rendered, deadline, outputs, top_k, answer, request)
-        finally:
-            self.door.requests -= 1
+            job = self.batcher.submit(request.images)
+        except Full as full:
+            raise busy(f"the server is at capacity ({full}); retry shortly") from None
+        outputs = await self._answered(job, deadline, receive)
+        return answer.kind, await self._in_thread(self._rendered, deadline, outputs, top_k, answer, request)
 
     def _parsed(self, headers: dict, body: bytearray):
         """(in a request thread) The request's images, how to answer and top_k: Accept, top_k and
@@ -335,19 +367,20 @@ async def _drained(receive) -> bool:
     """Reads the rest of a refused request's body and drops it, so that the connection can carry the
     next request; False where it cannot (more than DRAIN_LIMIT, a client that stops sending for
     DRAIN_S, or one gone): gunicorn then closes the connection after the answer."""
-    read, until = 0, time.monotonic() + DRAIN_S
-    while True:
-        try:
-            message = await asyncio.wait_for(receive(), max(0.0, until - time.monotonic()))
-        except TimeoutError:
-            return False
-        if message["type"] == "http.disconnect":
-            return False
-        read += len(message.get("body", b""))
-        if read > DRAIN_LIMIT:
-            return False
-        if not message.get("more_body", False):
-            return True
+    read = 0
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return False
+                read += len(message.get("body", b""))
+                if read > DRAIN_LIMIT:
+                    return False
+                if not message.get("more_body", False):
+                    return True
+    except TimeoutError:
+        return False
 
 
 def _error(message: str) -> bytes:

@@ -51,11 +51,10 @@ and this server's own:
   KERAS_PIPE_MAX_BATCH            images per model call, across requests (32)
   KERAS_PIPE_BATCH_WAIT_MS        how long the model waits for more images once one request is
                                   queued (0: requests arriving while it is busy make the next batch)
-  KERAS_PIPE_MAX_QUEUE            requests in flight per worker past their body (parsed, waiting
-                                  for the model or in a call); one more is answered 503 with
-                                  Retry-After on its headers (64, or twice the cores where more:
-                                  `keras-pipe transform` sends as many requests at once as the
-                                  instance's cores)
+  KERAS_PIPE_MAX_QUEUE            requests in flight per worker, from their headers to their
+                                  answer; one more is answered 503 with Retry-After on its headers
+                                  (512, or twice the cores where more: `keras-pipe transform`
+                                  sends as many requests at once as the instance's cores)
   KERAS_PIPE_MAX_BODIES_MB        the bodies a worker reads or holds at once, by their declared
                                   length; a body that would pass it is answered 503 likewise (four
                                   of the largest allowed, at least 256 MB, at most a quarter of the
@@ -106,6 +105,9 @@ BODIES_MB = 256
 # seconds a connection may wait for its next request: above the 60 s idle timeout of AWS's load
 # balancers, which close theirs first (KERAS_PIPE_KEEPALIVE_S)
 KEEPALIVE_S = 75
+# requests in flight per worker (KERAS_PIPE_MAX_QUEUE): a crowd waits its turn rather than being
+# refused and coming back at once (keras_pipe_serve.app says why, with figures)
+MAX_QUEUE = 512
 # how far below the request threads the model's threads run (KERAS_PIPE_MODEL_NICENESS; 0: level)
 MODEL_NICENESS = 5
 ACCESS_LOG_FORMAT = '%(h)s - - %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'  # common log format, and the time
@@ -142,7 +144,7 @@ def settings(argv: list[str] | None = None) -> dict:
                 stuck_floor=_positive("KERAS_PIPE_STUCK_AFTER_S", STUCK_FLOOR_S, float),
                 max_batch=_positive("KERAS_PIPE_MAX_BATCH", 32),
                 max_wait=_positive("KERAS_PIPE_BATCH_WAIT_MS", 0, float, zero=True) / 1000,
-                max_queue=_positive("KERAS_PIPE_MAX_QUEUE", max(64, 2 * cpus())),
+                max_queue=_positive("KERAS_PIPE_MAX_QUEUE", max(MAX_QUEUE, 2 * cpus())),
                 intra=_positive("TF_NUM_INTRAOP_THREADS", None),
                 inter=_positive("TF_NUM_INTEROP_THREADS", None),
                 niceness=_positive("KERAS_PIPE_MODEL_NICENESS", MODEL_NICENESS, zero=True),
