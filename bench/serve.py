@@ -2,8 +2,9 @@
 image's server, started as the installed `keras-pipe-serve`), against the model called in this
 process on the same number of TensorFlow threads, its ceiling.
 
-    python -m bench.serve            # ~5 minutes on 2 cores
-    python -m bench.serve --quick    # tiny: a correctness check, not a benchmark
+    python -m bench.serve            # ~7 minutes on 2 cores: all of it
+    python -m bench.serve --crowds   # ~2 minutes: the crowds and bad clients alone
+    python -m bench.serve --quick    # tiny: a correctness check, not a benchmark (with --crowds too)
 
 The model is the job's export of mobilenet_v3_small at 224x224 (random weights: the cost is the
 same), 10 classes. Each image is one photo of 500x375 pixels, JPEG quality 90; a request holds one
@@ -20,6 +21,22 @@ back to back by each client over a kept-alive connection, as SageMaker's front e
                set to the cores) instead of one worker calling its model from a thread per core
 And the workers' PSS (each one's own memory plus its share of what it shares) after each load: a
 leak would show as growth from load to load.
+  crowds       crowds and bad clients (bench.crowds: one event loop in a process of its own)
+               against one server with its defaults, each scenario for CROWD_S, /ping polled as
+               above: 100, then 300 kept-alive single-image clients; 80 stalled uploads (headers
+               and half the body, then silence until answered, then again) beside 8 clients; 300
+               lingering closes (Connection: close, a /ping or an image in turn, evenly over the
+               time, each connection never closed by the client) beside 8 clients. A client sends
+               its next request as soon as it has its answer, after a 503 too, without waiting
+               out its Retry-After: SageMaker's front end does not retry by itself, and a caller
+               that does not back off is the harsher load. A row each: /ping p50, p99, max and how
+               many over 2 s or unanswered; the answers by status (error: the connection failed,
+               or no answer in the timeout + GRACE_S), whenever they came; images/s of the 200s
+               within the time; the slowest answer from its sending (its connection's opening
+               included, where it opened one), of the kept-alive clients and of the bad ones; the
+               CPU of the worker and of the clients' process (of a core). The goal: /ping p99
+               under 100 ms and max under 2 s, no answer later than SAGEMAKER_MODEL_SERVER_TIMEOUT
+               + 1 s (its default, 60 s: printed).
 """
 
 from __future__ import annotations
@@ -39,11 +56,17 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.crowds import QUICK_SCENARIOS, SCENARIOS, Scenario
+from bench.crowds import settings as crowd_settings
 from bench.input_pipeline import synthetic_photo
 
 CLASSES = [f"class{i}" for i in range(10)]
 PING_EVERY_S = 0.1
 PING_LIMIT_S = 2.0  # SageMaker's: a ping unanswered in 2 s counts against the instance
+PING_P99_GOAL_S = 0.1
+CROWD_S = 25.0  # each crowd's seconds (--quick: QUICK_CROWD_S)
+QUICK_CROWD_S = 3.0
+GRACE_S = 5.0  # a crowd's request unanswered this long past the server's timeout is given up
 
 
 def exported(folder: Path, quick: bool) -> Path:
@@ -141,6 +164,13 @@ class Served:
     def ping(self, timeout: float) -> float | None:
         return ping(self.port, timeout)
 
+    def pinger(self, seconds: float) -> subprocess.Popen:
+        """/ping polled for `seconds` (`--ping`; its figures: pinged) from a process of its own, as
+        SageMaker's health check comes from outside: clients in this process would otherwise add
+        their own waits for its GIL."""
+        return subprocess.Popen([sys.executable, "-m", "bench.serve", "--ping", str(self.port), str(seconds)],
+                                stdout=subprocess.PIPE, text=True)
+
     def load(self, body: bytes, kind: str, clients: int, seconds: float) -> dict:
         """`clients` connections sending `body` back to back for `seconds`, /ping polled meanwhile:
         requests/s and the latencies of requests and pings."""
@@ -162,10 +192,7 @@ class Served:
             connection.close()
 
         threads = [threading.Thread(target=client) for _ in range(clients)]
-        # pinged from a process of its own, as SageMaker's health check comes from outside: the
-        # client threads here would otherwise add their own waits for this process's GIL
-        pinger = subprocess.Popen([sys.executable, "-m", "bench.serve", "--ping", str(self.port), str(seconds)],
-                                  stdout=subprocess.PIPE, text=True)
+        pinger = self.pinger(seconds)
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -175,15 +202,17 @@ class Served:
         elapsed = time.perf_counter() - started
         for thread in threads:
             thread.join()
-        pings = [float("inf") if took is None else took for took in json.loads(pinger.communicate()[0])]
+        pings = pinged(pinger)
         if failures:
             raise SystemExit(f"/invocations failed: {failures[0]}; log: {self.log.read_text()[-2000:]}")
         return {"rate": count / elapsed, "latencies": latencies, "pings": pings}
 
+    def workers(self) -> list[str]:
+        return subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
+
     def worker_pss_mb(self) -> list[float]:
-        children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
         sizes = []
-        for pid in children:
+        for pid in self.workers():
             try:
                 rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
             except OSError:
@@ -191,9 +220,25 @@ class Served:
             sizes.append(next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")) / 1024)
         return sizes
 
+    def worker_cpu_s(self) -> float:
+        """The CPU seconds the workers have used, all their threads."""
+        used = 0
+        for pid in self.workers():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            except OSError:
+                continue
+            used += int(fields[11]) + int(fields[12])  # (utime and stime, the stat's 14th and 15th)
+        return used / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> int:
         self.process.terminate()
         return self.process.wait(timeout=60)
+
+
+def pinged(pinger: subprocess.Popen) -> list[float]:
+    """The seconds of each ping of a Served.pinger, once it ends (inf: no 200)."""
+    return [float("inf") if took is None else took for took in json.loads(pinger.communicate()[0])]
 
 
 def percentile(values: list[float], q: int) -> float:
@@ -211,9 +256,13 @@ def row(label: str, result: dict, images: int, ceiling: float | None = None) -> 
             f"p50 {ms(percentile(latencies, 50))}, p99 {ms(percentile(latencies, 99))}")
     if ceiling:
         line += f", {result['rate'] * images / ceiling:.2f} of in-process batches of 32"
-    slow = sum(took > PING_LIMIT_S for took in pings)
-    return line + (f"; /ping p50 {ms(percentile(pings, 50))}, p99 {ms(percentile(pings, 99))}, max {ms(max(pings))}, "
-                   f"{slow} of {len(pings)} over 2 s")
+    p50, p99, most, slow = ping_figures(pings)
+    return line + f"; /ping p50 {ms(p50)}, p99 {ms(p99)}, max {ms(most)}, {slow} of {len(pings)} over 2 s"
+
+
+def ping_figures(pings: list[float]) -> tuple[float, float, float, int]:
+    """p50, p99, max, and how many over PING_LIMIT_S (unanswered included)."""
+    return percentile(pings, 50), percentile(pings, 99), max(pings), sum(took > PING_LIMIT_S for took in pings)
 
 
 def past_the_timeout(model: Path, log: Path, jpeg: bytes, count: int) -> None:
@@ -240,54 +289,160 @@ def past_the_timeout(model: Path, log: Path, jpeg: bytes, count: int) -> None:
           f"request {after.status}")
 
 
+def throughput(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
+    """The in-process ceiling, the server by clients and request sizes beside it, batching off, a
+    worker per core, and a request past the timeout."""
+    seconds = 0.75 if quick else 8.0  # (--quick: each load long enough for a few pings, every 0.1 s)
+    warm_s = 0.5 if quick else 2.0
+    client_counts = (1, 8) if quick else (1, 2, 8, 32)
+    bodies = {1: (jpeg, "application/x-image"),
+              32: (json.dumps({"instances": [{"b64": base64.b64encode(jpeg).decode()}] * 32}).encode(),
+                   "application/json")}
+    ceiling = in_process(model, jpeg, seconds)
+    print("in-process, images/s: " + ", ".join(f"batches of {size} {rate:.1f}" for size, rate in ceiling.items())
+          + f"; batches of 32 / one at a time = {ceiling[32] / ceiling[1]:.2f}")
+
+    def measured(label: str, rows: list[tuple[int, int]], **env: str) -> None:
+        served = Served(model, work / f"serve-{label}.log", **env)
+        try:
+            for images in sorted({images for images, _ in rows}):  # (warm: threads started, memory taken)
+                served.load(*bodies[images], max(clients for _, clients in rows), warm_s)
+            after = []  # (the workers' memory after each load: a leak shows as growth load after load)
+            for images, clients in rows:
+                result = served.load(*bodies[images], clients, seconds)
+                after.append(sum(served.worker_pss_mb()))
+                print(row(f"{label}, {clients:2d} client(s) x {images:2d} image(s)", result, images, ceiling[32]))
+                if images == 1 and clients >= 8:
+                    print(f"  {clients} single-image clients: {result['rate'] / ceiling[1]:.2f} x one image at a "
+                          f"time in-process")
+            pss = served.worker_pss_mb()
+        finally:
+            code = served.stop()
+        print(f"{label}: each worker's PSS after the load: {', '.join(f'{m:.0f} MB' for m in pss)} "
+              f"(all workers after each load: {', '.join(f'{m:.0f}' for m in after)} MB); "
+              f"SIGTERM: exit code {code}")
+
+    measured("server", [(images, clients) for images in (1, 32) for clients in client_counts])
+    compared = [(1, 1), (1, 8), (32, 1), (32, client_counts[-1])]
+    measured("batching off", compared, KERAS_PIPE_MAX_BATCH="1")
+    measured("a worker per core", compared, SAGEMAKER_MODEL_SERVER_WORKERS=str(cores()))
+    past_the_timeout(model, work / "serve-timeout.log", jpeg, 100 if quick else 400)
+
+
+def under_crowds(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
+    """bench.crowds' scenarios one after the other against one server with its defaults, each for
+    CROWD_S, its clients in a process of their own and /ping polled from another: a row each, and
+    the goal."""
+    from keras_pipe_serve.server import settings
+
+    config = settings(["--model-dir", str(model)])  # (what the server takes from this environment)
+    timeout, seconds = config["timeout"], QUICK_CROWD_S if quick else CROWD_S
+    (work / "photo.jpg").write_bytes(jpeg)
+    print(f"\ncrowds: each for {seconds:g} s against one server with its defaults (one worker, "
+          f"KERAS_PIPE_MAX_QUEUE {config['max_queue']}), SAGEMAKER_MODEL_SERVER_TIMEOUT {timeout:g} s; "
+          f"single images, a client's next request sent at once after any answer, 503 included")
+    served = Served(model, work / "serve-crowds.log")
+    rows, notes, pss = [], [], []
+    try:
+        for scenario in QUICK_SCENARIOS if quick else SCENARIOS:
+            cpu, started, workers = served.worker_cpu_s(), time.monotonic(), served.workers()
+            logged = served.log.stat().st_size
+            crowd = subprocess.Popen([sys.executable, "-m", "bench.crowds", crowd_settings(
+                scenario, served.port, work / "photo.jpg", seconds, timeout + GRACE_S)], stdout=subprocess.PIPE,
+                text=True)
+            pings = pinged(served.pinger(seconds))
+            server_cpu = (served.worker_cpu_s() - cpu) / (time.monotonic() - started)  # (the pings' time, no drain)
+            result = json.loads(crowd.communicate()[0] or "null")
+            if crowd.returncode or result is None:
+                raise SystemExit(f"bench.crowds failed on {scenario.name!r} (exit code {crowd.returncode})")
+            result["server_cpu"] = server_cpu
+            rows.append(crowd_row(scenario, pings, result, timeout))
+            with open(served.log, "rb") as log:
+                log.seek(logged)
+                notes.append(crowd_notes(scenario, result, served.workers() != workers,
+                                         log.read().decode(errors="replace")))
+            pss.append(sum(served.worker_pss_mb()))
+            if served.ping(5) is None:
+                raise SystemExit(f"serve stopped answering /ping after {scenario.name!r}: "
+                                 f"{served.log.read_text()[-2000:]}")
+    finally:
+        code = served.stop()
+    print("\n".join(crowd_table(rows, timeout)))
+    print("\n".join(note for note in notes if note))
+    print(f"the worker's PSS after each scenario: {', '.join(f'{m:.0f}' for m in pss)} MB; SIGTERM: exit code {code}")
+
+
+CROWD_COLUMNS = ("{:34} | {:>8} {:>8} {:>8} {:>7} | {:>6} {:>6} {:>5} {:>5} {:>5} {:>5} | {:>8} | {:>22} | "
+                 "{:>9} | {}")
+
+
+def crowd_row(scenario: Scenario, pings: list[float], result: dict, timeout: float) -> tuple:
+    p50, p99, most, slow = ping_figures(pings)
+    statuses = result["statuses"]
+    counted = ("200", "503", "408", "504")
+    failed = statuses.get("error", 0) + statuses.get("unanswered", 0)
+    other = sum(statuses.values()) - failed - sum(statuses.get(status, 0) for status in counted)
+    slowest = result["slowest"]
+    bad = scenario.stalled or scenario.lingering
+    latest = max(slowest.values())
+    missed = [what for what, yes in (("/ping p99", p99 >= PING_P99_GOAL_S), ("/ping max", most >= PING_LIMIT_S),
+                                     ("slowest", latest > timeout + 1 or statuses.get("unanswered", 0))) if yes]
+    return (scenario.name, ms(p50), ms(p99), ms(most), f"{slow}/{len(pings)}",
+            *(statuses.get(status, 0) for status in counted), other, failed, f"{result['images_per_s']:.1f}",
+            f"{slowest['clients']:.2f} s, " + (f"{slowest['bad']:.2f} s" if bad else "-").rjust(7),
+            f"{result['server_cpu']:.0%}, {result['cpu']:.0%}", "missed: " + ", ".join(missed) if missed else "met")
+
+
+def crowd_table(rows: list[tuple], timeout: float) -> list[str]:
+    return [CROWD_COLUMNS.format("scenario", "/ping p50", "p99", "max", "> 2 s", "200", "503", "408", "504", "other",
+                                 "error", "images/s", "slowest: clients, bad", "CPU srv,cl", "goal"),
+            *(CROWD_COLUMNS.format(*row) for row in rows),
+            CROWD_COLUMNS.format("goal", "", "< 100 ms", "< 2 s", "0", "", "", "", "", "", "", "",
+                                 f"<= {timeout + 1:g} s (timeout {timeout:g})", "", "")]
+
+
+def crowd_notes(scenario: Scenario, result: dict, replaced: bool, log: str) -> str:
+    """What the row leaves out: the stalled uploads' waits, the lingering connections closed, and
+    what went wrong, with the server's log lines of any answer but 200, 503, 408 and 504 (its
+    reason: the app logs each refusal)."""
+    notes = []
+    unusual = {status: count for status, count in result["statuses"].items()
+               if status not in ("200", "503", "408", "504", "error", "unanswered")}
+    if unusual:
+        reasons = [line for line in log.splitlines() if "ERROR" in line or "Traceback" in line
+                   or any(f"keras_pipe_serve: {status} " in line for status in unusual)]
+        notes.append("other: " + ", ".join(f"{count} x {status}" for status, count in unusual.items())
+                     + "".join(f"\n    {line[:300]}" for line in reasons[:5]))
+    if scenario.stalled:
+        stalls = result["stalls"]
+        notes.append(f"{len(stalls)} stalled uploads answered, " + (
+            f"after {stalls[0]:.2f} to {stalls[-1]:.2f} s from their headers" if stalls else "none"))
+    if scenario.lingering:
+        notes.append(f"{result['lingered']} lingering connections, of which the server closed its end of "
+                     f"{result['closed_by_server']}")
+    if result["statuses"].get("unanswered"):
+        notes.append(f"{result['statuses']['unanswered']} requests unanswered in the timeout + {GRACE_S:g} s")
+    if replaced:
+        notes.append("the worker was replaced meanwhile (see the server's log)")
+    return f"{scenario.name}: {'; '.join(notes)}" if notes else ""
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="tiny: a correctness check, not a benchmark")
+    parser.add_argument("--crowds", action="store_true", help="only the crowds and bad clients (~2 minutes)")
     parser.add_argument("--ping", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ping:
         return pings(int(args.ping[0]), float(args.ping[1]))
-    seconds = 0.75 if args.quick else 8.0  # (--quick: each load long enough for a few pings, every 0.1 s)
-    warm_s = 0.5 if args.quick else 2.0
-    client_counts = (1, 8) if args.quick else (1, 2, 8, 32)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as work:
         model = exported(Path(work) / "model", args.quick)
         jpeg = photo()
-        bodies = {1: (jpeg, "application/x-image"),
-                  32: (json.dumps({"instances": [{"b64": base64.b64encode(jpeg).decode()}] * 32}).encode(),
-                       "application/json")}
         print(f"model: {'one convolution, 32x32' if args.quick else 'mobilenet_v3_small, 224x224'}, "
               f"{len(CLASSES)} classes; images: one {len(jpeg) // 1024} KB JPEG of 500x375; {cores()} cores")
-        ceiling = in_process(model, jpeg, seconds)
-        print("in-process, images/s: " + ", ".join(f"batches of {size} {rate:.1f}" for size, rate in ceiling.items())
-              + f"; batches of 32 / one at a time = {ceiling[32] / ceiling[1]:.2f}")
-
-        def measured(label: str, rows: list[tuple[int, int]], **env: str) -> None:
-            served = Served(model, Path(work) / f"serve-{label}.log", **env)
-            try:
-                for images in sorted({images for images, _ in rows}):  # (warm: threads started, memory taken)
-                    served.load(*bodies[images], max(clients for _, clients in rows), warm_s)
-                after = []  # (the workers' memory after each load: a leak shows as growth load after load)
-                for images, clients in rows:
-                    result = served.load(*bodies[images], clients, seconds)
-                    after.append(sum(served.worker_pss_mb()))
-                    print(row(f"{label}, {clients:2d} client(s) x {images:2d} image(s)", result, images,
-                              ceiling[32]))
-                    if images == 1 and clients >= 8:
-                        print(f"  {clients} single-image clients: {result['rate'] / ceiling[1]:.2f} x one image at a "
-                              f"time in-process")
-                pss = served.worker_pss_mb()
-            finally:
-                code = served.stop()
-            print(f"{label}: each worker's PSS after the load: {', '.join(f'{m:.0f} MB' for m in pss)} "
-                  f"(all workers after each load: {', '.join(f'{m:.0f}' for m in after)} MB); "
-                  f"SIGTERM: exit code {code}")
-
-        measured("server", [(images, clients) for images in (1, 32) for clients in client_counts])
-        compared = [(1, 1), (1, 8), (32, 1), (32, client_counts[-1])]
-        measured("batching off", compared, KERAS_PIPE_MAX_BATCH="1")
-        measured("a worker per core", compared, SAGEMAKER_MODEL_SERVER_WORKERS=str(cores()))
-        past_the_timeout(model, Path(work) / "serve-timeout.log", jpeg, 100 if args.quick else 400)
+        if not args.crowds:
+            throughput(model, Path(work), jpeg, args.quick)
+        under_crowds(model, Path(work), jpeg, args.quick)
 
 
 if __name__ == "__main__":
