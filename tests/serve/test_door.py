@@ -372,3 +372,107 @@ def test_each_requests_time_runs_from_its_arrival_not_from_when_the_model_takes_
         assert server.stop() == 0
     assert {status for status, _ in answers} == {504}, answers
     assert max(took for _, took in answers) < 2 + 2, answers
+
+
+PING = b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def sockets_of(pid: int) -> int:
+    return sum(1 for fd in Path(f"/proc/{pid}/fd").iterdir() if _link(fd).startswith("socket:"))
+
+
+def _link(fd: Path) -> str:
+    try:
+        return str(fd.readlink())
+    except OSError:  # (closed meanwhile)
+        return ""
+
+
+def test_clients_that_leave_mid_request_leave_no_socket_behind_and_sigterm_is_prompt(model_dir, tmp_path):
+    """Ten clients send a request that takes the model a second, and close their end at once; the
+    answers go out to closed peers, which reset. None of their sockets stays open in the worker, and
+    SIGTERM then ends the server in seconds, not its 25 s graceful timeout."""
+    server = served(model_dir, tmp_path, KERAS_PIPE_MAX_BATCH="1")
+    pid = worker_pid(server)
+    before = sockets_of(pid)
+    body = instances([slow_png()] * 3)
+    for _ in range(10):
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(request_head(len(body), "application/json") + body)
+    deadline = time.monotonic() + 30
+    while sockets_of(pid) > before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert sockets_of(pid) <= before, (before, sockets_of(pid))
+    started = time.monotonic()
+    assert server.stop() == 0
+    assert time.monotonic() - started < 10
+
+
+def test_expect_100_continue_is_answered_before_the_body_and_a_refusal_closes_instead(server):
+    """curl sends Expect: 100-continue with bodies past 1 MB and waits for the 100 before sending it."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_head(len(JPEG))[:-2] + b"Expect: 100-continue\r\n\r\n")
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue\r\n")
+        sock.sendall(JPEG)
+        assert answer_of(sock)[0] == 200
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_head(len(JPEG), path="/nowhere")[:-2] + b"Expect: 100-continue\r\n\r\n")
+        status, headers, _ = answer_of(sock)
+        assert status == 404 and headers["connection"] == "close"
+        assert closed_by_server(sock, 5) is not None
+
+
+def test_a_client_that_closes_halfway_through_its_body_is_given_up_at_once(server):
+    with socket.create_connection(("127.0.0.1", server.port)) as sock:
+        sock.sendall(request_head(10_000) + b"\0" * 1000)
+    logged(server, r"POST /invocations: the client's connection ended before its answer: 1000 bytes of its body read",
+           timeout=5)
+
+
+def test_a_client_sending_on_behind_its_request_is_read_no_further_until_it_is_answered(server):
+    """30 MB of pings pipelined behind a request, sent for 3 s: the worker stops reading the
+    connection once a megabyte waits behind a request being answered, and once the client leaves
+    its answers unread, so that no more than the sockets' buffers take gets through (8 MB here;
+    gunicorn alone read 400 MB in a second into the worker's memory); the first answer is the
+    request's."""
+    body = instances([slow_png()] * 3)
+    flood = request_head(len(body), "application/json") + body + PING * (30_000_000 // len(PING))
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.setblocking(False)
+        data, until = memoryview(flood), time.monotonic() + 3
+        while data and time.monotonic() < until:
+            try:
+                data = data[sock.send(data):]
+            except BlockingIOError:
+                time.sleep(0.05)
+        sent = len(flood) - len(data)
+        sock.setblocking(True)
+        assert answer_of(sock)[0] == 200
+    assert sent < 20_000_000, sent
+
+
+def test_a_request_line_that_never_ends_is_refused_past_a_megabyte(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        try:
+            sock.sendall(b"GET /" + b"x" * 5_000_000)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert answer_of(sock)[0] == 431
+
+
+def test_max_payload_0_takes_bodies_of_any_size_sent_in_chunks(model_dir, tmp_path):
+    """CreateTransformJob's MaxPayloadInMB=0: "arbitrarily large" bodies, sent in chunks; the
+    worker's body budget bounds each."""
+    import http.client
+
+    server = served(model_dir, tmp_path, SAGEMAKER_BATCH="true", SAGEMAKER_MAX_PAYLOAD_IN_MB="0")
+    try:
+        lines = [json.dumps({"b64": base64.b64encode(JPEG).decode()}).encode() + b"\n"] * 500
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        connection.request("POST", "/invocations", iter(lines), {"Content-Type": "application/jsonlines"},
+                           encode_chunked=True)
+        answer = connection.getresponse()
+        assert answer.status == 200 and len(answer.read().splitlines()) == 500
+    finally:
+        assert server.stop() == 0
+    logged(server, r"bodies up to the worker's body budget's \(SAGEMAKER_MAX_PAYLOAD_IN_MB=0\) bytes \(batch transform\)")

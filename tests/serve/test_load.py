@@ -216,7 +216,7 @@ def test_a_client_whose_connection_is_reset_has_its_images_not_yet_computed_drop
                            b"Content-Length: %d\r\n\r\n" % len(body) + body)
             time.sleep(1.5)
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # (close: a reset)
-        found = logged(server, r"POST /invocations: the client's connection was reset before its answer: (\d+) of "
+        found = logged(server, r"POST /invocations: the client's connection ended before its answer: (\d+) of "
                                r"30 images were not computed, and will not be")
         assert int(found[1]) >= 10
         assert post(server.port, image_bytes("JPEG", 40, 30), "image/jpeg", timeout=10)[0] == 200

@@ -94,18 +94,28 @@ def test_an_im2rec_file_sent_whole_is_its_images(name, count):
     assert [image_checks.problem(image) for image in images] == [None] * count
 
 
+def test_singlerecords_payload_its_framing_and_padding_removed_is_one_image():
+    """BatchStrategy=SingleRecord: SageMaker sends the record's payload alone (CreateTransformJob:
+    "padding is removed if the value of BatchStrategy is set to SingleRecord"), an image, or an
+    im2rec image record; and a framed record whose last padding is gone is read too."""
+    assert list(parse(RECORDIO, JPEG).images) == [JPEG]
+    assert list(parse(RECORDIO, im2rec(PNG)).images) == [PNG]
+    framed = record(JPEG) + record(PNG)
+    unpadded = framed.rstrip(b"\0") if len(PNG) % 4 else framed
+    assert list(parse(RECORDIO, unpadded).images) == [JPEG, PNG]
+    with pytest.raises(BadRequest, match=r"the body \(one RecordIO record's payload, as SingleRecord sends it\) is "
+                                         r"neither an image nor an im2rec image record"):
+        parse(RECORDIO, b"hello, not an image record at all")
+
+
 @pytest.mark.parametrize("body, message", [
     (b"", "the request body is empty: send RecordIO records"),
-    (JPEG, r"the body is not RecordIO: it starts with b'\xff\xd8\xff\xe0 a j', not RecordIO's magic number "
-           "0xced7230a; send one image as application/x-image"),
     (record(JPEG) + b"\0" * 8 + JPEG, "record 2 of the body (at byte offset 20) is not valid RecordIO: bad magic "
                                       "0x00000000"),
     (record(JPEG) + struct.pack("<II", MAGIC, 100) + JPEG, "record 2 of the body (at byte offset 20) is not valid "
                                                            "RecordIO: the stream ended inside a RecordIO part"),
-    (record(JPEG) + record(PNG)[:-2], "record 2 of the body (at byte offset 20) is not valid RecordIO: the stream "
-                                      "ended inside a RecordIO padding"),
-    (record(JPEG) + b"\x0a\x23", "record 2 of the body (at byte offset 20) is not valid RecordIO: the stream ended 2 "
-                                 "bytes into a header"),
+    (record(JPEG) + b"\x0a\x23\xd7\xce", "record 2 of the body (at byte offset 20) is not valid RecordIO: the stream "
+                                         "ended 4 bytes into a header"),
     (record(JPEG) + part(2, JPEG), "record 2 of the body (at byte offset 20) is not valid RecordIO: flag 2 cannot "
                                    "start a record"),
     (part(1, b"\xff\xd8\xff\xe0") + record(JPEG), "record 1 of the body (at byte offset 0) is not valid RecordIO: "

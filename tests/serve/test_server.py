@@ -128,7 +128,7 @@ def test_a_multi_label_model_answers_the_classes_above_its_threshold(multi_label
 @pytest.mark.parametrize("setting, message", [
     ({"args": ["--model-dir", "/nowhere"]}, "serve: /nowhere holds no SavedModel"),
     ({"env": {"SAGEMAKER_MODEL_SERVER_WORKERS": "two"}}, "serve: SAGEMAKER_MODEL_SERVER_WORKERS='two' is not a whole"),
-    ({"env": {"SAGEMAKER_MAX_PAYLOAD_IN_MB": "-1"}}, "serve: SAGEMAKER_MAX_PAYLOAD_IN_MB must be above 0, got '-1'"),
+    ({"env": {"SAGEMAKER_MAX_PAYLOAD_IN_MB": "-1"}}, "serve: SAGEMAKER_MAX_PAYLOAD_IN_MB must be 0 or more, got '-1'"),
 ])
 def test_what_cannot_be_served_is_said_before_any_worker_starts(setting, message, model_dir):
     import os

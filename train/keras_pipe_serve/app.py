@@ -56,6 +56,9 @@ DRAIN_S = 5.0
 # working client (SageMaker's front end sends a body as fast as its network), short enough that
 # clients that stall hold their bytes of the budget briefly
 BODY_IDLE_S = 10.0
+# and a body must come at least this fast (bytes/s), beyond BODY_IDLE_S: 6 MB in a minute; a
+# SageMaker front end sends at its network's speed
+MIN_BODY_RATE = 100_000
 # threads parsing bodies, checking images and writing answers: the work of the request itself,
 # in Python (the GIL's), beside the model's
 PARSE_THREADS = 2
@@ -220,7 +223,9 @@ class App:
             try:
                 deadline = arrived + self.timeout
                 body_unread = False
-                body = await _body(receive, length, self.max_body, deadline)
+                if headers.get("expect", "").strip().lower() == "100-continue":  # (curl's, past 1 MB)
+                    await send({"type": "http.response.informational", "status": 100, "headers": []})
+                body = await _body(receive, length, self.max_body, deadline, arrived)
                 kind, answer = await self._invocations(headers, body, deadline, receive)
             finally:
                 self.door.body_bytes -= cost
@@ -230,23 +235,23 @@ class App:
             # every refusal is logged with its reason (the access log has only its status), the
             # same one once a second
             self.refusals.log(refused.status, f"{method} {printable(path)}: {refused}")
-            await self._refuse(send, receive, refused.status, _error(str(refused)), body_unread,
-                               getattr(refused, "headers", []))
+            await self._refuse(send, receive, refused.status, _error(str(refused)),
+                               body_unread and _drainable(headers), getattr(refused, "headers", []))
         except Gone as gone:
-            log.warning("%s %s: the client's connection was reset before its answer: %s", method, printable(path),
-                        gone)
+            log.warning("%s %s: the client's connection ended before its answer: %s", method, printable(path), gone)
         except Exception:  # a bug here, not the client's fault: logged whole, the worker kept alive
             log.exception("500 %s %s: an unexpected error", method, printable(path))
             await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
-                               body_unread)
+                               body_unread and _drainable(headers))
 
     @staticmethod
-    async def _refuse(send, receive, status: int, body: bytes, body_unread: bool,
+    async def _refuse(send, receive, status: int, body: bytes, drain: bool,
                       extra: list[tuple[str, str]] = ()) -> None:
-        """The answer first, then, where the body was never read, the body read and dropped
-        (_drained); a body read in part (a stall, a timeout) closes the connection."""
-        await _respond(send, status, body, payloads.JSON, close=not body_unread, extra=extra)
-        if body_unread:
+        """The answer first, then, where the body can be (_drainable), the body read and dropped
+        (_drained); otherwise (read in part, too large, or awaiting a 100 Continue that will not
+        come) the connection closes after the answer."""
+        await _respond(send, status, body, payloads.JSON, close=not drain, extra=extra)
+        if drain:
             await _drained(receive)
 
     def _length(self, headers: dict) -> int | None:
@@ -327,20 +332,23 @@ def _settle(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
-async def _body(receive, length: int | None, max_body: int, deadline: float) -> bytearray:
+async def _body(receive, length: int | None, max_body: int, deadline: float, arrived: float) -> bytearray:
     """The whole body, into one buffer of its declared length (no copy of it made on the way, nor
-    after: the parser slices it); 408 when it stops arriving for BODY_IDLE_S, 504 at the deadline,
-    413 past max_body when it is sent in chunks. One timer for the whole read, moved on at each
+    after: the parser slices it); 408 when it stops arriving for BODY_IDLE_S, or comes slower than
+    MIN_BODY_RATE (a client sending a byte now and then would hold its place at the door until the
+    timeout), 504 at the deadline, 413 past max_body when it is sent in chunks. One timer for the
+    whole read, moved on at each
     chunk: a chunk already arrived is taken without a turn of the loop (asyncio.wait_for would
     start a task for each, and the chunks arriving meanwhile would pile up, a second copy of the
     body)."""
     body = bytearray(length) if length is not None else bytearray()
     at = 0
     loop = asyncio.get_running_loop()
+    whole_by = min(deadline, arrived + BODY_IDLE_S + (max_body if length is None else length) / MIN_BODY_RATE)
     try:
         async with asyncio.timeout(None) as timer:
             while True:
-                timer.reschedule(loop.time() + max(0.0, min(BODY_IDLE_S, deadline - time.monotonic())))
+                timer.reschedule(loop.time() + max(0.0, min(BODY_IDLE_S, whole_by - time.monotonic())))
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     raise Gone(f"{at} bytes of its body read")
@@ -357,10 +365,23 @@ async def _body(receive, length: int | None, max_body: int, deadline: float) -> 
                     return body if length is None or at == length else body[:at]
     except TimeoutError:
         declared = length if length is not None else "a chunked body"
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             raise Refused(504, f"the body was still arriving at the request's timeout ({at} bytes of {declared} "
                                f"read)") from None
+        if now >= whole_by:
+            raise Refused(408, f"the body came slower than {MIN_BODY_RATE // 1000} KB/s: {at} bytes of {declared} in "
+                               f"{now - arrived:.0f} s") from None
         raise Refused(408, f"the body stopped arriving for {BODY_IDLE_S:g} s after {at} bytes of {declared}") from None
+
+
+def _drainable(headers: dict) -> bool:
+    """Whether a refused request's unread body can be read and dropped: not past DRAIN_LIMIT, and
+    not held back for a 100 Continue (the client sends none of it after a refusal)."""
+    length = headers.get("content-length", "").strip()
+    if length.isdigit() and int(length) > DRAIN_LIMIT:
+        return False
+    return headers.get("expect", "").strip().lower() != "100-continue"
 
 
 async def _drained(receive) -> bool:

@@ -47,6 +47,10 @@ from gunicorn.workers import gasgi
 # seconds a client has to finish the headers it began (nginx's client_header_timeout is 60; the
 # front end of SageMaker sends a request's headers at once)
 HEADERS_S = 15.0
+# bytes a client may send on behind a request being answered before the connection stops reading
+PIPELINED_BYTES = 1 << 20
+# bytes of a request line and headers (gunicorn's own limits: a 4,094-byte line, 100 fields of 8,190)
+HEADER_BYTES = 1 << 20
 
 
 class Protocol(ASGIProtocol):
@@ -56,6 +60,7 @@ class Protocol(ASGIProtocol):
         self._idle: asyncio.TimerHandle | None = None
         self._peer_done = False  # the client sent its end (EOF) while a request was under way
         self._headers_begun = False
+        self._held: bytearray | None = None  # bytes that followed the last request, not yet given back to the parser
         super().connection_made(transport)
         self.worker.connections.add(self)
         self._wait_idle(self.cfg.keepalive)
@@ -77,19 +82,41 @@ class Protocol(ASGIProtocol):
             self._close_transport()
 
     def data_received(self, data: bytes) -> None:
+        if self._held is not None:  # (before anything newer: the bytes that followed the last request come first)
+            self._callback_parser.give_back(self._held)
+            self._held = None
         if self._current_request is None and not self._headers_begun:
             self._headers_begun = True  # the first bytes of a request: its headers have HEADERS_S to finish
             self._wait_idle(min(HEADERS_S, self.cfg.keepalive))
         super().data_received(data)
+        if self._callback_parser is None or self._closed:
+            return
+        buffered, receiver = len(self._callback_parser._buffer), self._body_receiver
+        if self._current_request is None and buffered > HEADER_BYTES:
+            # gunicorn's parser buffers a request line or headers without end until their CRLF comes
+            # (its size limits are checked after): a client sending bytes without one filled the
+            # worker's memory at the network's speed
+            self._send_error_response(431, f"the request's line and headers passed {HEADER_BYTES} bytes")
+            self._close_transport()
+        elif self._current_request is not None and receiver is not None and receiver._complete \
+                and buffered > PIPELINED_BYTES:
+            # a client sending on behind its request, which is being answered: read no more of it
+            # until it is (gunicorn reads on without end: 400 MB in a second into one worker's memory)
+            self._pause_reading()
 
     def _setup_callback_parser(self) -> None:
         super()._setup_callback_parser()
-        self._callback_parser = _KeepingParser(self._callback_parser, self._pipelined)
+        self._callback_parser = _KeepingParser(self._callback_parser, self._hold)
 
-    def _pipelined(self, data: bytes) -> None:
-        """The bytes that followed the last request, fed once the connection waits for the next."""
-        if not self._closed:
-            self.data_received(data)
+    def _hold(self, data: bytearray) -> None:
+        """The bytes that followed the last request: given back to the parser first thing once the
+        connection waits for the next, before any that arrive later (data_received)."""
+        self._held = data
+        self.worker.loop.call_soon(self._feed_held)
+
+    def _feed_held(self) -> None:
+        if self._held is not None and not self._closed:
+            self.data_received(b"")
 
     def _on_headers_complete(self):
         if self._idle:
@@ -105,12 +132,38 @@ class Protocol(ASGIProtocol):
             return
         self._wait_idle(self.cfg.keepalive)
 
+    def pause_writing(self) -> None:
+        """The client is not reading its answers as fast as they are written: no more of its
+        requests are read until it does (gunicorn went on answering pipelined requests into the
+        transport's buffer without end)."""
+        super().pause_writing()
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._resume_reading()  # (data_received pauses it again if a request's pipelined tail is too long)
+
     def eof_received(self) -> bool | None:
-        """The client's end: kept open for the answer to a request under way, else closed."""
-        if self._current_request is not None and not self._closed:
+        """The client's end: kept open for the answer to a request whose body is all in, else closed
+        (a request whose body cannot come whole is given up at once: Gone)."""
+        receiver = self._body_receiver
+        if self._current_request is not None and receiver is not None and receiver._complete and not self._closed:
             self._peer_done = True
             return True
         return None
+
+    def _close_transport(self) -> None:
+        """gunicorn's, with the transport closed whatever happens: its own skipped close() when
+        write_eof() raised (a client that sent its end, then reset the connection as its answer
+        came), and the socket stayed open, counted, until the worker ended."""
+        if self.transport and not self._closed:
+            try:
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+            except (OSError, RuntimeError):
+                pass
+            self.transport.close()
+            self._closed = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._idle:
@@ -121,18 +174,24 @@ class Protocol(ASGIProtocol):
 
 class _KeepingParser:
     """gunicorn's parser, whose reset for the next request keeps the bytes that followed the request
-    just parsed, and hands them to `pipelined` on the loop's next turn: after the connection's loop
-    has cleared the last request (fed at once, the next request's headers would be cleared with it)."""
+    just parsed and hands them to `hold` (Protocol._hold feeds them once the connection's loop has
+    cleared the last request: fed at once, the next request's headers would be cleared with it)."""
 
-    def __init__(self, parser, pipelined):
+    def __init__(self, parser, hold):
         self._parser = parser
-        self._pipelined = pipelined
+        self._hold = hold
+
+    def give_back(self, held: bytearray) -> None:
+        """`held` as the parser's buffer again (empty since its reset)."""
+        self._parser._buffer = held
 
     def reset(self) -> None:
-        left = self._parser.remaining() if self._parser.is_complete else b""
+        left = None
+        if self._parser.is_complete and self._parser._buffer:  # (the buffer itself, not a copy of it)
+            left, self._parser._buffer = self._parser._buffer, bytearray()
         self._parser.reset()
         if left:
-            asyncio.get_running_loop().call_soon(self._pipelined, left)
+            self._hold(left)
 
     def __getattr__(self, name: str):
         return getattr(self._parser, name)

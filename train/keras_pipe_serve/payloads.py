@@ -16,7 +16,8 @@ Requests, as SageMaker's built-in image classifiers and TF Serving take them:
                           a record of im2rec's .rec (an image record: IRHeader, then the image) is
                           its image; answered as JSON Lines is, a line per record
 Base64 is read as TF Serving's JSON API reads it (abseil's Base64Unescape): line breaks and other
-whitespace inside skipped (MIME's 76-column lines), '=' padding optional, the URL-safe alphabet too.
+whitespace inside skipped (MIME's 76-column lines), '=' padding optional; and, beyond TF Serving,
+the URL-safe alphabet too (whole, not mixed with the standard one).
 JSON Lines and RecordIO bodies (batch transform's reach 100 MB) are not decoded at parse: their
 images are a LazyImages, decoded one at a time when asked, so that a body costs itself and the
 slice the model is running rather than 2-4 times itself; Predictor.check reads each once before the
@@ -56,7 +57,7 @@ from typing import NamedTuple
 from keras_pipe_train.settings.dialects import KERAS_PIPE, MXNET, TENSORFLOW
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import CorruptRecordError
-from pipemode.recordio import MAGIC, MAGIC_BYTES, RecordIODecoder
+from pipemode.recordio import MAGIC_BYTES, RecordIODecoder
 
 IMAGE_TYPES = ("application/x-image", "image/", "application/octet-stream")
 JSON = "application/json"
@@ -176,8 +177,8 @@ _URL_SAFE = str.maketrans("-_", "+/")
 
 
 def unbase64(text: str, where: str) -> bytes:
-    """The bytes `text` encodes, read as TF Serving's JSON API reads base64 (abseil's Base64Unescape,
-    and WebSafeBase64Unescape for the URL-safe alphabet): whitespace anywhere skipped, '=' padding
+    """The bytes `text` encodes, read as TF Serving's JSON API reads base64 (abseil's Base64Unescape;
+    the URL-safe alphabet, which it refuses, taken too): whitespace anywhere skipped, '=' padding
     optional but exact when given; a 400 naming `where` and what is wrong otherwise."""
     try:  # the usual: one padded line of the standard alphabet, decoded in C at once
         data = binascii.a2b_base64(text, strict_mode=True)
@@ -281,17 +282,19 @@ def json_lines(body: bytes | bytearray | memoryview) -> JsonLinesImages:
     return JsonLinesImages(view, starts, ends, numbers)
 
 
-def recordio(body: bytes | bytearray | memoryview) -> RecordIOImages:
+def recordio(body: bytes | bytearray | memoryview) -> RecordIOImages | list[bytes]:
     """The records of a RecordIO body, framed in one pass over it (by the training reader's RecordIO
     decoder, pipemode.recordio) and nothing decoded (LazyImages); a 400 naming the first record
     that is not RecordIO."""
     view = _view(body)
     if not view:
         raise BadRequest(400, "the request body is empty: send RecordIO records, an image each")
-    if view[:4] != MAGIC_BYTES:  # (the usual mistake: one image sent as such, said as such)
-        raise BadRequest(400, f"the body is not RecordIO: it starts with {bytes(view[:8])!r}, not RecordIO's magic "
-                              f"number {MAGIC:#010x}; send one image as application/x-image, or RecordIO records "
-                              f"(SageMaker's SplitType=RecordIO) as {RECORDIO}")
+    if view[:4] != MAGIC_BYTES:
+        # BatchStrategy=SingleRecord: SageMaker sends one record's payload, its framing and padding
+        # removed (CreateTransformJob's SplitType: "padding is removed if ... SingleRecord")
+        return [record_image(view, "the body (one RecordIO record's payload, as SingleRecord sends it)")]
+    if len(view) % 4:  # (a record whose padding was removed: framed records are padded to 4 bytes)
+        view = memoryview(bytes(view) + b"\0" * (-len(view) % 4))
     starts = array("Q")
     try:
         # (raising at the first bad record: the policy skips none)

@@ -39,8 +39,10 @@ Settings, from the environment as SageMaker and its SDKs set them:
                                   which SageMaker does not pass on): past it, it is answered 504 and
                                   its images not yet computed are dropped
   SAGEMAKER_MAX_PAYLOAD_IN_MB     the largest body taken (batch transform sets it; default 6 MB,
-                                  real-time inference's own limit); however many images it holds
-                                  go through the model KERAS_PIPE_MAX_BATCH at a time
+                                  real-time inference's own limit; 0, as a transform may say for
+                                  bodies of any size, sent in chunks: as large as the worker's
+                                  KERAS_PIPE_MAX_BODIES_MB); however many images it holds go
+                                  through the model KERAS_PIPE_MAX_BATCH at a time
   SAGEMAKER_BATCH                 "true" in a batch transform (SageMaker sets it): the timeout's
                                   default is 600 s, and a model of the MXNet built-in's dialect
                                   answers JSON Lines by default, as that built-in did
@@ -138,7 +140,7 @@ def settings(argv: list[str] | None = None) -> dict:
     batch = os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true"
     return dict(model_dir=Path(args.model_dir), bind=f"{args.host}:{args.port}", workers=args.workers,
                 timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", BATCH_TIMEOUT_S if batch else 60, float),
-                max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float) * 1024 * 1024),
+                max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float, zero=True) * 2**20),
                 batch=batch,
                 bodies=_positive("KERAS_PIPE_MAX_BODIES_MB", None, float),
                 stuck_floor=_positive("KERAS_PIPE_STUCK_AFTER_S", STUCK_FLOOR_S, float),
@@ -239,8 +241,10 @@ def loaded_app(config: dict, chosen: Plan):
         return predictor, batcher
 
     predictor, batcher = made_yielding(model, config["niceness"])
-    return App(predictor, batcher, config["max_body"], config["batch"], config["timeout"], config["max_queue"],
-               body_budget(config["max_body"], memory_limit(), chosen.workers, config["bodies"]))
+    budget = body_budget(config["max_body"], memory_limit(), chosen.workers, config["bodies"])
+    # (SAGEMAKER_MAX_PAYLOAD_IN_MB=0, a transform's "arbitrarily large" bodies: the worker's budget bounds each)
+    return App(predictor, batcher, config["max_body"] or budget, config["batch"], config["timeout"],
+               config["max_queue"], budget)
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -268,8 +272,9 @@ def run(argv: list[str] | None = None) -> None:
 
     log.info("serving %s on %s: %d worker(s) (%s), each calling its model from %d thread(s), TensorFlow on %d "
              "thread(s) within an op and %d ops at once; up to %d images a model call, %g ms wait for more, %d "
-             "requests queued per worker; requests end after %g s; bodies up to %d bytes%s", config["model_dir"],
+             "requests in flight per worker; requests end after %g s; bodies up to %s bytes%s", config["model_dir"],
              config["bind"], chosen.workers, "; ".join(chosen.why), chosen.runners, chosen.intra, chosen.inter,
              config["max_batch"], config["max_wait"] * 1000, config["max_queue"], config["timeout"],
-             config["max_body"], " (batch transform)" if config["batch"] else "")
+             config["max_body"] or "the worker's body budget's (SAGEMAKER_MAX_PAYLOAD_IN_MB=0)",
+             " (batch transform)" if config["batch"] else "")
     Server().run()
