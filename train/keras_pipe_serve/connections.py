@@ -31,6 +31,12 @@ SIGTERM, one worker per GPU), this worker ships with it, and uvicorn has the fir
   server answers a refusal (a 503 at the door) before reading the body, and `http.client` sent its
   next request on the heels of the body it had finished sending. Here those bytes are fed again
   once the parser is reset (_KeepingParser).
+- **Reading without end.** gunicorn's parser buffers a request line or headers until their CRLF
+  comes, and the bytes a client sends behind a request being answered, without a limit; and it
+  answers pipelined requests into the transport's buffer whether or not the client reads them. A
+  client sending 400 MB so put them all in the worker's memory in a second. Here headers past
+  HEADER_BYTES are refused (431), and a connection is read no further while more than
+  PIPELINED_BYTES wait behind a request being answered, or while its client leaves answers unread.
 - (Bodies: gunicorn gives up on a body that stops arriving only after its worker timeout, and
   uvicorn never does; the app reads bodies with its own timeouts: keras_pipe_serve.app.)
 """
