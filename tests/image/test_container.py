@@ -73,7 +73,8 @@ def served_in_the_image(model):
         assert status == 400 and "not an image" in json.loads(answer)["error"]
         logs = subprocess.run([*shlex.split(ENGINE), "logs", container], capture_output=True, text=True)
         logs = logs.stdout + logs.stderr  # (the access log on stdout, the server's own on stderr)
-        assert re.search(r"1 worker\(s\) \(no GPU: one worker, calling its model from a thread per core, \d+; "
+        assert re.search(r"1 worker\(s\) \(\d+ CPUs \([^)]+\); no GPU: one worker, calling its model from a thread per "
+                         r"core, \d+; "
                          r"(warning: )?the memory limit, 1200 MB, holds \d at about \d+ MB each", logs), logs[-3000:]
         assert logs.count('"POST /invocations HTTP/1.1" 200 ') == 8, logs[-3000:]
         assert '"POST /invocations HTTP/1.1" 400 ' in logs
