@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import image_bytes
 from tests.serve.conftest import CLASSES, Server
 from tests.serve.test_load import PING_LIMIT_S, instances, logged, ping, post, served, slow_png
+from tests.timeouts import wait_s
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +100,7 @@ def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes
 
     try:
         for _ in range(40):  # headers and half a body, then nothing
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=wait_s(30))
             sock.sendall(request_head(len(JPEG)) + JPEG[: len(JPEG) // 2])
             stalled.append(sock)
         crowd = [threading.Thread(target=crowd_client) for _ in range(120)]
@@ -107,7 +108,7 @@ def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes
             thread.start()
         pinger = Pinger(server.port)
         for _ in range(10):  # a ping, asking to close, and the client never closing its end
-            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=wait_s(30))
             sock.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             lingering.append(sock)
             time.sleep(0.3)

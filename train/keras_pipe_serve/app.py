@@ -200,16 +200,9 @@ class App:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
         body_unread = True  # (a refusal before the body is read drops it after answering: _drained)
         try:
-            if path not in ROUTES:
-                raise BadRequest(404, f"no such path {printable(path)!r}: this server answers GET /ping and "
-                                      "POST /invocations")
-            if method not in ROUTES[path]:
-                raise Refused(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
+            _route(path, method)
             if path == "/ping":
-                problem = self.restarting or self.batcher.problem()
-                if problem:
-                    raise Refused(503, f"the model cannot answer: {problem}")
-                await _respond(send, 200, b"", "text/plain")
+                await self._ping(send)
                 return
             if self.restarting:
                 raise busy(f"{self.restarting}: retry shortly")
@@ -243,6 +236,12 @@ class App:
             log.exception("500 %s %s: an unexpected error", method, printable(path))
             await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
                                body_unread and _drainable(headers))
+
+    async def _ping(self, send) -> None:
+        problem = self.restarting or self.batcher.problem()
+        if problem:
+            raise Refused(503, f"the model cannot answer: {problem}")
+        await _respond(send, 200, b"", "text/plain")
 
     @staticmethod
     async def _refuse(send, receive, status: int, body: bytes, drain: bool,
@@ -325,6 +324,14 @@ class App:
 
     def _late(self, what: str) -> Refused:
         return Refused(504, f"no answer within {self.timeout:g} s (SAGEMAKER_MODEL_SERVER_TIMEOUT): {what}")
+
+
+def _route(path: str, method: str) -> None:
+    """A 404 or 405 for what this server does not answer."""
+    if path not in ROUTES:
+        raise BadRequest(404, f"no such path {printable(path)!r}: this server answers GET /ping and POST /invocations")
+    if method not in ROUTES[path]:
+        raise Refused(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
 
 
 def _settle(future: asyncio.Future) -> None:
