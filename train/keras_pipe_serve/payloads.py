@@ -49,6 +49,7 @@ import binascii
 import json
 import re
 import struct
+from abc import abstractmethod
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -234,8 +235,9 @@ class LazyImages(Sequence):
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {len(self)} images in a body of {len(self._body)} bytes>"
 
+    @abstractmethod
     def _image(self, index: int) -> bytes:
-        raise NotImplementedError
+        """The image at `index`, decoded from its line or record (each kind of body its own)."""
 
 
 class JsonLinesImages(LazyImages):

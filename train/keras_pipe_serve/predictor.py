@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -160,8 +161,6 @@ class Predictor:
     def warm_up(self) -> float:
         """One call on a small image, so that the first request does not pay for the graph's first
         run (kernels chosen, memory reserved); its seconds, the model's first history (Batcher.timed)."""
-        import time
-
         image = self._tf.io.encode_png(self._tf.zeros([8, 8, 3], self._tf.uint8)).numpy()
         started = time.monotonic()
         self.run([image])

@@ -241,7 +241,7 @@ def loaded_app(config: dict, chosen: Plan):
         return predictor, batcher
 
     predictor, batcher = made_yielding(model, config["niceness"])
-    budget = body_budget(config["max_body"], memory_limit(), chosen.workers, config["bodies"])
+    budget = body_budget(config["max_body"], config["memory"], chosen.workers, config["bodies"])
     # (SAGEMAKER_MAX_PAYLOAD_IN_MB=0, a transform's "arbitrarily large" bodies: the worker's budget bounds each)
     return App(predictor, batcher, config["max_body"] or budget, config["batch"], config["timeout"],
                config["max_queue"], budget)
@@ -255,7 +255,8 @@ def run(argv: list[str] | None = None) -> None:
     except ModelError as err:
         raise SystemExit(f"serve: {err}") from None
     gpu_count = gpus()
-    chosen = plan(cpus(), gpu_count, memory_limit(), model_bytes(served), config["workers"], config["intra"],
+    config["memory"] = memory_limit()  # (read once, in the master: the workers' body budget weighs it too)
+    chosen = plan(cpus(), gpu_count, config["memory"], model_bytes(served), config["workers"], config["intra"],
                   config["inter"])
 
     from gunicorn.app.base import BaseApplication
