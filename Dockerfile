@@ -12,7 +12,8 @@
 #   REQUIREMENTS  the pinned requirements file: requirements.txt (tensorflow[and-cuda], GPU) or
 #                 requirements/cpu.txt (tensorflow-cpu, smaller: for CPU instances and tests)
 #   BAKE_WEIGHTS  comma-separated backbones whose ImageNet weights to download into the image, so
-#                 that weights=imagenet works in jobs without internet access
+#                 that weights=imagenet works in jobs without internet access (resnet18 and resnet34:
+#                 MXNet Gluon's model zoo files, checked by SHA-1 and converted to Keras)
 ARG BASE_IMAGE=nvidia/cuda:12.8.0-base-ubuntu24.04
 
 # The reader's compiled part (pipemode._framing: TFRecord framing and CRCs in C) is built here, in a

@@ -21,6 +21,10 @@ TOOLKIT_INSTALLED := $(TOOLKIT)/.installed
 # The pinned requirements as wheels (and sdists), for the tests that install as a new user does
 # with the index off: the reader's install snippet in a virtualenv of its own (tests/docs).
 # Downloaded here, as the virtualenvs' packages are; the tests never reach the internet.
+# MXNet's own Gluon, beside the numpy it needs: the reference the ResNet-18/34 weight conversion is
+# checked against (requirements/mxnet-reference.txt)
+MXNET := .venv-mxnet
+MXNET_INSTALLED := $(MXNET)/.installed
 WHEELHOUSE := .wheelhouse
 WHEELHOUSE_DOWNLOADED := $(WHEELHOUSE)/.downloaded
 
@@ -35,7 +39,7 @@ demo: $(INSTALLED)
 TEST_WORKERS ?= 2
 
 # what `make test` installs beside .venv, each part independent of the others and of .venv's packages
-TEST_SETUP_BESIDE := $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED) $(WHEELHOUSE_DOWNLOADED)
+TEST_SETUP_BESIDE := $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED) $(MXNET_INSTALLED) $(WHEELHOUSE_DOWNLOADED)
 TEST_SETUP := $(INSTALLED) $(TEST_SETUP_BESIDE)
 
 test: $(TEST_SETUP)
@@ -52,7 +56,7 @@ test-setup: | $(BIN)/python
 
 # the quick tier, while working: every test but those of the image and the SDKs' local mode (marked
 # `container`); one folder alone: `make test-quick PYTEST_ARGS=tests/reader`
-test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED)
+test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED) $(MXNET_INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not container" $(PYTEST_ARGS)
 
@@ -112,6 +116,11 @@ $(TOOLKIT_INSTALLED): requirements/toolkit.txt Makefile
 	$(TOOLKIT)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/toolkit.txt
 	touch $@
 
+$(MXNET_INSTALLED): requirements/mxnet-reference.txt Makefile
+	$(PYTHON) -m venv $(MXNET)
+	$(MXNET)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/mxnet-reference.txt
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(SDK2) $(TOOLKIT) $(WHEELHOUSE) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info \
+	rm -rf $(VENV) $(SDK2) $(TOOLKIT) $(MXNET) $(WHEELHOUSE) .pytest_cache train/*.egg-info train/pipemode/*.egg-info launch/*.egg-info \
 	  train/pipemode/build train/pipemode/pipemode/_framing.*.so

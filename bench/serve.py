@@ -81,7 +81,7 @@ def exported(folder: Path, quick: bool) -> Path:
         backbone = keras.Sequential([keras.Input((size, size, 3)), keras.layers.Conv2D(8, 3, strides=2)], name="tiny")
     else:
         backbone = M.build_backbone("mobilenet_v3_small", size, None)
-    classifier = M.build_classifier("mobilenet_v3_small", backbone, len(CLASSES), 0.0, pretrained=False)
+    classifier = M.build_classifier("mobilenet_v3_small", backbone, len(CLASSES), 0.0, batchnorm_frozen=False)
     export(classifier, CLASSES, size, folder)
     return folder
 

@@ -32,6 +32,16 @@ REPO = Path(__file__).resolve().parent.parent
 SDK2_PYTHON = REPO / ".venv-sdk2" / "bin" / "python"
 
 
+# MXNet's own Gluon in a virtualenv of its own (requirements/mxnet-reference.txt): `make test` creates it
+MXNET_PYTHON = REPO / ".venv-mxnet" / "bin" / "python"
+
+
+def mxnet_python() -> Path:
+    if not MXNET_PYTHON.exists():
+        pytest.skip(f"{MXNET_PYTHON} is missing: `make test` creates it (requirements/mxnet-reference.txt)")
+    return MXNET_PYTHON
+
+
 def sdk2_python() -> Path:
     if not SDK2_PYTHON.exists():
         pytest.skip(f"{SDK2_PYTHON} is missing: `make test` creates it (requirements/sdk2.txt)")

@@ -31,7 +31,7 @@ def exported(folder: Path, threshold: float | None = None) -> Path:
     keras.utils.set_random_seed(3)
     backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
                                  keras.layers.Conv2D(8, 3, strides=2, activation="relu")], name="tiny")
-    classifier = M.build_classifier("mobilenet_v3_small", backbone, len(CLASSES), 0.0, pretrained=False,
+    classifier = M.build_classifier("mobilenet_v3_small", backbone, len(CLASSES), 0.0, batchnorm_frozen=False,
                                     activation="softmax" if threshold is None else "sigmoid")
     head = classifier.get_layer("classifier")  # (an untrained head starts at zero: every class as likely)
     head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])

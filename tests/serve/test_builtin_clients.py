@@ -53,7 +53,7 @@ def color_model(folder: Path, dialect: str, multi_label: bool = False) -> Path:
     backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
                                  keras.layers.Conv2D(3, 1, activation="relu")], name="colors")
     backbone.layers[-1].set_weights([np.eye(3, dtype="float32").reshape(1, 1, 3, 3), np.zeros(3, "float32")])
-    classifier = M.build_classifier("mobilenet_v3_small", backbone, len(COLORS), 0.0, pretrained=False,
+    classifier = M.build_classifier("mobilenet_v3_small", backbone, len(COLORS), 0.0, batchnorm_frozen=False,
                                     activation="sigmoid" if multi_label else "softmax")
     kernel = np.zeros((3, len(COLORS)), "float32")
     for channel, color in enumerate(("red", "green", "blue")):

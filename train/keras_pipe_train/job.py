@@ -19,6 +19,7 @@ from keras_pipe_train.model.classifier import (
     build_classifier,
     freeze,
     prepare_from_scratch,
+    set_batchnorm_momentum,
     unfreeze_top,
 )
 from keras_pipe_train.model.export import export
@@ -131,9 +132,12 @@ class Training:
             freeze(self.backbone)
             log.info("phase 1: training the new head for %d epochs, backbone frozen", count)
         else:
-            layers = unfreeze_top(self.backbone, self.config.fine_tune_layers)
-            log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs", len(layers),
-                     layers[0] if layers else "-", layers[-1] if layers else "-", count)
+            layers = unfreeze_top(self.backbone, self.config.fine_tune_layers, self.config.train_batchnorm)
+            if self.config.train_batchnorm:  # (MXNet's momentum for the moving statistics: the layers' own are 0.99)
+                set_batchnorm_momentum(self.backbone, 0.9)
+            log.info("phase 2: fine-tuning %d backbone layers (%s ... %s) for %d epochs%s", len(layers),
+                     layers[0] if layers else "-", layers[-1] if layers else "-", count,
+                     ", BatchNorm included (train_batchnorm)" if self.config.train_batchnorm else "")
         # after: the optimizer is built for the trainable weights
         self.trainer.start_phase(phase.learning_rate, self.config.warmup_steps)
 
@@ -183,6 +187,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                  config.weights)
         weights = None
     from_scratch = weights is None and previous is None
+    batchnorm_trains = from_scratch or config.train_batchnorm  # (and so its statistics are recomputed: precise BN)
     if config.early_stopping and validation is None:
         raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
                         "channel (or set validation_split_ratio), or set early_stopping=false")
@@ -194,7 +199,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     with cluster.strategy.scope():
         backbone = build_backbone(config.backbone, config.image_size, weights)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
-                                 pretrained=not from_scratch, l2=config.regularizers_l2,
+                                 batchnorm_frozen=not batchnorm_trains, l2=config.regularizers_l2,
                                  activation="sigmoid" if config.multi_label else "softmax")
         if previous:
             incremental.continue_from(previous, model, config.backbone, config.class_names, config.multi_label,
@@ -209,7 +214,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
     precise_bn = (PreciseBatchNorm(model, cluster, config.batch_size,
                                    RecentImages(config.precise_bn_examples, config.image_size))
-                  if from_scratch and config.precise_bn_examples and batchnorm_layers(model) else None)
+                  if batchnorm_trains and config.precise_bn_examples and batchnorm_layers(model) else None)
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
                     phases(config, from_scratch), from_scratch, audit, train_source, validation, rule, best,
                     host=resources.current_host, precise_bn=precise_bn)

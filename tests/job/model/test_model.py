@@ -106,7 +106,7 @@ def trained_a_step(name: str) -> tuple[keras.Model, np.ndarray]:
     size = max(32, BACKBONES[name].min_size)
     keras.utils.set_random_seed(0)
     backbone = M.build_backbone(name, size, None)
-    classifier = M.build_classifier(name, backbone, 3, 0.0, pretrained=False)
+    classifier = M.build_classifier(name, backbone, 3, 0.0, batchnorm_frozen=False)
     M.prepare_from_scratch(backbone)
     assert M.backbone_of(classifier) is backbone
     images = np.random.default_rng(1).uniform(0, 255, (4, size, size, 3)).astype(np.float32)

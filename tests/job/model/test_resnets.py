@@ -100,17 +100,18 @@ def test_resnet200_is_keras_resnet152_with_24_blocks_in_stage_3():
     assert blocks == {"conv2": 3, "conv3": 24, "conv4": 36, "conv5": 3}  # (Keras' ResNet152: 3, 8, 36, 3)
 
 
-def test_each_mxnet_depth_names_a_backbone_and_keras_ones_have_imagenet_weights():
+def test_each_mxnet_depth_names_a_backbone_and_the_public_ones_have_imagenet_weights():
     assert sorted(RESNET_DEPTHS) == [18, 20, 32, 34, 44, 50, 56, 101, 110, 152, 200]
-    assert IMAGENET_RESNET_DEPTHS == (50, 101, 152)
+    assert IMAGENET_RESNET_DEPTHS == (18, 34, 50, 101, 152)  # (Gluon's 18 and 34, Keras' others)
     for depth, name in RESNET_DEPTHS.items():
         assert name == f"resnet{depth}" and BACKBONES[name].imagenet_weights == (depth in IMAGENET_RESNET_DEPTHS)
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet200", "resnet20"])
-def test_weights_imagenet_for_a_resnet_built_here_is_a_clear_error(name):
-    with pytest.raises(UserError, match=rf"backbone {name} has no ImageNet weights .* only 50, 101, 152 have them "
-                                        rf"\(resnet50, resnet101, resnet152\)\. Set weights=none"):
+@pytest.mark.parametrize("name", ["resnet200", "resnet20"])
+def test_weights_imagenet_for_a_resnet_without_public_weights_is_a_clear_error(name):
+    with pytest.raises(UserError, match=rf"backbone {name} has no public ImageNet weights .* only 18, 34, 50, 101, "
+                                        rf"152 have them \(resnet18, resnet34, resnet50, resnet101, resnet152\)\. "
+                                        "Set weights=none"):
         M.build_backbone(name, 32, "imagenet")
 
 

@@ -32,17 +32,21 @@ def test_mxnet_mini_batch_size_is_per_host():
 
 
 def test_use_pretrained_model_needs_a_depth_with_imagenet_weights_unless_weights_says_where_they_come_from():
-    with pytest.raises(UserError, match=r"use_pretrained_model=1 needs a depth with ImageNet weights: num_layers 50, "
-                                        r"101, 152; ResNet-18 has none here"):
-        JobConfig.from_hyperparameters(notebooks.mxnet_lst_format(10, 1000))
-    # (the tests' one change to such a request: this machine cannot download ImageNet weights)
+    with pytest.raises(UserError, match=r"use_pretrained_model=1 needs a depth with ImageNet weights: num_layers 18, "
+                                        r"34, 50, 101, 152; ResNet-200 has none here"):
+        JobConfig.from_hyperparameters({**notebooks.mxnet_lst_format(10, 1000), "num_layers": "200"})
     config = JobConfig.from_hyperparameters({**notebooks.mxnet_lst_format(10, 1000), "weights": "none"})
     assert (config.backbone, config.weights, config.image_size, config.resize) == ("resnet18", "none", 206, 256)
-    assert config.top_k == 5
-    pretrained = JobConfig.from_hyperparameters({**notebooks.mxnet_lst_format(10, 1000), "num_layers": "50"})
-    # every layer trained from the first epoch, at the one learning rate
-    assert (pretrained.weights, pretrained.epochs, pretrained.fine_tune_epochs) == ("imagenet", 0, 6)
-    assert (pretrained.fine_tune_layers, pretrained.fine_tune_learning_rate) == (ALL_LAYERS, 0.01)
+    assert config.top_k == 5 and not config.train_batchnorm
+    for depth in ("18", "34", "50"):
+        pretrained = JobConfig.from_hyperparameters({**notebooks.mxnet_lst_format(10, 1000), "num_layers": depth})
+        # every layer trained from the first epoch, BatchNorm included, at the one learning rate
+        assert (pretrained.weights, pretrained.epochs, pretrained.fine_tune_epochs) == ("imagenet", 0, 6)
+        assert (pretrained.fine_tune_layers, pretrained.fine_tune_learning_rate) == (ALL_LAYERS, 0.01)
+        assert pretrained.train_batchnorm
+    # this job's own name beside the built-in's: BatchNorm kept as pretrained
+    kept = JobConfig.from_hyperparameters({**notebooks.mxnet_lst_format(10, 1000), "train_batchnorm": "false"})
+    assert not kept.train_batchnorm
 
 
 def test_the_multi_label_notebook_keeps_its_augmentation_weighted_loss_and_precision():

@@ -122,7 +122,7 @@ def test_the_served_model_prepares_images_as_validation_does(tmp_path):
     keras.utils.set_random_seed(3)
     backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
                                  keras.layers.Conv2D(8, 3, strides=2, activation="relu")], name="tiny")
-    classifier = M.build_classifier("mobilenet_v3_small", backbone, 3, 0.0, pretrained=False)
+    classifier = M.build_classifier("mobilenet_v3_small", backbone, 3, 0.0, batchnorm_frozen=False)
     head = classifier.get_layer("classifier")
     head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])
     serving = tf.saved_model.load(str(export(classifier, ("a", "b", "c"), 32, tmp_path / "model", resize_to=40,

@@ -40,13 +40,16 @@ def build_backbone(name: str, image_size: int, weights: str | None) -> keras.Mod
     spec = BACKBONES[name]
     if weights == "imagenet" and not spec.imagenet_weights:
         raise UserError(
-            f"backbone {name} has no ImageNet weights (it is built here: Keras has no such ResNet); of MXNet's "
-            f"ResNet depths (num_layers) only {', '.join(map(str, IMAGENET_RESNET_DEPTHS))} have them ("
+            f"backbone {name} has no public ImageNet weights (neither Keras' applications nor MXNet Gluon's model "
+            f"zoo have a ResNet of its depth); of MXNet's ResNet depths (num_layers) only "
+            f"{', '.join(map(str, IMAGENET_RESNET_DEPTHS))} have them ("
             f"{', '.join(f'resnet{depth}' for depth in IMAGENET_RESNET_DEPTHS)}). Set "
             f"weights=none to train {name} from scratch, or give it a weights file of a {name} backbone "
             "(weights=pretrained, or a path), or choose one of those depths")
     constructor = getattr(resnets if spec.built_here else keras.applications, spec.application)
     kwargs = {"include_preprocessing": True} if spec.include_preprocessing else {}
+    if weights == "imagenet" and spec.imagenet_from == "gluon":
+        weights = str(converted_imagenet_weights(name))
     from_file = weights not in (None, "imagenet")
     if from_file and not spec.loads_weight_files:
         raise UserError(f"backbone {name} cannot be restored from a weights file ({weights}): its application "
@@ -69,6 +72,23 @@ def build_backbone(name: str, image_size: int, weights: str | None) -> keras.Mod
     if from_file:
         load_backbone_weights(backbone, Path(weights), name)
     return backbone
+
+
+def converted_imagenet_weights(name: str) -> Path:
+    """The ImageNet weights of a backbone built here, converted from Gluon's model zoo into
+    $KERAS_HOME/models (model/gluon_weights.py), or a UserError saying how to put them there."""
+    from keras_pipe_train.model import gluon_weights
+
+    path = gluon_weights.weights_path(name)
+    if not path.is_file():
+        raise UserError(
+            f"backbone {name} takes its ImageNet weights from MXNet Gluon's model zoo, converted, and there are "
+            f"none at {path}. Bake them into the image (docker build --build-arg BAKE_WEIGHTS={name}: it downloads "
+            f"and converts {gluon_weights.gluon_file(name)}), or, without internet, convert a copy of that file "
+            f"you bring: python -m keras_pipe_train.model --import-gluon {gluon_weights.gluon_file(name)} (with "
+            "KERAS_HOME set to where the job's image keeps them, /opt/keras; docs/migration.md). weights=none "
+            "trains it from scratch instead")
+    return path
 
 
 def load_backbone_weights(backbone: keras.Model, path: Path, name: str) -> None:
@@ -113,9 +133,10 @@ def input_scaling(name: str) -> keras.layers.Layer | None:
 
 
 def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int, dropout: float,
-                     *, pretrained: bool = True, l2: float = 0.0, activation: str = "softmax") -> keras.Model:
+                     *, batchnorm_frozen: bool = True, l2: float = 0.0, activation: str = "softmax") -> keras.Model:
     """The backbone with a new head: pooling, dropout and a dense layer giving each class's
-    probability (`activation`: softmax over the classes, or sigmoid, each class on its own)."""
+    probability (`activation`: softmax over the classes, or sigmoid, each class on its own).
+    `batchnorm_frozen`: the backbone's BatchNorm layers always in inference mode."""
     size = backbone.input_shape[1]
     images = keras.Input((size, size, 3), name="images")
     scaling = input_scaling(backbone_name)
@@ -123,8 +144,9 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # training=False keeps a pretrained backbone's BatchNorm layers in inference mode for good,
     # even once phase 2 unfreezes them: updating their statistics on a small dataset would wreck
     # the pretrained features (Keras transfer-learning guide). A backbone trained from scratch
-    # has no statistics worth keeping: its BatchNorm layers follow the training flag.
-    x = backbone(x, training=False if pretrained else None)
+    # has no statistics worth keeping, and MXNet's built-in trains a pretrained one's
+    # (train_batchnorm): its BatchNorm layers then follow the training flag.
+    x = backbone(x, training=False if batchnorm_frozen else None)
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
@@ -140,14 +162,20 @@ def freeze(backbone: keras.Model) -> None:
 
 
 def prepare_from_scratch(backbone: keras.Model, momentum: float = 0.9) -> None:
-    """Makes a randomly initialised backbone trainable as a whole.
-
-    Keras applications build BatchNorm with momentum 0.999, tuned for ImageNet-length runs; in a
-    run of a few hundred steps the moving statistics used at inference barely leave their
-    initial values and validation accuracy stays at chance however well training goes (seen here
-    on the digits). 0.9 lets them converge within an epoch or two.
-    """
+    """Makes a randomly initialised backbone trainable as a whole."""
     backbone.trainable = True
+    set_batchnorm_momentum(backbone, momentum)
+
+
+def set_batchnorm_momentum(backbone: keras.Model, momentum: float = 0.9) -> None:
+    """For a backbone whose BatchNorm statistics train (from scratch, or train_batchnorm).
+
+    Keras applications build BatchNorm with momentum 0.999 (0.99 here for the ResNets built here),
+    tuned for ImageNet-length runs; in a run of a few hundred steps the moving statistics used at
+    inference barely leave their initial values and validation accuracy stays at chance however well
+    training goes (seen here on the digits). 0.9, MXNet's own BatchNorm momentum, lets them converge
+    within an epoch or two.
+    """
     for layer in backbone.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = momentum
@@ -158,15 +186,15 @@ def backbone_of(model: keras.Model) -> keras.Model:
     return next(layer for layer in model.layers if isinstance(layer, keras.Model))
 
 
-def unfreeze_top(backbone: keras.Model, count: int) -> list[str]:
-    """Makes the top `count` layers of the backbone trainable, except BatchNormalization layers.
-    Returns the names of the layers that train. The model must be compiled again afterwards:
-    Keras fixes the trainable weights at compile time."""
+def unfreeze_top(backbone: keras.Model, count: int, batchnorm: bool = False) -> list[str]:
+    """Makes the top `count` layers of the backbone trainable, except BatchNormalization layers
+    unless `batchnorm`. Returns the names of the layers that train. The model must be compiled
+    again afterwards: Keras fixes the trainable weights at compile time."""
     backbone.trainable = True
     first = max(0, len(backbone.layers) - count)  # count may exceed the layers: all of them
     training = []
     for index, layer in enumerate(backbone.layers):
-        layer.trainable = index >= first and not isinstance(layer, keras.layers.BatchNormalization)
+        layer.trainable = index >= first and (batchnorm or not isinstance(layer, keras.layers.BatchNormalization))
         if layer.trainable and layer.weights:
             training.append(layer.name)
     return training
@@ -174,10 +202,17 @@ def unfreeze_top(backbone: keras.Model, count: int) -> list[str]:
 
 def download_imagenet_weights(names: list[str]) -> None:
     """Fetches the ImageNet weights of these backbones into $KERAS_HOME (the image bakes them in
-    with BAKE_WEIGHTS, for jobs that run without internet access)."""
+    with BAKE_WEIGHTS, for jobs that run without internet access): Keras' own, or Gluon's
+    converted for the ResNets built here."""
+    from keras_pipe_train.model import gluon_weights
+
     for name in names:
         if name not in BACKBONES:
             raise SystemExit(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}")
+        if not BACKBONES[name].imagenet_weights:
+            raise SystemExit(f"backbone {name} has no public ImageNet weights to download")
+        if BACKBONES[name].imagenet_from == "gluon":
+            gluon_weights.fetch(name)
         build_backbone(name, 224, "imagenet")
         print(f"downloaded the ImageNet weights of {name}")
 

@@ -1,7 +1,8 @@
 """The ResNets of MXNet's image classification algorithm (its hyperparameter num_layers) that Keras
 has no application for, built here from plain Keras layers: a model saved with one loads with plain
-Keras, no custom objects. None has ImageNet weights (classifier.py refuses weights=imagenet for them);
-each takes a weights file like any backbone. Like the applications built with include_top=False,
+Keras, no custom objects. ResNet18 and ResNet34 take MXNet Gluon's ImageNet weights, converted
+(gluon_weights.py); the others have none public (classifier.py refuses weights=imagenet for them).
+Each takes a weights file like any backbone. Like the applications built with include_top=False,
 each ends with its last stage's feature map; the job adds the pooling and the classifier.
 
   ResNet18, ResNet34  ResNet v1 with basic blocks (He et al. 2015, "Deep Residual Learning for

@@ -32,13 +32,16 @@ class Backbone:
     # it, and its weights would see inputs at about half the scale they were trained on. Its ImageNet
     # weights come through weights=imagenet (downloaded, or baked into the image) instead.
     loads_weight_files: bool = True
-    # Not a Keras application: built here, from plain Keras layers (model/resnets.py), without ImageNet weights
+    # Not a Keras application: built here, from plain Keras layers (model/resnets.py)
     built_here: bool = False
+    # Where weights=imagenet comes from: "keras" (its application), "gluon" (MXNet Gluon's model zoo,
+    # converted: model/gluon_weights.py), or None (no public ImageNet weights)
+    imagenet_from: str | None = "keras"
 
     @property
     def imagenet_weights(self) -> bool:
-        """Whether weights=imagenet gives it pretrained weights (the ones built here have none)."""
-        return not self.built_here
+        """Whether weights=imagenet gives it pretrained weights."""
+        return self.imagenet_from is not None
 
 
 def _family(family: str, preprocessing: str, min_size: int, members: dict[str, tuple[str, int]],
@@ -66,13 +69,13 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
     # input scaling is "torch": RGB minus the ImageNet mean, over its deviation. That is how MXNet normalises
     # for its ResNets: its image-classification training subtracts the RGB mean (123.68, 116.78, 103.94 =
     # 255 x (0.485, 0.456, 0.406): example/image-classification/common/data.py) and its Gluon model zoo's
-    # pretrained ResNets also divide by the deviation 255 x (0.229, 0.224, 0.225); torchvision's ResNet-18
-    # and 34, whose weights a weights file would most likely be converted from, take the same. Inputs of
-    # unit scale also suit training from scratch, which these backbones, without ImageNet weights, start from.
-    *_family("ResNetV1", "torch", 32, {"resnet18": ("ResNet18", 224), "resnet34": ("ResNet34", 224),
-                                       "resnet200": ("ResNet200", 224)}, built_here=True),
+    # pretrained ResNets, whose weights ResNet-18 and 34 take (model/gluon_weights.py), also divide by the
+    # deviation 255 x (0.229, 0.224, 0.225). Inputs of unit scale also suit training from scratch.
+    *_family("ResNetV1", "torch", 32, {"resnet18": ("ResNet18", 224), "resnet34": ("ResNet34", 224)},
+             built_here=True, imagenet_from="gluon"),
+    *_family("ResNetV1", "torch", 32, {"resnet200": ("ResNet200", 224)}, built_here=True, imagenet_from=None),
     *_family("ResNetCIFAR", "torch", 32, {f"resnet{depth}": (f"ResNet{depth}CIFAR", 32)
-                                          for depth in (20, 32, 44, 56, 110)}, built_here=True),
+                                          for depth in (20, 32, 44, 56, 110)}, built_here=True, imagenet_from=None),
     *_family("ResNetV2", "tf", 32, {"resnet50_v2": ("ResNet50V2", 224), "resnet101_v2": ("ResNet101V2", 224),
                                     "resnet152_v2": ("ResNet152V2", 224)}),
     *_family("ConvNeXt", "builtin", 32, {
@@ -91,5 +94,5 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
 # MXNet's built-in algorithm picks its ResNet by depth (num_layers): each of its depths, for ImageNet-sized
 # images (18 to 200) and for small, CIFAR-sized ones (20 to 110), and the backbone it names
 RESNET_DEPTHS: dict[int, str] = {depth: f"resnet{depth}" for depth in (18, 34, 50, 101, 152, 200, 20, 32, 44, 56, 110)}
-# The depths whose backbone has ImageNet weights (Keras' ResNet50, ResNet101, ResNet152); the others are built here
+# The depths whose backbone has ImageNet weights: Keras' ResNet50, ResNet101, ResNet152, and Gluon's ResNet-18 and 34
 IMAGENET_RESNET_DEPTHS = tuple(depth for depth, name in RESNET_DEPTHS.items() if BACKBONES[name].imagenet_weights)

@@ -359,7 +359,12 @@ HYPERPARAMETERS = {
         Hyperparameter("epochs", 5, _integer(0), "epochs training the new head on the frozen backbone"),
         Hyperparameter("fine_tune_epochs", 0, _integer(0), "epochs then fine-tuning the top of the backbone too"),
         Hyperparameter("fine_tune_layers", 20, _integer(0),
-                       "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen)"),
+                       "how many top backbone layers phase 2 unfreezes (BatchNorm layers stay frozen, unless "
+                       "train_batchnorm)"),
+        Hyperparameter("train_batchnorm", "false", _flag,
+                       "a pretrained backbone's BatchNorm layers train in phase 2 (their scale and offset learnt, "
+                       "their statistics those of each batch, the moving ones updated at momentum 0.9) as MXNet's "
+                       "built-in does; false keeps them as pretrained (Keras' transfer-learning guide)"),
         Hyperparameter("batch_size", 32, _integer(1), "examples per step (global, across all GPUs and hosts)"),
         Hyperparameter("learning_rate", 1e-3, _number(0, 10),
                        "learning rate of phase 1 (the head; the whole network with weights=none)"),
@@ -413,7 +418,8 @@ HYPERPARAMETERS = {
                        "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
         Hyperparameter("precise_bn_examples", 1024, _integer(0, 100_000),
-                       "a backbone trained from scratch (weights=none): its BatchNorm statistics recomputed after "
+                       "a backbone trained from scratch (weights=none) or whose BatchNorm trains (train_batchnorm): "
+                       "its BatchNorm statistics recomputed after "
                        "each epoch with the epoch's final weights, on up to this many of its last training images "
                        "(kept on the host as uint8, 256 MiB at most; 0: the moving averages as they are)"),
         Hyperparameter("dropout", 0.2, _number(0, 0.99, open_low=False), "dropout before the classifier"),
@@ -516,6 +522,7 @@ class JobConfig:
     epochs: int
     fine_tune_epochs: int
     fine_tune_layers: int
+    train_batchnorm: bool
     batch_size: int
     learning_rate: float
     fine_tune_learning_rate: float

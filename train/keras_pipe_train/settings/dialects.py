@@ -50,8 +50,8 @@ MXNET_NAMES = {n.name: n for n in (
     Name("num_training_samples", None, "accepted, not needed: the job counts the examples it reads"),
     Name("num_layers", "152", "backbone: the ResNet of that depth (18, 34, 50, 101, 152, 200; 20, 32, 44, 56, 110 "
                               "for small images), built here where Keras has none"),
-    Name("use_pretrained_model", "0", "1: weights=imagenet (depths 50, 101, 152), every layer trained from the first "
-                                      "epoch; 0: weights=none"),
+    Name("use_pretrained_model", "0", "1: weights=imagenet (depths 18, 34, 50, 101, 152), every layer trained from "
+                                      "the first epoch, BatchNorm included (train_batchnorm); 0: weights=none"),
     Name("image_shape", "3,224,224", "image_size: its height and width, which must be equal; 3 channels"),
     Name("epochs", "30", "epochs of the whole network (phase 2 from the start, every layer unfrozen)"),
     Name("learning_rate", "0.1", "learning_rate (and fine_tune_learning_rate: one rate for every layer)"),
@@ -255,8 +255,8 @@ def _mxnet_model(value: dict, weights) -> dict:
     epochs = value["epochs"]
     model = {"backbone": RESNET_DEPTHS[depth], "image_size": str(height),
              "weights": weights if weights is not None else "imagenet" if pretrained else "none"}
-    if pretrained:  # every layer trained from the first epoch: phase 2 alone, nothing frozen
-        model.update(epochs="0", fine_tune_epochs=epochs, fine_tune_layers=str(ALL_LAYERS))
+    if pretrained:  # every layer trained from the first epoch, BatchNorm too: phase 2 alone, nothing frozen
+        model.update(epochs="0", fine_tune_epochs=epochs, fine_tune_layers=str(ALL_LAYERS), train_batchnorm="true")
     else:  # from scratch, phase 1 trains every layer
         model.update(epochs=epochs, fine_tune_epochs="0")
     return model

@@ -1,0 +1,101 @@
+"""use_pretrained_model=1 at depths 18 and 34: MXNet Gluon's model zoo ResNets (resnet18_v1,
+resnet34_v1), converted to the Keras ResNets built here (model/gluon_weights.py), checked against
+Gluon itself. MXNet 1.9.1, in a virtualenv of its own (.venv-mxnet), builds each network with random
+weights and random BatchNorm statistics, saves it in both of Gluon's name forms, and computes its
+pooled features and logits (tests/job/model/gluon_reference.py); the file is converted by the command
+a user types (`python -m keras_pipe_train.model --import-gluon FILE`), and the Keras backbone,
+built by the job's own code with weights=imagenet from [0, 255] images through its own input scaling,
+must give the same features and logits. One depth is checked at an odd image size, where padding
+and stride placement would show."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO, mxnet_python, run_logged
+
+REFERENCE = REPO / "tests/job/model/gluon_reference.py"
+
+
+@pytest.fixture(scope="module", params=[(18, 57), (34, 64)], ids=["resnet18", "resnet34"])
+def gluon(request, tmp_path_factory):
+    """(depth, image size, folder holding Gluon's .params files and the reference .npz)."""
+    depth, size = request.param
+    folder = tmp_path_factory.mktemp(f"gluon{depth}")
+    made = run_logged([str(mxnet_python()), str(REFERENCE), str(depth), str(size), str(folder)], 240)
+    assert made.returncode == 0, made.stderr[-3000:]
+    return depth, size, folder
+
+
+def imported(params, keras_home) -> str:
+    done = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--import-gluon", str(params)], 240,
+                      env={**os.environ, "KERAS_HOME": str(keras_home)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize("form", ["", "_legacy"], ids=["save_parameters names", "model zoo names"])
+def test_the_converted_resnet_gives_gluons_features_and_logits(gluon, form, tmp_path, monkeypatch):
+    import keras
+
+    from keras_pipe_train.model import gluon_weights, mxnet_params
+    from keras_pipe_train.model.classifier import build_backbone, input_scaling
+
+    depth, size, folder = gluon
+    params = folder / f"resnet{depth}_v1{form}.params"
+    said = imported(params, tmp_path)
+    assert f"a resnet{depth}_v1 network but not the model zoo's ImageNet file" in said, said
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    assert gluon_weights.weights_path(f"resnet{depth}").is_file()
+    reference = np.load(folder / f"resnet{depth}_v1.npz")
+    backbone = build_backbone(f"resnet{depth}", size, "imagenet")
+    scaled = input_scaling(f"resnet{depth}")(reference["images"])
+    features = keras.layers.GlobalAveragePooling2D()(backbone(scaled)).numpy()
+    kernel, bias = gluon_weights.keras_weights(mxnet_params.load(params), str(params))[1]["classifier"]
+    logits = features @ kernel + bias
+    assert np.abs(reference["features"]).max() > 0.1  # (not a network of zeros)
+    np.testing.assert_allclose(features, reference["features"], atol=1e-4, rtol=0)
+    np.testing.assert_allclose(logits, reference["logits"], atol=1e-4, rtol=0)
+
+
+def test_mxnet_params_reads_every_array_and_name_as_mxnet_saved_them(gluon):
+    from keras_pipe_train.model import mxnet_params
+
+    depth, _, folder = gluon
+    arrays = mxnet_params.load(folder / f"resnet{depth}_v1.params")
+    legacy = mxnet_params.load(folder / f"resnet{depth}_v1_legacy.params")
+    assert list(arrays)[:2] == ["features.0.weight", "features.1.gamma"] and "output.bias" in arrays
+    assert list(legacy)[:2] == ["conv0_weight", "batchnorm0_gamma"] and "dense0_bias" in legacy
+    assert [a.shape for a in arrays.values()] == [a.shape for a in legacy.values()]
+    assert all(np.array_equal(a, b) for a, b in zip(arrays.values(), legacy.values()))
+    assert arrays["features.0.weight"].shape == (64, 3, 7, 7) and arrays["output.weight"].shape == (1000, 512)
+
+
+def test_a_truncated_or_foreign_file_is_refused_naming_it(gluon, tmp_path):
+    depth, _, folder = gluon
+    whole = (folder / f"resnet{depth}_v1.params").read_bytes()
+    cut = tmp_path / "cut.params"
+    cut.write_bytes(whole[:len(whole) // 2])
+    foreign = tmp_path / "photo.params"
+    foreign.write_bytes(b"\xff\xd8\xff\xe0" + bytes(100))
+    for path, words in ((cut, "truncated"), (foreign, "is not an MXNet .params file")):
+        done = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--import-gluon", str(path)], 120,
+                          env={**os.environ, "KERAS_HOME": str(tmp_path / "home")})
+        assert done.returncode != 0 and str(path) in done.stderr and words in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "home" / "models").exists() or not any((tmp_path / "home" / "models").iterdir())
+
+
+def test_weights_imagenet_without_the_converted_file_says_how_to_bring_it(tmp_path, monkeypatch):
+    from keras_pipe_train.model.classifier import build_backbone
+    from keras_pipe_train.settings.errors import UserError
+
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    with pytest.raises(UserError) as raised:
+        build_backbone("resnet34", 64, "imagenet")
+    for words in ("BAKE_WEIGHTS=resnet34", "--import-gluon resnet34_v1-48216ba9.params", str(tmp_path)):
+        assert words in str(raised.value)
