@@ -128,3 +128,10 @@ def test_a_resnet_built_here_takes_its_weights_from_a_file(name, tmp_path):
     other = "resnet34" if name == "resnet18" else "resnet32"
     with pytest.raises(UserError, match=f"does not fit backbone {other}"):
         M.build_backbone(other, 32, str(path))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet200", "resnet20"])
+def test_the_resnets_built_here_take_28_pixels_as_mxnets_do(name):
+    backbone = M.build_backbone(name, 28, None)
+    features = backbone(np.zeros((1, 28, 28, 3), np.float32))
+    assert features.shape[0] == 1 and min(features.shape[1:3]) >= 1

@@ -4,6 +4,8 @@ checked against what that built-in does with it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from keras_pipe_train.settings.config import JobConfig
@@ -154,3 +156,48 @@ def test_every_name_of_both_built_ins_is_in_the_tables():
         "use_pretrained_model", "use_weighted_loss", "weight_decay"}
     assert set(TENSORFLOW_NAMES) == {*notebooks.tensorflow_jumpstart_defaults(), "train_only_on_top_layer"}
     assert not set(MXNET_ONLY) & set(TENSORFLOW_ONLY)
+
+
+def test_mxnet_momentum_is_sgds_and_nags_alone_as_aws_documents_it():
+    """AWS's IC-Hyperparameter page: momentum "for sgd and nag, ignored for other optimizers"; Keras'
+    RMSprop would apply it."""
+    for optimizer, momentum in (("sgd", 0.9), ("nag", 0.9), ("rmsprop", 0.0), ("adam", 0.0)):
+        config = JobConfig.from_hyperparameters({**notebooks.mxnet_full_training(10, 1000), "optimizer": optimizer,
+                                                 "momentum": "0.9"})
+        assert config.momentum == momentum, optimizer
+
+
+def test_the_mxnet_dialect_adds_no_dropout_the_builtins_resnet_lacks():
+    assert JobConfig.from_hyperparameters(notebooks.mxnet_full_training(10, 1000)).dropout == 0.0
+    # this job's own name beside the built-in's still sets it
+    assert JobConfig.from_hyperparameters({**notebooks.mxnet_full_training(10, 1000), "dropout": "0.3"}).dropout == 0.3
+
+
+def test_mxnet_image_shape_of_28_pixels_is_taken_and_a_refusal_names_image_shape():
+    """MXNet's ResNets take MNIST-sized images (3,28,28); those built here do too. Keras' ResNet50
+    takes 32 at least: the refusal names the request's own hyperparameter."""
+    for depth in ("18", "20"):
+        config = JobConfig.from_hyperparameters({**notebooks.mxnet_full_training(10, 1000), "num_layers": depth,
+                                                 "image_shape": "3,28,28"})
+        assert config.image_size == 28
+    with pytest.raises(UserError, match=r"hyperparameter image_shape's height and width must be at least 32 for "
+                                        r"backbone resnet50 .* got 28"):
+        JobConfig.from_hyperparameters({**notebooks.mxnet_full_training(10, 1000), "num_layers": "50",
+                                        "image_shape": "3,28,28"})
+    with pytest.raises(UserError, match=r"hyperparameter image_size must be at least 32 for backbone mobilenet_v2"):
+        JobConfig.from_hyperparameters({"num_classes": "3", "backbone": "mobilenet_v2", "image_size": "28"})
+
+
+def test_the_tensorflow_dialect_watches_val_accuracy_keeps_the_best_epoch_and_reports_top_5_past_5_classes():
+    """JumpStart's transfer_learning.py: EarlyStopping and its ModelSelectionCallback on val_accuracy,
+    the best epoch's weights restored at the end with or without early stopping; top-5 accuracy when
+    there are more than 5 classes; every layer fine-tuned, BatchNorm in training mode."""
+    for early in ("False", "True"):
+        config = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(), "class_names": "a,b,c",
+                                                 "early_stopping": early})
+        assert (config.early_stopping_metric, config.export_epoch) == ("val_accuracy", "best")
+        assert config.top_k is None and not config.train_batchnorm
+    six = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(),
+                                          "class_names": json.dumps(list("abcdef")), "train_only_top_layer": "False"})
+    assert six.top_k == 5 and six.train_batchnorm
+    assert JobConfig.from_hyperparameters({"class_names": "a,b,c,d,e", "train_only_top_layer": "True"}).top_k is None

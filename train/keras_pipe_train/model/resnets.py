@@ -87,7 +87,20 @@ def _basic_resnet_v1(blocks: tuple[int, int, int, int], name: str, include_top: 
         return x
 
     # Keras' ResNet gives the stem (7x7/2 conv, BN, ReLU, 3x3/2 max pool) and the model around stack_fn
-    return ResNet(stack_fn, False, False, include_top=False, weights=None, input_shape=input_shape, name=name)
+    return _single_input(ResNet(stack_fn, False, False, include_top=False, weights=None, **_any_size(input_shape),
+                                name=name))
+
+
+def _any_size(input_shape) -> dict:
+    """Keras' ResNet refuses an input_shape under 32 pixels (its ImageNet applications' limit); MXNet's
+    ResNets take 28 (image_shape 3,28,28), and so do these, given their input as a tensor instead."""
+    return {"input_tensor": keras.Input(input_shape or (None, None, 3)), "input_shape": None}
+
+
+def _single_input(model: keras.Model) -> keras.Model:
+    """The model taking its one input as a tensor, not a list of one (as Keras' ResNet builds it from an
+    input_tensor), so that calling it with a tensor does not warn; the same layers and weights."""
+    return keras.Model(model.inputs[0], model.outputs[0], name=model.name)
 
 
 def ResNet18(include_top: bool = False, weights: str | None = None, input_shape=None) -> keras.Model:
@@ -111,7 +124,8 @@ def ResNet200(include_top: bool = False, weights: str | None = None, input_shape
         x = stack_residual_blocks_v1(x, 256, 36, name="conv4")
         return stack_residual_blocks_v1(x, 512, 3, name="conv5")
 
-    return ResNet(stack_fn, False, True, include_top=False, weights=None, input_shape=input_shape, name="resnet200")
+    return _single_input(ResNet(stack_fn, False, True, include_top=False, weights=None, **_any_size(input_shape),
+                                name="resnet200"))
 
 
 def _preact_unit(x, filters: int, stride: int, project: bool, name: str):

@@ -71,10 +71,11 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
     # 255 x (0.485, 0.456, 0.406): example/image-classification/common/data.py) and its Gluon model zoo's
     # pretrained ResNets, whose weights ResNet-18 and 34 take (model/gluon_weights.py), also divide by the
     # deviation 255 x (0.229, 0.224, 0.225). Inputs of unit scale also suit training from scratch.
-    *_family("ResNetV1", "torch", 32, {"resnet18": ("ResNet18", 224), "resnet34": ("ResNet34", 224)},
+    # (28 pixels at least: MXNet's image_shape 3,28,28, for MNIST-sized images)
+    *_family("ResNetV1", "torch", 28, {"resnet18": ("ResNet18", 224), "resnet34": ("ResNet34", 224)},
              built_here=True, imagenet_from="gluon"),
-    *_family("ResNetV1", "torch", 32, {"resnet200": ("ResNet200", 224)}, built_here=True, imagenet_from=None),
-    *_family("ResNetCIFAR", "torch", 32, {f"resnet{depth}": (f"ResNet{depth}CIFAR", 32)
+    *_family("ResNetV1", "torch", 28, {"resnet200": ("ResNet200", 224)}, built_here=True, imagenet_from=None),
+    *_family("ResNetCIFAR", "torch", 28, {f"resnet{depth}": (f"ResNet{depth}CIFAR", 32)
                                           for depth in (20, 32, 44, 56, 110)}, built_here=True, imagenet_from=None),
     *_family("ResNetV2", "tf", 32, {"resnet50_v2": ("ResNet50V2", 224), "resnet101_v2": ("ResNet101V2", 224),
                                     "resnet152_v2": ("ResNet152V2", 224)}),

@@ -373,7 +373,8 @@ HYPERPARAMETERS = {
                        "the Keras application fine-tuned, in snake case: mobilenet_v3_small, efficientnet_v2_s, "
                        "convnext_tiny, resnet50 ... (docs/job.md, Backbones)"),
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
-        Hyperparameter("image_size", 224, _integer(32, 1024), "side of the square images the model sees"),
+        Hyperparameter("image_size", 224, _integer(min(b.min_size for b in BACKBONE_TABLE.values()), 1024),
+                       "side of the square images the model sees"),
         Hyperparameter("resize", None, _optional(_integer(32, 4096)),
                        "the images' shorter side is resized to it first, then image_size taken from its centre (at "
                        "random in training with augment crop): MXNet's resize; unset: each whole image is resized to "
@@ -652,7 +653,9 @@ def _check_training(values: dict) -> None:
                         f"the top {values['top_k']} hold every class; got {values['top_k']}")
     backbone = BACKBONE_TABLE[values["backbone"]]
     if values["image_size"] < backbone.min_size:
-        raise UserError(f"hyperparameter image_size must be at least {backbone.min_size} for backbone "
+        # (named as the request named it: MXNet's image_shape is image_size here)
+        size = "image_shape's height and width" if values["dialect"] == dialects.MXNET else "image_size"
+        raise UserError(f"hyperparameter {size} must be at least {backbone.min_size} for backbone "
                         f"{backbone.name} (the smallest input its application takes); got {values['image_size']}")
     if values["resize"] is not None and values["resize"] < values["image_size"]:
         raise UserError(f"hyperparameter resize ({values['resize']}) must be at least image_size "
@@ -662,8 +665,8 @@ def _check_training(values: dict) -> None:
         raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
 
 
-MULTI_LABEL_METRICS = ("accuracy", "precision_micro", "recall_micro", "f1_micro", "precision_macro", "recall_macro",
-                       "f1_macro", "auc")
+MULTI_LABEL_METRICS = ("accuracy", "exact_match", "precision_micro", "recall_micro", "f1_micro", "precision_macro",
+                       "recall_macro", "f1_macro", "auc")
 
 
 def reported_metrics(values: dict, prefix: str) -> list[str]:

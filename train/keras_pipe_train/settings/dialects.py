@@ -56,7 +56,7 @@ MXNET_NAMES = {n.name: n for n in (
     Name("epochs", "30", "epochs of the whole network (phase 2 from the start, every layer unfrozen)"),
     Name("learning_rate", "0.1", "learning_rate (and fine_tune_learning_rate: one rate for every layer)"),
     Name("optimizer", "sgd", "optimizer: sgd, adam, rmsprop, nag (nesterov)"),
-    Name("momentum", "0.9", "momentum"),
+    Name("momentum", "0.9", "momentum, for sgd and nag; ignored (0) for adam and rmsprop, as MXNet does"),
     Name("weight_decay", "0.0001", "weight_decay_style=l2: an L2 term in each trained weight's gradient, for sgd "
                                    "and nag; ignored for adam and rmsprop, as MXNet does"),
     Name("beta_1", "0.9", "beta_1"),
@@ -85,7 +85,8 @@ MXNET_NAMES = {n.name: n for n in (
 )}
 
 TENSORFLOW_NAMES = {n.name: n for n in (
-    Name("train_only_top_layer", "False", "True: epochs train the head only; False: every layer, from the start"),
+    Name("train_only_top_layer", "False", "True: epochs train the head only; False: every layer, from the start, "
+                                          "BatchNorm included (train_batchnorm)"),
     Name("train_only_on_top_layer", "False", "the same as train_only_top_layer (AWS's page spells it so)"),
     Name("epochs", "3", "epochs (of the head, or of every layer: train_only_top_layer)"),
     Name("batch_size", "32", "batch_size"),
@@ -98,7 +99,9 @@ TENSORFLOW_NAMES = {n.name: n for n in (
     Name("rho", "0.95", "rho"),
     Name("initial_accumulator_value", "0.0001", "initial_accumulator_value"),
     Name("reinitialize_top_layer", "Auto", "reinitialize_top_layer"),
-    Name("early_stopping", "False", "early_stopping, watching val_loss"),
+    Name("early_stopping", "False", "early_stopping, watching val_accuracy; stopped early or not, the model exported "
+                                    "is the epoch of the best val_accuracy (export_epoch=best), as JumpStart's script "
+                                    "restores it"),
     Name("early_stopping_patience", "5", "early_stopping_patience"),
     Name("early_stopping_min_delta", "0.0", "early_stopping_min_delta"),
     Name("dropout_rate", "0.2", "dropout"),
@@ -211,6 +214,7 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
     if hosts > 1:
         notes.append(f"mini_batch_size={batch} per host (MXNet's): batch_size {batch * hosts} on {hosts} hosts")
     ours["augment"] = _mxnet_augmentation(value["augmentation_type"])
+    ours["dropout"] = "0"  # the built-in's ResNet has none before its classifier (MXNet's symbols/resnet.py)
     for name in ("num_classes", "lr_scheduler_step", "top_k", "resize"):
         if value[name] is not None:
             ours[name] = value[name]
@@ -280,9 +284,11 @@ def _image_shape(text) -> tuple[int, int, int]:
 def _mxnet_optimizer(value: dict) -> dict:
     optimizer = _choose(value["optimizer"], "optimizer", {"sgd": "sgd", "adam": "adam", "rmsprop": "rmsprop",
                                                           "nag": "nesterov"})
-    coupled = optimizer in ("sgd", "nesterov")  # MXNet: "ignored for other optimizers"
+    # momentum and weight_decay are sgd's and nag's: AWS's page says of both "ignored for other optimizers"
+    # (Keras' RMSprop would otherwise apply a momentum that MXNet's rmsprop does not)
+    coupled = optimizer in ("sgd", "nesterov")
     return {"optimizer": optimizer, "learning_rate": value["learning_rate"],
-            "fine_tune_learning_rate": value["learning_rate"], "momentum": value["momentum"],
+            "fine_tune_learning_rate": value["learning_rate"], "momentum": value["momentum"] if coupled else "0",
             "weight_decay": value["weight_decay"] if coupled else "0", "weight_decay_style": "l2",
             "beta_1": value["beta_1"], "beta_2": value["beta_2"], "epsilon": value["eps"], "rho": value["gamma"]}
 
@@ -318,17 +324,37 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
                                            "regularizers_l2", "label_smoothing", "validation_split_ratio")}
     # the model AWS's notebook fine-tunes (tensorflow-ic-imagenet-mobilenet-v2-100-224-classification-4)
     ours.update(backbone=TENSORFLOW_BACKBONE, image_size="224")
+    # JumpStart's transfer_learning.py watches val_accuracy, for early stopping and for the epoch whose
+    # weights it restores at the end, whether it stops early or not (its ModelSelectionCallback)
     ours.update(dropout=value["dropout_rate"], seed=value["random_seed"],
-                resize_interpolation=value["image_resize_interpolation"], early_stopping_metric="val_loss",
-                record_format="class_folders")
+                resize_interpolation=value["image_resize_interpolation"], early_stopping_metric="val_accuracy",
+                export_epoch="best", record_format="class_folders")
+    if (classes := _class_count(given)) and classes > 5:  # (its TopKCategoricalAccuracy, k=5, past 5 classes)
+        ours["top_k"] = "5"
     if _flag(value["train_only_top_layer"], "train_only_top_layer"):
         ours.update(epochs=value["epochs"], fine_tune_epochs="0")
-    else:  # every layer fine-tuned from the start, at the one learning rate
+    else:  # every layer fine-tuned from the start, at the one learning rate; its TF Hub model's
+        # BatchNorm too (hub.KerasLayer(trainable=True) runs it in training mode)
         ours.update(epochs="0", fine_tune_epochs=value["epochs"], fine_tune_layers=str(ALL_LAYERS),
-                    fine_tune_learning_rate=value["learning_rate"])
+                    fine_tune_learning_rate=value["learning_rate"], train_batchnorm="true")
     ours.update(_tensorflow_augmentation(value))
     ours.update(given)
     return ours, []
+
+
+def _class_count(given: dict) -> int | None:
+    """How many classes a request names (num_classes, or class_names: the class folders'), if it says."""
+    if given.get("class_names") is not None:
+        try:
+            names = json.loads(_text(given["class_names"])) if _text(given["class_names"]).startswith("[") else \
+                _text(given["class_names"]).split(",")
+            return len(names)
+        except ValueError:
+            return None  # (the job's own check names it)
+    try:
+        return int(_text(given["num_classes"])) if given.get("num_classes") is not None else None
+    except ValueError:
+        return None
 
 
 def _tensorflow_augmentation(value: dict) -> dict:

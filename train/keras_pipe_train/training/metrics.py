@@ -26,7 +26,8 @@ REPORTED = {"train_loss": "train:loss", "train_accuracy": "train:accuracy",
             "val_loss": "validation:loss", "val_accuracy": "validation:accuracy",
             # only with hyperparameter top_k (MXNet's name for it: top_k)
             "train_top_k_accuracy": "train:top_k_accuracy", "val_top_k_accuracy": "validation:top_k_accuracy",
-            # only with multi_label (accuracy is then the share of images whose classes are all right)
+            # only with multi_label (accuracy is then each class's accuracy averaged over the classes, as
+            # the built-in MXNet algorithm's; exact_match the share of images whose classes are all right)
             **{f"{prefix}_{name}": f"{shown}:{name}" for prefix, shown in (("train", "train"), ("val", "validation"))
                for name in MULTI_LABEL_METRICS if name != "accuracy"}}
 _NUMBER = r"([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf))"

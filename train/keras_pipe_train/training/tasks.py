@@ -203,7 +203,12 @@ class MultiLabel:
         exact = counts[0]
         tp, fp, fn = counts[1:1 + c], counts[1 + c:1 + 2 * c], counts[1 + 2 * c:1 + 3 * c]
         positives, negatives = counts[1 + 3 * c:1 + 3 * c + AUC_BINS], counts[1 + 3 * c + AUC_BINS:]
-        values = {"accuracy": exact / (examples or float("nan")),
+        # accuracy as the built-in MXNet algorithm logs it for multi_label ("average accuracy across all
+        # classes"): each class's share of images it got right, present or absent, averaged over the
+        # classes (as Keras' BinaryAccuracy); the share of images with every class right is exact_match
+        wrong = float(fp.sum() + fn.sum())
+        values = {"accuracy": 1 - wrong / (examples * c) if examples else float("nan"),
+                  "exact_match": exact / (examples or float("nan")),
                   **averaged(tp, fp, fn), "auc": auc(positives, negatives)}
         return {f"{prefix}{name}": value for name, value in values.items()}
 
