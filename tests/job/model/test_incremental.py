@@ -154,6 +154,23 @@ def test_what_the_channel_holds_is_read_with_care(previous_model, tmp_path):
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
+def test_a_jumpstart_or_builtin_mxnet_model_is_named_with_the_way_round(tmp_path):
+    """What a notebook's model channel holds when it is not this job's: JumpStart's pretrained
+    TensorFlow model (its training tarball: a SavedModel under a version folder, and its model info),
+    or the built-in MXNet algorithm's model.tar.gz (its symbol, params and shapes)."""
+    jumpstart = tar_of(("1/saved_model.pb", b"x", "file"), ("1/variables/variables.index", b"x", "file"),
+                       ("__model_info__.json", b'{"finetuned": false}', "file"))
+    mxnet = tar_of(("image-classification-symbol.json", b"{}", "file"),
+                   ("image-classification-0010.params", b"x", "file"), ("model-shapes.json", b"[]", "file"))
+    for name, files, words in (
+            ("jumpstart", {"train-tensorflow-ic-imagenet-mobilenet-v2-100-224-classification-4.tar.gz": jumpstart},
+             "It holds a TensorFlow SavedModel instead: the TensorFlow algorithm's pretrained JumpStart model.* "
+             "leave model_uri out"),
+            ("mxnet", {"model.tar.gz": mxnet}, "It holds an MXNet model .* train anew with use_pretrained_model=1")):
+        with pytest.raises(UserError, match=words):
+            incremental.load(channel_with(tmp_path / name, files=files))
+
+
 @pytest.mark.slow
 def test_a_job_continues_the_model_in_its_model_channel_from_its_very_weights(job, previous_model, digit_records):
     """The job, given the previous model in a `model` channel (File mode, as SageMaker copies a

@@ -89,11 +89,12 @@ def _unpack(archive: Path, work: Path) -> tuple[Path, Path]:
     """model.keras and classes.json out of the archive, as regular files of at most so much: no
     other member is read, and no member's name or link decides where anything is written."""
     wanted = {MODEL_FILE: MAX_MODEL_BYTES, CLASSES_FILE: MAX_CLASSES_BYTES}
-    got = {}
+    got, kinds = {}, set()
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in tar:
                 name = member.name.removeprefix("./")
+                kinds.add(_kind(name))
                 if name not in wanted or name in got:
                     continue
                 if not member.isreg() or member.size > wanted[name]:
@@ -111,8 +112,30 @@ def _unpack(archive: Path, work: Path) -> tuple[Path, Path]:
                         f"({type(err).__name__}: {err})") from err
     if MODEL_FILE not in got:
         raise UserError(f"channel '{CHANNEL}': {archive.name} holds no {MODEL_FILE} at its top: it must be a "
-                        "model.tar.gz this job exported (a SageMaker job's output/model.tar.gz)")
+                        f"model.tar.gz this job exported (a SageMaker job's output/model.tar.gz){_foreign(kinds)}")
     return got[MODEL_FILE], got.get(CLASSES_FILE, work / CLASSES_FILE)
+
+
+def _kind(name: str) -> str | None:
+    """What an archive member says of the model it belongs to, when it is not one of this job's."""
+    base = name.rsplit("/", 1)[-1]
+    if base == "saved_model.pb":
+        return "savedmodel"
+    return "mxnet" if base.endswith("-symbol.json") else None
+
+
+def _foreign(kinds: set) -> str:
+    """What a model.tar.gz that is not this job's is, and the way round, as the end of a sentence."""
+    if "savedmodel" in kinds:
+        return (". It holds a TensorFlow SavedModel instead: the TensorFlow algorithm's pretrained JumpStart model, "
+                "as its notebook's Estimator(model_uri=...) adds it, or a SavedModel of another training. This job "
+                "does not read JumpStart's models yet (docs/migration.md, What still differs): leave model_uri out, "
+                "and hyperparameter backbone names the network (mobilenet_v2 by default: the notebook's model's)")
+    if "mxnet" in kinds:
+        return (". It holds an MXNet model (a symbol and its params) instead: the built-in MXNet algorithm's, "
+                "which cannot be continued here (its pre-activation ResNet is not a network built here): train "
+                "anew with use_pretrained_model=1, which starts from ImageNet weights")
+    return ""
 
 
 def _classes(path: Path, source: str) -> list[str]:
