@@ -99,3 +99,37 @@ def test_weights_imagenet_without_the_converted_file_says_how_to_bring_it(tmp_pa
         build_backbone("resnet34", 64, "imagenet")
     for words in ("BAKE_WEIGHTS=resnet34", "--import-gluon resnet34_v1-48216ba9.params", str(tmp_path)):
         assert words in str(raised.value)
+
+
+def test_bake_weights_downloads_gluons_file_and_refuses_one_that_is_not_the_pinned_file(gluon, tmp_path):
+    """BAKE_WEIGHTS=resnet18's download (`--download-imagenet`), from a model zoo mirror on 127.0.0.1
+    (MXNET_GLUON_REPO, as MXNet names one): the zip holds a ResNet of the right name but not the
+    model zoo's ImageNet file, so its SHA-1 is refused and nothing is left in $KERAS_HOME; a mirror
+    without the file is an error naming the URL and the offline way round."""
+    import functools
+    import http.server
+    import threading
+    import zipfile
+
+    from keras_pipe_train.model import gluon_weights
+
+    depth, _, folder = gluon
+    backbone = f"resnet{depth}"
+    models = tmp_path / "mirror" / "gluon" / "models"
+    models.mkdir(parents=True)
+    name = gluon_weights.gluon_file(backbone)
+    with zipfile.ZipFile(models / name.replace(".params", ".zip"), "w") as archive:
+        archive.write(folder / f"resnet{depth}_v1.params", name)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "mirror"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        home = tmp_path / "home"
+        for repo, words in ((f"http://127.0.0.1:{server.server_port}", "not the pinned"),
+                            (f"http://127.0.0.1:{server.server_port}/elsewhere/", "--import-gluon " + name)):
+            done = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--download-imagenet", backbone], 240,
+                              env={**os.environ, "KERAS_HOME": str(home), "MXNET_GLUON_REPO": repo})
+            assert done.returncode != 0 and words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+            assert not (home / "models").exists() or not any((home / "models").iterdir())
+    finally:
+        server.shutdown()

@@ -48,8 +48,9 @@ MODEL_ZOO = {
     "resnet18": ("resnet18_v1", "a0666292f0a30ff61f857b0b66efc0228eb6a54b"),
     "resnet34": ("resnet34_v1", "48216ba99a8b1005d75c0f3a0c422301a0473233"),
 }
-# model_store.py's apache_repo_url and _url_format
-_URL = "https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/gluon/models/{file}.zip"
+# model_store.py's apache_repo_url and _url_format; MXNET_GLUON_REPO names a mirror, as it does for MXNet
+_REPO = "https://apache-mxnet.s3-accelerate.dualstack.amazonaws.com/"
+_URL = "{repo}gluon/models/{file}.zip"
 _BLOCKS = {(2, 2, 2, 2): "resnet18", (3, 4, 6, 3): "resnet34"}
 # a block's layers in resnets.py's names: its first 3x3 (_1), its second (_2), its projection (_0)
 _ROLE_SUFFIX = ("1", "2", "0")
@@ -196,14 +197,19 @@ def import_file(params_file: Path) -> Path:
 def fetch(backbone: str) -> Path:
     """Downloads the model zoo's file of a backbone, checks its SHA-1, converts it."""
     file = gluon_file(backbone)
-    url = _URL.format(file=file.removesuffix(".params"))
+    repo = os.environ.get("MXNET_GLUON_REPO") or _REPO
+    url = _URL.format(repo=repo if repo.endswith("/") else repo + "/", file=file.removesuffix(".params"))
     log.info("downloading %s", url)
-    with urllib.request.urlopen(url, timeout=300) as answer:
-        archive = zipfile.ZipFile(io.BytesIO(answer.read()))
+    try:
+        with urllib.request.urlopen(url, timeout=300) as answer:
+            packed = zipfile.ZipFile(io.BytesIO(answer.read())).read(file)
+    except (OSError, zipfile.BadZipFile, KeyError) as err:  # (URLError and HTTPError are OSErrors)
+        raise UserError(f"cannot download {file} from {url} ({type(err).__name__}: {err}); without internet, bring "
+                        f"the file and convert it: python -m keras_pipe_train.model --import-gluon {file}") from err
     target = weights_path(backbone)
     target.parent.mkdir(parents=True, exist_ok=True)
     params_file = target.with_name(file)
-    params_file.write_bytes(archive.read(file))
+    params_file.write_bytes(packed)
     try:
         if (digest := sha1(params_file)) != MODEL_ZOO[backbone][1]:
             raise UserError(f"{url} gave {file} with SHA-1 {digest}, not the pinned {MODEL_ZOO[backbone][1]}")
