@@ -80,6 +80,32 @@ def test_phase_two_trains_exactly_the_top_layers_but_not_batchnorm(small_digits_
     assert trained, "phase 2 trained no layer"
 
 
+@pytest.mark.slow
+def test_train_batchnorm_leaves_batchnorm_to_phase_two_which_trains_and_recomputes_it(small_digits_job,
+                                                                                     random_backbone_file, caplog):
+    """train_batchnorm=true (MXNet's use_pretrained_model=1): phase 1 leaves the backbone, its
+    BatchNorm statistics included, as loaded (no precise BN for the head's epochs); phase 2 trains
+    the BatchNorm layers among its top fine_tune_layers (scale, offset, and statistics recomputed),
+    and leaves those below as loaded, their statistics too."""
+    path, start = random_backbone_file
+    caplog.set_level("INFO")
+    top = 40
+    run_job(small_digits_job, **COMMON, epochs=1, fine_tune_epochs=1, fine_tune_layers=top,
+            fine_tune_learning_rate=0.01, weights=str(path), train_batchnorm="true")
+    after = exported_backbone(small_digits_job)
+    first_top = len(start.layers) - top
+    norms = [(index >= first_top, b, a) for index, (b, a) in enumerate(zip(start.layers, after.layers))
+             if isinstance(b, keras.layers.BatchNormalization)]
+    assert {trains for trains, _, _ in norms} == {True, False}
+    for trains, before, now in norms:  # scale, offset, and the statistics
+        moved = [not np.array_equal(x.numpy(), y.numpy()) for x, y in zip(before.weights, now.weights)]
+        assert moved == [trains] * 4, (before.name, trains, moved)
+    said = caplog.text
+    assert "BatchNorm included (train_batchnorm)" in said
+    assert "batchnorm statistics of epoch 1 recomputed" not in said  # (the head's epoch)
+    assert "batchnorm statistics of epoch 2 recomputed" in said, said[-3000:]
+
+
 def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_phase_numbers_its_epochs_alike(capsys):
     """Each phase numbers its epochs from 1: with early stopping, the exported model is the last
     phase's best epoch's, and its row (reprinted last, for SageMaker's final metrics) is that

@@ -227,7 +227,7 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
     started = time.perf_counter()
     training.trainer.set_epoch_factor(epoch_factor(training.config, phase.start, phase.end, epoch))
     results, steps = train_pass(training, phase, epoch, step)
-    if training.precise_bn:
+    if training.precise_bn and phase.name != "head":  # (the head's phase leaves a pretrained backbone's as they are)
         recompute_batchnorm(training.precise_bn, epoch)
     if training.validation:
         results |= validate(training, phase, epoch, steps)

@@ -55,14 +55,18 @@ class PreciseBatchNorm:
     def __init__(self, model: keras.Model, cluster: Cluster, global_batch: int, recent: RecentImages):
         self.model, self.cluster, self.recent = model, cluster, recent
         self.per_replica_batch = cluster.per_replica_batch(global_batch)
-        self.layers = [layer for layer in batchnorm_layers(model) if layer.trainable]
-        self._functions: list = []  # (element spec, traced step); (specs need not be hashable)
+        self.all_layers = batchnorm_layers(model)
+        self.layers: list = []
+        self._functions: list = []  # (element spec, layers, traced step); (specs need not be hashable)
 
     def recompute(self) -> int:
         """Sets each layer's moving mean and variance to the means of its batch statistics over the
         images kept; returns how many images that was on this worker (0: nothing recomputed).
         A collective under several workers: every worker calls it after the same epoch, and all
         use as many images (the fewest any of them kept) in as many steps."""
+        # the layers that train now: a frozen one (below fine_tune_layers, or under train_batchnorm's
+        # head phase) normalises with its moving statistics in training mode too, and keeps them
+        self.layers = [layer for layer in self.all_layers if layer.trainable]
         images = self.recent.images()
         count = min(int(n) for n in self.cluster.all_texts(str(len(images))))
         local = self.cluster.local_replicas
@@ -101,9 +105,9 @@ class PreciseBatchNorm:
         them, under MultiWorkerMirroredStrategy, is packed and must agree in shape). (Keras
         creates the statistics unsynchronised, aggregation NONE: under MirroredStrategy each
         replica keeps its own, and the model is saved with the first's.)"""
-        spec = dataset.element_spec
-        for known, function in self._functions:
-            if known == spec:
+        spec, layers = dataset.element_spec, list(self.layers)
+        for known, known_layers, function in self._functions:
+            if known == spec and known_layers == layers:
                 return function
         model, strategy, moving = self.model, self.cluster.strategy, list(self._moving())
 
@@ -112,7 +116,7 @@ class PreciseBatchNorm:
             return tf.concat([tf.reshape(tf.cast(variable.value, tf.float32), [-1]) for variable in moving], 0)
 
         function = tf.function(lambda images: strategy.reduce("mean", strategy.run(forward, args=(images,)), axis=None))
-        self._functions.append((spec, function))
+        self._functions.append((spec, layers, function))
         return function
 
 
