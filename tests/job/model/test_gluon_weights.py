@@ -133,3 +133,38 @@ def test_bake_weights_downloads_gluons_file_and_refuses_one_that_is_not_the_pinn
             assert not (home / "models").exists() or not any((home / "models").iterdir())
     finally:
         server.shutdown()
+
+
+def test_mxnet_params_reads_empty_and_scalar_arrays_of_each_format_version(tmp_path):
+    """Written byte by byte as NDArray::Save writes them: a V3 (numpy-shaped) scalar, whose ndim 0
+    still has a device, a dtype and one value; an empty V2 array and an empty V1 one (ndim 0),
+    which end at their shape; a pre-V1 array (no magic, uint32 dimensions). Each array after them
+    must read whole."""
+    import struct
+
+    from keras_pipe_train.model import mxnet_params
+
+    def array(magic, dims, values, dim_format="q"):
+        head = b"" if magic is None else struct.pack("<I", magic)
+        head += struct.pack("<i", 0) if magic in (0xF993FAC9, 0xF993FACA) else b""
+        head += struct.pack("<i" if magic is not None and magic != 0xF993FAC8 else "<I", len(dims))
+        head += struct.pack(f"<{len(dims)}{dim_format}", *dims)
+        if values is None:
+            return head
+        return head + struct.pack("<iii", 1, 0, 0) + np.asarray(values, "<f4").tobytes()
+
+    arrays = [array(0xF993FACA, (), [2.5]), array(0xF993FAC9, (), None), array(0xF993FAC8, (), None),
+              array(None, (2,), [1, 2], "I"), array(0xF993FAC9, (3,), [4, 5, 6])]
+    names = ["scalar", "empty2", "empty1", "old", "last"]
+    data = struct.pack("<QQQ", 0x112, 0, len(arrays)) + b"".join(arrays) + struct.pack("<Q", len(names))
+    data += b"".join(struct.pack("<Q", len(n)) + n.encode() for n in names)
+    path = tmp_path / "versions.params"
+    path.write_bytes(data)
+    loaded = mxnet_params.load(path)
+    assert list(loaded) == names
+    assert loaded["scalar"].shape == () and float(loaded["scalar"]) == 2.5
+    assert loaded["empty2"].size == 0 and loaded["empty1"].size == 0
+    assert loaded["old"].tolist() == [1, 2] and loaded["last"].tolist() == [4, 5, 6]
+    path.write_bytes(data[:-3])
+    with pytest.raises(mxnet_params.ParamsError, match="truncated"):
+        mxnet_params.load(path)

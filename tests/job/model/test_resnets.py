@@ -130,8 +130,8 @@ def test_a_resnet_built_here_takes_its_weights_from_a_file(name, tmp_path):
         M.build_backbone(other, 32, str(path))
 
 
-@pytest.mark.parametrize("name", ["resnet18", "resnet200", "resnet20"])
-def test_the_resnets_built_here_take_28_pixels_as_mxnets_do(name):
-    backbone = M.build_backbone(name, 28, None)
-    features = backbone(np.zeros((1, 28, 28, 3), np.float32))
+@pytest.mark.parametrize(("name", "size"), [("resnet18", 28), ("resnet200", 28), ("resnet20", 8)])
+def test_the_resnets_built_here_take_small_images_as_mxnets_do(name, size):
+    backbone = M.build_backbone(name, size, None)
+    features = backbone(np.zeros((1, size, size, 3), np.float32))
     assert features.shape[0] == 1 and min(features.shape[1:3]) >= 1

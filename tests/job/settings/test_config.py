@@ -129,7 +129,7 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
     ({"epochs": 2.5}, "hyperparameter epochs must be an integer, got 2.5"),
     ({"epochs": True}, "hyperparameter epochs must be an integer"),
     ({"batch_size": 0}, "hyperparameter batch_size must be >= 1"),
-    ({"image_size": 16}, "hyperparameter image_size must be between 28 and 1024"),
+    ({"image_size": 4}, "hyperparameter image_size must be between 8 and 1024"),
     ({"learning_rate": 0}, "hyperparameter learning_rate must be > 0"),
     ({"learning_rate": "fast"}, "hyperparameter learning_rate must be a number, got 'fast'"),
     ({"learning_rate": float("nan")}, "hyperparameter learning_rate must be a finite number, got nan"),

@@ -174,12 +174,13 @@ def test_the_mxnet_dialect_adds_no_dropout_the_builtins_resnet_lacks():
 
 
 def test_mxnet_image_shape_of_28_pixels_is_taken_and_a_refusal_names_image_shape():
-    """MXNet's ResNets take MNIST-sized images (3,28,28); those built here do too. Keras' ResNet50
-    takes 32 at least: the refusal names the request's own hyperparameter."""
-    for depth in ("18", "20"):
+    """MXNet's ResNets take MNIST-sized images (3,28,28), its small-image ones any size up to 28;
+    those built here do too (the CIFAR ones from 8). Keras' ResNet50 takes 32 at least: the refusal
+    names the request's own hyperparameter."""
+    for depth, size in (("18", 28), ("20", 28), ("20", 16), ("110", 8)):
         config = JobConfig.from_hyperparameters({**notebooks.mxnet_full_training(10, 1000), "num_layers": depth,
-                                                 "image_shape": "3,28,28"})
-        assert config.image_size == 28
+                                                 "image_shape": f"3,{size},{size}"})
+        assert config.image_size == size
     with pytest.raises(UserError, match=r"hyperparameter image_shape's height and width must be at least 32 for "
                                         r"backbone resnet50 .* got 28"):
         JobConfig.from_hyperparameters({**notebooks.mxnet_full_training(10, 1000), "num_layers": "50",
@@ -201,3 +202,10 @@ def test_the_tensorflow_dialect_watches_val_accuracy_keeps_the_best_epoch_and_re
                                           "class_names": json.dumps(list("abcdef")), "train_only_top_layer": "False"})
     assert six.top_k == 5 and six.train_batchnorm
     assert JobConfig.from_hyperparameters({"class_names": "a,b,c,d,e", "train_only_top_layer": "True"}).top_k is None
+
+
+def test_the_tensorflow_dialects_top_5_is_not_forced_on_a_multi_label_job():
+    config = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(), "multi_label": "true",
+                                             "record_format": "tfrecord",
+                                             "class_names": json.dumps(list("abcdef"))})
+    assert config.multi_label and config.top_k is None

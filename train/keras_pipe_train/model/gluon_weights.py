@@ -3,11 +3,15 @@ model zoo, converted to Keras.
 
 Why Gluon's: MXNet's built-in image classification algorithm offers use_pretrained_model=1 at
 depths 18 and 34 too, and Keras has no ImageNet ResNet of either depth. Gluon's model zoo is MXNet's
-own, the closest public relative of the built-in's weights (AWS publishes none); its files are pinned
-by SHA-1 in MXNet's source (python/mxnet/gluon/model_zoo/model_store.py), served from Apache MXNet's
-S3 bucket. Its `resnet18_v1` and `resnet34_v1` (ImageNet top-1 70.9% and 74.4%) are the network
-resnets.py builds, layer for layer: the 7x7/2 stem, basic blocks with the stride in the first 3x3 and a
-1x1/2 projection, no convolution biases. They take RGB scaled as torchvision does (/255, minus the
+own (AWS publishes no weights of the built-in's); its files are pinned by SHA-1 in MXNet's source
+(python/mxnet/gluon/model_zoo/model_store.py), served from Apache MXNet's S3 bucket. Its `resnet18_v1`
+and `resnet34_v1` (ImageNet top-1 70.9% and 74.4%) are the network resnets.py builds, layer for layer:
+the 7x7/2 stem, basic blocks with the stride in the first 3x3 and a 1x1/2 projection, no convolution
+biases (BatchNorm's epsilon aside: 1e-5 there, Keras' ResNets' 1.001e-5 here). Why v1, when the
+built-in's own network is the pre-activation ResNet of MXNet's symbols/resnet.py (Gluon's _v2): the
+ResNet-18 and 34 built here were v1 before (earlier jobs' models and weights files keep loading), as
+are Keras' ResNet-50, 101 and 152 at the other depths; the two forms' ImageNet accuracies are within
+0.1 point. They take RGB scaled as torchvision does (/255, minus the
 ImageNet mean, over its deviation), the "torch" scaling these backbones already have
 (settings/backbones.py). Depths 50, 101 and 152 keep Keras' own ImageNet weights (its
 applications, pinned by Keras); 200 has no public ImageNet weights in either zoo.
@@ -114,12 +118,16 @@ def keras_weights(params: dict[str, np.ndarray], source: str) -> tuple[str, dict
                         "take Keras' own ImageNet weights (weights=imagenet)")
     backbone, weights = _BLOCKS[blocks], {}
     for (stage, kind, index), values in layers.items():
-        if kind == "dense":
-            weights["classifier"] = [values["weight"].T, values["bias"]]
-            continue
-        weights[_keras_name(stage, kind, index, convs.get(stage))] = (
-            [values["weight"].transpose(2, 3, 1, 0)] if kind == "conv" else
-            [values["gamma"], values["beta"], values["running_mean"], values["running_var"]])
+        try:
+            if kind == "dense":
+                weights["classifier"] = [values["weight"].T, values["bias"]]
+                continue
+            weights[_keras_name(stage, kind, index, convs.get(stage))] = (
+                [values["weight"].transpose(2, 3, 1, 0)] if kind == "conv" else
+                [values["gamma"], values["beta"], values["running_mean"], values["running_var"]])
+        except (KeyError, ValueError) as err:  # (a missing parameter; a kernel that is not 4-dimensional)
+            raise UserError(f"{source}: its {kind} layer {index} of stage {stage} is not a Gluon ResNet v1's "
+                            f"({type(err).__name__}: {err}; it has {sorted(values)})") from None
     return backbone, weights
 
 

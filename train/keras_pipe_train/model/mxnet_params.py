@@ -9,8 +9,9 @@ not install beside, and the project is retired; the format is small and fixed. I
   uint64 count, then each array:
       uint32 magic: 0xF993FAC9 (V2) or 0xF993FACA (V3, numpy shapes); older files start with the shape
       int32 storage type (V2, V3): 0 is dense, the only one a model's weights use
-      int32 ndim, then ndim int64 dimensions (uint32 ones before V1)
-      int32 device type, int32 device id (absent for an empty array)
+      int32 ndim, then ndim int64 dimensions (uint32 ones before V1); an empty array ends here
+      (ndim 0; -1 under V3, where ndim 0 is a scalar, one value)
+      int32 device type, int32 device id
       int32 dtype flag, then the data, C order
   uint64 count, then each name: uint64 length, its bytes (Gluon's names, or "arg:"/"aux:" ones)
 """
@@ -36,14 +37,15 @@ class _Reader:
     def __init__(self, data: bytes, path: Path):
         self.data, self.at, self.path = data, 0, path
 
-    def take(self, fmt: str):
+    def take(self, fmt: str, many: bool = False):
+        """The values of `fmt` next in the file: one value, or a tuple of them with `many`."""
         size = struct.calcsize(fmt)
         if self.at + size > len(self.data):
             raise ParamsError(f"{self.path} ends at byte {len(self.data)}, inside an array or name "
                               f"(truncated?)")
         values = struct.unpack_from(fmt, self.data, self.at)
         self.at += size
-        return values if len(values) > 1 else values[0]
+        return values if many else values[0]
 
     def array(self, index: int) -> np.ndarray:
         magic = self.take("<I")
@@ -53,18 +55,16 @@ class _Reader:
                 raise ParamsError(f"{self.path}: array {index} is sparse (storage type {storage}); a model's "
                                   "weights are dense")
             ndim = self.take("<i")
-            shape = self.take(f"<{ndim}q") if ndim > 0 else ()
         elif magic == _V1:
             ndim = self.take("<I")
-            shape = self.take(f"<{ndim}q")
         else:  # before V1 the array starts with its shape: uint32 ndim, uint32 dimensions
             ndim = magic
             if ndim > 32:
                 raise ParamsError(f"{self.path}: array {index} starts with {magic:#x}, not an NDArray's magic")
-            shape = self.take(f"<{ndim}I")
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        if ndim <= 0:
+        # an array saved empty ("none") ends at its shape: ndim 0, or -1 under V3, where 0 is a scalar
+        if ndim < 0 or (ndim == 0 and magic != _V3):
             return np.zeros((0,), np.float32)
+        shape = tuple(self.take(f"<{ndim}{'I' if magic not in (_V1, _V2, _V3) else 'q'}", many=True))
         self.take("<ii")  # the device it was saved from
         flag = self.take("<i")
         if flag not in _DTYPES:
@@ -90,7 +90,10 @@ def load(path: Path) -> dict[str, np.ndarray]:
                           "list magic 0x112)")
     reader.take("<Q")
     arrays = [reader.array(i) for i in range(reader.take("<Q"))]
-    names = [reader.take(f"<{reader.take('<Q')}s").decode() for _ in range(reader.take("<Q"))]
+    try:
+        names = [reader.take(f"<{reader.take('<Q')}s").decode() for _ in range(reader.take("<Q"))]
+    except UnicodeDecodeError as err:
+        raise ParamsError(f"{path}: a parameter's name is not text ({err})") from None
     if len(names) != len(arrays):
         raise ParamsError(f"{path} holds {len(arrays)} arrays but {len(names)} names: a model's parameters "
                           "are named")

@@ -75,7 +75,8 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
     *_family("ResNetV1", "torch", 28, {"resnet18": ("ResNet18", 224), "resnet34": ("ResNet34", 224)},
              built_here=True, imagenet_from="gluon"),
     *_family("ResNetV1", "torch", 28, {"resnet200": ("ResNet200", 224)}, built_here=True, imagenet_from=None),
-    *_family("ResNetCIFAR", "torch", 28, {f"resnet{depth}": (f"ResNet{depth}CIFAR", 32)
+    # (8 pixels at least: MXNet's symbol takes any image_shape up to 28 for these, AWS's page "any value")
+    *_family("ResNetCIFAR", "torch", 8, {f"resnet{depth}": (f"ResNet{depth}CIFAR", 32)
                                           for depth in (20, 32, 44, 56, 110)}, built_here=True, imagenet_from=None),
     *_family("ResNetV2", "tf", 32, {"resnet50_v2": ("ResNet50V2", 224), "resnet101_v2": ("ResNet101V2", 224),
                                     "resnet152_v2": ("ResNet152V2", 224)}),

@@ -329,7 +329,9 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
     ours.update(dropout=value["dropout_rate"], seed=value["random_seed"],
                 resize_interpolation=value["image_resize_interpolation"], early_stopping_metric="val_accuracy",
                 export_epoch="best", record_format="class_folders")
-    if (classes := _class_count(given)) and classes > 5:  # (its TopKCategoricalAccuracy, k=5, past 5 classes)
+    # (its TopKCategoricalAccuracy, k=5, past 5 classes, for one class per image: multi_label is this job's)
+    if (classes := _class_count(given)) and classes > 5 and _text(given.get("multi_label", "false")).lower() in (
+            "false", "0"):
         ours["top_k"] = "5"
     if _flag(value["train_only_top_layer"], "train_only_top_layer"):
         ours.update(epochs=value["epochs"], fine_tune_epochs="0")
