@@ -28,7 +28,6 @@ import contextlib
 import functools
 import io
 import json
-import os
 import struct
 import sys
 from pathlib import Path
@@ -40,6 +39,7 @@ from tests.builtin import notebooks
 from tests.builtin.cells import a1_cell_31_get_label, a1_cell_45, a9_cell_35, a10_cell_61, b1_cell_44
 from tests.conftest import REPO, FakeJob, mxnet_python, run_logged
 from tests.job.conftest import run_train, write_hyperparameters
+from tests.job.model.test_gluon_weights import weights_command
 from tests.job.sources.test_builtin_channels import RECORDIO, example, ground_truth_lines, lst_channels, read_as
 from tests.serve.conftest import Server
 from tests.serve.test_builtin_clients import PIXELS, S3, IdentitySerializer, Predictor, Runtime
@@ -125,8 +125,7 @@ def gluon_resnet18_home(tmp_path_factory):
     made = run_logged([str(mxnet_python()), str(REPO / "tests/job/model/gluon_reference.py"), "18", "32", str(folder),
                        "plain"], wait_s(240))
     assert made.returncode == 0, made.stderr[-2000:]
-    imported = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--import-gluon",
-                           str(folder / "resnet18_v1.params")], wait_s(240), env={**os.environ, "KERAS_HOME": str(home)})
+    imported = weights_command("--import-gluon", str(folder / "resnet18_v1.params"), keras_home=home)
     assert imported.returncode == 0, imported.stderr[-2000:]
     return {"KERAS_HOME": str(home)}
 

@@ -31,9 +31,14 @@ def gluon(request, tmp_path_factory):
     return depth, size, folder
 
 
+def weights_command(*arguments: str, keras_home, **env: str):
+    """`python -m keras_pipe_train.model ARGUMENTS`, as a user types it, with KERAS_HOME (and `env`) set."""
+    return run_logged([sys.executable, "-m", "keras_pipe_train.model", *arguments], 240,
+                      env={**os.environ, "KERAS_HOME": str(keras_home), **env})
+
+
 def imported(params, keras_home) -> str:
-    done = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--import-gluon", str(params)], 240,
-                      env={**os.environ, "KERAS_HOME": str(keras_home)})
+    done = weights_command("--import-gluon", str(params), keras_home=keras_home)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -83,8 +88,7 @@ def test_a_truncated_or_foreign_file_is_refused_naming_it(gluon, tmp_path):
     foreign = tmp_path / "photo.params"
     foreign.write_bytes(b"\xff\xd8\xff\xe0" + bytes(100))
     for path, words in ((cut, "truncated"), (foreign, "is not an MXNet .params file")):
-        done = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--import-gluon", str(path)], 120,
-                          env={**os.environ, "KERAS_HOME": str(tmp_path / "home")})
+        done = weights_command("--import-gluon", str(path), keras_home=tmp_path / "home")
         assert done.returncode != 0 and str(path) in done.stderr and words in done.stderr, done.stderr[-2000:]
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "home" / "models").exists() or not any((tmp_path / "home" / "models").iterdir())
@@ -127,8 +131,7 @@ def test_bake_weights_downloads_gluons_file_and_refuses_one_that_is_not_the_pinn
         home = tmp_path / "home"
         for repo, words in ((f"http://127.0.0.1:{server.server_port}", "not the pinned"),
                             (f"http://127.0.0.1:{server.server_port}/elsewhere/", "--import-gluon " + name)):
-            done = run_logged([sys.executable, "-m", "keras_pipe_train.model", "--download-imagenet", backbone], 240,
-                              env={**os.environ, "KERAS_HOME": str(home), "MXNET_GLUON_REPO": repo})
+            done = weights_command("--download-imagenet", backbone, keras_home=home, MXNET_GLUON_REPO=repo)
             assert done.returncode != 0 and words in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
             assert not (home / "models").exists() or not any((home / "models").iterdir())
     finally:
