@@ -6,7 +6,8 @@ get each photo's class. The photos are of colours with noise, at a small size: t
 run at the notebooks' image shapes.
 
 Each runs unchanged. The pretrained weights they start from are made here and put where the image
-keeps them: the TensorFlow algorithm's MobileNetV2, and for the MXNet notebooks that start from
+keeps them: for the TensorFlow notebook, JumpStart's pretrained model in its `model` channel (a
+SavedModel in JumpStart's layout, tests/job/model/jumpstart_reference.py), and for the MXNet notebooks that start from
 ImageNet weights (lst format, multi-label, Ground Truth; use_pretrained_model=1) a ResNet-18 of MXNet
 Gluon's model zoo, built by MXNet itself with random weights (.venv-mxnet) and converted by the
 command an offline user types (`python -m keras_pipe_train.model --import-gluon`), as the image's
@@ -77,45 +78,6 @@ def serving(model_dir, log, **env: str):
         server.stop()
 
 
-PRETRAIN = r"""
-import sys, h5py, keras, numpy as np
-from keras.src.legacy.saving import legacy_h5_format
-keras.utils.set_random_seed(5)
-rng = np.random.default_rng(5)
-colors = np.array([[230, 25, 25], [25, 230, 25], [25, 25, 230], [230, 230, 25], [25, 230, 230], [230, 25, 230]])
-labels = rng.integers(0, len(colors), 1200)
-images = np.clip(colors[labels][:, None, None, :] + rng.integers(-60, 60, (1200, 32, 32, 3)), 0, 255) / 127.5 - 1
-backbone = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3))
-model = keras.Sequential([backbone, keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(len(colors))])
-model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-model.fit(images.astype("float32"), labels, batch_size=32, epochs=3, verbose=0)
-# MobileNetV2's BatchNorm keeps 0.999 of its moving statistics each step: after a few seconds of
-# training they are still near their start, and inference would see no colour at all. Set to the
-# statistics of a large batch instead, as ImageNet's long training leaves them.
-for layer in backbone.layers:
-    if isinstance(layer, keras.layers.BatchNormalization):
-        layer.momentum = 0.0
-backbone(images[:512].astype("float32"), training=True)
-with h5py.File(sys.argv[1], "w") as f:  # the legacy form of Keras' downloaded ImageNet files
-    legacy_h5_format.save_weights_to_hdf5_group(f, backbone)
-"""
-
-
-@pytest.fixture(scope="module")
-def keras_home(tmp_path_factory):
-    """MobileNetV2's "ImageNet" weights where the image keeps them (tests/job/model/test_imagenet_weights.py
-    says why MobileNetV2's can be put there): a MobileNetV2 trained here on six colours for a few
-    seconds, so that its features tell colours apart, as ImageNet's would. (Its weights do not
-    depend on the input's size: the file Keras looks for at 224 pixels holds them.)"""
-    home = tmp_path_factory.mktemp("keras-home")
-    (home / "models").mkdir()
-    made = run_logged([sys.executable, "-c", PRETRAIN,
-                       str(home / "models" / "mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_224_no_top.h5")],
-                      wait_s(200))
-    assert made.returncode == 0, made.stderr[-2000:]
-    return home
-
-
 @pytest.fixture(scope="module")
 def gluon_resnet18_home(tmp_path_factory):
     """$KERAS_HOME with a ResNet-18 of Gluon's model zoo converted into it: MXNet's own resnet18_v1,
@@ -130,23 +92,41 @@ def gluon_resnet18_home(tmp_path_factory):
     return {"KERAS_HOME": str(home)}
 
 
-def test_the_tensorflow_notebook_trains_on_its_training_channel_and_its_client_gets_each_class(tmp_path, keras_home):
+def jumpstart_model(folder: Path, image_size: int, *flags: str) -> Path:
+    """A pretrained model in JumpStart's layout (tests/job/model/jumpstart_reference.py), as the
+    file the SDK's model_uri channel copies into the job (its S3 key's last part)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / "train-tensorflow-ic-imagenet-mobilenet-v2-100-224-classification-4.tar.gz"
+    made = run_logged([sys.executable, str(REPO / "tests/job/model/jumpstart_reference.py"), str(archive),
+                       str(image_size), *flags], wait_s(120))
+    assert made.returncode == 0, made.stderr[-2000:]
+    return archive
+
+
+def test_the_tensorflow_notebook_trains_on_its_model_channel_and_its_client_gets_each_class(tmp_path):
     """Amazon_TensorFlow_Image_Classification.ipynb: JumpStart's default hyperparameters sent whole
-    (epochs set to 5), `fit({"training": ...})` on one folder per class, the fine-tuned model asked
-    with Accept application/json;verbose (cell 44). Unchanged: the model's pretrained weights are in
-    the image (made here, as the image's BAKE_WEIGHTS would have them), and its top layer alone is
-    trained (train_only_top_layer=True)."""
+    (epochs set to 5), `Estimator(model_uri=...)`'s `model` channel (application/x-sagemaker-model,
+    File mode) holding JumpStart's pretrained model, `fit({"training": ...})` on one folder per
+    class, the fine-tuned model asked with Accept application/json;verbose (cell 44). Unchanged:
+    the pretrained model is one in JumpStart's layout made here (random weights), at 64 px as its
+    model info says, and its top layer alone is trained (train_only_top_layer=True)."""
     job = FakeJob(tmp_path / "opt_ml")
     job.add_channel("training", mode="File")
+    job.add_channel("model", mode="File", content_type="application/x-sagemaker-model")
+    jumpstart_model(job.data_dir / "model", 64)
     photos(job.data_dir / "training", 64, seed=1)
     write_hyperparameters(job, **notebooks.tensorflow_jumpstart_defaults())
-    out = run_train(job, KERAS_HOME=str(keras_home))
+    out = run_train(job)
+    log = out.stdout + out.stderr
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "dialect tensorflow: the hyperparameters are read with the built-in TensorFlow" in out.stdout + out.stderr
-    assert "batchnorm statistics" not in out.stdout + out.stderr  # (a pretrained backbone's stay as they are)
+    assert "dialect tensorflow: the hyperparameters are read with the built-in TensorFlow" in log
+    assert "backbone: the SavedModel in channel 'model' (train-tensorflow-ic-imagenet-mobilenet-v2" in log
+    assert "images are 64 px, as" in log
     model = job.base / "model"
     assert json.loads((model / "classes.json").read_text()) == list(COLORS)
     assert json.loads((model / "serving.json").read_text())["dialect"] == "tensorflow"
+    assert json.loads((model / "serving.json").read_text())["image_size"] == 64
+    assert not (model / "model.keras").exists()  # (a .keras file cannot hold the SavedModel's graph)
     asked = photos(tmp_path / "asked", 2, seed=2)
     shown = []
     with serving(model, tmp_path / "serve.log") as server:
@@ -154,6 +134,25 @@ def test_the_tensorflow_notebook_trains_on_its_training_channel_and_its_client_g
         b1_cell_44(Predictor(server), images, HTML=str, display=shown.append)
     predicted = [html.split("Predicted Label: ")[1].split("</figcaption>")[0] for html in shown]
     assert predicted == [color for color in COLORS for _ in asked[color]], predicted
+
+
+def test_the_tensorflow_notebooks_request_with_train_only_top_layer_false_fine_tunes_the_jumpstart_model(tmp_path):
+    """The same request with train_only_top_layer=False (JumpStart: hub.KerasLayer(trainable=True)):
+    every epoch trains the SavedModel's own layer too, BatchNorm in training mode, and the job
+    validates and exports as before."""
+    job = FakeJob(tmp_path / "opt_ml")
+    job.add_channel("training", mode="File")
+    job.add_channel("model", mode="File", content_type="application/x-sagemaker-model")
+    jumpstart_model(job.data_dir / "model", 48)
+    photos(job.data_dir / "training", 32, seed=1)
+    write_hyperparameters(job, **{**notebooks.tensorflow_jumpstart_defaults(), "train_only_top_layer": "False",
+                                  "epochs": "2"})
+    out = run_train(job)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "phase 2: fine-tuning 1 backbone layers (savedmodel ... savedmodel) for 2 epochs" in log
+    assert "metrics: epoch=2 phase=fine_tune" in log
+    assert (job.base / "model" / "1" / "saved_model.pb").is_file()
 
 
 RGB = {**PIXELS, "cyan": (25, 230, 230), "magenta": (230, 25, 230)}

@@ -55,7 +55,8 @@ def test_missing_train_channel_names_what_the_job_reads(job):
     write_hyperparameters(job, **OK)
     failed(job, run_train(job), CONFIG,
            "Configuration error: the job reads channels train (required), validation (optional), "
-           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued), train_lst "
+           "pretrained (optional: backbone weights), model (optional: a previous job's model, continued; or JumpStart's "
+           "pretrained model, the backbone), train_lst "
            "(record_format=lst: the .lst listing the train channel's images), validation_lst (record_format=lst: the "
            ".lst listing the validation channel's images) (train may be named 'training', as the built-in TensorFlow "
            "algorithm names it); it got: testing")

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train.model import incremental
+from keras_pipe_train.model import incremental, jumpstart
 from keras_pipe_train.model.classifier import (
     build_backbone,
     build_classifier,
@@ -40,7 +40,7 @@ from keras_pipe_train.training.recipe import Loss, epoch_factor, make_optimizer
 log = logging.getLogger(__name__)
 
 CHANNELS = {"train": "required", "validation": "optional", "pretrained": "optional: backbone weights",
-            "model": "optional: a previous job's model, continued",
+            "model": "optional: a previous job's model, continued; or JumpStart's pretrained model, the backbone",
             "train_lst": "record_format=lst: the .lst listing the train channel's images",
             "validation_lst": "record_format=lst: the .lst listing the validation channel's images"}
 
@@ -180,13 +180,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
     cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
     mixed_precision = use_mixed_precision(config.mixed_precision)
-    previous = incremental.load(layout.input_data / incremental.CHANNEL) if incremental.CHANNEL in channels else None
-    weights = resolve_weights(config, channels, layout)
-    if previous:
-        log.info("the backbone's weights come from channel 'model' (hyperparameter weights=%s is not used)",
-                 config.weights)
-        weights = None
-    from_scratch = weights is None and previous is None
+    config, previous, pretrained, weights = starting_point(config, layout, channels)
+    from_scratch = weights is None and previous is None and pretrained is None
     batchnorm_trains = from_scratch or config.train_batchnorm  # (and so its statistics are recomputed: precise BN)
     if config.early_stopping and validation is None:
         raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
@@ -197,10 +192,12 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                  config.early_stopping_metric)
     rule = Rule.of(config, validated=validation is not None)
     with cluster.strategy.scope():
-        backbone = build_backbone(config.backbone, config.image_size, weights)
+        backbone = (jumpstart.build_backbone(pretrained, config.image_size) if pretrained
+                    else build_backbone(config.backbone, config.image_size, weights))
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  batchnorm_frozen=not batchnorm_trains, l2=config.regularizers_l2,
-                                 activation="sigmoid" if config.multi_label else "softmax")
+                                 activation="sigmoid" if config.multi_label else "softmax",
+                                 scaling=pretrained.scaling if pretrained else None)
         if previous:
             incremental.continue_from(previous, model, config.backbone, config.class_names, config.multi_label,
                                       config.reinitialize_top_layer)
@@ -435,7 +432,9 @@ def export_together(training: Training, final: dict) -> None:
                                  t.config.max_image_pixels, threshold, dialect=t.config.dialect,
                                  resize_to=t.config.resize, interpolation=t.config.resize_interpolation)
             t.epochs.write(t.layout.output_data / "metrics.json", final)
-            log.info("exported the model to %s (serving) and %s", serving_dir, t.layout.model / "model.keras")
+            keras_file = t.layout.model / "model.keras"
+            log.info("exported the model to %s (serving)%s", serving_dir,
+                     f" and {keras_file}" if keras_file.is_file() else "")
         exported = True
     finally:
         finish_together(t.cluster, failed=not exported)
@@ -553,6 +552,31 @@ def check_channels(channels: dict[str, ChannelConfig]) -> None:
         if name in channels and channels[name].input_mode == "Pipe":
             raise UserError(f"channel '{name}' holds a {'weights file' if name == 'pretrained' else 'model'}: use File "
                             "or FastFile mode, not Pipe")
+
+
+def starting_point(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig]):
+    """What the model starts from: (the job's settings, a previous model to continue, a pretrained
+    SavedModel as its backbone, the backbone's weights). With a pretrained SavedModel (JumpStart's,
+    model/jumpstart.py), the settings' backbone is that, at the image size it takes."""
+    previous = incremental.load(layout.input_data / incremental.CHANNEL) if incremental.CHANNEL in channels else None
+    pretrained = previous if isinstance(previous, jumpstart.Pretrained) else None
+    if pretrained:
+        previous = None
+        if config.reinitialize_top_layer == "false":  # (JumpStart refuses it too: there is no top layer to keep)
+            raise UserError(f"hyperparameter reinitialize_top_layer=false keeps the classifier of the model in channel "
+                            f"'model', and {pretrained.source} is a pretrained feature extractor without one: set "
+                            "reinitialize_top_layer=auto (or true)")
+        config = dataclasses.replace(config, backbone=jumpstart.NAME,
+                                     image_size=pretrained.image_size_for(config.image_size))
+        if config.resize is not None and config.resize < config.image_size:
+            raise UserError(f"hyperparameter resize ({config.resize}) must be at least the image size of the model in "
+                            f"channel 'model' ({config.image_size}, its {jumpstart.MODEL_INFO}'s)")
+    weights = resolve_weights(config, channels, layout)
+    if previous or pretrained:
+        log.info("the backbone's weights come from channel 'model' (hyperparameter weights=%s is not used)",
+                 config.weights)
+        weights = None
+    return config, previous, pretrained, weights
 
 
 def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layout: Paths) -> str | None:

@@ -129,7 +129,7 @@ def test_what_the_channel_holds_is_read_with_care(previous_model, tmp_path):
         "must hold one previous model: .* holds neither": {"notes.txt": b"hello"},
         "holds model.tar.gz, other.tar.gz": {"model.tar.gz": archive.read_bytes(), "other.tar.gz": b""},
         "cannot be read as a model.tar.gz": {"model.tar.gz": b"not gzip at all"},
-        "holds no model.keras at its top": {"model.tar.gz": tar_of(("1/saved_model.pb", b"x", "file"))},
+        "holds no model.keras at its top": {"model.tar.gz": tar_of(("1/notes.txt", b"x", "file"))},
         "model.tar.gz's model.keras is not a regular file": {
             "model.tar.gz": tar_of(("model.keras", "/etc/passwd", "link"))},
         "holds a model.keras that Keras cannot load": {
@@ -154,18 +154,18 @@ def test_what_the_channel_holds_is_read_with_care(previous_model, tmp_path):
     assert not list(tmp_path.rglob("escaped.txt"))
 
 
-def test_a_jumpstart_or_builtin_mxnet_model_is_named_with_the_way_round(tmp_path):
-    """What a notebook's model channel holds when it is not this job's: JumpStart's pretrained
-    TensorFlow model (its training tarball: a SavedModel under a version folder, and its model info),
-    or the built-in MXNet algorithm's model.tar.gz (its symbol, params and shapes)."""
-    jumpstart = tar_of(("1/saved_model.pb", b"x", "file"), ("1/variables/variables.index", b"x", "file"),
-                       ("__model_info__.json", b'{"finetuned": false}', "file"))
+def test_a_builtin_mxnet_model_or_one_trained_on_jumpstarts_is_named_with_the_way_round(tmp_path):
+    """What a model channel holds when it is not a model this job can continue: the built-in MXNet
+    algorithm's model.tar.gz (its symbol, params and shapes), or this job's export of a model trained
+    on a JumpStart SavedModel (its serving SavedModel, no model.keras). JumpStart's own pretrained
+    model is read as a backbone instead (test_jumpstart.py)."""
+    exported = tar_of(("1/saved_model.pb", b"x", "file"), ("1/variables/variables.index", b"x", "file"),
+                      ("classes.json", b'["a", "b"]', "file"), ("serving.json", b"{}", "file"))
     mxnet = tar_of(("image-classification-symbol.json", b"{}", "file"),
                    ("image-classification-0010.params", b"x", "file"), ("model-shapes.json", b"[]", "file"))
     for name, files, words in (
-            ("jumpstart", {"train-tensorflow-ic-imagenet-mobilenet-v2-100-224-classification-4.tar.gz": jumpstart},
-             "It holds a TensorFlow SavedModel instead: the TensorFlow algorithm's pretrained JumpStart model.* "
-             "leave model_uri out"),
+            ("exported", {"model.tar.gz": exported}, "a model this job trained on a pretrained SavedModel .* "
+             "cannot be continued"),
             ("mxnet", {"model.tar.gz": mxnet}, "It holds an MXNet model .* train anew with use_pretrained_model=1")):
         with pytest.raises(UserError, match=words):
             incremental.load(channel_with(tmp_path / name, files=files))

@@ -32,6 +32,7 @@ _SCALING = {
     "tf": ((0, 1, 2), (1 / 127.5,) * 3, (-1.0,) * 3),
     "torch": ((0, 1, 2), tuple(1 / (255 * s) for s in _IMAGENET_STD_RGB),
               tuple(-m / s for m, s in zip(_IMAGENET_MEAN_RGB, _IMAGENET_STD_RGB))),
+    "unit": ((0, 1, 2), (1 / 255,) * 3, (0.0,) * 3),  # [0, 1]: TF Hub's image models (model/jumpstart.py)
 }
 
 
@@ -115,11 +116,11 @@ def load_backbone_weights(backbone: keras.Model, path: Path, name: str) -> None:
     log.info("loaded backbone weights from %s", path)
 
 
-def input_scaling(name: str) -> keras.layers.Layer | None:
+def input_scaling(name: str, mode: str | None = None) -> keras.layers.Layer | None:
     """The backbone's input scaling from [0, 255] RGB (None when its application does it itself),
     as a fixed 1x1 convolution: a plain Keras layer, so the saved .keras model loads without this
-    project's code (a custom layer would not)."""
-    mode = BACKBONES[name].preprocessing
+    project's code (a custom layer would not). `mode`: one of _SCALING's, in place of the backbone's."""
+    mode = mode or BACKBONES[name].preprocessing
     if mode == "builtin":
         return None
     order, scale, offset = _SCALING[mode]
@@ -133,13 +134,15 @@ def input_scaling(name: str) -> keras.layers.Layer | None:
 
 
 def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int, dropout: float,
-                     *, batchnorm_frozen: bool = True, l2: float = 0.0, activation: str = "softmax") -> keras.Model:
-    """The backbone with a new head: pooling, dropout and a dense layer giving each class's
-    probability (`activation`: softmax over the classes, or sigmoid, each class on its own).
-    `batchnorm_frozen`: the backbone's BatchNorm layers always in inference mode."""
+                     *, batchnorm_frozen: bool = True, l2: float = 0.0, activation: str = "softmax",
+                     scaling: str | None = None) -> keras.Model:
+    """The backbone with a new head: pooling (of a feature map), dropout and a dense layer giving
+    each class's probability (`activation`: softmax over the classes, or sigmoid, each class on its
+    own). `batchnorm_frozen`: the backbone's BatchNorm layers always in inference mode. `scaling`:
+    the input scaling's mode, in place of the backbone's (input_scaling)."""
     size = backbone.input_shape[1]
     images = keras.Input((size, size, 3), name="images")
-    scaling = input_scaling(backbone_name)
+    scaling = input_scaling(backbone_name, scaling)
     x = scaling(images) if scaling else images
     # training=False keeps a pretrained backbone's BatchNorm layers in inference mode for good,
     # even once phase 2 unfreezes them: updating their statistics on a small dataset would wreck
@@ -147,7 +150,8 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # has no statistics worth keeping, and MXNet's built-in trains a pretrained one's
     # (train_batchnorm): its BatchNorm layers then follow the training flag.
     x = backbone(x, training=False if batchnorm_frozen else None)
-    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    if len(x.shape) == 4:  # (a SavedModel's backbone may give its features pooled already)
+        x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
     # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)

@@ -8,6 +8,8 @@ model_dir/
                 class, and their names, "" for the others). Loads without this project's code.
   model.keras   the Keras model (images in [0, 255] -> probabilities), to fine-tune further
   backbone.weights.h5  the backbone's weights alone: a later job's `pretrained` channel
+                (neither of these two for a backbone that is a SavedModel, JumpStart's: a .keras
+                file cannot hold its graph; model/jumpstart.py)
   classes.json  the class names, in label order
   serving.json  what `serve` needs beside the SavedModel: the image limit, a multi-label
                 model's threshold, and the dialect its answers speak: "mxnet" or "tensorflow" (a
@@ -25,6 +27,7 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from keras_pipe_train.model import jumpstart
 from keras_pipe_train.model.classifier import backbone_of
 from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
@@ -75,8 +78,9 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
     if dialect not in DIALECTS:
         raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
     model_dir.mkdir(parents=True, exist_ok=True)
-    model.save(model_dir / "model.keras")
-    backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
+    if not jumpstart.is_savedmodel_backbone(backbone_of(model)):
+        model.save(model_dir / "model.keras")
+        backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
     (model_dir / "serving.json").write_text(json.dumps({
         "image_size": image_size, "max_image_pixels": max_pixels, "multi_label": threshold is not None,

@@ -9,6 +9,9 @@ the TensorFlow algorithm's name: auto keeps a head of the same classes and repla
 true always replaces it, false refuses other classes). Building anew, rather than training the
 loaded model, keeps every setting of this job (image size, dropout, L2, the head's activation)
 and needs no trust in the file's graph beyond Keras' safe loading.
+
+A model.tar.gz (or folder) of JumpStart's pretrained SavedModel, in its place, is not continued but
+taken as the backbone: load() hands it to model/jumpstart.py.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import keras
 
+from keras_pipe_train.model import jumpstart
 from keras_pipe_train.model.classifier import backbone_of
 from keras_pipe_train.settings.backbones import BACKBONES
 from keras_pipe_train.settings.errors import UserError
@@ -51,21 +55,28 @@ class Previous:
         return self.model.get_layer("classifier").activation.__name__ == "sigmoid"
 
 
-def load(folder: Path) -> Previous:
-    """The previous model in the channel's folder; a UserError says what is missing or wrong."""
+def load(folder: Path) -> Previous | jumpstart.Pretrained:
+    """The model in the channel's folder: a previous job's model, or a pretrained SavedModel
+    (JumpStart's, model/jumpstart.py) to start from; a UserError says what is missing or wrong."""
     if not folder.is_dir():
         raise UserError(f"channel '{CHANNEL}' folder {folder} does not exist (the channel must be in File or FastFile "
                         "mode)")
     archives = sorted(p for p in folder.rglob("*.tar.gz") if p.is_file())
     models = sorted(p for p in folder.rglob(MODEL_FILE) if p.is_file())
     found = archives + models
+    if not found and any(folder.rglob(jumpstart.SAVED_MODEL)):
+        return jumpstart.from_folder(folder)
     if len(found) != 1:
         listed = ", ".join(str(p.relative_to(folder)) for p in found[:5]) or "neither"
         raise UserError(f"channel '{CHANNEL}' must hold one previous model: its model.tar.gz (as SageMaker stores a "
-                        f"job's model) or its model/ folder's {MODEL_FILE} and {CLASSES_FILE}; {folder} holds {listed}")
+                        f"job's model) or its model/ folder's {MODEL_FILE} and {CLASSES_FILE}; or one pretrained "
+                        f"model (JumpStart's .tar.gz); {folder} holds {listed}")
     with tempfile.TemporaryDirectory() as work:
         if archives:
-            model_path, classes_path = _unpack(archives[0], Path(work))
+            unpacked = _unpack(archives[0], Path(work))
+            if unpacked is None:
+                return jumpstart.from_archive(archives[0], folder)
+            model_path, classes_path = unpacked
         else:
             model_path, classes_path = models[0], models[0].with_name(CLASSES_FILE)
         source = str(found[0].relative_to(folder))
@@ -85,16 +96,18 @@ def load(folder: Path) -> Previous:
     return previous
 
 
-def _unpack(archive: Path, work: Path) -> tuple[Path, Path]:
+def _unpack(archive: Path, work: Path) -> tuple[Path, Path] | None:
     """model.keras and classes.json out of the archive, as regular files of at most so much: no
-    other member is read, and no member's name or link decides where anything is written."""
+    other member is read, and no member's name or link decides where anything is written. None:
+    the archive is a pretrained SavedModel's (jumpstart.is_pretrained_archive)."""
     wanted = {MODEL_FILE: MAX_MODEL_BYTES, CLASSES_FILE: MAX_CLASSES_BYTES}
-    got, kinds = {}, set()
+    got, kinds, names = {}, set(), set()
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in tar:
                 name = member.name.removeprefix("./")
                 kinds.add(_kind(name))
+                names.add(name)
                 if name not in wanted or name in got:
                     continue
                 if not member.isreg() or member.size > wanted[name]:
@@ -110,6 +123,8 @@ def _unpack(archive: Path, work: Path) -> tuple[Path, Path]:
     except (tarfile.TarError, EOFError, OSError, zlib.error) as err:  # (zlib: a damaged member's data)
         raise UserError(f"channel '{CHANNEL}': {archive.name} cannot be read as a model.tar.gz "
                         f"({type(err).__name__}: {err})") from err
+    if MODEL_FILE not in got and jumpstart.is_pretrained_archive(names):
+        return None
     if MODEL_FILE not in got:
         raise UserError(f"channel '{CHANNEL}': {archive.name} holds no {MODEL_FILE} at its top: it must be a "
                         f"model.tar.gz this job exported (a SageMaker job's output/model.tar.gz){_foreign(kinds)}")
@@ -127,10 +142,9 @@ def _kind(name: str) -> str | None:
 def _foreign(kinds: set) -> str:
     """What a model.tar.gz that is not this job's is, and the way round, as the end of a sentence."""
     if "savedmodel" in kinds:
-        return (". It holds a TensorFlow SavedModel instead: the TensorFlow algorithm's pretrained JumpStart model, "
-                "as its notebook's Estimator(model_uri=...) adds it, or a SavedModel of another training. This job "
-                "does not read JumpStart's models yet (docs/migration.md, What still differs): leave model_uri out, "
-                "and hyperparameter backbone names the network (mobilenet_v2 by default: the notebook's model's)")
+        return (". It holds a serving SavedModel beside its serving.json instead: a model this job trained on a "
+                "pretrained SavedModel (JumpStart's), which exports no model.keras and cannot be continued "
+                "(model/jumpstart.py says why): train anew from that pretrained model")
     if "mxnet" in kinds:
         return (". It holds an MXNet model (a symbol and its params) instead: the built-in MXNet algorithm's, "
                 "which cannot be continued here (its pre-activation ResNet is not a network built here): train "
