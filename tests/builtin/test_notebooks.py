@@ -7,7 +7,8 @@ run at the notebooks' image shapes.
 
 Each runs unchanged. The pretrained weights they start from are made here and put where the image
 keeps them: for the TensorFlow notebook, JumpStart's pretrained model in its `model` channel (a
-SavedModel in JumpStart's layout, tests/job/model/jumpstart_reference.py), and for the MXNet notebooks that start from
+SavedModel in JumpStart's layout, tests/job/model/jumpstart_reference.py; without that channel,
+Keras' MobileNetV2 with weights in $KERAS_HOME), and for the MXNet notebooks that start from
 ImageNet weights (lst format, multi-label, Ground Truth; use_pretrained_model=1) a ResNet-18 of MXNet
 Gluon's model zoo, built by MXNet itself with random weights (.venv-mxnet) and converted by the
 command an offline user types (`python -m keras_pipe_train.model --import-gluon`), as the image's
@@ -76,6 +77,45 @@ def serving(model_dir, log, **env: str):
         yield server
     finally:
         server.stop()
+
+
+PRETRAIN = r"""
+import sys, h5py, keras, numpy as np
+from keras.src.legacy.saving import legacy_h5_format
+keras.utils.set_random_seed(5)
+rng = np.random.default_rng(5)
+colors = np.array([[230, 25, 25], [25, 230, 25], [25, 25, 230], [230, 230, 25], [25, 230, 230], [230, 25, 230]])
+labels = rng.integers(0, len(colors), 1200)
+images = np.clip(colors[labels][:, None, None, :] + rng.integers(-60, 60, (1200, 32, 32, 3)), 0, 255) / 127.5 - 1
+backbone = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3))
+model = keras.Sequential([backbone, keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(len(colors))])
+model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model.fit(images.astype("float32"), labels, batch_size=32, epochs=3, verbose=0)
+# MobileNetV2's BatchNorm keeps 0.999 of its moving statistics each step: after a few seconds of
+# training they are still near their start, and inference would see no colour at all. Set to the
+# statistics of a large batch instead, as ImageNet's long training leaves them.
+for layer in backbone.layers:
+    if isinstance(layer, keras.layers.BatchNormalization):
+        layer.momentum = 0.0
+backbone(images[:512].astype("float32"), training=True)
+with h5py.File(sys.argv[1], "w") as f:  # the legacy form of Keras' downloaded ImageNet files
+    legacy_h5_format.save_weights_to_hdf5_group(f, backbone)
+"""
+
+
+@pytest.fixture(scope="module")
+def keras_home(tmp_path_factory):
+    """MobileNetV2's "ImageNet" weights where the image keeps them (tests/job/model/test_imagenet_weights.py
+    says why MobileNetV2's can be put there): a MobileNetV2 trained here on six colours for a few
+    seconds, so that its features tell colours apart, as ImageNet's would. (Its weights do not
+    depend on the input's size: the file Keras looks for at 224 pixels holds them.)"""
+    home = tmp_path_factory.mktemp("keras-home")
+    (home / "models").mkdir()
+    made = run_logged([sys.executable, "-c", PRETRAIN,
+                       str(home / "models" / "mobilenet_v2_weights_tf_dim_ordering_tf_kernels_1.0_224_no_top.h5")],
+                      wait_s(200))
+    assert made.returncode == 0, made.stderr[-2000:]
+    return home
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +193,33 @@ def test_the_tensorflow_notebooks_request_with_train_only_top_layer_false_fine_t
     assert "phase 2: fine-tuning 1 backbone layers (savedmodel ... savedmodel) for 2 epochs" in log
     assert "metrics: epoch=2 phase=fine_tune" in log
     assert (job.base / "model" / "1" / "saved_model.pb").is_file()
+
+
+def test_the_tensorflow_notebooks_request_without_its_model_channel_trains_a_keras_mobilenet_v2(tmp_path,
+                                                                                               keras_home):
+    """The TensorFlow notebook's request without `model_uri`'s channel: JumpStart's default
+    hyperparameters sent whole (epochs set to 5), `fit({"training": ...})` on one folder per class,
+    asked with Accept application/json;verbose (cell 44). The backbone is then Keras' MobileNetV2
+    (the notebook's model's network), its pretrained weights in the image (made here, as the image's
+    BAKE_WEIGHTS would have them), its top layer alone trained (train_only_top_layer=True)."""
+    job = FakeJob(tmp_path / "opt_ml")
+    job.add_channel("training", mode="File")
+    photos(job.data_dir / "training", 64, seed=1)
+    write_hyperparameters(job, **notebooks.tensorflow_jumpstart_defaults())
+    out = run_train(job, KERAS_HOME=str(keras_home))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "dialect tensorflow: the hyperparameters are read with the built-in TensorFlow" in out.stdout + out.stderr
+    assert "batchnorm statistics" not in out.stdout + out.stderr  # (a pretrained backbone's stay as they are)
+    model = job.base / "model"
+    assert json.loads((model / "classes.json").read_text()) == list(COLORS)
+    assert json.loads((model / "serving.json").read_text())["dialect"] == "tensorflow"
+    asked = photos(tmp_path / "asked", 2, seed=2)
+    shown = []
+    with serving(model, tmp_path / "serve.log") as server:
+        images = {path: f"{color}/{i}.jpg" for color in COLORS for i, path in enumerate(asked[color])}
+        b1_cell_44(Predictor(server), images, HTML=str, display=shown.append)
+    predicted = [html.split("Predicted Label: ")[1].split("</figcaption>")[0] for html in shown]
+    assert predicted == [color for color in COLORS for _ in asked[color]], predicted
 
 
 RGB = {**PIXELS, "cyan": (25, 230, 230), "magenta": (230, 25, 230)}
@@ -235,8 +302,8 @@ def test_the_mxnet_lst_format_notebook_trains_on_images_and_lst_files_and_its_cl
         job, tmp_path, monkeypatch, gluon_resnet18_home):
     """Image-classification-lst-format.ipynb: channels train, validation, train_lst and
     validation_lst, all application/x-image, File mode; its request (ResNet-18 at 3,206,206 after a
-    resize to 256, 6 epochs of batches of 128 at learning rate 0.01, top_k 5, checkpoint_frequency 2,
-    use_pretrained_model 1). Asked by its real-time cell 49 and its batch
+    resize to 256, 6 epochs of batches of 128 at learning rate 0.01, top_k 5, checkpoint_frequency 2:
+    epochs 2, 4 and 6 kept, use_pretrained_model 1). Asked by its real-time cell 49 and its batch
     transform's get_label (cell 36), the same lines as the full-training notebook's cells 45, 31."""
     train, validation = labelled(LST_CLASSES, 6, 1), labelled(LST_CLASSES, 2, 2)
     lst_channels(job, "train", [(image, [label]) for image, label in train], 0)
@@ -248,6 +315,9 @@ def test_the_mxnet_lst_format_notebook_trains_on_images_and_lst_files_and_its_cl
                                             "BatchNorm included (train_batchnorm)"), **gluon_resnet18_home)
     read_as(tmp_path / "audit", [example(image, label) for image, label in train],
             [example(image, label) for image, label in validation])
+    # checkpoint_frequency=2: every second epoch's model kept in model.tar.gz, as the built-in keeps them
+    assert sorted(p.name for p in (job.base / "model" / "epochs").iterdir()) == [
+        "epoch-0002.keras", "epoch-0004.keras", "epoch-0006.keras"]
     asked = asked_files(tmp_path / "test_inputs", LST_CLASSES, count=1)
     expected = {color: [color] * len(paths) for color, paths in asked.items()}
     with serving(job.base / "model", tmp_path / "serve.log") as server:

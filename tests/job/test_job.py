@@ -8,6 +8,7 @@ from keras_pipe_train import job as training_job
 from keras_pipe_train.model.classifier import build_backbone
 from keras_pipe_train.settings import contract
 from keras_pipe_train.settings.config import JobConfig
+from keras_pipe_train.settings.errors import UserError
 from pipemode import tfrecord
 from tests.job.conftest import write_hyperparameters
 
@@ -104,6 +105,33 @@ def test_train_batchnorm_leaves_batchnorm_to_phase_two_which_trains_and_recomput
     assert "BatchNorm included (train_batchnorm)" in said
     assert "batchnorm statistics of epoch 1 recomputed" not in said  # (the head's epoch)
     assert "batchnorm statistics of epoch 2 recomputed" in said, said[-3000:]
+
+
+@pytest.mark.slow
+def test_keep_epoch_models_exports_every_nth_epochs_model_beside_the_last(small_digits_job, random_backbone_file):
+    """keep_epoch_models=2 (MXNet's checkpoint_frequency) over 4 epochs: epochs 2 and 4's models in
+    the export's epochs/ folder, each a .keras file plain Keras loads; the 4th is the model exported."""
+    path, _ = random_backbone_file
+    run_job(small_digits_job, **COMMON, epochs=2, fine_tune_epochs=2, weights=str(path), keep_epoch_models=2)
+    model_dir = small_digits_job.base / "model"
+    assert sorted(p.name for p in (model_dir / "epochs").iterdir()) == ["epoch-0002.keras", "epoch-0004.keras"]
+    second, fourth = (keras.saving.load_model(model_dir / "epochs" / name)
+                      for name in ("epoch-0002.keras", "epoch-0004.keras"))
+    exported = keras.saving.load_model(model_dir / "model.keras")
+    images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype(np.float32)
+    np.testing.assert_allclose(fourth(images).numpy(), exported(images).numpy(), atol=1e-6)
+    assert changed(second, exported)  # (two epochs of fine-tuning between them)
+
+
+def test_keep_epoch_models_beyond_the_epochs_is_refused_naming_the_requests_name():
+    with pytest.raises(UserError, match=r"hyperparameter keep_epoch_models \(5\) must be at most the epochs trained "
+                                        r"\(4\)"):
+        JobConfig.from_hyperparameters({"num_classes": "3", "epochs": "2", "fine_tune_epochs": "2",
+                                        "keep_epoch_models": "5"})
+    mxnet = {"num_classes": "3", "num_training_samples": "30", "epochs": "3", "use_pretrained_model": "0"}
+    assert JobConfig.from_hyperparameters({**mxnet, "checkpoint_frequency": "3"}).keep_epoch_models == 3
+    with pytest.raises(UserError, match=r"hyperparameter checkpoint_frequency \(4\) must be at most"):
+        JobConfig.from_hyperparameters({**mxnet, "checkpoint_frequency": "4"})
 
 
 def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_phase_numbers_its_epochs_alike(capsys):

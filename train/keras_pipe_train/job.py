@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -24,7 +25,7 @@ from keras_pipe_train.model.classifier import (
 )
 from keras_pipe_train.model.export import export
 from keras_pipe_train.report import evaluation, job_page, mistakes, tensorboard_pictures
-from keras_pipe_train.settings import contract
+from keras_pipe_train.settings import contract, dialects
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig
 from keras_pipe_train.settings.errors import ClusterError, UserError
@@ -192,7 +193,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                  config.early_stopping_metric)
     rule = Rule.of(config, validated=validation is not None)
     with cluster.strategy.scope():
-        backbone = (jumpstart.build_backbone(pretrained, config.image_size) if pretrained
+        backbone = (jumpstart.build_backbone(pretrained, config.image_size, batchnorm_trains) if pretrained
                     else build_backbone(config.backbone, config.image_size, weights))
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  batchnorm_frozen=not batchnorm_trains, l2=config.regularizers_l2,
@@ -231,12 +232,45 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
     training.epochs.add(epoch, phase.name, results, time.perf_counter() - started)
     following = stop_early(training, phase, epoch) if training.early_stopping else epoch + 1
     training.save(phase, following, 0)
+    keep_epoch_model(training, epoch)
     # After the last epoch a stop changes nothing: training is done, and the export (which a stop
     # must not cut short) is the job's result. (Every worker knows it is the last.)
     if following < training.plan[-1].end and training.trainer.stop_requested():
         raise Stopped(f"stopped by request after epoch {epoch + 1}; checkpoint saved in "
                       f"{training.layout.checkpoints}")
     return following
+
+
+EPOCH_MODELS = "epoch-models"  # (in the job's checkpoint folder: a resumed spot job still has them)
+
+
+def keep_epoch_model(training: Training, epoch: int) -> None:
+    """keep_epoch_models (MXNet's checkpoint_frequency): every N-th epoch's model, as it is after
+    the epoch (0-based), beside the job's checkpoints until the export copies them into epochs/.
+    The chief's alone. A .keras file; its weights alone for a SavedModel backbone (export.py)."""
+    every = training.config.keep_epoch_models
+    if not every or (epoch + 1) % every or not training.cluster.is_chief:
+        return
+    folder = training.checkpoints.own / EPOCH_MODELS
+    folder.mkdir(parents=True, exist_ok=True)
+    whole = not jumpstart.is_savedmodel_backbone(training.backbone)
+    name = f"epoch-{epoch + 1:04d}{'.keras' if whole else '.weights.h5'}"
+    partial = folder / f".writing-{name}"  # (renamed once whole: a stopped write leaves no file that looks kept)
+    (training.model.save if whole else training.model.save_weights)(partial)
+    partial.replace(folder / name)
+    log.info("keep_epoch_models=%d: epoch %d's model kept (%s), to be exported in epochs/", every, epoch + 1, name)
+
+
+def copy_epoch_models(training: Training) -> None:
+    """The models keep_epoch_model kept, into the export's epochs/ folder."""
+    folder = training.checkpoints.own / EPOCH_MODELS
+    kept = sorted(p for p in folder.glob("epoch-*") if p.is_file()) if folder.is_dir() else []
+    if kept:
+        (training.layout.model / "epochs").mkdir(parents=True, exist_ok=True)
+        for path in kept:
+            shutil.copyfile(path, training.layout.model / "epochs" / path.name)
+        log.info("exported the models of epochs %s in %s", ", ".join(str(int(p.name[6:10])) for p in kept),
+                 training.layout.model / "epochs")
 
 
 def recompute_batchnorm(precise_bn: PreciseBatchNorm, epoch: int) -> None:
@@ -430,7 +464,8 @@ def export_together(training: Training, final: dict) -> None:
             threshold = t.config.multi_label_threshold if t.config.multi_label else None
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
                                  t.config.max_image_pixels, threshold, dialect=t.config.dialect,
-                                 resize_to=t.config.resize, interpolation=t.config.resize_interpolation)
+                                 resize_to=serving_resize(t.config), interpolation=t.config.resize_interpolation)
+            copy_epoch_models(t)
             t.epochs.write(t.layout.output_data / "metrics.json", final)
             keras_file = t.layout.model / "model.keras"
             log.info("exported the model to %s (serving)%s", serving_dir,
@@ -439,6 +474,14 @@ def export_together(training: Training, final: dict) -> None:
     finally:
         finish_together(t.cluster, failed=not exported)
     evaluate_exported(training, final)
+
+
+def serving_resize(config: JobConfig) -> int | str | None:
+    """How the served model prepares each image: as validation did, except in the MXNet dialect,
+    whose built-in resizes each image to image_shape at inference, whatever its training's resize
+    ("The input image is resized automatically", AWS's image-classification page): whole, its
+    aspect not kept, nothing cropped."""
+    return None if config.dialect == dialects.MXNET else config.resize
 
 
 def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
@@ -568,7 +611,7 @@ def starting_point(config: JobConfig, layout: Paths, channels: dict[str, Channel
                             "reinitialize_top_layer=auto (or true)")
         config = dataclasses.replace(config, backbone=jumpstart.NAME,
                                      image_size=pretrained.image_size_for(config.image_size))
-        if config.resize is not None and config.resize < config.image_size:
+        if isinstance(config.resize, int) and config.resize < config.image_size:
             raise UserError(f"hyperparameter resize ({config.resize}) must be at least the image size of the model in "
                             f"channel 'model' ({config.image_size}, its {jumpstart.MODEL_INFO}'s)")
     weights = resolve_weights(config, channels, layout)

@@ -46,9 +46,9 @@ def pretrained_from(tmp_path, archive: bytes) -> jumpstart.Pretrained:
     return found
 
 
-def classifier_on(pretrained, batchnorm_frozen=True) -> keras.Model:
-    backbone = jumpstart.build_backbone(pretrained, pretrained.image_size_for(224))
-    return build_classifier(jumpstart.NAME, backbone, 3, 0.0, batchnorm_frozen=batchnorm_frozen,
+def classifier_on(pretrained, batchnorm_trains=False) -> keras.Model:
+    backbone = jumpstart.build_backbone(pretrained, pretrained.image_size_for(224), batchnorm_trains)
+    return build_classifier(jumpstart.NAME, backbone, 3, 0.0, batchnorm_frozen=not batchnorm_trains,
                             scaling=pretrained.scaling)
 
 
@@ -79,7 +79,7 @@ def test_fine_tuning_trains_the_savedmodels_own_variables_and_the_export_serves_
     The SavedModel's variables are the ones that change (not copies, as Keras' TFSMLayer makes), a
     checkpoint restores them, and the exported serving SavedModel answers as the trained model."""
     pretrained = pretrained_from(tmp_path, archives["plain"])
-    model = classifier_on(pretrained, batchnorm_frozen=False)
+    model = classifier_on(pretrained, batchnorm_trains=True)
     layer = backbone_of(model).get_layer("savedmodel")
     assert len(layer.trainable_weights) == 12 and len(layer.non_trainable_weights) == 6
     before = [w.numpy().copy() for w in layer.weights]
@@ -108,17 +108,37 @@ def test_a_model_used_through_a_signature_gives_its_output_key_and_does_not_trai
     features are that output, and its weights stay frozen (JumpStart: hub.KerasLayer(trainable=False))."""
     pretrained = pretrained_from(tmp_path, archives["signature"])
     assert (pretrained.signature, pretrained.output_key) == ("image_feature_vector", "default")
-    model = classifier_on(pretrained, batchnorm_frozen=False)
+    model = classifier_on(pretrained, batchnorm_trains=True)
     layer = backbone_of(model).get_layer("savedmodel")
     assert not layer.trainable_weights and layer.non_trainable_weights
     images, _ = photos(2)
     assert model(images).shape == (2, 3)
 
 
+def test_its_batchnorm_trains_only_with_train_batchnorm_while_its_weights_train(tmp_path, archives):
+    """Its BatchNorm statistics move only in training mode, while the backbone trains (not in
+    the head's phase, frozen) and train_batchnorm says so; its other weights train whenever the
+    backbone does."""
+    images, labels = photos()
+    for batchnorm_trains, trainable, moves in ((True, False, False), (False, True, False), (True, True, True)):
+        model = classifier_on(pretrained_from(tmp_path / f"{batchnorm_trains}-{trainable}", archives["plain"]),
+                              batchnorm_trains)
+        layer = backbone_of(model).get_layer("savedmodel")
+        kinds = [w.trainable for w in layer.weights]  # (False: the moving statistics)
+        backbone_of(model).trainable = trainable
+        before = [w.numpy().copy() for w in layer.weights]
+        model.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+        model.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+        moved = [(kind, not np.array_equal(w.numpy(), b)) for kind, w, b in zip(kinds, layer.weights, before)]
+        expected = [(kind, trainable if kind else moves) for kind in kinds]
+        assert moved == expected, (batchnorm_trains, trainable, moved)
+
+
 def test_its_regularization_losses_count_while_it_trains(tmp_path, archives):
     """TF Hub's regularization_losses (here 0.01 * the first kernel's sum of squares) are added to
-    the loss in training, when the backbone trains, as hub.KerasLayer adds them; not otherwise."""
-    model = classifier_on(pretrained_from(tmp_path, archives["regularized"]), batchnorm_frozen=False)
+    the loss in training, when the backbone trains, as hub.KerasLayer adds them, with or without
+    train_batchnorm; not otherwise."""
+    model = classifier_on(pretrained_from(tmp_path, archives["regularized"]))
     layer = backbone_of(model).get_layer("savedmodel")
     images, _ = photos(2)
     expected = 0.01 * float(np.sum(layer.trainable_weights[0].numpy() ** 2))
@@ -162,6 +182,12 @@ def test_what_is_not_a_pretrained_model_to_start_from_is_refused_naming_it(tmp_p
         with pytest.raises(UserError, match=message):
             incremental.load(channel_with(tmp_path / str(index), files={"js.tar.gz": tar_of(*members)}))
     assert not list(tmp_path.rglob("escaped.txt"))
+    # the unpacked export of a job that trained on one: its serving SavedModel is not a backbone
+    exported = channel_with(tmp_path / "exported", files={"serving.json": b"{}", "classes.json": b'["a"]'})
+    (exported / "1").mkdir()
+    (exported / "1" / "saved_model.pb").write_bytes(b"x")
+    with pytest.raises(UserError, match="a model this job trained on a pretrained SavedModel .* cannot be continued"):
+        incremental.load(exported)
 
 
 def test_a_savedmodel_that_cannot_be_a_backbone_is_a_clear_error(tmp_path, archives):

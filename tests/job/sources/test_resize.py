@@ -137,3 +137,66 @@ def test_the_served_model_prepares_images_as_validation_does(tmp_path):
     np.testing.assert_allclose(answer, validated, atol=1e-5)
     whole = classifier(preprocess.for_eval(jpeg, 32)[None]).numpy()
     assert np.abs(answer - whole).max() > 1e-3  # (what it would answer without resize)
+
+
+@pytest.mark.parametrize("picture", [WIDE, TALL], ids=["wide", "tall"])
+def test_resize_original_takes_the_centre_of_the_image_at_its_own_scale(picture):
+    """resize=original (the MXNet dialect without resize, as MXNet's ImageRecordIter crops
+    image_shape out of each image as it is): the size x size centre of the decoded pixels, in
+    validation and in training without augment crop."""
+    size = 24
+    height, width = picture.shape[:2]
+    expected = picture[(height - size) // 2:(height - size) // 2 + size, (width - size) // 2:(width - size) // 2 + size]
+    out = preprocess.for_eval(png(picture), size, preprocess.ORIGINAL).numpy()
+    np.testing.assert_array_equal(out, expected.astype(np.float32))
+    np.testing.assert_array_equal(in_dataset(lambda x: preprocess.for_eval(x, size, "original"), png(picture).numpy()),
+                                  out)
+    np.testing.assert_array_equal(preprocess.for_train(png(picture), size, (), SEED, resize_to="original").numpy(),
+                                  out)
+
+
+def test_resize_original_enlarges_a_smaller_image_to_image_size_first():
+    """An image whose shorter side is below image_size: resized up to it on that side (the built-in
+    fails there), then its centre taken."""
+    out = preprocess.for_eval(png(WIDE), 48, "original").numpy()  # (37 x 53 -> 48 x 68)
+    np.testing.assert_array_equal(out, reference(WIDE, 48, 48))
+
+
+def test_the_training_crop_with_resize_original_is_a_square_of_the_image_itself():
+    """augment crop with resize=original: a size x size square of the image's own pixels, anywhere
+    in it (MXNet's rand_crop without resize), whatever the format (PNG, and JPEG's fused decoding)."""
+    yy, xx = np.mgrid[:37, :53]
+    smooth = np.stack([xx * 4, yy * 6, 128 + 60 * np.sin(xx / 5.0) * np.cos(yy / 4.0)], -1).astype(np.uint8)
+    for encode, tolerance in ((png, 0.0), (lambda picture: tf.io.encode_jpeg(picture, quality=100), 1.5)):
+        encoded = encode(smooth)
+        pixels = tf.io.decode_image(encoded, channels=3).numpy().astype(np.float32)
+        offsets = set()
+        for i in range(12):
+            crop = preprocess.for_train(encoded, 24, ("crop",), tf.constant([9, i], tf.int64),
+                                        resize_to="original").numpy()
+            assert crop.shape == (24, 24, 3)
+            # (JPEG: the crop is decoded alone, by the faster integer IDCT: within rounding of the whole's)
+            errors = {(y, x): np.abs(crop - pixels[y:y + 24, x:x + 24]).mean() for y in range(14) for x in range(30)}
+            best = min(errors, key=errors.get)
+            assert errors[best] <= tolerance, (i, errors[best])
+            offsets.add(best)
+        assert len(offsets) >= 8
+
+
+def test_resize_original_is_taken_as_a_hyperparameter_and_the_mxnet_dialect_sets_it_without_resize():
+    assert JobConfig.from_hyperparameters({"num_classes": "3", "image_size": "64", "resize": "Original"}).resize == \
+        "original"
+    mxnet = {"num_classes": "3", "num_training_samples": "30", "image_shape": "3,64,64", "use_pretrained_model": "0"}
+    assert JobConfig.from_hyperparameters(mxnet).resize == "original"
+    assert JobConfig.from_hyperparameters({**mxnet, "resize": "80"}).resize == 80
+
+
+def test_the_mxnet_dialects_served_model_resizes_each_image_whole_whatever_its_training_resize():
+    """AWS: "The input image is resized automatically" at inference: the MXNet dialect's export
+    resizes each image to image_shape whole; the others prepare it as validation did."""
+    from keras_pipe_train.job import serving_resize
+
+    mxnet = {"num_classes": "3", "num_training_samples": "30", "image_shape": "3,64,64", "use_pretrained_model": "0"}
+    assert serving_resize(JobConfig.from_hyperparameters({**mxnet, "resize": "80"})) is None
+    assert serving_resize(JobConfig.from_hyperparameters(mxnet)) is None
+    assert serving_resize(JobConfig.from_hyperparameters({"num_classes": "3", "image_size": "64", "resize": "80"})) == 80

@@ -15,7 +15,7 @@ from pathlib import Path
 import keras
 import numpy as np
 
-from keras_pipe_train.model import resnets
+from keras_pipe_train.model import jumpstart, resnets
 from keras_pipe_train.settings.backbones import BACKBONES, IMAGENET_RESNET_DEPTHS
 from keras_pipe_train.settings.errors import UserError
 
@@ -149,7 +149,10 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # the pretrained features (Keras transfer-learning guide). A backbone trained from scratch
     # has no statistics worth keeping, and MXNet's built-in trains a pretrained one's
     # (train_batchnorm): its BatchNorm layers then follow the training flag.
-    x = backbone(x, training=False if batchnorm_frozen else None)
+    # (a SavedModel backbone takes Keras' own flag: it knows its BatchNorm's rule, and trains its
+    # weights' regularization in any case: jumpstart.SavedModelFeatures)
+    frozen = batchnorm_frozen and not jumpstart.is_savedmodel_backbone(backbone)
+    x = backbone(x, training=False if frozen else None)
     if len(x.shape) == 4:  # (a SavedModel's backbone may give its features pooled already)
         x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="dropout")(x)

@@ -37,10 +37,11 @@ SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is t
 
 
 def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
-                    threshold: float | None = None, resize_to: int | None = None, interpolation: str = "bilinear"):
+                    threshold: float | None = None, resize_to: int | str | None = None,
+                    interpolation: str = "bilinear"):
     """`threshold`: a multi-label model's (None: a single-label one). `resize_to`, `interpolation`:
-    the job's resize and resize_interpolation: each image is prepared as validation prepared it
-    (preprocess.for_eval)."""
+    how each image is prepared (preprocess.for_eval): the job's resize and resize_interpolation, as
+    validation prepared it (the MXNet dialect's: resize None, job.serving_resize)."""
     names = tf.constant(list(class_names))
 
     def serve(image_bytes):
@@ -71,7 +72,7 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
 
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
            max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE,
-           resize_to: int | None = None, interpolation: str = "bilinear") -> Path:
+           resize_to: int | str | None = None, interpolation: str = "bilinear") -> Path:
     """`dialect`: whose answers `serve` gives for the model (keras_pipe_train.settings.dialects.DIALECTS:
     the request's, as dialects.translate says it).
     `resize_to`, `interpolation`: how the serving signature prepares images (serving_archive)."""

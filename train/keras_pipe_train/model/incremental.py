@@ -65,6 +65,9 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
     models = sorted(p for p in folder.rglob(MODEL_FILE) if p.is_file())
     found = archives + models
     if not found and any(folder.rglob(jumpstart.SAVED_MODEL)):
+        names = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+        if not jumpstart.is_pretrained_archive(names):
+            raise UserError(f"channel '{CHANNEL}': {folder} holds no {MODEL_FILE}{_foreign({'savedmodel'})}")
         return jumpstart.from_folder(folder)
     if len(found) != 1:
         listed = ", ".join(str(p.relative_to(folder)) for p in found[:5]) or "neither"

@@ -17,9 +17,13 @@ its named signature, becomes the backbone's one layer, whose weights are the Sav
 variables, so fine-tuning (train_only_top_layer=False) trains them. Whichever model_id was chosen,
 that model is what trains: nothing here depends on its architecture.
 
-Keras' own TFSMLayer is not used: it copies each variable into a new Keras variable and calls the
-SavedModel's functions, which still read the originals, so training it changes nothing they compute
-(Keras 3.15: TFSMLayer._add_existing_weight).
+Keras' own TFSMLayer calls one endpoint and never passes `training` to it (a BatchNorm inside cannot
+train), and knows neither TF Hub's regularization_losses nor an output_key: hence this layer.
+
+Not verified against JumpStart's own constants (its TF image-classification constants.py is not in
+public code): the model info's file name, taken as __model_info__.json as JumpStart's other scripts
+name it (__models_info__.json, another script's spelling, is read too), and standardize_on_imagenet's
+mean and deviation, taken as ImageNet's usual ones for pixels in [0, 1].
 
 A model trained on such a backbone exports its serving SavedModel (1/) as any other, but no
 model.keras: its backbone is a SavedModel graph, which a .keras file cannot hold. It cannot be
@@ -45,7 +49,8 @@ from keras_pipe_train.settings.errors import UserError
 log = logging.getLogger(__name__)
 
 CHANNEL = "model"
-MODEL_INFO = "__model_info__.json"  # (JumpStart's constants.MODEL_INFO_FILE_NAME)
+MODEL_INFO = "__model_info__.json"  # (JumpStart's constants.MODEL_INFO_FILE_NAME, as its other scripts name it)
+MODEL_INFOS = (MODEL_INFO, "__models_info__.json")
 SAVED_MODEL = "saved_model.pb"
 NAME = "jumpstart"  # the backbone's name: the model is "jumpstart_classifier"
 MAX_BYTES = 8 << 30  # the largest TF Hub image models (BiT-M R152x4: 3.6 GB of variables) fit
@@ -55,7 +60,8 @@ SCALINGS = {"normalize": "unit", "center": "tf", "standardize_on_imagenet": "tor
 
 
 class Pretrained:
-    """The model channel's pretrained model: where its SavedModel lies (unpacked), and its info."""
+    """The model channel's pretrained model: where its SavedModel lies (unpacked, in a temporary
+    folder that lives as long as this object: the backbone's layer keeps it), and its info."""
 
     def __init__(self, folder: Path, source: str, info: dict, keep: tempfile.TemporaryDirectory | None = None):
         self.folder, self.source, self._keep = folder, source, keep
@@ -100,7 +106,7 @@ def _pretrained(root: Path, source: str, keep) -> Pretrained:
     if len(models) != 1:
         raise UserError(f"channel '{CHANNEL}': {source} must hold one SavedModel (a folder with {SAVED_MODEL}), as "
                         f"JumpStart's pretrained models do; it holds {len(models)}")
-    info_files = [models[0].parent / MODEL_INFO, root / MODEL_INFO]
+    info_files = [folder / name for folder in (models[0].parent, root) for name in MODEL_INFOS]
     info = _info(next((p for p in info_files if p.is_file()), None), source)
     if info.get("finetuned"):
         raise UserError(f"channel '{CHANNEL}': {source} is a model JumpStart fine-tuned ({MODEL_INFO} says "
@@ -113,6 +119,8 @@ def _info(path: Path | None, source: str) -> dict:
     """The model info, its keys lower-cased (as JumpStart's ModelInfo.from_file reads them); {}
     without the file: JumpStart's defaults then (normalize, not fine-tuned), the job's image_size."""
     if path is None:
+        log.warning("channel '%s': %s has no %s: JumpStart's defaults (pixel_scaling_method normalize) and the "
+                    "job's image_size are used", CHANNEL, source, MODEL_INFO)
         return {}
     try:
         info = {str(key).lower(): value for key, value in json.loads(path.read_text()).items()}
@@ -169,27 +177,18 @@ def _unpack(archive: Path, work: Path) -> None:
                         f"({type(err).__name__}: {err})") from err
 
 
-class _Existing(keras.Variable):
-    """A Keras variable that is an existing tf.Variable (the SavedModel's), not a copy of it: the
-    SavedModel's functions read the very variable the optimizer updates and checkpoints save.
-    (keras.Variable makes its own tf.Variable from an initializer; its _initialize takes an
-    existing one, which this calls.)"""
-
-    def __init__(self, variable: tf.Variable, name: str, trainable: bool):
-        self._existing = variable
-        super().__init__(initializer=lambda shape, dtype: None, shape=variable.shape, dtype=variable.dtype.name,
-                         trainable=trainable, name=name)
-
-    def _initialize_with_initializer(self, initializer):
-        self._initialize(self._existing)
-
-
 class SavedModelFeatures(keras.layers.Layer):
     """A SavedModel's image features as a Keras layer (what hub.KerasLayer does for JumpStart):
-    images in the model's own scaling -> a feature vector (or map) per image."""
+    images in the model's own scaling -> a feature vector (or map) per image. Called in training
+    mode (its BatchNorm's statistics and dropout training) only while it trains and
+    `batchnorm_trains` (train_batchnorm: JumpStart's train_only_top_layer=False); its TF Hub
+    regularization_losses count whenever its weights train. `keep`: what must live as long as the
+    layer (the temporary folder the SavedModel was unpacked into)."""
 
-    def __init__(self, folder: Path, signature: str | None = None, output_key: str | None = None, **kwargs):
+    def __init__(self, folder: Path, signature: str | None = None, output_key: str | None = None,
+                 batchnorm_trains: bool = False, keep=None, **kwargs):
         super().__init__(dtype="float32", **kwargs)  # (the SavedModel's own dtype, under mixed precision too)
+        self._keep, self._batchnorm_trains = keep, batchnorm_trains
         self._loaded = tf.saved_model.load(str(folder))
         self._signature, self._output_key = signature, output_key
         # (TF Hub's regularization_losses: penalties the model's training asks for, as hub.KerasLayer
@@ -213,18 +212,22 @@ class SavedModelFeatures(keras.layers.Layer):
             self._takes_training, trainable = False, set()
             variables = _used_variables([self._loaded.signatures[signature]])
         for index, variable in enumerate(variables):
-            name = f"v{index}_" + variable.name.split(":")[0].replace("/", "_")
-            self._track_variable(_Existing(variable, name, id(variable) in trainable))
+            # (a keras.Variable given a tf.Variable keeps that very variable, not a copy: the
+            # SavedModel's functions read what the optimizer updates and checkpoints save)
+            self._track_variable(keras.Variable(
+                variable, shape=variable.shape, dtype=variable.dtype.name, trainable=id(variable) in trainable,
+                name=f"v{index}_" + variable.name.split(":")[0].replace("/", "_")))
         self.built = True
 
     def call(self, images, training=None):
+        trains = bool(training) and self.trainable
         if self._signature is not None:
             outputs = self._loaded.signatures[self._signature](images)
         elif self._takes_training:
-            outputs = self._loaded(images, training=bool(training))
+            outputs = self._loaded(images, training=trains and self._batchnorm_trains)
         else:
             outputs = self._loaded(images)
-        if training and self.trainable:
+        if trains:
             for penalty in self._regularization:
                 self.add_loss(penalty())
         return _features(outputs, self._output_key)
@@ -254,11 +257,13 @@ def _used_variables(functions) -> list:
     return found
 
 
-def build_backbone(pretrained: Pretrained, image_size: int) -> keras.Model:
-    """The backbone: images (in the model's scaling) -> features, as one layer."""
+def build_backbone(pretrained: Pretrained, image_size: int, batchnorm_trains: bool = False) -> keras.Model:
+    """The backbone: images (in the model's scaling) -> features, as one layer. It decides its
+    training mode itself (SavedModelFeatures): the classifier calls it with Keras' own flag."""
     images = keras.Input((image_size, image_size, 3), name="scaled_images")
     try:
-        layer = SavedModelFeatures(pretrained.folder, pretrained.signature, pretrained.output_key, name="savedmodel")
+        layer = SavedModelFeatures(pretrained.folder, pretrained.signature, pretrained.output_key, batchnorm_trains,
+                                   keep=pretrained, name="savedmodel")
         features = layer(images)
     except UserError:
         raise

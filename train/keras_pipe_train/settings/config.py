@@ -170,6 +170,20 @@ def _weights(name, value):
     )
 
 
+RESIZE_ORIGINAL = "original"  # (sources/preprocess.py's ORIGINAL: the images at their own scale)
+
+
+def _size_or_original(parse):
+    """An integer `parse` takes, or `original`."""
+    def size_or_original(name, value):
+        if str(_unquoted(value)).lower() == RESIZE_ORIGINAL:
+            return RESIZE_ORIGINAL
+        return parse(name, value)
+
+    size_or_original.tuning_range = parse.tuning_range
+    return size_or_original
+
+
 def _is_none(value) -> bool:
     """No value: absent, JSON null, or str(None) from the v2 Estimator."""
     value = _unquoted(value)
@@ -375,10 +389,11 @@ HYPERPARAMETERS = {
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
         Hyperparameter("image_size", 224, _integer(min(b.min_size for b in BACKBONE_TABLE.values()), 1024),
                        "side of the square images the model sees"),
-        Hyperparameter("resize", None, _optional(_integer(32, 4096)),
+        Hyperparameter("resize", None, _optional(_size_or_original(_integer(32, 4096))),
                        "the images' shorter side is resized to it first, then image_size taken from its centre (at "
-                       "random in training with augment crop): MXNet's resize; unset: each whole image is resized to "
-                       "image_size"),
+                       "random in training with augment crop): MXNet's resize; original: image_size taken so from "
+                       "each image at its own scale (enlarged to image_size first if smaller: MXNet without resize); "
+                       "unset: each whole image is resized to image_size"),
         Hyperparameter("resize_interpolation", "bilinear", _choice(INTERPOLATIONS),
                        "how images are resized: bilinear, nearest, bicubic, area, lanczos3, lanczos5, gaussian or "
                        "mitchellcubic (tf.image.resize's methods)"),
@@ -473,6 +488,9 @@ HYPERPARAMETERS = {
         Hyperparameter("export_epoch", "last", _choice(EXPORT_EPOCHS),
                        "the epoch whose model is exported: last, or best by early_stopping_metric (with a validation "
                        "channel; early stopping keeps the best in any case)"),
+        Hyperparameter("keep_epoch_models", 0, _integer(0),
+                       "every N epochs, that epoch's model is kept in the export's epochs/ folder (0: none), "
+                       "beside the model exported: the built-in MXNet algorithm's checkpoint_frequency"),
         Hyperparameter("class_weights", None, _class_weights,
                        "weight of each class in the training loss: a list in label order, {name: weight}, or balanced "
                        "(examples / (classes x the class's examples), as counted over the training examples seen so "
@@ -530,7 +548,7 @@ class JobConfig:
     backbone: str
     weights: str
     image_size: int
-    resize: int | None
+    resize: int | str | None  # (str: RESIZE_ORIGINAL)
     resize_interpolation: str
     reinitialize_top_layer: str
     num_classes: int
@@ -571,6 +589,7 @@ class JobConfig:
     early_stopping_min_delta: float
     early_stopping_tolerance: float
     early_stopping_min_epochs: int
+    keep_epoch_models: int
     export_epoch: str
     class_weights: tuple[float, ...] | str | None  # (str: "balanced")
     multi_label: bool
@@ -657,12 +676,16 @@ def _check_training(values: dict) -> None:
         size = "image_shape's height and width" if values["dialect"] == dialects.MXNET else "image_size"
         raise UserError(f"hyperparameter {size} must be at least {backbone.min_size} for backbone "
                         f"{backbone.name} (the smallest input its application takes); got {values['image_size']}")
-    if values["resize"] is not None and values["resize"] < values["image_size"]:
+    if values["resize"] not in (None, RESIZE_ORIGINAL) and values["resize"] < values["image_size"]:
         raise UserError(f"hyperparameter resize ({values['resize']}) must be at least image_size "
                         f"({values['image_size']}): the image_size x image_size crop is taken from the image "
                         "resized to resize on its shorter side")
     if values["epochs"] + values["fine_tune_epochs"] == 0:
         raise UserError("hyperparameters epochs and fine_tune_epochs are both 0: nothing to train")
+    if values["keep_epoch_models"] > values["epochs"] + values["fine_tune_epochs"]:
+        name = "checkpoint_frequency" if values["dialect"] == dialects.MXNET else "keep_epoch_models"
+        raise UserError(f"hyperparameter {name} ({values['keep_epoch_models']}) must be at most the epochs trained "
+                        f"({values['epochs'] + values['fine_tune_epochs']}): it keeps every {name}-th epoch's model")
 
 
 MULTI_LABEL_METRICS = ("accuracy", "exact_match", "precision_micro", "recall_micro", "f1_micro", "precision_macro",

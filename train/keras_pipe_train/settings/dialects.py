@@ -68,8 +68,10 @@ MXNET_NAMES = {n.name: n for n in (
     Name("lr_scheduler_factor", "0.1", "lr_scheduler_factor"),
     Name("augmentation_type", None, "augment: none by default; crop: crop,flip; crop_color: crop,flip,color; "
                                     "crop_color_transform: crop,flip,color,rotate,shear,aspect"),
-    Name("resize", None, "resize: the shorter side, before the crop (training) or the centre crop (evaluation, "
-                         "serving)"),
+    Name("resize", None, "resize: the shorter side, before the crop (training) or the centre crop (validation); "
+                         "unset: resize=original, image_shape taken from each image at its own scale, as MXNet's "
+                         "ImageRecordIter does. Serving resizes each image to image_shape whole (\"The input image "
+                         "is resized automatically\", AWS's page)"),
     Name("top_k", None, "top_k"),
     Name("multi_label", "0", "multi_label; the labels of .rec, .lst and augmented manifests one 0 or 1 per class "
                              "(label_format=multi_hot), unless the ContentType says label-format=class-id"),
@@ -78,8 +80,9 @@ MXNET_NAMES = {n.name: n for n in (
     Name("early_stopping_min_epochs", "10", "early_stopping_min_epochs"),
     Name("early_stopping_patience", "5", "early_stopping_patience"),
     Name("early_stopping_tolerance", "0.0", "early_stopping_tolerance"),
-    Name("checkpoint_frequency", None, "accepted; checkpoints are written every epoch, and the model exported is the "
-                                       "epoch of the best validation accuracy (the built-in's default)"),
+    Name("checkpoint_frequency", None, "keep_epoch_models: every N epochs, that epoch's model is kept in "
+                                       "model.tar.gz (epochs/epoch-NNNN.keras), beside the model exported, which is "
+                                       "the epoch of the best validation accuracy (the built-in's default)"),
     Name("precision_dtype", "float32", "mixed_precision: float16 is true, float32 false"),
     Name("kv_store", None, "accepted, no effect: hosts always train synchronously"),
 )}
@@ -204,7 +207,7 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
     given = dict(raw)
     value = {name: given.pop(name, spec.default) for name, spec in MXNET_NAMES.items()}
     ours, notes = {}, []
-    for name in ("num_training_samples", "kv_store", "checkpoint_frequency"):
+    for name in ("num_training_samples", "kv_store"):
         if value[name] is not None:
             notes.append(f"{name}={_text(value[name])}: {MXNET_NAMES[name].here}")
     ours.update(_mxnet_model(value, given.get("weights")))
@@ -215,9 +218,13 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
         notes.append(f"mini_batch_size={batch} per host (MXNet's): batch_size {batch * hosts} on {hosts} hosts")
     ours["augment"] = _mxnet_augmentation(value["augmentation_type"])
     ours["dropout"] = "0"  # the built-in's ResNet has none before its classifier (MXNet's symbols/resnet.py)
-    for name in ("num_classes", "lr_scheduler_step", "top_k", "resize"):
+    for name in ("num_classes", "lr_scheduler_step", "top_k"):
         if value[name] is not None:
             ours[name] = value[name]
+    if value["checkpoint_frequency"] is not None:
+        ours["keep_epoch_models"] = value["checkpoint_frequency"]
+    # without resize, MXNet's ImageRecordIter crops image_shape out of each image as it is
+    ours["resize"] = value["resize"] if value["resize"] is not None else "original"
     ours["lr_scheduler_factor"] = value["lr_scheduler_factor"]
     ours["multi_label"] = value["multi_label"]
     ours["use_weighted_loss"] = value["use_weighted_loss"]

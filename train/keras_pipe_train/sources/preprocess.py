@@ -151,8 +151,14 @@ def resize(image: tf.Tensor, size, interpolation: str = "bilinear") -> tf.Tensor
     return image
 
 
-def _check_resize(size: int, resize_to: int | None) -> None:
-    if resize_to is not None and resize_to < size:
+# resize_to: no resize; image_size cropped from each image at its own scale (an image smaller than
+# that enlarged to it first). The built-in MXNet algorithm without its `resize`: its ImageRecordIter
+# takes image_shape from the image as it is (at its centre, or at random with rand_crop).
+ORIGINAL = "original"  # (settings/config.py's RESIZE_ORIGINAL)
+
+
+def _check_resize(size: int, resize_to: int | str | None) -> None:
+    if resize_to not in (None, ORIGINAL) and resize_to < size:
         raise ValueError(f"resize ({resize_to}) must be at least the image size ({size}): the crop is taken from "
                          "the image resized to it")
 
@@ -182,6 +188,16 @@ def decode_shorter_side(encoded: tf.Tensor, shorter: int, interpolation: str = "
     return resize(image, shorter_side_shape(*tf.unstack(_shape_of(encoded, image)), shorter), interpolation)
 
 
+def decode_at_least(encoded: tf.Tensor, size: int, interpolation: str = "bilinear") -> tf.Tensor:
+    """The whole image at its own scale (float32); one whose shorter side is below `size` enlarged
+    to it, its aspect kept (a photo a little small is not a reason to stop a job)."""
+    image = decode(encoded)
+    height, width = tf.unstack(tf.shape(image)[:2])
+    return tf.cond(tf.minimum(height, width) < size,
+                   lambda: resize(image, shorter_side_shape(height, width, size), interpolation),
+                   lambda: tf.cast(image, tf.float32))
+
+
 def centre_crop(image: tf.Tensor, size: int) -> tf.Tensor:
     """The size x size square at the centre (offsets rounded down, as MXNet's centre crop)."""
     shape = tf.shape(image)
@@ -190,15 +206,18 @@ def centre_crop(image: tf.Tensor, size: int) -> tf.Tensor:
     return image
 
 
-def _resized_crop_window(size: int, shorter: int):
+def _resized_crop_window(size: int, shorter: int | None):
     """The random crop of MXNet's rand_crop over an image resized to `shorter` on its shorter side,
     as a window of the image before the resize: a square of size x (its shorter side / `shorter`)
-    pixels, anywhere in the image with the same chance (a window_of for decode_random_crop)."""
+    pixels, anywhere in the image with the same chance (a window_of for decode_random_crop).
+    `shorter` None: the image is not resized (ORIGINAL), the square is size x size (or its shorter
+    side, when that is less)."""
 
     def window_of(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         height, width = shape[0], shape[1]
         side = tf.minimum(height, width)
-        span = tf.cast(tf.round(size * tf.cast(side, tf.float64) / shorter), tf.int32)
+        span = (tf.constant(size, tf.int32) if shorter is None
+                else tf.cast(tf.round(size * tf.cast(side, tf.float64) / shorter), tf.int32))
         span = tf.clip_by_value(span, 1, side)
         spare = tf.cast(tf.stack([height - span + 1, width - span + 1]), tf.float32)
         corner = tf.cast(tf.random.stateless_uniform([2], seed) * spare, tf.int32)
@@ -278,12 +297,13 @@ def random_color(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 
 def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.Tensor,
-              geometry: Geometry = Geometry(), resize_to: int | None = None,
+              geometry: Geometry = Geometry(), resize_to: int | str | None = None,
               interpolation: str = "bilinear") -> tf.Tensor:
     """The training path; `seed` (int64 [2]) decides every random choice for this image. The crop
     is decoded (fused with the JPEG decoder: only the window, at a reduced scale); the geometric
-    changes then apply to the small, resized image, in one resampling. `resize_to`: None, or
-    the shorter side's length before the crop (for_eval); `interpolation`: every resize's method."""
+    changes then apply to the small, resized image, in one resampling. `resize_to`: None, the
+    shorter side's length before the crop, or ORIGINAL (for_eval); `interpolation`: every resize's
+    method."""
     _check_resize(size, resize_to)
     crop, flip, color = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     if resize_to is None:
@@ -297,10 +317,10 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.
         # own: zoom, aspect). It is cut from the image before the resize (the window that becomes
         # that square), so the decoding stays fused; the same square as resizing first, but for
         # where the pixel centres fall.
-        image = decode_random_crop(encoded, size, crop, _resized_crop_window(size, resize_to))
-        image = resize(image, size, interpolation)
+        window = _resized_crop_window(size, None if resize_to == ORIGINAL else resize_to)
+        image = resize(decode_random_crop(encoded, size, crop, window), size, interpolation)
     else:  # as evaluation sees it
-        image = centre_crop(decode_shorter_side(encoded, resize_to, interpolation), size)
+        image = for_eval(encoded, size, resize_to, interpolation)
     if any(name in augment for name in GEOMETRIC):
         # (a seed of its own: the other choices stay what they were without these)
         image = transformed(image, *tf.unstack(geometry.draw(augment, tf.random.experimental.stateless_fold_in(
@@ -312,13 +332,17 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.
     return image
 
 
-def for_eval(encoded: tf.Tensor, size: int, resize_to: int | None = None, interpolation: str = "bilinear") -> tf.Tensor:
+def for_eval(encoded: tf.Tensor, size: int, resize_to: int | str | None = None,
+             interpolation: str = "bilinear") -> tf.Tensor:
     """The whole image resized to size x size; with `resize_to`, its shorter side resized to it and
-    the size x size centre taken (MXNet's resize). `interpolation`: tf.image.resize's method, for
-    every resize. Used for validation and by the exported serving signature."""
+    the size x size centre taken (MXNet's resize); ORIGINAL, the size x size centre of the image at
+    its own scale. `interpolation`: tf.image.resize's method, for every resize. Used for
+    validation and by the exported serving signature."""
     _check_resize(size, resize_to)
     if resize_to is None:
         return resize(decode_for_size(encoded, size), size, interpolation)
+    if resize_to == ORIGINAL:
+        return centre_crop(decode_at_least(encoded, size, interpolation), size)
     return centre_crop(decode_shorter_side(encoded, resize_to, interpolation), size)
 
 
