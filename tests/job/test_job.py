@@ -108,19 +108,32 @@ def test_train_batchnorm_leaves_batchnorm_to_phase_two_which_trains_and_recomput
 
 
 @pytest.mark.slow
-def test_keep_epoch_models_exports_every_nth_epochs_model_beside_the_last(small_digits_job, random_backbone_file):
-    """keep_epoch_models=2 (MXNet's checkpoint_frequency) over 4 epochs: epochs 2 and 4's models in
-    the export's epochs/ folder, each a .keras file plain Keras loads; the 4th is the model exported."""
+def test_keep_epoch_models_exports_every_nth_epochs_model_as_it_was_after_that_epoch(small_digits_job,
+                                                                                      random_backbone_file,
+                                                                                      digit_records):
+    """keep_epoch_models=2 (MXNet's checkpoint_frequency) over 4 epochs, the best epoch exported
+    (export_epoch=best, as the MXNet dialect sets it): epochs 2 and 4's models in the export's
+    epochs/ folder, each a .keras file plain Keras loads, each as it was after its epoch: the 4th is
+    not the exported best epoch's (3rd: a learning rate too large for the 4th to improve on it)."""
+    import json
+
+    from tests.job.conftest import file_channel
+
     path, _ = random_backbone_file
-    run_job(small_digits_job, **COMMON, epochs=2, fine_tune_epochs=2, weights=str(path), keep_epoch_models=2)
+    examples, _ = digit_records
+    file_channel(small_digits_job, "validation", examples[256:384], shards=1)
+    run_job(small_digits_job, **COMMON, epochs=2, fine_tune_epochs=2, weights=str(path), keep_epoch_models=2,
+            export_epoch="best", early_stopping_metric="val_loss", optimizer="sgd", fine_tune_learning_rate=3.0)
     model_dir = small_digits_job.base / "model"
     assert sorted(p.name for p in (model_dir / "epochs").iterdir()) == ["epoch-0002.keras", "epoch-0004.keras"]
     second, fourth = (keras.saving.load_model(model_dir / "epochs" / name)
                       for name in ("epoch-0002.keras", "epoch-0004.keras"))
     exported = keras.saving.load_model(model_dir / "model.keras")
-    images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype(np.float32)
-    np.testing.assert_allclose(fourth(images).numpy(), exported(images).numpy(), atol=1e-6)
-    assert changed(second, exported)  # (two epochs of fine-tuning between them)
+    final = json.loads((small_digits_job.base / "output" / "data" / "metrics.json").read_text())["final"]
+    rows = {(row["phase"], row["epoch"]): row["val_loss"]
+            for row in json.loads((small_digits_job.base / "output" / "data" / "metrics.json").read_text())["epochs"]}
+    assert (final["phase"], final["epoch"]) == ("fine_tune", 3), rows  # (phase 2's first)
+    assert changed(fourth, exported) and changed(second, exported)
 
 
 def test_keep_epoch_models_beyond_the_epochs_is_refused_naming_the_requests_name():
@@ -132,6 +145,10 @@ def test_keep_epoch_models_beyond_the_epochs_is_refused_naming_the_requests_name
     assert JobConfig.from_hyperparameters({**mxnet, "checkpoint_frequency": "3"}).keep_epoch_models == 3
     with pytest.raises(UserError, match=r"hyperparameter checkpoint_frequency \(4\) must be at most"):
         JobConfig.from_hyperparameters({**mxnet, "checkpoint_frequency": "4"})
+    with pytest.raises(UserError, match=r"hyperparameter checkpoint_frequency must be a positive integer, got '0'"):
+        JobConfig.from_hyperparameters({**mxnet, "checkpoint_frequency": "0"})
+    with pytest.raises(UserError, match="hyperparameters checkpoint_frequency and keep_epoch_models are one setting"):
+        JobConfig.from_hyperparameters({**mxnet, "checkpoint_frequency": "1", "keep_epoch_models": "1"})
 
 
 def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_phase_numbers_its_epochs_alike(capsys):

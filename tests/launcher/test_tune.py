@@ -98,6 +98,7 @@ def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
     (["--range", "batch_size=0:8"], "batch_size must be >= 1"),
     (["--range", "backbone=resnet50,alexnet"], "backbone must be one of"),
     (["--range", "backbone=a:b"], "backbone is not a number; list the values to try"),
+    (["--range", "resize=original:512"], "--range resize: MIN:MAX takes numbers; give other values as a list"),
     (["--range", "learning_rate=1e-3:1e-1:cubic"], "SCALE one of auto, linear, log, reverse-log"),
     (["--range", "dropout=0.1:0.5:reverse-log", "--range", "epochs=1:3:reverse-log"], "reverse-log is for numbers"),
     (["--range", "epoch=1:3"], "--range epoch: not a hyperparameter of the job; numbers to tune: epochs,"),

@@ -230,9 +230,9 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
     if training.validation:
         results |= validate(training, phase, epoch, steps)
     training.epochs.add(epoch, phase.name, results, time.perf_counter() - started)
+    keep_epoch_model(training, epoch)  # (before stop_early, which may put the phase's best weights back)
     following = stop_early(training, phase, epoch) if training.early_stopping else epoch + 1
     training.save(phase, following, 0)
-    keep_epoch_model(training, epoch)
     # After the last epoch a stop changes nothing: training is done, and the export (which a stop
     # must not cut short) is the job's result. (Every worker knows it is the last.)
     if following < training.plan[-1].end and training.trainer.stop_requested():
@@ -253,6 +253,8 @@ def keep_epoch_model(training: Training, epoch: int) -> None:
         return
     folder = training.checkpoints.own / EPOCH_MODELS
     folder.mkdir(parents=True, exist_ok=True)
+    for debris in folder.glob(".writing-*"):  # (a write a stop cut short)
+        debris.unlink(missing_ok=True)
     whole = not jumpstart.is_savedmodel_backbone(training.backbone)
     name = f"epoch-{epoch + 1:04d}{'.keras' if whole else '.weights.h5'}"
     partial = folder / f".writing-{name}"  # (renamed once whole: a stopped write leaves no file that looks kept)
@@ -478,9 +480,10 @@ def export_together(training: Training, final: dict) -> None:
 
 def serving_resize(config: JobConfig) -> int | str | None:
     """How the served model prepares each image: as validation did, except in the MXNet dialect,
-    whose built-in resizes each image to image_shape at inference, whatever its training's resize
-    ("The input image is resized automatically", AWS's image-classification page): whole, its
-    aspect not kept, nothing cropped."""
+    whose built-in resizes each image whole to image_shape at inference, whatever its training's
+    resize: "At inference, input images are resized to the image_shape ... Aspect ratio is not
+    preserved, and images are not cropped" (AWS's IC-Hyperparameter page, image_shape). The
+    report's evaluation and gallery stay validation's (docs/migration.md says so)."""
     return None if config.dialect == dialects.MXNET else config.resize
 
 
@@ -502,7 +505,7 @@ def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
 # another global batch, other time limits); any other change makes it another job (training/checkpoints.py).
 RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
                      "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
-                     "steps_per_execution", "dialect_notes")
+                     "steps_per_execution", "dialect_notes", "keep_epoch_models")
 
 
 def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,

@@ -158,6 +158,9 @@ def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
             raise RequestError(f"--range {r.name}: {err}") from None
         if r.kind != "Categorical":
             low, high = parsed
+            if not all(isinstance(v, (int, float)) for v in parsed):  # (resize's `original`)
+                raise RequestError(f"--range {r.name}: MIN:MAX takes numbers; give other values as a list "
+                                   f"({r.name}=A,B,C)")
             if low >= high:
                 raise RequestError(f"--range {r.name}: MIN ({r.values[0]}) must be below MAX ({r.values[1]})")
             if r.scale in ("Logarithmic", "ReverseLogarithmic") and low <= 0:

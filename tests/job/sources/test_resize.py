@@ -155,6 +155,19 @@ def test_resize_original_takes_the_centre_of_the_image_at_its_own_scale(picture)
                                   out)
 
 
+def test_resize_original_decodes_a_large_jpegs_centre_alone_and_gets_the_whole_decodes_centre():
+    """A JPEG photo of 1200 x 1600 at image_size 64: the window decoded alone (decode_and_crop_jpeg)
+    is the centre of the photo decoded whole, to libjpeg's rounding (its chroma upsampling differs
+    at the window's edges: 6 at most here, 0.045 on average; a window a row off is 0.38 away on
+    average, a column off 2.8)."""
+    yy, xx = np.mgrid[:1200, :1600]
+    photo = np.stack([xx * 255 // 1600, yy * 255 // 1200, 128 + 100 * np.sin(xx / 9.0)], -1).astype(np.uint8)
+    jpeg = tf.io.encode_jpeg(photo, quality=95)
+    whole = tf.io.decode_jpeg(jpeg).numpy().astype(np.float32)[568:632, 768:832]
+    out = preprocess.for_eval(jpeg, 64, "original").numpy()
+    assert out.shape == (64, 64, 3) and np.abs(out - whole).mean() < 0.1, np.abs(out - whole).mean()
+
+
 def test_resize_original_enlarges_a_smaller_image_to_image_size_first():
     """An image whose shorter side is below image_size: resized up to it on that side (the built-in
     fails there), then its centre taken."""

@@ -149,10 +149,11 @@ def _foreign(kinds: set) -> str:
                 "pretrained SavedModel (JumpStart's), which exports no model.keras and cannot be continued "
                 "(model/jumpstart.py says why): train anew from that pretrained model")
     if "mxnet" in kinds:
-        # (At depths 18 to 152 the built-in's symbol is a pre-activation ResNet, and the ResNets built
-        # here are v1. At 20 to 110 on small images its blocks are those of resnets.CIFARResNet, but
-        # its BatchNorm on the raw input and the input's scaling are the built-in's own, which AWS
-        # does not publish: a conversion could not be checked against the built-in's outputs.)
+        # (At depths 18 to 152 MXNet's symbol is a pre-activation ResNet, and the ResNets built here
+        # are v1. At 20 to 110 on small images its blocks are those of resnets.CIFARResNet, its
+        # BatchNorm on the raw input (bn_data) aside; but AWS publishes neither that its built-in is
+        # MXNet's example symbol nor the pixel scaling it feeds it, and no built-in model was at
+        # hand to check a conversion against.)
         return (". It holds an MXNet model (a symbol and its params) instead: the built-in MXNet algorithm's, "
                 "which cannot be continued here (its pre-activation ResNet and input scaling are not a network "
                 "built here): train anew with use_pretrained_model=1, which starts from ImageNet weights")

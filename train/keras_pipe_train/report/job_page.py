@@ -97,7 +97,7 @@ def mistakes_section(gallery: Gallery | None, classes: list[str], multi: bool) -
     seen = f"{'first ' if gallery.cut else ''}{gallery.seen:,}"
     return pages.section(title, pages.note(
         f"it gets {gallery.wrong:,} of the {seen} validation images wrong; here {which}, worst first, as "
-        "the model saw them (resized and cropped as for serving). A confident wrong prediction is often a wrong "
+        "the model saw them (resized and cropped as for validation). A confident wrong prediction is often a wrong "
         "label"), f'<div class="gallery">{tiles}</div>', anchor="mistakes")
 
 

@@ -5,7 +5,7 @@ One pass over the validation channel, on the chief alone, after the export (the 
 for it in the job's last collective): each batch through the model as exported, each example's
 loss as validation computes it (the plain cross-entropy), and only the KEEP worst kept, in a heap:
 memory stays bounded whatever the size of the set. What is kept of an image is the picture the
-model saw (its input, after the same resize and crop as validation and serving), shrunk to a
+model saw (its input, after the same resize and crop as validation), shrunk to a
 THUMBNAIL-pixel JPEG: at most KEEP x ~5 KB in the page.
 """
 

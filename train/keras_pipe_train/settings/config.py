@@ -178,7 +178,10 @@ def _size_or_original(parse):
     def size_or_original(name, value):
         if str(_unquoted(value)).lower() == RESIZE_ORIGINAL:
             return RESIZE_ORIGINAL
-        return parse(name, value)
+        try:
+            return parse(name, value)
+        except UserError as err:
+            raise UserError(f"{err} (or {RESIZE_ORIGINAL})") from None
 
     size_or_original.tuning_range = parse.tuning_range
     return size_or_original

@@ -70,8 +70,8 @@ MXNET_NAMES = {n.name: n for n in (
                                     "crop_color_transform: crop,flip,color,rotate,shear,aspect"),
     Name("resize", None, "resize: the shorter side, before the crop (training) or the centre crop (validation); "
                          "unset: resize=original, image_shape taken from each image at its own scale, as MXNet's "
-                         "ImageRecordIter does. Serving resizes each image to image_shape whole (\"The input image "
-                         "is resized automatically\", AWS's page)"),
+                         "ImageRecordIter does. Serving resizes each image to image_shape whole, as AWS's page says "
+                         "the built-in does"),
     Name("top_k", None, "top_k"),
     Name("multi_label", "0", "multi_label; the labels of .rec, .lst and augmented manifests one 0 or 1 per class "
                              "(label_format=multi_hot), unless the ContentType says label-format=class-id"),
@@ -146,7 +146,7 @@ SAME_SETTING = {"num_layers": "backbone", "mini_batch_size": "batch_size", "eps"
                 "image_shape": "image_size", "augmentation_type": "augment", "precision_dtype": "mixed_precision",
                 "dropout_rate": "dropout", "augmentation": "augment", "random_seed": "seed",
                 "image_resize_interpolation": "resize_interpolation", "train_only_top_layer": "fine_tune_epochs",
-                "train_only_on_top_layer": "fine_tune_epochs"}
+                "train_only_on_top_layer": "fine_tune_epochs", "checkpoint_frequency": "keep_epoch_models"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,8 +221,8 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
     for name in ("num_classes", "lr_scheduler_step", "top_k"):
         if value[name] is not None:
             ours[name] = value[name]
-    if value["checkpoint_frequency"] is not None:
-        ours["keep_epoch_models"] = value["checkpoint_frequency"]
+    if value["checkpoint_frequency"] is not None:  # (a positive integer, AWS's page says: 0 is not "none" there)
+        ours["keep_epoch_models"] = str(_whole(value["checkpoint_frequency"], "checkpoint_frequency"))
     # without resize, MXNet's ImageRecordIter crops image_shape out of each image as it is
     ours["resize"] = value["resize"] if value["resize"] is not None else "original"
     ours["lr_scheduler_factor"] = value["lr_scheduler_factor"]

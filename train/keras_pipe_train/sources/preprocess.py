@@ -2,12 +2,14 @@
 
 Images leave here as float32 RGB in [0, 255], `size` x `size`. Each backbone's own scaling
 (to [-1, 1], or caffe's BGR mean subtraction) is part of the model, so the exported model applies
-it too and serving cannot drift from training. The serving signature calls `for_eval` itself.
+it too and serving cannot drift from training. The serving signature calls `for_eval` itself (in
+the MXNet dialect without its resize: the built-in serves each image resized whole, job.serving_resize).
 
 How an image becomes `size` x `size`: by default the whole image is resized to it (its
 aspect not kept); with `resize` N (MXNet's), its shorter side is resized to N, aspect kept, and
 `size` x `size` taken from that: from the centre in evaluation and serving, at random in training
-with augment crop. Every resize uses one interpolation (`resize_interpolation`, tf.image.resize's
+with augment crop; with `resize` ORIGINAL (MXNet's without resize), taken so from the image at its
+own scale. Every resize uses one interpolation (`resize_interpolation`, tf.image.resize's
 methods; bilinear by default). The geometric augmentations' resampling (`transformed`) is not a
 resize of the image and stays bilinear: ImageProjectiveTransformV3 offers bilinear and nearest
 only.
@@ -342,8 +344,26 @@ def for_eval(encoded: tf.Tensor, size: int, resize_to: int | str | None = None,
     if resize_to is None:
         return resize(decode_for_size(encoded, size), size, interpolation)
     if resize_to == ORIGINAL:
-        return centre_crop(decode_at_least(encoded, size, interpolation), size)
+        return decode_centre(encoded, size, interpolation)
     return centre_crop(decode_shorter_side(encoded, resize_to, interpolation), size)
+
+
+def decode_centre(encoded: tf.Tensor, size: int, interpolation: str = "bilinear") -> tf.Tensor:
+    """The size x size centre of the image at its own scale (ORIGINAL), float32. A JPEG that holds
+    it decodes that window alone (a full-size photo's centre costs its window, not the photo)."""
+
+    def whole():
+        return centre_crop(decode_at_least(encoded, size, interpolation), size)
+
+    def jpeg():
+        height, width = tf.unstack(tf.io.extract_jpeg_shape(encoded)[:2])
+        window = tf.stack([(height - size) // 2, (width - size) // 2, size, size])
+        return tf.cond(tf.minimum(height, width) >= size,
+                       lambda: tf.cast(decode_jpeg_window(encoded, window, size), tf.float32), whole)
+
+    image = tf.cond(tf.io.is_jpeg(encoded), jpeg, whole)
+    image.set_shape([size, size, 3])
+    return image
 
 
 _HEAD_BYTES = 32
