@@ -130,11 +130,16 @@ def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes
         stop.set()
         for thread in crowd:
             thread.join()
-        # the stalled uploads: 408, 10 s after their last byte (before their 15 s timeout)
+        # the stalled uploads: 408, 10 s after their last byte (before their 15 s timeout). For a
+        # body this small, the idle limit and the whole body's (10 s plus its size at 100 KB/s) fall
+        # within 15 ms of each other: which one answers depends on when its first bytes came (a
+        # CI run under load saw the second)
         for sock in stalled:
             status, headers, body = answer_of(sock)
             assert status == 408 and headers.get("connection") == "close", (status, body)
-            assert b"the body stopped arriving for 10 s after" in body
+            half = f"{len(JPEG) // 2} bytes of {len(JPEG)}".encode()
+            assert (b"the body stopped arriving for 10 s after " + half in body
+                    or b"the body came slower than 100 KB/s: " + half in body), body
         for sock in lingering:
             assert answer_of(sock)[0] == 200
     finally:

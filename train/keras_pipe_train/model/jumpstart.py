@@ -53,7 +53,7 @@ MODEL_INFO = "__model_info__.json"  # (JumpStart's constants.MODEL_INFO_FILE_NAM
 MODEL_INFOS = (MODEL_INFO, "__models_info__.json")
 SAVED_MODEL = "saved_model.pb"
 NAME = "jumpstart"  # the backbone's name: the model is "jumpstart_classifier"
-MAX_BYTES = 8 << 30  # the largest TF Hub image models (BiT-M R152x4: 3.6 GB of variables) fit
+MAX_BYTES = 8 << 30  # (a bound on what is unpacked; TF Hub's largest image models, BiT's, hold a few GB)
 # JumpStart's pixel_scaling_method -> the input scaling from [0, 255] of the same effect
 # (model/classifier.py's modes): normalize x/255; center 2x/255 - 1; ImageNet's mean and deviation
 SCALINGS = {"normalize": "unit", "center": "tf", "standardize_on_imagenet": "torch"}

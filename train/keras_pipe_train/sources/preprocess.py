@@ -3,7 +3,8 @@
 Images leave here as float32 RGB in [0, 255], `size` x `size`. Each backbone's own scaling
 (to [-1, 1], or caffe's BGR mean subtraction) is part of the model, so the exported model applies
 it too and serving cannot drift from training. The serving signature calls `for_eval` itself (in
-the MXNet dialect without its resize: the built-in serves each image resized whole, job.serving_resize).
+the MXNet dialect with resize_to None whatever the training's: the built-in serves each image
+resized whole, job.serving_resize).
 
 How an image becomes `size` x `size`: by default the whole image is resized to it (its
 aspect not kept); with `resize` N (MXNet's), its shorter side is resized to N, aspect kept, and
@@ -153,8 +154,8 @@ def resize(image: tf.Tensor, size, interpolation: str = "bilinear") -> tf.Tensor
     return image
 
 
-# resize_to: no resize; image_size cropped from each image at its own scale (an image smaller than
-# that enlarged to it first). The built-in MXNet algorithm without its `resize`: its ImageRecordIter
+# resize_to ORIGINAL: no resize; image_size cropped from each image at its own scale (an image
+# smaller than that enlarged to it first). The built-in MXNet algorithm without its `resize`: its ImageRecordIter
 # takes image_shape from the image as it is (at its centre, or at random with rand_crop).
 ORIGINAL = "original"  # (settings/config.py's RESIZE_ORIGINAL)
 
