@@ -132,6 +132,18 @@ def gluon_resnet18_home(tmp_path_factory):
     return {"KERAS_HOME": str(home)}
 
 
+def asked_by_cell_44(model: Path, tmp_path) -> tuple[list[str], list[str]]:
+    """The TensorFlow notebook's client (cell 44, Accept application/json;verbose) asking the served
+    model about two new photos of each colour: (the labels it shows, the colours asked)."""
+    asked = photos(tmp_path / "asked", 2, seed=2)
+    shown = []
+    with serving(model, tmp_path / "serve.log") as server:
+        images = {path: f"{color}/{i}.jpg" for color in COLORS for i, path in enumerate(asked[color])}
+        b1_cell_44(Predictor(server), images, HTML=str, display=shown.append)
+    predicted = [html.split("Predicted Label: ")[1].split("</figcaption>")[0] for html in shown]
+    return predicted, [color for color in COLORS for _ in asked[color]]
+
+
 def jumpstart_model(folder: Path, image_size: int, *flags: str) -> Path:
     """A pretrained model in JumpStart's layout (tests/job/model/jumpstart_reference.py), as the
     file the SDK's model_uri channel copies into the job (its S3 key's last part)."""
@@ -167,13 +179,8 @@ def test_the_tensorflow_notebook_trains_on_its_model_channel_and_its_client_gets
     assert json.loads((model / "serving.json").read_text())["dialect"] == "tensorflow"
     assert json.loads((model / "serving.json").read_text())["image_size"] == 64
     assert not (model / "model.keras").exists()  # (a .keras file cannot hold the SavedModel's graph)
-    asked = photos(tmp_path / "asked", 2, seed=2)
-    shown = []
-    with serving(model, tmp_path / "serve.log") as server:
-        images = {path: f"{color}/{i}.jpg" for color in COLORS for i, path in enumerate(asked[color])}
-        b1_cell_44(Predictor(server), images, HTML=str, display=shown.append)
-    predicted = [html.split("Predicted Label: ")[1].split("</figcaption>")[0] for html in shown]
-    assert predicted == [color for color in COLORS for _ in asked[color]], predicted
+    predicted, expected = asked_by_cell_44(model, tmp_path)
+    assert predicted == expected, predicted
 
 
 def test_the_tensorflow_notebooks_request_with_train_only_top_layer_false_fine_tunes_the_jumpstart_model(tmp_path):
@@ -213,13 +220,8 @@ def test_the_tensorflow_notebooks_request_without_its_model_channel_trains_a_ker
     model = job.base / "model"
     assert json.loads((model / "classes.json").read_text()) == list(COLORS)
     assert json.loads((model / "serving.json").read_text())["dialect"] == "tensorflow"
-    asked = photos(tmp_path / "asked", 2, seed=2)
-    shown = []
-    with serving(model, tmp_path / "serve.log") as server:
-        images = {path: f"{color}/{i}.jpg" for color in COLORS for i, path in enumerate(asked[color])}
-        b1_cell_44(Predictor(server), images, HTML=str, display=shown.append)
-    predicted = [html.split("Predicted Label: ")[1].split("</figcaption>")[0] for html in shown]
-    assert predicted == [color for color in COLORS for _ in asked[color]], predicted
+    predicted, expected = asked_by_cell_44(model, tmp_path)
+    assert predicted == expected, predicted
 
 
 RGB = {**PIXELS, "cyan": (25, 230, 230), "magenta": (230, 25, 230)}

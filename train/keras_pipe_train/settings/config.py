@@ -110,15 +110,15 @@ def _integer(minimum: int, maximum: int | None = None):
     return parse
 
 
-def _auto_or(parse_value):
-    """"auto" (any case, any quoting), or what `parse_value` reads."""
+def _word_or(word: str, parse_value):
+    """`word` (any case, any quoting), or what `parse_value` reads ("auto", resize's "original")."""
     def parse(name, value):
-        if str(_unquoted(value)).lower() == "auto":
-            return "auto"
+        if str(_unquoted(value)).lower() == word:
+            return word
         try:
             return parse_value(name, value)
         except UserError as err:
-            raise UserError(f"{err} (or auto)") from None
+            raise UserError(f"{err} (or {word})") from None
 
     parse.tuning_range = parse_value.tuning_range
     return parse
@@ -171,20 +171,6 @@ def _weights(name, value):
 
 
 RESIZE_ORIGINAL = "original"  # (sources/preprocess.py's ORIGINAL: the images at their own scale)
-
-
-def _size_or_original(parse):
-    """An integer `parse` takes, or `original`."""
-    def size_or_original(name, value):
-        if str(_unquoted(value)).lower() == RESIZE_ORIGINAL:
-            return RESIZE_ORIGINAL
-        try:
-            return parse(name, value)
-        except UserError as err:
-            raise UserError(f"{err} (or {RESIZE_ORIGINAL})") from None
-
-    size_or_original.tuning_range = parse.tuning_range
-    return size_or_original
 
 
 def _is_none(value) -> bool:
@@ -392,7 +378,7 @@ HYPERPARAMETERS = {
         Hyperparameter("weights", "imagenet", _weights, "backbone weights: imagenet, none, pretrained, or a file"),
         Hyperparameter("image_size", 224, _integer(min(b.min_size for b in BACKBONE_TABLE.values()), 1024),
                        "side of the square images the model sees"),
-        Hyperparameter("resize", None, _optional(_size_or_original(_integer(32, 4096))),
+        Hyperparameter("resize", None, _optional(_word_or(RESIZE_ORIGINAL, _integer(32, 4096))),
                        "the images' shorter side is resized to it first, then image_size taken from its centre (at "
                        "random in training with augment crop): MXNet's resize; original: image_size taken so from "
                        "each image at its own scale (enlarged to image_size first if smaller: MXNet without resize); "
@@ -432,7 +418,7 @@ HYPERPARAMETERS = {
                        "augment shear: the largest slant (0.1: MXNet's)"),
         Hyperparameter("augmentation_random_flip", "horizontal", _choice(FLIPS),
                        "augment flip: horizontal, vertical or horizontal_and_vertical"),
-        Hyperparameter("steps_per_execution", "auto", _auto_or(_integer(1, 1000)),
+        Hyperparameter("steps_per_execution", "auto", _word_or("auto", _integer(1, 1000)),
                        "training steps per call into TensorFlow (the host reads metrics once per call): more keeps "
                        "a fast GPU busy between steps; a stop waits for the call to end; auto: 8 with a GPU, else 1"),
         Hyperparameter("shuffle_buffer", 1024, _integer(0), "records in the shuffle buffer (0: no shuffling)"),
