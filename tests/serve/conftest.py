@@ -19,10 +19,11 @@ CLASSES = ("cat", "dog", "bird")
 SERVE = str(Path(sys.executable).parent / "keras-pipe-serve")  # the console script, as users run it
 
 
-def exported(folder: Path, threshold: float | None = None) -> Path:
+def exported(folder: Path, threshold: float | None = None, temperature=None) -> Path:
     """A small classifier exported by the job's own export(): a one-convolution backbone with
     seeded random weights (a deep backbone untrained answers the same for every image), so that
-    each image gets its own answer."""
+    each image gets its own answer. `temperature`: its served probabilities calibrated by it (the
+    same weights: the same model, calibrated)."""
     import keras
 
     from keras_pipe_train.model import classifier as M
@@ -35,7 +36,8 @@ def exported(folder: Path, threshold: float | None = None) -> Path:
                                     activation="softmax" if threshold is None else "sigmoid")
     head = classifier.get_layer("classifier")  # (an untrained head starts at zero: every class as likely)
     head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])
-    export(classifier, CLASSES, 32, folder, threshold=threshold)
+    calibration = None if temperature is None else {"method": "temperature scaling", "temperature": temperature}
+    export(classifier, CLASSES, 32, folder, threshold=threshold, calibration=calibration)
     return folder
 
 

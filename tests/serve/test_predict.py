@@ -95,3 +95,36 @@ def test_an_archive_member_linking_out_is_refused(model_dir, photos, tmp_path):
         tar.addfile(link)
     out = keras_pipe(archive, photos, cwd=tmp_path)
     assert out.returncode == 2 and "cannot be read as a model.tar.gz" in out.stderr, out.stderr[-2000:]
+
+
+def probabilities_by_path(out: subprocess.CompletedProcess) -> dict[str, np.ndarray]:
+    rows = list(csv.reader(io.StringIO(out.stdout)))
+    return {row[0]: np.array([float(p) for p in row[3:]]) for row in rows[1:]}
+
+
+@pytest.mark.parametrize("threshold", [None, 0.3])
+def test_a_calibrated_model_answers_its_calibrated_probabilities(photos, tmp_path, threshold):
+    """The same weights exported twice, the second with a temperature (as calibration=true fits
+    one): predict answers softmax(logits / T) (sigmoid for multi-label), the same prediction, and
+    serving.json says so."""
+    from tests.serve.conftest import exported
+
+    temperature = 2.5 if threshold is None else [2.5, 0.5, 1.0]
+    plain = exported(tmp_path / "plain", threshold)
+    calibrated = exported(tmp_path / "calibrated", threshold, temperature=temperature)
+    assert json.loads((calibrated / "serving.json").read_text())["calibration"]["temperature"] == temperature
+    before = probabilities_by_path(keras_pipe(plain, photos / "a", cwd=tmp_path))
+    out = keras_pipe(calibrated, photos / "a", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    after = probabilities_by_path(out)
+    assert before.keys() == after.keys() and len(after) == 2
+    for path, raw in before.items():
+        if threshold is None:
+            expected = np.exp(np.log(raw) / temperature)
+            expected /= expected.sum()
+            assert np.argmax(after[path]) == np.argmax(raw)
+        else:
+            logits = np.log(raw / (1 - raw))
+            expected = 1 / (1 + np.exp(-logits / np.array(temperature)))
+        assert after[path] == pytest.approx(expected, abs=2e-4), (path, raw, after[path])
+        assert not np.allclose(after[path], raw, atol=1e-3)  # (the temperature did something)

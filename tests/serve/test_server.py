@@ -125,6 +125,26 @@ def test_a_multi_label_model_answers_the_classes_above_its_threshold(multi_label
     np.testing.assert_allclose(answer["probabilities"], expected["probabilities"][0], atol=1e-6)
 
 
+def test_a_calibrated_model_serves_its_calibrated_probabilities(tmp_path):
+    """calibration's temperature is in the SavedModel: the server answers softmax(logits / T),
+    with the same predicted label as the model's own probabilities."""
+    from tests.serve.conftest import exported
+
+    plain = signature_answers(exported(tmp_path / "plain"), [JPEG])["probabilities"][0]
+    calibrated = exported(tmp_path / "calibrated", temperature=2.5)
+    server = Server(calibrated, tmp_path / "serve.log", SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    try:
+        server.wait_until_healthy()
+        status, answer = post(server, JPEG, "image/jpeg")
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-2000:]
+    assert status == 200, answer
+    expected = np.exp(np.log(plain) / 2.5) / np.exp(np.log(plain) / 2.5).sum()
+    np.testing.assert_allclose(answer["probabilities"], expected, atol=1e-5)
+    assert answer["predicted_label"] == CLASSES[int(np.argmax(plain))]
+    assert max(answer["probabilities"]) < max(plain) - 0.05  # (less sure: T > 1)
+
+
 @pytest.mark.parametrize("setting, message", [
     ({"args": ["--model-dir", "/nowhere"]}, "serve: /nowhere holds no SavedModel"),
     ({"env": {"SAGEMAKER_MODEL_SERVER_WORKERS": "two"}}, "serve: SAGEMAKER_MODEL_SERVER_WORKERS='two' is not a whole"),

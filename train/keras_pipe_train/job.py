@@ -19,6 +19,7 @@ from keras_pipe_train.model.classifier import (
     build_backbone,
     build_classifier,
     freeze,
+    logits_of,
     prepare_from_scratch,
     set_batchnorm_momentum,
     unfreeze_top,
@@ -31,7 +32,7 @@ from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceCon
 from keras_pipe_train.settings.errors import ClusterError, UserError
 from keras_pipe_train.sources import datasets, manifest
 from keras_pipe_train.sources.recent_images import RecentImages
-from keras_pipe_train.training import distribute, metrics
+from keras_pipe_train.training import calibration, distribute, metrics
 from keras_pipe_train.training.checkpoints import Checkpoints, Progress
 from keras_pipe_train.training.early_stopping import BestWeights, Rule
 from keras_pipe_train.training.loop import Stopped, Trainer
@@ -103,6 +104,8 @@ class Training:
     precise_bn: PreciseBatchNorm | None = None
     # the class names a manifest's lines give, read on this host (the model's, without class_names)
     seen: manifest.ClassNames = dataclasses.field(default_factory=manifest.ClassNames)
+    # the temperature fitted on validation before the export (the chief's; None: not fitted)
+    calibrated: calibration.Calibration | None = None
 
     @property
     def model(self) -> keras.Model:
@@ -187,6 +190,9 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     if config.early_stopping and validation is None:
         raise UserError("hyperparameter early_stopping=true watches the validation metrics: add a 'validation' "
                         "channel (or set validation_split_ratio), or set early_stopping=false")
+    if config.calibration == "true" and validation is None:
+        raise UserError("hyperparameter calibration=true fits a temperature on the validation set: add a 'validation' "
+                        "channel (or set validation_split_ratio), or set calibration=auto")
     if config.export_epoch == "best" and validation is None:
         log.info("export_epoch=best: without validation (no 'validation' channel, no validation_split_ratio) there "
                  "is no %s to choose the best epoch by: the last epoch's model is exported",
@@ -415,6 +421,7 @@ def evaluate_exported(training: Training, final: dict) -> None:
         try:
             found = evaluation.report(t.trainer.task, t.config.class_names, scores, examples, counts, detail,
                                       final.get("epoch"))
+            found["calibration"] = t.calibrated.as_json() if t.calibrated else None
             evaluation.write(t.layout.output_data, found, t.epochs.rows)
         except Exception as err:  # (the model and metrics.json are written: the job's result stands)
             log.warning("could not write evaluation.json (%s: %s)", type(err).__name__, err, exc_info=True)
@@ -439,8 +446,11 @@ def write_report(training: Training, found: dict) -> None:
             # (the other hosts wait at most collective_timeout for the chief: half of it for the pass;
             # 0 is TensorFlow's "no timeout")
             budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
-            worst = mistakes.find(t.model, t.trainer.task, make(tf.distribute.InputContext()), t.trainer.stop,
-                                  budget_s=budget)
+            calibrated = t.calibrated.serving_json(t.config.multi_label_threshold if t.config.multi_label else None) \
+                if t.calibrated else None
+            worst = mistakes.find(served_probabilities(t), t.trainer.task, make(tf.distribute.InputContext()),
+                                  t.trainer.stop, budget_s=budget,
+                                  threshold=(calibrated or {}).get("calibrated_thresholds"))
             if not t.trainer.stop.is_set():
                 gallery = job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
@@ -464,9 +474,11 @@ def export_together(training: Training, final: dict) -> None:
         t.config = dataclasses.replace(t.config, class_names=names)
         if t.cluster.is_chief:
             threshold = t.config.multi_label_threshold if t.config.multi_label else None
+            t.calibrated = calibrate(t)
             serving_dir = export(t.model, t.config.class_names, t.config.image_size, t.layout.model,
                                  t.config.max_image_pixels, threshold, dialect=t.config.dialect,
-                                 resize_to=serving_resize(t.config), interpolation=t.config.resize_interpolation)
+                                 resize_to=serving_resize(t.config), interpolation=t.config.resize_interpolation,
+                                 calibration=t.calibrated.serving_json(threshold) if t.calibrated else None)
             copy_epoch_models(t)
             t.epochs.write(t.layout.output_data / "metrics.json", final)
             keras_file = t.layout.model / "model.keras"
@@ -476,6 +488,53 @@ def export_together(training: Training, final: dict) -> None:
     finally:
         finish_together(t.cluster, failed=not exported)
     evaluate_exported(training, final)
+
+
+def calibrate(training: Training) -> calibration.Calibration | None:
+    """The temperature for the served probabilities (training/calibration.py), fitted on the
+    validation channel's logits in one more pass, the chief's alone, before the export (the other
+    hosts wait for it there: half of collective_timeout at most, as the gallery's pass). None
+    without validation or at a stop request; a fit that fails is a warning, and the model is then
+    exported as trained."""
+    t = training
+    if not t.validation or t.trainer.stop.is_set():
+        return None
+    try:
+        make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
+                                         side=t.validation.side)
+        budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
+        logits, labels, cut = calibration.collect(tf.function(logits_of(t.model), reduce_retracing=True),
+                                                  make(tf.distribute.InputContext()), t.model.output_shape[-1],
+                                                  t.trainer.stop, budget)
+        if t.trainer.stop.is_set() or not len(labels):
+            log.warning("no calibration: %s", "a stop request" if len(labels) else "the validation pass read nothing")
+            return None
+        found = calibration.calibrate(logits, labels, t.config.multi_label, t.config.calibration, t.config.seed, cut)
+    except Exception as err:
+        log.warning("could not calibrate the model's probabilities (%s: %s): it is exported as trained",
+                    type(err).__name__, err, exc_info=True)
+        return None
+    before, after = found.before, found.after
+    log.info("calibration on %d validation examples%s: temperature %s %s (%s); cross-fitted ECE %.4f -> %.4f, "
+             "NLL %.4f -> %.4f", found.examples, " (the first: the pass was cut short)" if cut else "",
+             _shown(found.temperature), "applied" if found.applied else "not applied", found.reason,
+             before["ece"], after["ece"], before["nll"], after["nll"])
+    return found
+
+
+def _shown(temperature) -> str:
+    values = np.atleast_1d(temperature)
+    return f"{values[0]:.4g}" if values.size == 1 else f"{values.min():.4g} to {values.max():.4g} by class"
+
+
+def served_probabilities(training: Training):
+    """images -> the probabilities the exported model serves: the model's, or calibrated ones."""
+    t, temperature = training, training.calibrated and training.calibrated.serving_json(None)
+    if not temperature:
+        return lambda images: tf.cast(t.model(images, training=False), tf.float32)
+    logits, divisor = logits_of(t.model), tf.constant(temperature["temperature"], tf.float32)
+    activation = tf.sigmoid if t.config.multi_label else tf.nn.softmax
+    return lambda images: activation(logits(images) / divisor)
 
 
 def serving_resize(config: JobConfig) -> int | str | None:
@@ -505,7 +564,7 @@ def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
 # another global batch, other time limits); any other change makes it another job (training/checkpoints.py).
 RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
                      "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
-                     "steps_per_execution", "dialect_notes", "keep_epoch_models")
+                     "steps_per_execution", "dialect_notes", "keep_epoch_models", "calibration")
 
 
 def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,

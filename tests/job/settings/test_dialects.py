@@ -209,3 +209,15 @@ def test_the_tensorflow_dialects_top_5_is_not_forced_on_a_multi_label_job():
                                              "record_format": "tfrecord",
                                              "class_names": json.dumps(list("abcdef"))})
     assert config.multi_label and config.top_k is None
+
+
+def test_the_built_ins_dialects_serve_their_own_probabilities_unless_calibration_is_asked_for():
+    mxnet = {"num_classes": "3", "num_layers": "18"}
+    tensorflow = {"num_classes": "3", "train_only_top_layer": "True"}
+    assert JobConfig.from_hyperparameters({"num_classes": "3"}).calibration == "auto"
+    for request in (mxnet, tensorflow):
+        assert JobConfig.from_hyperparameters(request).calibration == "false"
+        for given, read in (("true", "true"), ("1", "true"), ("on", "true"), ("auto", "auto"), ("Off", "false")):
+            assert JobConfig.from_hyperparameters({**request, "calibration": given}).calibration == read
+    with pytest.raises(UserError, match="hyperparameter calibration must be one of auto, true, false; got 'yes'"):
+        JobConfig.from_hyperparameters({"num_classes": "3", "calibration": "yes"})

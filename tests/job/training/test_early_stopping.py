@@ -102,6 +102,17 @@ def test_early_stopping_without_a_validation_channel_is_refused_before_training(
     assert "early_stopping=true watches the validation metrics: add a 'validation' channel" in failure
 
 
+def test_calibration_true_without_a_validation_channel_is_refused_before_training(job, digit_records,
+                                                                                  head_only_weights):
+    file_channel(job, "train", digit_records[0][:32], shards=1)
+    write_hyperparameters(job, weights=str(head_only_weights), **RECIPE, epochs=1, calibration="true")
+    out = run_train(job)
+    assert out.returncode == 2, out.stdout[-3000:]
+    failure = (job.base / "output/failure").read_text()
+    assert "calibration=true fits a temperature on the validation set: add a 'validation' channel" in failure
+    assert "metrics: " not in out.stdout  # (refused before the first epoch)
+
+
 # --- export_epoch=best: the best epoch's model without early stopping ------------------------------
 
 # A small ResNet trained from scratch: it learns the digits within a few epochs (about 25 %, 73 %,

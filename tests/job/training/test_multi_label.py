@@ -284,6 +284,63 @@ def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_
     assert f1 >= 0.5 and auc >= 0.75, (f1, auc)
 
 
+@pytest.mark.slow
+def test_a_calibrated_multi_label_job_serves_calibrated_probabilities_and_the_same_predictions(job, tmp_path):
+    """calibration=true on a multi-label job: a temperature per class (the classes with fewer than
+    10 positives among the 64 validation images take the pooled one); the served probabilities
+    are calibrated, and the served predictions are still the threshold's on the model's own
+    probabilities: the counts the job reported at 0.3 are the served predictions' counts, and each
+    class is predicted from its calibrated threshold in serving.json."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from keras_pipe_launch.sample_data import digit_pairs, load_digits, pair_examples
+    from pipemode import tfrecord
+    from tests.held_out import LEARNS
+    from tests.job.conftest import file_channel, run_train, write_hyperparameters
+
+    images, labels = load_digits()
+    pairs, classes = digit_pairs(images, labels, 664)
+    records = pair_examples(pairs, classes)
+    file_channel(job, "train", records[:600])
+    file_channel(job, "validation", records[600:], shards=1)
+    write_hyperparameters(job, num_classes=10, multi_label=True, multi_label_threshold=0.3, **LEARNS,
+                          calibration="true")
+    out = run_train(job)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
+    found = evaluation["calibration"]
+    assert found["applied"] and len(found["temperature"]) == 10 and len(found["per_class_ece"]["after"]) == 10
+    truth = np.zeros((64, 10), bool)
+    for row, pair in zip(truth, classes[600:]):
+        row[list(pair)] = True
+    rare = truth.sum(0) < 10
+    assert rare.any() and (~rare).any()  # (both kinds of class: the test means something)
+    shared = np.array(found["temperature"])[rare]
+    assert np.allclose(shared, shared[0])
+    serving = json.loads((job.base / "model/serving.json").read_text())["calibration"]
+    edges = np.array(serving["calibrated_thresholds"])
+    temperatures = np.array(serving["temperature"])
+    assert edges == pytest.approx(1 / (1 + np.exp(-np.log(0.3 / 0.7) / temperatures)))
+
+    validation = job.write("served.tfrecord", tfrecord.encode(records[600:]))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    served = subprocess.run([sys.executable, "-c", SERVE, str(job.base / "model" / "1"), str(validation)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=wait_s(270))
+    assert served.returncode == 0, served.stderr[-3000:]
+    answer = json.loads(served.stdout.strip().splitlines()[-1])
+    probabilities, predicted = np.array(answer["probabilities"]), np.array(answer["predicted"], bool)
+    # each class predicted from its calibrated threshold (float32 against float64 at the edge itself)
+    close = np.isclose(probabilities, edges, atol=1e-6)
+    assert ((probabilities >= edges) == predicted)[~close].all()
+    counts = evaluation["per_class_counts"]
+    tp, fp, fn = (predicted & truth).sum(0), (predicted & ~truth).sum(0), (~predicted & truth).sum(0)
+    assert (counts["true_positives"], counts["false_positives"], counts["false_negatives"]) == (
+        tp.tolist(), fp.tolist(), fn.tolist())
+
+
 COUNTED_ON_REPLICAS = """
 import json, sys
 import numpy as np, tensorflow as tf

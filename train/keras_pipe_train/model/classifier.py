@@ -164,6 +164,19 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     return keras.Model(images, probabilities, name=f"{backbone_name}_classifier")
 
 
+def logits_of(model: keras.Model):
+    """images -> the classifier's logits (float32), before its softmax or sigmoid: what a temperature
+    divides (training/calibration.py). The model's own layers and weights, in inference mode."""
+    head = model.get_layer("classifier")
+    features = keras.Model(model.inputs, head.input, name="features")
+
+    def logits(images):
+        x = keras.ops.cast(features(images, training=False), "float32")
+        return keras.ops.matmul(x, head.kernel) + head.bias
+
+    return logits
+
+
 def freeze(backbone: keras.Model) -> None:
     backbone.trainable = False
 

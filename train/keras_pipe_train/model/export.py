@@ -12,7 +12,9 @@ model_dir/
                 file cannot hold its graph; model/jumpstart.py)
   classes.json  the class names, in label order
   serving.json  what `serve` needs beside the SavedModel: the image limit, a multi-label
-                model's threshold, and the dialect its answers speak: "mxnet" or "tensorflow" (a
+                model's threshold, its calibration (the temperature the served probabilities'
+                logits are divided by, training/calibration.py; null: none), and the dialect
+                its answers speak: "mxnet" or "tensorflow" (a
                 model trained in a SageMaker built-in image classifier's dialect, whose clients
                 read the answers that built-in gave), or "keras-pipe", this project's own
                 (keras_pipe_serve.payloads says each one's answers; a serving.json without it is
@@ -28,7 +30,7 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train.model import jumpstart
-from keras_pipe_train.model.classifier import backbone_of
+from keras_pipe_train.model.classifier import backbone_of, logits_of
 from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
 from keras_pipe_train.sources import preprocess
@@ -38,11 +40,15 @@ SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is t
 
 def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
                     threshold: float | None = None, resize_to: int | str | None = None,
-                    interpolation: str = "bilinear"):
+                    interpolation: str = "bilinear", temperature=None):
     """`threshold`: a multi-label model's (None: a single-label one). `resize_to`, `interpolation`:
     how each image is prepared (preprocess.for_eval): the job's resize and resize_interpolation, as
-    validation prepared it (the MXNet dialect's: resize None, job.serving_resize)."""
+    validation prepared it (the MXNet dialect's: resize None, job.serving_resize). `temperature`:
+    the served probabilities are those of the logits divided by it (a number, or one per class;
+    None: the model's own); a multi-label model's predictions stay its threshold's on the model's
+    own probabilities, as validated (training/calibration.py)."""
     names = tf.constant(list(class_names))
+    logits = logits_of(model) if temperature is not None else None
 
     def serve(image_bytes):
         # each request's images are checked from their headers before decoding: a small file that
@@ -50,9 +56,15 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
         images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size,
                                                                    resize_to, interpolation),
                                      image_bytes, image_size)
-        probabilities = model(images, training=False)
+        if logits is None:
+            probabilities = decided = model(images, training=False)
+        else:
+            z = logits(images)
+            scaled = z / tf.constant(temperature, tf.float32)
+            probabilities = tf.sigmoid(scaled) if threshold is not None else tf.nn.softmax(scaled)
+            decided = tf.sigmoid(z) if threshold is not None else probabilities  # (a softmax's argmax is the same)
         if threshold is not None:
-            predicted = probabilities >= threshold
+            predicted = decided >= threshold
             return {"probabilities": probabilities, "predicted": tf.cast(predicted, tf.int32),
                     "classes": tf.where(predicted, names, tf.constant(""))}
         ids = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
@@ -72,10 +84,13 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
 
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
            max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE,
-           resize_to: int | str | None = None, interpolation: str = "bilinear") -> Path:
+           resize_to: int | str | None = None, interpolation: str = "bilinear",
+           calibration: dict | None = None) -> Path:
     """`dialect`: whose answers `serve` gives for the model (keras_pipe_train.settings.dialects.DIALECTS:
     the request's, as dialects.translate says it).
-    `resize_to`, `interpolation`: how the serving signature prepares images (serving_archive)."""
+    `resize_to`, `interpolation`: how the serving signature prepares images (serving_archive).
+    `calibration`: {"temperature": ..., ...} when the served probabilities are calibrated
+    (calibration.Calibration.serving_json), recorded in serving.json."""
     if dialect not in DIALECTS:
         raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -85,8 +100,8 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
     (model_dir / "serving.json").write_text(json.dumps({
         "image_size": image_size, "max_image_pixels": max_pixels, "multi_label": threshold is not None,
-        "threshold": threshold, "dialect": dialect}) + "\n")
+        "threshold": threshold, "dialect": dialect, "calibration": calibration}) + "\n")
     serving_dir = model_dir / SERVING_VERSION
-    serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to,
-                    interpolation).write_out(str(serving_dir), verbose=False)
+    serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to, interpolation,
+                    calibration["temperature"] if calibration else None).write_out(str(serving_dir), verbose=False)
     return serving_dir

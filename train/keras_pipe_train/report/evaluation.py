@@ -6,6 +6,8 @@
     output/data/learning_curves.png loss and accuracy (or F1) by epoch, train and validation
     output/data/confusion_matrix.png  single-label; multi-label (or more than 256 classes):
                                     per_class.png, each class's precision, recall and F1
+    output/data/reliability.png     the calibration's reliability diagram, before and after
+                                    (evaluation.json's "calibration": training/calibration.py)
 
 SageMaker uploads output/data in output.tar.gz beside the model. The numbers come from one more
 pass over the validation channel with the weights exported (the best epoch's under early
@@ -64,6 +66,8 @@ def write(folder: Path, evaluation: dict, rows: list[dict]) -> None:
     else:
         pictures["confusion_matrix.png"] = lambda path: confusion_picture(
             np.asarray(evaluation["confusion_matrix"]["counts"]), evaluation["classes"], path)
+    if evaluation.get("calibration"):
+        pictures["reliability.png"] = lambda path: reliability_picture(evaluation["calibration"], path)
     for name, draw in pictures.items():
         try:
             draw(folder / name)
@@ -155,3 +159,36 @@ def per_class_bars(per_class: list[dict], path: Path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def reliability_picture(calibration: dict, path: Path) -> None:
+    """Each confidence bin's accuracy against its mean confidence, before calibration and after
+    (cross-fitted): a calibrated model's points lie on the diagonal. Each point's area is its
+    share of the examples."""
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(5.2, 4.8))
+    axis.plot([0, 1], [0, 1], ":", color="grey", linewidth=1, label="perfectly calibrated")
+    total = max(calibration["examples"], 1)
+    for key, style, label in (("before", "-o", "the model's own"),
+                              ("after", "-s", f"temperature {_temperature_text(calibration['temperature'])}")):
+        bins = calibration[key]["reliability"]
+        line, = axis.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], style, markersize=0,
+                          label=f"{label}: ECE {calibration[key]['ece']:.3f}")
+        axis.scatter([b["confidence"] for b in bins], [b["accuracy"] for b in bins], color=line.get_color(),
+                     s=[8 + 400 * b["examples"] / total for b in bins], alpha=0.7)
+    multi = len(calibration.get("per_class_ece", {}).get("before", ())) > 0
+    axis.set_xlabel("probability given (each class's)" if multi else "confidence (the top class's probability)")
+    axis.set_ylabel("share right" if not multi else "share where the class is present")
+    axis.set_xlim(-0.03, 1.03)  # (a bin's marker at 1 drawn whole)
+    axis.set_ylim(-0.03, 1.03)
+    axis.set_title(f"reliability ({calibration['examples']:,} validation examples)")
+    axis.grid(alpha=0.3)
+    axis.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _temperature_text(temperature) -> str:
+    values = np.atleast_1d(np.asarray(temperature, np.float64))
+    return f"{values[0]:.3g}" if values.size == 1 else f"{values.min():.3g}-{values.max():.3g} (by class)"

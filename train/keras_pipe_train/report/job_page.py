@@ -6,6 +6,9 @@ gallery of mistakes.py.
     learning curves             learning_curves.png, inline
     the worst mistakes          the KEEP validation images of highest loss: the picture the model
                                 saw, the label given, what it predicted, with what probability
+    how far to trust its        the calibration: the temperature and whether it is served,
+      probabilities             ECE, NLL and Brier score before and after (cross-fitted), the
+                                reliability diagram; multi-label: the classes worst calibrated
     where it is confused        single-label: the confusion matrix and the most-confused class
                                 pairs; multi-label: the classes most missed and most wrongly
                                 predicted, and each class's precision, recall and F1
@@ -61,6 +64,7 @@ def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job
                 pages.section("Learning curves", pages.figure(_picture(folder, "learning_curves.png"),
                                                               "loss and accuracy (or F1) by epoch"), anchor="curves"),
                 mistakes_section(gallery, evaluation["classes"], multi),
+                calibration_section(folder, evaluation),
                 confusion_section(folder, evaluation),
                 class_table(evaluation),
                 settings_section(settings)]
@@ -117,6 +121,38 @@ def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
     alt = f"validation image labelled {', '.join(shown['given']) or 'none'}"
     return f'<div class="tile">{pages.image(mistake.jpeg, "image/jpeg", alt)}{text}<br>loss {shown["loss"]:.3f}</div>'
 
+
+
+def calibration_section(folder: Path, evaluation: dict) -> str:
+    title = "How far to trust its probabilities"
+    found = evaluation.get("calibration")
+    if not found:
+        return pages.section(title, pages.note("not measured: the model was not calibrated (no validation pass before "
+                                               "the export, or a stop request)"), anchor="calibration")
+    temperature = np.atleast_1d(np.asarray(found["temperature"], np.float64))
+    said = (f"temperature {temperature[0]:.3g}" if temperature.size == 1 else
+            f"a temperature for each class, {temperature.min():.3g} to {temperature.max():.3g}")
+    served = ("the served probabilities are divided by it (the predictions are the same)" if found["applied"]
+              else "not applied: the served probabilities are the model's own")
+    lines = [pages.note(f"{said}, fitted on {found['examples']:,} validation examples"
+                        f"{' (the first: the pass was cut short)' if found.get('cut') else ''}: {served}. "
+                        f"Why: {found['reason']}. 'After' is cross-fitted: each half of the examples calibrated by "
+                        "the temperature fitted on the other half, so the gain is measured on examples it was not "
+                        "fitted on. ECE: the mean gap between confidence and accuracy, over 15 bins; lower is "
+                        "better for all three.")]
+    rows = [(name, pages.number(found["before"][key]), pages.number(found["after"][key]))
+            for key, name in (("ece", "ECE"), ("nll", "NLL"), ("brier", "Brier score"))]
+    lines.append(pages.table(["", "the model's own", "calibrated"], rows, [False, True, True]))
+    lines.append(pages.figure(_picture(folder, "reliability.png"), "reliability: accuracy by confidence"))
+    per_class = found.get("per_class_ece")
+    if per_class:
+        order = sorted(range(len(per_class["before"])), key=lambda c: -per_class["before"][c])[:MAX_PAIRS]
+        temperatures = np.broadcast_to(temperature, (len(per_class["before"]),))
+        lines += ["<h3>The classes worst calibrated</h3>", pages.table(
+            ["class", "ECE, its own", "temperature", "ECE, calibrated"],
+            [(evaluation["classes"][c], pages.number(per_class["before"][c]), f"{temperatures[c]:.3g}",
+              pages.number(per_class["after"][c])) for c in order], [False, True, True, True])]
+    return pages.section(title, *lines, anchor="calibration")
 
 
 def confusion_section(folder: Path, evaluation: dict) -> str:

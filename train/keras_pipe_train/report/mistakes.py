@@ -2,7 +2,8 @@
 highest loss, as fastai's plot_top_losses shows them, for the job's report page (job_page.py) and TensorBoard.
 
 One pass over the validation channel, on the chief alone, after the export (the other hosts wait
-for it in the job's last collective): each batch through the model as exported, each example's
+for it in the job's last collective): each batch through the model as exported (its probabilities
+calibrated when they are served so), each example's
 loss as validation computes it (the plain cross-entropy), and only the KEEP worst kept, in a heap:
 memory stays bounded whatever the size of the set. What is kept of an image is the picture the
 model saw (its input, after the same resize and crop as validation), shrunk to a
@@ -54,8 +55,11 @@ class Worst:
     """Of the examples seen so far that the model gets wrong, the `keep` of highest loss (a
     min-heap: the least bad of them on top)."""
 
-    def __init__(self, task: SingleLabel | MultiLabel, keep: int = KEEP):
+    def __init__(self, task: SingleLabel | MultiLabel, keep: int = KEEP, threshold=None):
+        """`threshold`: multi-label, the probability (or one per class) from which a class counts
+        as predicted: the task's, or the calibrated probabilities' (training/calibration.py)."""
         self.task, self.keep = task, keep
+        self.threshold = task.threshold if threshold is None and isinstance(task, MultiLabel) else threshold
         self.seen = self.wrong_count = 0
         self.cut = False  # (the pass ended at its time budget, before the channel's end)
         self._heap: list = []
@@ -65,7 +69,7 @@ class Worst:
         """Which examples the model gets wrong: another class (single-label), or not exactly the
         classes labelled (multi-label, at the threshold)."""
         if isinstance(self.task, MultiLabel):
-            return np.any((probabilities >= self.task.threshold) != (labels >= 0.5), axis=-1)
+            return np.any((probabilities >= self.threshold) != (labels >= 0.5), axis=-1)
         return np.argmax(probabilities, axis=-1) != labels
 
     def add(self, images: np.ndarray, labels: np.ndarray, probabilities: np.ndarray, losses: np.ndarray) -> None:
@@ -89,7 +93,7 @@ class Worst:
         probabilities = probabilities.astype(np.float64)
         if isinstance(self.task, MultiLabel):
             given = tuple(int(c) for c in np.flatnonzero(label >= 0.5))
-            predicted = tuple(int(c) for c in np.flatnonzero(probabilities >= self.task.threshold))
+            predicted = tuple(int(c) for c in np.flatnonzero(probabilities >= self.threshold))
         else:
             given, predicted = (int(label),), (int(np.argmax(probabilities)),)
         shown = dict.fromkeys((*given, *predicted))
@@ -114,12 +118,13 @@ def thumbnail(image: np.ndarray) -> bytes:
     return tf.io.encode_jpeg(pixels, quality=QUALITY).numpy()
 
 
-def find(model, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop=None, keep: int = KEEP,
-         budget_s: float | None = None) -> Worst:
-    """The worst `keep` of `dataset`'s (images, labels) batches for `model`; `stop` (a
-    threading.Event) ends the pass early, and so does `budget_s` seconds gone (`cut` then says so)."""
-    worst = Worst(task, keep)
-    predict = tf.function(lambda images: model(images, training=False), reduce_retracing=True)
+def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop=None, keep: int = KEEP,
+         budget_s: float | None = None, threshold=None) -> Worst:
+    """The worst `keep` of `dataset`'s (images, labels) batches for `predict` (images -> the
+    probabilities the model serves); `stop` (a threading.Event) ends the pass early, and so does
+    `budget_s` seconds gone (`cut` then says so). `threshold`: Worst's."""
+    worst = Worst(task, keep, threshold)
+    predict = tf.function(predict, reduce_retracing=True)
     deadline = None if budget_s is None else time.monotonic() + budget_s
     batches = iter(dataset)
     for images, labels in batches:

@@ -41,6 +41,7 @@ EARLY_STOPPING_METRICS = ("val_loss", "val_accuracy", "val_top_k_accuracy", "val
 INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "area", "lanczos3", "lanczos5", "gaussian", "mitchellcubic")
 WEIGHT_DECAY_STYLES = ("decoupled", "l2")
 EXPORT_EPOCHS = ("last", "best")
+CALIBRATION = ("auto", "true", "false")  # (training/calibration.py)
 
 # Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
 # _tuning_objective_metric to each of its training jobs; the SDKs add sagemaker_* and model_dir.
@@ -480,6 +481,11 @@ HYPERPARAMETERS = {
         Hyperparameter("keep_epoch_models", 0, _integer(0),
                        "every N epochs, that epoch's model is kept in the export's epochs/ folder (0: none), "
                        "beside the model exported: the built-in MXNet algorithm's checkpoint_frequency"),
+        Hyperparameter("calibration", "auto", _choice(CALIBRATION, {"on": "true", "off": "false", "1": "true",
+                                                                   "0": "false"}),
+                       "divide the served probabilities' logits by a temperature fitted on the validation set "
+                       "(one per class for multi_label; predictions unchanged): true, false, or auto (with at least "
+                       "200 validation examples, when it lowers their cross-fitted NLL)"),
         Hyperparameter("class_weights", None, _class_weights,
                        "weight of each class in the training loss: a list in label order, {name: weight}, or balanced "
                        "(examples / (classes x the class's examples), as counted over the training examples seen so "
@@ -580,6 +586,7 @@ class JobConfig:
     early_stopping_min_epochs: int
     keep_epoch_models: int
     export_epoch: str
+    calibration: str
     class_weights: tuple[float, ...] | str | None  # (str: "balanced")
     multi_label: bool
     label_format: str

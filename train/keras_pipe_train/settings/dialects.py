@@ -236,6 +236,7 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
                 early_stopping_min_epochs=value["early_stopping_min_epochs"],
                 early_stopping_patience=value["early_stopping_patience"],
                 early_stopping_tolerance=value["early_stopping_tolerance"], export_epoch="best")
+    ours["calibration"] = "false"  # (the built-in's own probabilities, unless calibration is asked for)
     ours.update(given)  # this job's own names, which any dialect takes as they are
     # MXNet's multi-label labels are one 0 or 1 per class, in its .rec and .lst files and in its
     # augmented manifests (unless their ContentType says label-format=class-id: sources/content_types.py)
@@ -347,6 +348,7 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
         ours.update(epochs="0", fine_tune_epochs=value["epochs"], fine_tune_layers=str(ALL_LAYERS),
                     fine_tune_learning_rate=value["learning_rate"], train_batchnorm="true")
     ours.update(_tensorflow_augmentation(value))
+    ours["calibration"] = "false"  # (the built-in's own probabilities, unless calibration is asked for)
     ours.update(given)
     return ours, []
 
