@@ -71,38 +71,48 @@ def quick(recipe: tuple[str, ...]) -> tuple[str, ...]:
     return hps(recipe, epochs=1, fine_tune_epochs=1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def in_job_folder(prefix: str, doc: str, argv: list[str] | None, body) -> int:
+    """A benchmark's main: its --quick option, then body(folder, quick) with a new temporary folder
+    for its jobs, removed after; kept (and said) when a job fails, which ends the run with SystemExit."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    out = Path(tempfile.mkdtemp(prefix="bench-recipes-"))
-    adjust = quick if args.quick else (lambda recipe: recipe)
-    try:  # (a job that fails ends the run with SystemExit, its log named)
-        make_data(out)
-        make_pairs(out, 200 if args.quick else 1000)
-        started = time.perf_counter()
-        pretrained = launch_local("pretrain", *pretraining(out, 1 if args.quick else 8), out=out, show=False)
-        print(f"pretraining on digits 0-4, from scratch: validation accuracy {pretrained['val_accuracy']:.1%} "
-              f"({time.perf_counter() - started:.0f} s)\n")
-        print(f"{'transfer to digits 5-9, recipe':<62} {'val accuracy':>12} {'val loss':>9} {'epoch':>6} {'time':>7}")
-        for index, (name, recipe) in enumerate(RECIPES.items()):
-            started = time.perf_counter()
-            final = launch_local(f"recipe-{index}", *transfer_channels(out), *adjust(recipe), out=out, show=False)
-            print(f"{name:<62} {final['val_accuracy']:>12.1%} {final['val_loss']:>9.3f} {final['epoch']:>6} "
-                  f"{time.perf_counter() - started:>6.0f}s", flush=True)
-        started = time.perf_counter()
-        final = launch_local("multi-label", *transfer_channels(out, "pairs-5-9"), *adjust(MULTI_LABEL), out=out,
-                             show=False)
-        print(f"\nmulti-label: two digits of 5-9 an image ({time.perf_counter() - started:.0f} s, the demo's recipe): "
-              f"F1 micro {final['val_f1_micro']:.3f}, F1 macro {final['val_f1_macro']:.3f}, "
-              f"AUC {final['val_auc']:.3f}, images with both digits right (and no other) "
-              f"{final['val_accuracy']:.1%}")
+    out = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        body(out, args.quick)
     except SystemExit:
         print(f"(the jobs' folders and logs are kept in {out})", file=sys.stderr)
         raise
     shutil.rmtree(out, ignore_errors=True)
     return 0
+
+
+def run(out: Path, quick_run: bool) -> None:
+    adjust = quick if quick_run else (lambda recipe: recipe)
+    make_data(out)
+    make_pairs(out, 200 if quick_run else 1000)
+    started = time.perf_counter()
+    pretrained = launch_local("pretrain", *pretraining(out, 1 if quick_run else 8), out=out, show=False)
+    print(f"pretraining on digits 0-4, from scratch: validation accuracy {pretrained['val_accuracy']:.1%} "
+          f"({time.perf_counter() - started:.0f} s)\n")
+    print(f"{'transfer to digits 5-9, recipe':<62} {'val accuracy':>12} {'val loss':>9} {'epoch':>6} {'time':>7}")
+    for index, (name, recipe) in enumerate(RECIPES.items()):
+        started = time.perf_counter()
+        final = launch_local(f"recipe-{index}", *transfer_channels(out), *adjust(recipe), out=out, show=False)
+        print(f"{name:<62} {final['val_accuracy']:>12.1%} {final['val_loss']:>9.3f} {final['epoch']:>6} "
+              f"{time.perf_counter() - started:>6.0f}s", flush=True)
+    started = time.perf_counter()
+    final = launch_local("multi-label", *transfer_channels(out, "pairs-5-9"), *adjust(MULTI_LABEL), out=out,
+                         show=False)
+    print(f"\nmulti-label: two digits of 5-9 an image ({time.perf_counter() - started:.0f} s, the demo's recipe): "
+          f"F1 micro {final['val_f1_micro']:.3f}, F1 macro {final['val_f1_macro']:.3f}, "
+          f"AUC {final['val_auc']:.3f}, images with both digits right (and no other) "
+          f"{final['val_accuracy']:.1%}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return in_job_folder("bench-recipes-", __doc__, argv, run)
 
 
 if __name__ == "__main__":

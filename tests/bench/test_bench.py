@@ -97,3 +97,12 @@ def test_sources_benchmark_reads_every_source_to_the_same_count():
     out = quick_run("sources")  # (it asserts each source's epoch holds every photo)
     for kind in ("tfrecord-pipe", "tfrecord-file", "class-folders", "manifest-pipe", "mxnet-rec-pipe"):
         assert f"{kind}:" in out and "x tfrecord-pipe" in out
+
+
+@pytest.mark.slow
+def test_label_errors_benchmark_runs_a_flipped_job_and_agrees_with_cleanlab():
+    out = quick_run("label_errors")
+    assert "transfer, 10% flipped" in out and "the job's suspects:" in out
+    assert "the same as cleanlab's on 100.0% of images" in out  # (the same probabilities, the same method)
+    assert re.search(r"cost: label check [0-9.]+ s / training [0-9.]+ s = \d+%", out)
+    assert re.search(r"calibration \(T = [0-9.]+, 180 validation images\): ECE", out)

@@ -25,14 +25,14 @@ from keras_pipe_train.model.classifier import (
     unfreeze_top,
 )
 from keras_pipe_train.model.export import export
-from keras_pipe_train.report import evaluation, job_page, mistakes, tensorboard_pictures
+from keras_pipe_train.report import evaluation, job_page, mistakes, suspects, tensorboard_pictures
 from keras_pipe_train.settings import contract, dialects
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig
 from keras_pipe_train.settings.errors import ClusterError, UserError
 from keras_pipe_train.sources import datasets, manifest
 from keras_pipe_train.sources.recent_images import RecentImages
-from keras_pipe_train.training import calibration, distribute, metrics
+from keras_pipe_train.training import calibration, distribute, gathered, label_errors, metrics
 from keras_pipe_train.training.checkpoints import Checkpoints, Progress
 from keras_pipe_train.training.early_stopping import BestWeights, Rule
 from keras_pipe_train.training.loop import Stopped, Trainer
@@ -104,8 +104,12 @@ class Training:
     precise_bn: PreciseBatchNorm | None = None
     # the class names a manifest's lines give, read on this host (the model's, without class_names)
     seen: manifest.ClassNames = dataclasses.field(default_factory=manifest.ClassNames)
-    # the temperature fitted on validation before the export (the chief's; None: not fitted)
+    # the temperature fitted on validation before the export (the chief's; None: not fitted), and
+    # that pass's logits (with fingerprints and thumbnails when label_error_folds asks)
     calibrated: calibration.Calibration | None = None
+    validation_seen: gathered.Gathered | None = None
+    # label_error_folds: the backbone's weights as the job started (None: from scratch, or no check)
+    start_weights: list | None = None
 
     @property
     def model(self) -> keras.Model:
@@ -221,7 +225,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                   if batchnorm_trains and config.precise_bn_examples and batchnorm_layers(model) else None)
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
                     phases(config, from_scratch), from_scratch, audit, train_source, validation, rule, best,
-                    host=resources.current_host, precise_bn=precise_bn)
+                    host=resources.current_host, precise_bn=precise_bn,
+                    start_weights=backbone.get_weights() if config.label_error_folds and not from_scratch else None)
 
 
 def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
@@ -401,6 +406,8 @@ def evaluate_exported(training: Training, final: dict) -> None:
     that pass (or, in Pipe mode, cuts it short), and a report that cannot be written is a warning."""
     t = training
     if not t.validation:
+        if t.cluster.is_chief:
+            check_labels(t, None)  # (its CSV: there is no report page without validation)
         return
     exported = (final.get("phase"), final.get("epoch"))
     if exported in t.evaluations:  # (validated in this run: its sums are at hand)
@@ -435,6 +442,9 @@ def write_report(training: Training, found: dict) -> None:
     the chief's alone (the other hosts wait for it in leave_together). A report that cannot be made
     is a warning: the model, metrics.json and evaluation.json stand."""
     t = training
+    # (the other hosts wait at most collective_timeout for the chief: at most half of it for the
+    # gallery's pass, the label check's within 0.8 of it in all; 0 is TensorFlow's "no timeout")
+    started, limit = time.monotonic(), t.config.collective_timeout if t.cluster.multi_worker else 0
     try:
         gallery = None
         # (the chief alone, so its own stop flag, never stop_requested(): that is a collective,
@@ -443,9 +453,7 @@ def write_report(training: Training, found: dict) -> None:
         if not t.trainer.stop.is_set():
             make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                              side=t.validation.side)
-            # (the other hosts wait at most collective_timeout for the chief: half of it for the pass;
-            # 0 is TensorFlow's "no timeout")
-            budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
+            budget = limit / 2 if limit else None
             calibrated = t.calibrated.serving_json(t.config.multi_label_threshold if t.config.multi_label else None) \
                 if t.calibrated else None
             worst = mistakes.find(served_probabilities(t), t.trainer.task, make(tf.distribute.InputContext()),
@@ -453,14 +461,77 @@ def write_report(training: Training, found: dict) -> None:
                                   threshold=(calibrated or {}).get("calibrated_thresholds"))
             if not t.trainer.stop.is_set():
                 gallery = job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
+        checked = check_labels(t, max(0.0, 0.8 * limit - (time.monotonic() - started)) if limit else None)
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = job_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
-                                 gallery)
+                              gallery, checked)
         log.info("the job's report: %s%s", path, "" if gallery else " (no gallery: a stop request)")
         if t.epochs.writer:
             tensorboard_pictures.pictures(t.epochs.writer, t.layout.output_data, gallery, found, len(t.epochs.rows))
     except Exception as err:
         log.warning("could not write the job's report (%s: %s)", type(err).__name__, err, exc_info=True)
+
+
+LABEL_THUMBNAIL = 64  # pixels: the longer side of a suspect's picture in the report
+MAX_CHECKED_VALUES = 2 ** 26  # training features kept for the label check (128 MiB of float16)
+MAX_CHECKED = 100_000  # training examples the label check looks at, at most: the first ones
+
+
+def check_labels(training: Training, budget_s: float | None) -> suspects.Checked | None:
+    """label_error_folds: the likely label errors (training/label_errors.py) of the validation
+    images, from the exported model's (served) probabilities, and of the training images, from K
+    heads on the features of the backbone the job started from; written to
+    output/data/label_errors.csv and .json. The chief's; None when not asked, and for a multi-label job
+    (the check finds one wrong class per image); a check that fails is a warning."""
+    t, folds = training, training.config.label_error_folds
+    if not folds or t.trainer.stop.is_set():
+        return None
+    if t.config.multi_label:
+        log.warning("label_error_folds: the label check finds one wrong class per image; a multi-label job's "
+                    "labels are not checked")
+        return None
+    started = time.perf_counter()
+    try:
+        sets = {}
+        if t.validation_seen is not None and len(t.validation_seen):
+            temperature = t.calibrated.serving_json(None)["temperature"] if t.calibrated and t.calibrated.applied \
+                else 1.0
+            probabilities = calibration.tempered(t.validation_seen.outputs, temperature, False)
+            sets["validation"] = (t.validation_seen, label_errors.find(probabilities, t.validation_seen.labels))
+        features = training_features(t, budget_s)
+        if len(features) and not t.trainer.stop.is_set():
+            probabilities = label_errors.out_of_fold(features.outputs.astype(np.float32), features.labels,
+                                                     t.model.output_shape[-1], folds, t.config.seed)
+            sets["train"] = (features, label_errors.find(probabilities, features.labels))
+        checked = suspects.Checked(sets, t.config.class_names, folds, trained_features=t.start_weights is None,
+                                   seconds=time.perf_counter() - started)
+        path = suspects.write(t.layout.output_data, checked)
+    except Exception as err:
+        log.warning("could not check the labels (%s: %s)", type(err).__name__, err, exc_info=True)
+        return None
+    log.info("label check (%d folds) in %.1f s: %s; %s", folds, checked.seconds, checked.summary(), path)
+    return checked
+
+
+def training_features(training: Training, budget_s: float | None) -> gathered.Gathered:
+    """The training channel's images through the backbone the job started from (its weights put
+    back for the pass, the trained ones after; from scratch, the trained backbone's: the start's
+    are random), pooled as the classifier reads them, with each image's fingerprint and thumbnail."""
+    t = training
+    trained = t.backbone.get_weights()
+    if t.start_weights is not None:
+        t.backbone.set_weights(t.start_weights)
+    try:
+        head = t.model.get_layer("classifier")
+        features = keras.Model(t.model.inputs, head.input)
+        width = int(head.input.shape[-1])
+        make = datasets.evaluation_input(t.train_source.channel, t.layout, t.config, t.trainer.stop, t.seen,
+                                         side=t.train_source.side, examined=LABEL_THUMBNAIL)
+        return gathered.gather(tf.function(lambda images: features(images, training=False), reduce_retracing=True),
+                               make(tf.distribute.InputContext()), width,
+                               min(MAX_CHECKED, MAX_CHECKED_VALUES // width), t.trainer.stop, budget_s, np.float16)
+    finally:
+        t.backbone.set_weights(trained)
 
 
 def export_together(training: Training, final: dict) -> None:
@@ -501,22 +572,26 @@ def calibrate(training: Training) -> calibration.Calibration | None:
         return None
     try:
         make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
-                                         side=t.validation.side)
+                                         side=t.validation.side,
+                                         examined=LABEL_THUMBNAIL if t.config.label_error_folds else 0)
         budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
-        logits, labels, cut = calibration.collect(tf.function(logits_of(t.model), reduce_retracing=True),
-                                                  make(tf.distribute.InputContext()), t.model.output_shape[-1],
-                                                  t.trainer.stop, budget)
-        if t.trainer.stop.is_set() or not len(labels):
-            log.warning("no calibration: %s", "a stop request" if len(labels) else "the validation pass read nothing")
+        classes = t.model.output_shape[-1]
+        seen = gathered.gather(tf.function(logits_of(t.model), reduce_retracing=True),
+                               make(tf.distribute.InputContext()), classes, max(1, calibration.MAX_VALUES // classes),
+                               t.trainer.stop, budget)
+        if t.trainer.stop.is_set() or not len(seen):
+            log.warning("no calibration: %s", "a stop request" if len(seen) else "the validation pass read nothing")
             return None
-        found = calibration.calibrate(logits, labels, t.config.multi_label, t.config.calibration, t.config.seed, cut)
+        t.validation_seen = seen
+        found = calibration.calibrate(seen.outputs, seen.labels, t.config.multi_label, t.config.calibration,
+                                      t.config.seed, seen.cut)
     except Exception as err:
         log.warning("could not calibrate the model's probabilities (%s: %s): it is exported as trained",
                     type(err).__name__, err, exc_info=True)
         return None
     before, after = found.before, found.after
     log.info("calibration on %d validation examples%s: temperature %s %s (%s); cross-fitted ECE %.4f -> %.4f, "
-             "NLL %.4f -> %.4f", found.examples, " (the first: the pass was cut short)" if cut else "",
+             "NLL %.4f -> %.4f", found.examples, " (the first: the pass was cut short)" if found.cut else "",
              _shown(found.temperature), "applied" if found.applied else "not applied", found.reason,
              before["ece"], after["ece"], before["nll"], after["nll"])
     return found
@@ -564,7 +639,7 @@ def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
 # another global batch, other time limits); any other change makes it another job (training/checkpoints.py).
 RESUMABLE_CHANGES = ("epochs", "fine_tune_epochs", "batch_size", "pipe_wait_timeout", "collective_timeout",
                      "max_corrupted_records_to_skip", "max_image_pixels", "other_checkpoints",
-                     "steps_per_execution", "dialect_notes", "keep_epoch_models", "calibration")
+                     "steps_per_execution", "dialect_notes", "keep_epoch_models", "calibration", "label_error_folds")
 
 
 def checkpoint_settings(config: JobConfig, channels: dict[str, ChannelConfig], resources: ResourceConfig,

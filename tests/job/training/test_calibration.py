@@ -138,19 +138,25 @@ def test_multi_label_predictions_stay_the_thresholds_on_the_models_own_probabili
             assert edges == pytest.approx(0.5)
 
 
-def test_the_pass_keeps_at_most_its_bound_and_says_it_was_cut(monkeypatch):
+def test_the_pass_keeps_at_most_its_bound_and_says_it_was_cut():
     import tensorflow as tf
+
+    from keras_pipe_train.training.gathered import gather
 
     rng = np.random.default_rng(0)
     images = rng.normal(size=(50, 4)).astype(np.float32)
     dataset = tf.data.Dataset.from_tensor_slices((images, rng.integers(0, 2, 50))).batch(8)
-    logits, labels, cut = C.collect(lambda x: x[:, :2] * 2, dataset, 2)
-    assert logits.shape == (50, 2) and labels.shape == (50,) and not cut
-    assert np.allclose(logits, images[:, :2] * 2)
-    monkeypatch.setattr(C, "MAX_VALUES", 2 * 20)
-    logits, labels, cut = C.collect(lambda x: x[:, :2], dataset, 2)
-    assert logits.shape == (20, 2) and len(labels) == 20 and cut
+    seen = gather(lambda x: x[:, :2] * 2, dataset, 2, 1000)
+    assert seen.outputs.shape == (50, 2) and seen.labels.shape == (50,) and not seen.cut
+    assert np.allclose(seen.outputs, images[:, :2] * 2) and seen.fingerprints == ()
+    seen = gather(lambda x: x[:, :2], dataset, 2, 20)
+    assert seen.outputs.shape == (20, 2) and len(seen) == 20 and seen.cut
     stop = threading.Event()
     stop.set()
-    logits, labels, cut = C.collect(lambda x: x[:, :2], dataset, 2, stop=stop)
-    assert logits.shape == (0, 2) and cut
+    seen = gather(lambda x: x[:, :2], dataset, 2, 1000, stop=stop)
+    assert seen.outputs.shape == (0, 2) and seen.cut
+    # an examined pass's fingerprints and thumbnails ride along
+    examined = tf.data.Dataset.from_tensor_slices((images, np.zeros(50, np.int64), np.tile(np.arange(8, dtype=np.uint8),
+                                                   (50, 1)), [b"jpeg"] * 50)).batch(8)
+    seen = gather(lambda x: x, examined, 4, 10)
+    assert seen.fingerprints == ("0001020304050607",) * 10 and seen.thumbnails == (b"jpeg",) * 10

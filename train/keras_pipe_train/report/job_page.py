@@ -9,6 +9,8 @@ gallery of mistakes.py.
     how far to trust its        the calibration: the temperature and whether it is served,
       probabilities             ECE, NLL and Brier score before and after (cross-fitted), the
                                 reliability diagram; multi-label: the classes worst calibrated
+    labels to check first       label_error_folds: the likely label errors, training and
+                                validation images, their pictures (report/suspects.py)
     where it is confused        single-label: the confusion matrix and the most-confused class
                                 pairs; multi-label: the classes most missed and most wrongly
                                 predicted, and each class's precision, recall and F1
@@ -16,9 +18,10 @@ gallery of mistakes.py.
     the settings                the dialect the request was read in, what was translated, and
                                 every hyperparameter as the job resolved it
 
-Bounded in size whatever the validation set or the classes (about 1.5 MB at most: two pictures,
-KEEP thumbnails of ~5 KB, at most MAX_CLASS_ROWS rows and MAX_PAIRS pairs); evaluation.json keeps
-every number. With pages.py's policy, it loads nothing from outside itself.
+Bounded in size whatever the validation set or the classes (about 1.7 MB at most: three pictures,
+KEEP thumbnails of ~5 KB, 2 x suspects.MAX_SHOWN of ~2 KB, at most MAX_CLASS_ROWS rows and
+MAX_PAIRS pairs); evaluation.json and label_errors.csv keep every number. With pages.py's
+policy, it loads nothing from outside itself.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_pipe_train.report import pages
+from keras_pipe_train.report import pages, suspects
 from keras_pipe_train.report.mistakes import Mistake
 
 NAME = "report.html"
@@ -47,14 +50,14 @@ class Gallery:
 
 
 def write(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
-          gallery: Gallery | None) -> Path:
+          gallery: Gallery | None, checked: suspects.Checked | None = None) -> Path:
     path = folder / NAME
-    path.write_text(render(folder, evaluation, rows, settings, job_name, gallery), encoding="utf-8")
+    path.write_text(render(folder, evaluation, rows, settings, job_name, gallery, checked), encoding="utf-8")
     return path
 
 
 def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
-           gallery: Gallery | None) -> str:
+           gallery: Gallery | None, checked: suspects.Checked | None = None) -> str:
     multi = evaluation["multi_label"]
     kind = "multi-label" if multi else "single-label"
     subtitle = (f"{kind} classifier of {len(evaluation['classes'])} classes, dialect {settings.get('dialect')}; "
@@ -65,6 +68,7 @@ def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job
                                                               "loss and accuracy (or F1) by epoch"), anchor="curves"),
                 mistakes_section(gallery, evaluation["classes"], multi),
                 calibration_section(folder, evaluation),
+                suspects.section(checked),
                 confusion_section(folder, evaluation),
                 class_table(evaluation),
                 settings_section(settings)]

@@ -21,6 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from keras_pipe_train.sources import preprocess
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
 
 log = logging.getLogger(__name__)
@@ -105,17 +106,7 @@ class Worst:
 
 def thumbnail(image: np.ndarray) -> bytes:
     """The model's input image (0-255 floats, height x width x 3) as a JPEG of at most THUMBNAIL pixels a side."""
-    pixels = tf.convert_to_tensor(image, tf.float32)
-    height, width = int(pixels.shape[0]), int(pixels.shape[1])
-    if max(height, width) > THUMBNAIL:
-        scale = THUMBNAIL / max(height, width)
-        pixels = tf.image.resize(pixels, [max(1, round(height * scale)), max(1, round(width * scale))],
-                                 antialias=True)
-    elif max(height, width) < THUMBNAIL // 2:  # (a tiny input shown at a visible size, pixels kept sharp)
-        factor = (THUMBNAIL // 2) // max(height, width)
-        pixels = tf.image.resize(pixels, [height * factor, width * factor], method="nearest")
-    pixels = tf.cast(tf.clip_by_value(tf.round(pixels), 0, 255), tf.uint8)
-    return tf.io.encode_jpeg(pixels, quality=QUALITY).numpy()
+    return preprocess.thumbnail(image, THUMBNAIL, QUALITY).numpy()
 
 
 def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop=None, keep: int = KEEP,

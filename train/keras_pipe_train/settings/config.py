@@ -154,6 +154,13 @@ def _choice(options: tuple[str, ...], aliases: dict[str, str] | None = None):
     return parse
 
 
+def _label_error_folds(name, value):
+    folds = _integer(0)(name, value)
+    if folds == 1:
+        raise UserError(f"hyperparameter {name} must be 0 (no label check) or at least 2 folds; got 1")
+    return folds
+
+
 def _text(name, value):
     text = _unquoted(value)
     if not isinstance(text, str) or not text:
@@ -486,6 +493,10 @@ HYPERPARAMETERS = {
                        "divide the served probabilities' logits by a temperature fitted on the validation set "
                        "(one per class for multi_label; predictions unchanged): true, false, or auto (with at least "
                        "200 validation examples, when it lowers their cross-fitted NLL)"),
+        Hyperparameter("label_error_folds", 0, _label_error_folds,
+                       "find the likely label errors (confident learning): the validation images' from the exported "
+                       "model, the training images' from this many cross-validated heads on the starting backbone's "
+                       "features; in output/data/label_errors.csv and the report page (0: no check)"),
         Hyperparameter("class_weights", None, _class_weights,
                        "weight of each class in the training loss: a list in label order, {name: weight}, or balanced "
                        "(examples / (classes x the class's examples), as counted over the training examples seen so "
@@ -587,6 +598,7 @@ class JobConfig:
     keep_epoch_models: int
     export_epoch: str
     calibration: str
+    label_error_folds: int
     class_weights: tuple[float, ...] | str | None  # (str: "balanced")
     multi_label: bool
     label_format: str

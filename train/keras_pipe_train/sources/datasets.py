@@ -273,7 +273,11 @@ class EpochInput:
     def __init__(self, channel: ChannelConfig, layout: Paths, config: JobConfig, *, training: bool,
                  epoch: int = 0, skip_steps: int = 0, audit: Audit | None = None,
                  interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
-                 side: str | None = None, recent: RecentImages | None = None):
+                 side: str | None = None, recent: RecentImages | None = None, examined: int = 0):
+        """`examined`: an evaluation pass whose batches also give each image's fingerprint (8 bytes
+        of tf.fingerprint of its encoded bytes: which image it is) and thumbnail (a JPEG of at most
+        `examined` pixels a side): (images, labels, fingerprints, thumbnails)."""
+        self.examined = examined
         self.channel, self.layout, self.config = channel, layout, config
         self.recent = recent  # (training: keeps the pass's last images, for precise_batchnorm)
         self.training, self.epoch, self.skip_steps, self.audit = training, epoch, skip_steps, audit
@@ -320,7 +324,27 @@ class EpochInput:
             if not self.recent:
                 return dataset
             return self.recent.tap(dataset).skip(again).prefetch(AUTOTUNE)
-        return decoded(dataset, config, lambda x: preprocess.for_eval(x, size, resize_to, interpolation))
+        return self._evaluation(dataset)
+
+    def _evaluation(self, batches: tf.data.Dataset) -> tf.data.Dataset:
+        """Validation's batches decoded as validation decodes them; an examined pass's with each
+        image's fingerprint and thumbnail."""
+        config = self.config
+        size, resize_to, interpolation = config.image_size, config.resize, config.resize_interpolation
+
+        def prepare(encoded):
+            return preprocess.for_eval(encoded, size, resize_to, interpolation)
+
+        if not self.examined:
+            return decoded(batches, config, prepare)
+        side, parse = self.examined, parser(config)
+
+        def examined(batch):
+            encoded, labels = parse(batch)
+            images = preprocess.batch_of(prepare, encoded, size)
+            return images, labels, tf.fingerprint(encoded), preprocess.thumbnails(images, side)
+
+        return batches.map(examined, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     def nothing_read(self, epoch: int) -> DataError:
         """The error for a pass that gave no records at all: nothing to train or validate on."""
@@ -349,10 +373,11 @@ def training_input(channel: ChannelConfig, layout: Paths, config: JobConfig, epo
 
 def evaluation_input(channel: ChannelConfig, layout: Paths, config: JobConfig,
                      interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
-                     side: str | None = None, audit: Audit | None = None, epoch: int = 0) -> EpochInput:
-    """`audit`, `epoch`: the audit's validation batches are the epoch's."""
+                     side: str | None = None, audit: Audit | None = None, epoch: int = 0,
+                     examined: int = 0) -> EpochInput:
+    """`audit`, `epoch`: the audit's validation batches are the epoch's. `examined`: EpochInput's."""
     return EpochInput(channel, layout, config, training=False, interrupt=interrupt, seen=seen, side=side,
-                      audit=audit, epoch=epoch)
+                      audit=audit, epoch=epoch, examined=examined)
 
 
 def decoded(batches: tf.data.Dataset, config: JobConfig, transform, seeded: bool = False) -> tf.data.Dataset:

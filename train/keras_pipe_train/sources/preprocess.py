@@ -435,3 +435,23 @@ def seeded_batch_of(fn, encoded_batch: tf.Tensor, size: int, batch_seed: tf.Tens
                       fn_output_signature=tf.TensorSpec([2], tf.int64))
     return tf.map_fn(lambda pair: fn(pair[0], pair[1]), (encoded_batch, seeds),
                      fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
+
+
+def thumbnail(image: tf.Tensor, side: int, quality: int = 85) -> tf.Tensor:
+    """A model input image (0-255 floats, height x width x 3) as a JPEG (a scalar string) of at
+    most `side` pixels a side: shrunk with antialiasing, or a tiny one enlarged to at least half
+    of `side`, its pixels kept sharp, so that a person sees it."""
+    image = tf.convert_to_tensor(image, tf.float32)
+    shape = tf.shape(image)
+    longer = tf.cast(tf.maximum(shape[0], shape[1]), tf.float32)
+    scale = tf.where(longer > side, side / longer,
+                     tf.where(longer < side // 2, tf.floor((side // 2) / longer), 1.0))
+    target = tf.maximum(1, tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * scale), tf.int32))
+    pixels = tf.cond(scale < 1, lambda: tf.image.resize(image, target, antialias=True),
+                     lambda: tf.image.resize(image, target, method="nearest"))
+    return tf.io.encode_jpeg(tf.cast(tf.clip_by_value(tf.round(pixels), 0, 255), tf.uint8), quality=quality)
+
+
+def thumbnails(images: tf.Tensor, side: int) -> tf.Tensor:
+    """thumbnail() of each image of a batch: a string per image."""
+    return tf.map_fn(lambda image: thumbnail(image, side), images, fn_output_signature=tf.TensorSpec([], tf.string))

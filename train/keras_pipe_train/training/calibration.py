@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 
 import numpy as np
-import tensorflow as tf
 
 log = logging.getLogger(__name__)
 
@@ -228,25 +226,3 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, multi_label: bool, setting
         classes = {"before": per_class_ece(before, labels).tolist(), "after": per_class_ece(after, labels).tolist()}
     return Calibration(setting, temperature, applied, reason, len(labels), scored_before, scored_after, multi_label,
                        cut, classes)
-
-
-def collect(logits_of, dataset, num_classes: int, stop=None, budget_s: float | None = None):
-    """One pass of `dataset`'s (images, labels) batches: (logits, labels, cut), at most MAX_VALUES
-    logits (`cut`: the pass ended there, at `stop`, or at `budget_s` seconds, before the end)."""
-    limit = max(1, MAX_VALUES // num_classes)
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-    logits, labels, kept, cut = [], [], 0, False
-    batches = iter(dataset)
-    for images, batch_labels in batches:
-        if stop is not None and stop.is_set():
-            cut = True
-            break
-        logits.append(tf.cast(logits_of(images), tf.float32).numpy()[: limit - kept])
-        labels.append(batch_labels.numpy()[: limit - kept])
-        kept += len(logits[-1])
-        if kept >= limit or (deadline is not None and time.monotonic() > deadline):
-            cut = next(batches, None) is not None
-            break
-    if not logits:
-        return np.zeros((0, num_classes), np.float32), np.zeros((0,), np.int64), cut
-    return np.concatenate(logits), np.concatenate(labels), cut

@@ -1,0 +1,51 @@
+"""One pass over a channel that keeps, for each example, what a function of its image gives (the
+logits a temperature is fitted on, the features label-error heads are fitted on), its label, and
+on an examined pass (datasets.EpochInput's `examined`) its fingerprint and thumbnail: at most
+`limit` examples, the first ones (`cut` says when the pass ended before the channel did: at the
+limit, a stop request or its time budget)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class Gathered:
+    outputs: np.ndarray  # [examples, width], as `dtype`
+    labels: np.ndarray  # class ids, or multi-hot rows
+    fingerprints: tuple[str, ...] = ()  # hex, an examined pass's
+    thumbnails: tuple[bytes, ...] = ()  # JPEGs, an examined pass's
+    cut: bool = False
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def gather(function, dataset, width: int, limit: int, stop=None, budget_s: float | None = None,
+           dtype=np.float32) -> Gathered:
+    """`function`: images -> [batch, width]; `stop`: a threading.Event that ends the pass."""
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    outputs, labels, fingerprints, thumbnails, kept, cut = [], [], [], [], 0, False
+    batches = iter(dataset)
+    for batch in batches:
+        if stop is not None and stop.is_set():
+            cut = True
+            break
+        images, batch_labels = batch[:2]
+        room = limit - kept
+        outputs.append(tf.cast(function(images), tf.float32).numpy()[:room].astype(dtype))
+        labels.append(batch_labels.numpy()[:room])
+        if len(batch) == 4:
+            fingerprints += [bytes(row).hex() for row in batch[2].numpy()[:room]]
+            thumbnails += list(batch[3].numpy()[:room])
+        kept += len(outputs[-1])
+        if kept >= limit or (deadline is not None and time.monotonic() > deadline):
+            cut = next(batches, None) is not None
+            break
+    if not outputs:
+        return Gathered(np.zeros((0, width), dtype), np.zeros((0,), np.int64), cut=cut)
+    return Gathered(np.concatenate(outputs), np.concatenate(labels), tuple(fingerprints), tuple(thumbnails), cut)
