@@ -1,7 +1,7 @@
 """Label errors and calibration on digits with labels flipped on purpose: the job's label check
 (label_error_folds=5) and its calibration (calibration=true), measured in one run on this machine.
 
-    python -m bench.label_errors            # ~8 minutes on 2 CPU cores
+    python -m bench.label_errors            # ~12 minutes on 2 CPU cores
     python -m bench.label_errors --quick    # a correctness check: one task, one rate, short jobs
 
 Two tasks, each with 5 % and 10 % of the training labels moved to another class at random (seeded):

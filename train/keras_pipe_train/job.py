@@ -226,7 +226,14 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     return Training(config, layout, channels, cluster, backbone, trainer, checkpoints,
                     phases(config, from_scratch), from_scratch, audit, train_source, validation, rule, best,
                     host=resources.current_host, precise_bn=precise_bn,
-                    start_weights=backbone.get_weights() if config.label_error_folds and not from_scratch else None)
+                    start_weights=backbone.get_weights() if checks_start(config, from_scratch, previous) else None)
+
+
+def checks_start(config: JobConfig, from_scratch: bool, previous) -> bool:
+    """Whether the label check reads the starting backbone's features (start_weights kept): not
+    from scratch (random), not continuing a previous model (most likely trained on these same
+    images: its features have learnt their labels), not multi-label (not checked)."""
+    return bool(config.label_error_folds) and not (from_scratch or previous is not None or config.multi_label)
 
 
 def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
@@ -406,8 +413,8 @@ def evaluate_exported(training: Training, final: dict) -> None:
     that pass (or, in Pipe mode, cuts it short), and a report that cannot be written is a warning."""
     t = training
     if not t.validation:
-        if t.cluster.is_chief:
-            check_labels(t, None)  # (its CSV: there is no report page without validation)
+        if t.cluster.is_chief:  # (its CSV: there is no report page without validation)
+            check_labels(t, 0.8 * t.config.collective_timeout if t.cluster.multi_worker else None)
         return
     exported = (final.get("phase"), final.get("epoch"))
     if exported in t.evaluations:  # (validated in this run: its sums are at hand)
@@ -515,8 +522,9 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
 
 def training_features(training: Training, budget_s: float | None) -> gathered.Gathered:
     """The training channel's images through the backbone the job started from (its weights put
-    back for the pass, the trained ones after; from scratch, the trained backbone's: the start's
-    are random), pooled as the classifier reads them, with each image's fingerprint and thumbnail."""
+    back for the pass, the trained ones after; from scratch or continuing a previous model, the
+    trained backbone's: checks_start), pooled as the classifier reads them, with each image's
+    fingerprint and thumbnail."""
     t = training
     trained = t.backbone.get_weights()
     if t.start_weights is not None:
@@ -576,9 +584,11 @@ def calibrate(training: Training) -> calibration.Calibration | None:
                                          examined=LABEL_THUMBNAIL if t.config.label_error_folds else 0)
         budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
         classes = t.model.output_shape[-1]
+        limit = max(1, calibration.MAX_VALUES // classes)
+        if t.config.label_error_folds:  # (each example's thumbnail is kept too)
+            limit = min(limit, MAX_CHECKED)
         seen = gathered.gather(tf.function(logits_of(t.model), reduce_retracing=True),
-                               make(tf.distribute.InputContext()), classes, max(1, calibration.MAX_VALUES // classes),
-                               t.trainer.stop, budget)
+                               make(tf.distribute.InputContext()), classes, limit, t.trainer.stop, budget)
         if t.trainer.stop.is_set() or not len(seen):
             log.warning("no calibration: %s", "a stop request" if len(seen) else "the validation pass read nothing")
             return None

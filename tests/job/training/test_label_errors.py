@@ -32,7 +32,7 @@ def test_the_suspects_are_cleanlabs_on_the_same_probabilities(seed):
 
 
 def test_planted_flips_are_found_with_their_true_class():
-    features, truth, given, flips = flipped(rate=0.1, separation=1.0)
+    features, truth, given, flips = flipped(rate=0.1, separation=1.5)
     found = L.find(L.out_of_fold(features, given, 6, 5, 0), given)
     hits = flips[found.indices]
     assert hits.mean() >= 0.9 and hits.sum() / flips.sum() >= 0.8, (hits.mean(), hits.sum() / flips.sum())
@@ -63,3 +63,12 @@ def test_the_folds_are_stratified_and_each_head_never_sees_what_it_predicts():
     assert abs((probabilities.argmax(axis=1) == given).mean() - 0.5) < 0.12
     in_sample = L._head_probabilities(features, given, features, 2, 0)
     assert (in_sample.argmax(axis=1) == given).mean() > 0.95
+
+
+def test_a_feature_constant_where_the_head_is_fitted_does_not_decide_the_held_out_fold():
+    features, _, given, _ = flipped(examples=300, rate=0.0, separation=3.0)
+    features = np.hstack([features, np.zeros((300, 1))])
+    fold = L.folds_of(given, 5, 0)
+    features[fold == 0, -1] = 5.0  # (zero in the folds a head is fitted on, not in the one it predicts)
+    probabilities = L.out_of_fold(features, given, 6, 5, 0)
+    assert (probabilities[fold == 0].argmax(axis=1) == given[fold == 0]).mean() > 0.9

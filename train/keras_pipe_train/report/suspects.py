@@ -77,15 +77,17 @@ def section(checked: Checked | None) -> str:
         return pages.section(title, pages.note(
             "not checked: set label_error_folds (5, say) to find the images whose labels are likely wrong"),
             anchor="labels")
-    backbone = ("trained backbone (the job trained from scratch: these features saw the labels, so fewer errors "
-                "are found)" if checked.trained_features else "backbone the job started from")
+    backbone = ("trained backbone (the job trained from scratch, or continued a previous model: these features "
+                "have seen the labels, so fewer errors are found)" if checked.trained_features
+                else "backbone the job started from")
     how = {"validation": "from the exported model's probabilities (it never trained on these images)",
            "train": (f"from {checked.folds} cross-validated heads on the features of the {backbone}, each head "
                      "predicting the images it did not fit on")}
     parts = [pages.note(
-        "confident learning (Northcutt et al., 2021): the images that another class is likelier for than that class's "
-        "own images are on average estimate how many labels are wrong; that many images, of the least likely given "
-        f"labels, are suspected, the least likely first. Every suspect is in {CSV_NAME}, by fingerprint.")]
+        "confident learning (Northcutt et al., 2021): how many labels are wrong is estimated by counting the images "
+        "for which another class is as likely as that class's own images are on average; that many images, those "
+        f"whose given label is least likely, are suspected, the least likely first. Every suspect is in {CSV_NAME}, "
+        "by fingerprint.")]
     for name, (seen, found) in checked.sets.items():
         cut = " (the first: the pass was cut short)" if seen.cut else ""
         parts.append(f"<h3>{pages.escape(name.capitalize())} images: {len(found):,} of {len(seen):,}{cut}</h3>")

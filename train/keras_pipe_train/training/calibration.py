@@ -6,7 +6,7 @@ log-likelihood, fixes most of it without changing any prediction: softmax(z / T)
 of softmax(z). A multi-label model's classes are each their own binary problem, so each class gets
 its own temperature, sigmoid(z_c / T_c); a class with fewer than MIN_CLASS_SIDE positives or
 negatives among the validation examples has too little to fit its own on (and one whose fit ends
-at TEMPERATURE_RANGE's edge has almost no errors), and takes the one fitted on every class pooled.
+at TEMPERATURE_RANGE's lower end has almost no errors), and takes the one fitted on every class pooled.
 Its predictions stay those of multi_label_threshold on the uncalibrated probabilities, as
 validated: the served decision per class is unchanged, and serving.json gives the calibrated
 probability each class's threshold becomes.
@@ -21,15 +21,16 @@ are those out-of-fold probabilities', against the "before" figures of the same e
 temperature exported is then fitted on all of them.
 
 calibration=auto applies it when the validation set holds at least MIN_EXAMPLES examples, the
-cross-fitted NLL is lower with it, and the fit is inside the bounds (a fit at TEMPERATURE_RANGE's
-edge means a set with almost no errors: a temperature there would sharpen every answer to 0 or 1).
+cross-fitted NLL is lower with it, and the fit is above TEMPERATURE_RANGE's lower end (a fit there
+means a set with almost no errors: a temperature there would sharpen every answer to 0 or 1).
 MIN_EXAMPLES: one parameter needs few examples to fit, but the cross-fitted check that decides
 needs two halves of 100 for its own NLL difference to mean more than the split's luck.
 
 The figures (each in evaluation.json): ECE (expected calibration error, over ECE_BINS equal-width
-bins of confidence: the top class's probability for a single-label model, each class's for a
-multi-label one, as Guo et al.), NLL, and the Brier score (the mean over examples of the summed
-squared differences to the one-hot label; for multi-label, the mean over (example, class) pairs).
+bins of confidence: the top class's probability for a single-label model, as Guo et al.; for a
+multi-label one, each class's probability against its presence, over every (image, class) pair),
+NLL, and the Brier score (the mean over examples of the summed squared differences to the one-hot
+label; for multi-label, the mean over (example, class) pairs).
 """
 
 from __future__ import annotations
@@ -71,11 +72,10 @@ def _nll_by_inverse(logits: np.ndarray, labels: np.ndarray, beta: np.ndarray, mu
     return (lse - np.take_along_axis(scaled, labels[None, :, None], -1)[..., 0]).mean(axis=1)
 
 
-def fit_temperature(logits: np.ndarray, labels: np.ndarray, multi_label: bool):
-    """The temperature of least NLL on (logits, labels), within TEMPERATURE_RANGE: a float, or for
-    multi-label one per class (np.ndarray). The NLL is convex in the inverse temperature (a
-    log-sum-exp of it, less a linear term), so a golden-section search finds its minimum."""
-    logits = np.asarray(logits, np.float64)
+def _search(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> np.ndarray:
+    """The temperature of least NLL within TEMPERATURE_RANGE, by a golden-section search on the
+    inverse temperature (the NLL is convex in it: a log-sum-exp of it, less a linear term): one, or
+    for multi-label one per class."""
     width = logits.shape[1] if multi_label else 1
     low, high = np.full(width, 1 / TEMPERATURE_RANGE[1]), np.full(width, 1 / TEMPERATURE_RANGE[0])
     ratio = (np.sqrt(5) - 1) / 2
@@ -92,26 +92,35 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, multi_label: bool):
         value = nll(point)  # (one new point per step: the other is the previous step's)
         c, d, fc, fd = (np.where(left, point, d), np.where(left, c, point),
                         np.where(left, value, fd), np.where(left, fc, value))
-    temperature = 1 / ((low + high) / 2)
+    return 1 / ((low + high) / 2)
+
+
+def fit_temperature(logits: np.ndarray, labels: np.ndarray, multi_label: bool):
+    """The temperature of least NLL on (logits, labels), within TEMPERATURE_RANGE: a float, or for
+    multi-label one per class (np.ndarray), a class with too few positives or negatives, or with
+    almost no errors, taking the one fitted on every class pooled."""
+    logits = np.asarray(logits, np.float64)
+    temperature = _search(logits, labels, multi_label)
     if not multi_label:
         return float(temperature[0])
     positives = (labels >= 0.5).sum(axis=0)
-    # (a class at the range's edge has almost no errors: it too takes the pooled temperature)
     own = ((positives >= MIN_CLASS_SIDE) & (len(labels) - positives >= MIN_CLASS_SIDE)
            & ~_at_edge(temperature))
     if own.all():
         return temperature
-    pooled = fit_temperature(logits.reshape(-1, 1), labels.reshape(-1, 1), True)[0]
+    pooled = _search(logits.reshape(-1, 1), labels.reshape(-1, 1), True)[0]
     return np.where(own, temperature, pooled)
 
 
 def _at_edge(temperature) -> np.ndarray:
-    t = np.asarray(temperature)
-    return np.isclose(t, TEMPERATURE_RANGE[0], rtol=1e-3) | np.isclose(t, TEMPERATURE_RANGE[1], rtol=1e-3)
+    """At the range's lower end: a fit that sharpens as far as it may, on a set with almost no
+    errors. (The upper end is a model whose logits say little: a temperature there helps most.)"""
+    return np.isclose(np.asarray(temperature), TEMPERATURE_RANGE[0], rtol=1e-3)
 
 
 def at_bound(temperature) -> bool:
-    """Whether a fit (a multi-label model's pooled one, where every class took it) ended at TEMPERATURE_RANGE's edge."""
+    """Whether a fit (a multi-label model's pooled one, where every class took it) ended at
+    TEMPERATURE_RANGE's lower end."""
     return bool(np.all(_at_edge(temperature)))
 
 
@@ -215,8 +224,8 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, multi_label: bool, setting
     elif len(labels) < MIN_EXAMPLES:
         applied, reason = False, f"calibration=auto: {len(labels)} validation examples, fewer than {MIN_EXAMPLES}"
     elif at_bound(temperature):
-        applied, reason = False, ("calibration=auto: the fit reached the temperature's bound "
-                                  f"{TEMPERATURE_RANGE} (a validation set with almost no errors)")
+        applied, reason = False, ("calibration=auto: the fit reached the temperature's lower bound "
+                                  f"{TEMPERATURE_RANGE[0]} (a validation set with almost no errors)")
     elif not helps:
         applied, reason = False, "calibration=auto: the cross-fitted NLL is no lower with it"
     else:
