@@ -160,3 +160,23 @@ def test_the_pass_keeps_at_most_its_bound_and_says_it_was_cut():
                                                    (50, 1)), [b"jpeg"] * 50)).batch(8)
     seen = gather(lambda x: x, examined, 4, 10)
     assert seen.fingerprints == ("0001020304050607",) * 10 and seen.thumbnails == (b"jpeg",) * 10
+
+
+def test_a_multi_label_set_too_small_or_too_clean_for_any_fit_still_gets_a_temperature():
+    """Sparse labels: no class, nor all of them pooled, has 10 positives; and a set the model gets
+    all right. Each gets a temperature within the range (once, a recursion without end)."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, (30, 3))
+    sparse = np.zeros((30, 3), np.float32)
+    sparse[:2, 0] = 1
+    clean = (logits > 0).astype(np.float32)
+    for labels in (sparse, clean):
+        fitted = C.fit_temperature(logits, labels, True)
+        assert fitted.shape == (3,) and ((fitted >= 0.05 - 1e-9) & (fitted <= 20 + 1e-9)).all()
+        C.calibrate(logits, labels, True, "auto", seed=0)  # (its halves too)
+
+
+def test_a_model_whose_logits_say_little_is_calibrated_at_the_upper_bound_by_auto():
+    logits, labels = planted(50.0, examples=1000)
+    found = C.calibrate(logits, labels, False, "auto", seed=0)
+    assert found.temperature == pytest.approx(20.0, rel=1e-3) and found.applied, found.reason
