@@ -25,6 +25,7 @@ from keras_pipe_train.model.classifier import (
     unfreeze_top,
 )
 from keras_pipe_train.model.export import export
+from keras_pipe_train.model.export import served_probabilities as exported_answer
 from keras_pipe_train.report import evaluation, job_page, mistakes, suspects, tensorboard_pictures
 from keras_pipe_train.settings import contract, dialects
 from keras_pipe_train.settings.config import JobConfig
@@ -501,8 +502,7 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
     try:
         sets = {}
         if t.validation_seen is not None and len(t.validation_seen):
-            temperature = t.calibrated.serving_json(None)["temperature"] if t.calibrated and t.calibrated.applied \
-                else 1.0
+            temperature = t.calibrated.served if t.calibrated and t.calibrated.applied else 1.0
             probabilities = calibration.tempered(t.validation_seen.outputs, temperature, False)
             sets["validation"] = (t.validation_seen, label_errors.find(probabilities, t.validation_seen.labels))
         features = training_features(t, budget_s)
@@ -614,12 +614,9 @@ def _shown(temperature) -> str:
 
 def served_probabilities(training: Training):
     """images -> the probabilities the exported model serves: the model's, or calibrated ones."""
-    t, temperature = training, training.calibrated and training.calibrated.serving_json(None)
-    if not temperature:
-        return lambda images: tf.cast(t.model(images, training=False), tf.float32)
-    logits, divisor = logits_of(t.model), tf.constant(temperature["temperature"], tf.float32)
-    activation = tf.sigmoid if t.config.multi_label else tf.nn.softmax
-    return lambda images: activation(logits(images) / divisor)
+    t = training
+    answer = exported_answer(t.model, t.calibrated.served if t.calibrated else None, t.config.multi_label)
+    return lambda images: answer(images)[0]
 
 
 def serving_resize(config: JobConfig) -> int | str | None:

@@ -206,6 +206,24 @@ print(json.dumps(answers))
 """
 
 
+def served_answers(job, records: list[bytes], tmp_path) -> dict:
+    """The job's exported SavedModel's answers for `records`' images, in a process that cannot
+    import this project (SERVE)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pipemode import tfrecord
+
+    validation = job.write("served.tfrecord", tfrecord.encode(records))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    served = subprocess.run([sys.executable, "-c", SERVE, str(job.base / "model" / "1"), str(validation)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=wait_s(270))
+    assert served.returncode == 0, served.stderr[-3000:]
+    return json.loads(served.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_that_names_the_classes(
         job, tmp_path):
@@ -213,12 +231,8 @@ def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_
     ones its exported model earns against the pairs' own digits, computed here, and beyond what a
     model that learned nothing can reach."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from keras_pipe_launch.sample_data import digit_pairs, load_digits, pair_examples
-    from pipemode import tfrecord
     from tests.held_out import LEARNS
     from tests.job.conftest import file_channel, run_train, write_hyperparameters
 
@@ -250,12 +264,7 @@ def test_a_multi_label_job_in_pipe_mode_reports_its_metrics_and_exports_a_model_
 
     # the exported model's answers for the validation images, scored here against the pairs' own
     # digits: the counts, F1 and AUC the job reported are the ones its model earns
-    validation = job.write("served.tfrecord", tfrecord.encode(records[600:]))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    served = subprocess.run([sys.executable, "-c", SERVE, str(job.base / "model" / "1"), str(validation)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=wait_s(270))
-    assert served.returncode == 0, served.stderr[-3000:]
-    answer = json.loads(served.stdout.strip().splitlines()[-1])
+    answer = served_answers(job, records[600:], tmp_path)
     probabilities = np.array(answer["probabilities"])
     assert probabilities.shape == (64, 10) and set(answer) == {"probabilities", "predicted", "classes"}
     np.testing.assert_array_equal(answer["predicted"], (probabilities >= 0.3).astype(int))
@@ -292,12 +301,8 @@ def test_a_calibrated_multi_label_job_serves_calibrated_probabilities_and_the_sa
     probabilities: the counts the job reported at 0.3 are the served predictions' counts, and each
     class is predicted from its calibrated threshold in serving.json."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from keras_pipe_launch.sample_data import digit_pairs, load_digits, pair_examples
-    from pipemode import tfrecord
     from tests.held_out import LEARNS
     from tests.job.conftest import file_channel, run_train, write_hyperparameters
 
@@ -325,12 +330,7 @@ def test_a_calibrated_multi_label_job_serves_calibrated_probabilities_and_the_sa
     temperatures = np.array(serving["temperature"])
     assert edges == pytest.approx(1 / (1 + np.exp(-np.log(0.3 / 0.7) / temperatures)))
 
-    validation = job.write("served.tfrecord", tfrecord.encode(records[600:]))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    served = subprocess.run([sys.executable, "-c", SERVE, str(job.base / "model" / "1"), str(validation)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=wait_s(270))
-    assert served.returncode == 0, served.stderr[-3000:]
-    answer = json.loads(served.stdout.strip().splitlines()[-1])
+    answer = served_answers(job, records[600:], tmp_path)
     probabilities, predicted = np.array(answer["probabilities"]), np.array(answer["predicted"], bool)
     # each class predicted from its calibrated threshold (float32 against float64 at the edge itself)
     close = np.isclose(probabilities, edges, atol=1e-6)

@@ -48,7 +48,7 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     None: the model's own); a multi-label model's predictions stay its threshold's on the model's
     own probabilities, as validated (training/calibration.py)."""
     names = tf.constant(list(class_names))
-    logits = logits_of(model) if temperature is not None else None
+    answer = served_probabilities(model, temperature, threshold is not None)
 
     def serve(image_bytes):
         # each request's images are checked from their headers before decoding: a small file that
@@ -56,13 +56,7 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
         images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size,
                                                                    resize_to, interpolation),
                                      image_bytes, image_size)
-        if logits is None:
-            probabilities = decided = model(images, training=False)
-        else:
-            z = logits(images)
-            scaled = z / tf.constant(temperature, tf.float32)
-            probabilities = tf.sigmoid(scaled) if threshold is not None else tf.nn.softmax(scaled)
-            decided = tf.sigmoid(z) if threshold is not None else probabilities  # (a softmax's argmax is the same)
+        probabilities, decided = answer(images)
         if threshold is not None:
             predicted = decided >= threshold
             return {"probabilities": probabilities, "predicted": tf.cast(predicted, tf.int32),
@@ -80,6 +74,28 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     archive.add_endpoint("serving_default", serve,
                          input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
     return archive
+
+
+def served_probabilities(model: keras.Model, temperature, multi_label: bool):
+    """images -> (the probabilities served, those its predictions are decided on): the model's own
+    for both, or with a `temperature` (a number, or one per class), those of the logits divided by
+    it, the predictions staying the model's own (a softmax's argmax is the same; a multi-label
+    model's threshold is judged on its own sigmoid, as validated)."""
+    if temperature is None:
+        def own(images):
+            probabilities = tf.cast(model(images, training=False), tf.float32)
+            return probabilities, probabilities
+
+        return own
+    logits, divisor = logits_of(model), tf.constant(temperature, tf.float32)
+    activation = tf.sigmoid if multi_label else tf.nn.softmax
+
+    def calibrated(images):
+        z = logits(images)
+        probabilities = activation(z / divisor)
+        return probabilities, tf.sigmoid(z) if multi_label else probabilities
+
+    return calibrated
 
 
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,

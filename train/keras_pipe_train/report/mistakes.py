@@ -16,12 +16,12 @@ import dataclasses
 import heapq
 import itertools
 import logging
-import time
 
 import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.sources import preprocess
+from keras_pipe_train.training.gathered import Within
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
 
 log = logging.getLogger(__name__)
@@ -113,18 +113,13 @@ def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop
          budget_s: float | None = None, threshold=None) -> Worst:
     """The worst `keep` of `dataset`'s (images, labels) batches for `predict` (images -> the
     probabilities the model serves); `stop` (a threading.Event) ends the pass early, and so does
-    `budget_s` seconds gone (`cut` then says so). `threshold`: Worst's."""
+    `budget_s` seconds gone (`cut` then says so, as it does for a stop). `threshold`: Worst's."""
     worst = Worst(task, keep, threshold)
     predict = tf.function(predict, reduce_retracing=True)
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-    batches = iter(dataset)
+    batches = Within(dataset, stop, budget_s)
     for images, labels in batches:
-        if stop is not None and stop.is_set():
-            break
         probabilities = tf.cast(predict(images), tf.float32)
         losses = task.per_example_loss(False, labels, probabilities)
         worst.add(images.numpy(), labels.numpy(), probabilities.numpy(), losses.numpy())
-        if deadline is not None and time.monotonic() > deadline:
-            worst.cut = next(batches, None) is not None  # (cut only if something was left)
-            break
+    worst.cut = batches.cut
     return worst

@@ -193,6 +193,11 @@ class Calibration:
                 "cut": self.cut, "before": self.before, "after": self.after,
                 **({"per_class_ece": self.per_class_ece} if self.per_class_ece else {})}
 
+    @property
+    def served(self):
+        """The temperature the served probabilities' logits are divided by (None: not applied)."""
+        return self.temperature if self.applied else None
+
     def serving_json(self, threshold: float | None) -> dict | None:
         """serving.json's "calibration" (None when it is not applied): the temperature, and for a
         multi-label model the calibrated probability at which each class is predicted (its

@@ -25,16 +25,37 @@ class Gathered:
         return len(self.labels)
 
 
+class Within:
+    """A pass over `dataset`'s batches that ends at `stop` (a threading.Event, checked before each
+    batch) or once `budget_s` seconds are gone (checked after each), or when the caller says
+    (`end`); `cut` then says whether batches were left."""
+
+    def __init__(self, dataset, stop=None, budget_s: float | None = None):
+        self._batches = iter(dataset)
+        self.stop, self.cut = stop, False
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
+
+    def __iter__(self):
+        for batch in self._batches:
+            if self.stop is not None and self.stop.is_set():
+                self.cut = True
+                return
+            yield batch
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.end()
+                return
+
+    def end(self) -> None:
+        """The pass ends here: cut if a batch was left."""
+        self.cut = next(self._batches, None) is not None
+
+
 def gather(function, dataset, width: int, limit: int, stop=None, budget_s: float | None = None,
            dtype=np.float32) -> Gathered:
     """`function`: images -> [batch, width]; `stop`: a threading.Event that ends the pass."""
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-    outputs, labels, fingerprints, thumbnails, kept, cut = [], [], [], [], 0, False
-    batches = iter(dataset)
+    outputs, labels, fingerprints, thumbnails, kept = [], [], [], [], 0
+    batches = Within(dataset, stop, budget_s)
     for batch in batches:
-        if stop is not None and stop.is_set():
-            cut = True
-            break
         images, batch_labels = batch[:2]
         room = limit - kept
         outputs.append(tf.cast(function(images), tf.float32).numpy()[:room].astype(dtype))
@@ -43,9 +64,10 @@ def gather(function, dataset, width: int, limit: int, stop=None, budget_s: float
             fingerprints += [bytes(row).hex() for row in batch[2].numpy()[:room]]
             thumbnails += list(batch[3].numpy()[:room])
         kept += len(outputs[-1])
-        if kept >= limit or (deadline is not None and time.monotonic() > deadline):
-            cut = next(batches, None) is not None
+        if kept >= limit:
+            batches.end()
             break
     if not outputs:
-        return Gathered(np.zeros((0, width), dtype), np.zeros((0,), np.int64), cut=cut)
-    return Gathered(np.concatenate(outputs), np.concatenate(labels), tuple(fingerprints), tuple(thumbnails), cut)
+        return Gathered(np.zeros((0, width), dtype), np.zeros((0,), np.int64), cut=batches.cut)
+    return Gathered(np.concatenate(outputs), np.concatenate(labels), tuple(fingerprints), tuple(thumbnails),
+                    batches.cut)
