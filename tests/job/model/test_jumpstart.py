@@ -3,9 +3,11 @@
 hub.KerasLayer calls it, fine-tuned through its own variables, checkpointed and exported; and
 what is not such a model refused, naming it."""
 
+import gc
 import shutil
 import sys
 import tarfile
+import warnings
 
 import keras
 import numpy as np
@@ -160,6 +162,19 @@ def test_its_unpacked_files_are_read_as_well_as_its_tarball(tmp_path, archives):
         tar.extractall(folder, filter="data")
     found = incremental.load(folder)
     assert isinstance(found, jumpstart.Pretrained) and found.image_size == SIZE and found.folder == folder / "1"
+
+
+def test_its_unpacked_tarball_is_removed_without_a_warning_when_the_model_goes(tmp_path, archives):
+    """(A TemporaryDirectory warned "Implicitly cleaning up" when collected: a ResourceWarning that
+    a weights file's mismatch check running at that moment took for a mismatch.)"""
+    found = pretrained_from(tmp_path, archives["plain"])
+    unpacked = found.folder.parent
+    assert unpacked.name.startswith("jumpstart-") and unpacked.is_dir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del found
+        gc.collect()
+    assert not unpacked.exists()
 
 
 def test_what_is_not_a_pretrained_model_to_start_from_is_refused_naming_it(tmp_path, archives):

@@ -106,7 +106,9 @@ def load_backbone_weights(backbone: keras.Model, path: Path, name: str) -> None:
             backbone.load_weights(str(path))
         except Exception as err:  # Keras raises ValueError, KeyError or h5py errors on a mismatch
             problem = f"{type(err).__name__}: {err}"
-    problem = problem or next((str(w.message) for w in caught), None)
+    # (not a ResourceWarning: the garbage collector raises those from any object it happens to
+    # finalise meanwhile, unrelated to the file)
+    problem = problem or next((str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)), None)
     if problem:
         raise UserError(
             f"weights file {path} does not fit backbone {name} ({problem[:300]}); it must hold "

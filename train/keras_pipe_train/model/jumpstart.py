@@ -38,6 +38,7 @@ import logging
 import shutil
 import tarfile
 import tempfile
+import weakref
 import zlib
 from pathlib import Path, PurePosixPath
 
@@ -63,8 +64,13 @@ class Pretrained:
     """The model channel's pretrained model: where its SavedModel lies (unpacked, in a temporary
     folder that lives as long as this object: the backbone's layer keeps it), and its info."""
 
-    def __init__(self, folder: Path, source: str, info: dict, keep: tempfile.TemporaryDirectory | None = None):
-        self.folder, self.source, self._keep = folder, source, keep
+    def __init__(self, folder: Path, source: str, info: dict, unpacked: Path | None = None):
+        self.folder, self.source = folder, source
+        if unpacked is not None:
+            # (removed when this object is collected or at exit; a TemporaryDirectory would warn
+            # "Implicitly cleaning up" then, a ResourceWarning that lands in whatever code runs at
+            # that moment's catch_warnings, such as the weights loader's mismatch check)
+            weakref.finalize(self, shutil.rmtree, unpacked, ignore_errors=True)
         self.image_size = info.get("image_size")
         self.scaling = SCALINGS[info.get("pixel_scaling_method") or "normalize"]
         self.signature, self.output_key = info.get("signature"), info.get("output_key")
@@ -90,10 +96,13 @@ def is_pretrained_archive(names: set[str]) -> bool:
 
 def from_archive(archive: Path, folder: Path) -> Pretrained:
     """The pretrained model in a model.tar.gz, unpacked into a temporary folder kept with it."""
-    keep = tempfile.TemporaryDirectory(prefix="jumpstart-")
-    work = Path(keep.name)
-    _unpack(archive, work)
-    return _pretrained(work, str(archive.relative_to(folder)), keep)
+    work = Path(tempfile.mkdtemp(prefix="jumpstart-"))
+    try:
+        _unpack(archive, work)
+        return _pretrained(work, str(archive.relative_to(folder)), work)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 def from_folder(folder: Path) -> Pretrained:
@@ -101,7 +110,7 @@ def from_folder(folder: Path) -> Pretrained:
     return _pretrained(folder, folder.name, None)
 
 
-def _pretrained(root: Path, source: str, keep) -> Pretrained:
+def _pretrained(root: Path, source: str, unpacked: Path | None) -> Pretrained:
     models = sorted(p.parent for p in root.rglob(SAVED_MODEL) if p.is_file())
     if len(models) != 1:
         raise UserError(f"channel '{CHANNEL}': {source} must hold one SavedModel (a folder with {SAVED_MODEL}), as "
@@ -112,7 +121,7 @@ def _pretrained(root: Path, source: str, keep) -> Pretrained:
         raise UserError(f"channel '{CHANNEL}': {source} is a model JumpStart fine-tuned ({MODEL_INFO} says "
                         "finetuned: true), a Keras 2 SavedModel that Keras 3 cannot load as a model. Give the "
                         "pretrained model it started from instead (JumpStart's training artifact for its model_id)")
-    return Pretrained(models[0], source, info, keep)
+    return Pretrained(models[0], source, info, unpacked)
 
 
 def _info(path: Path | None, source: str) -> dict:
