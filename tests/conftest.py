@@ -335,7 +335,8 @@ def prepared_features() -> dict:
     import tensorflow as tf
 
     return {"image/encoded": tf.io.FixedLenFeature([], tf.string),
-            "image/class/label": tf.io.FixedLenFeature([], tf.int64)}
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+            "image/source": tf.io.FixedLenFeature([], tf.string)}  # (where the image came from)
 
 
 @pytest.fixture

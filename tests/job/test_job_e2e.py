@@ -191,19 +191,27 @@ def served_probabilities(model_dir, validation_file) -> tuple:
     return np.concatenate(served), np.concatenate(own)
 
 
-def flipped_labels(records: list[bytes], labels: list[int], rate: float, seed: int) -> tuple[list[bytes], np.ndarray]:
-    """The records with `rate` of their labels moved to another digit at random; which were."""
+def flipped_labels(records: list[bytes], labels: list[int], rate: float, seed: int,
+                   source=None) -> tuple[list[bytes], np.ndarray]:
+    """The records with `rate` of their labels moved to another digit at random; which were. With
+    `source`, each record says where its image came from: source(its index)."""
     from keras_pipe_train.sources.example import encode_example
 
     rng = np.random.default_rng(seed)
     flips = rng.random(len(records)) < rate
     changed = []
-    for record, label, flip in zip(records, labels, flips):
-        if flip:
+    for index, (record, label, flip) in enumerate(zip(records, labels, flips)):
+        if flip or source:
             image = tf.train.Example.FromString(record).features.feature["image/encoded"].bytes_list.value[0]
-            record = encode_example(image, int((label + rng.integers(1, 10)) % 10))
+            given = int((label + rng.integers(1, 10)) % 10) if flip else int(label)
+            record = encode_example(image, given, source=source(index) if source else None)
         changed.append(record)
     return changed, flips
+
+
+def source_of(index: int) -> str:
+    """A training image's S3 URI, as `keras-pipe prepare` records it, in a key nobody sanitised."""
+    return f"s3://photos-bucket/digits/scan ünï #{index:04d} (copy).jpg"
 
 
 def fingerprint(record: bytes) -> str:
@@ -218,9 +226,10 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     overconfident on held-out ones. calibration=true fits its temperature on them: the
     cross-fitted ECE, NLL and Brier score fall, the accuracy stays, the SavedModel serves
     softmax(logits / T). label_error_folds=5 lists the planted flips among its suspects, in
-    label_errors.csv and on the report page, which a browser shows."""
+    label_errors.csv, in a Ground Truth manifest of their S3 sources, and on the report page,
+    which a browser shows."""
     examples, labels = digit_records
-    train, flips = flipped_labels(examples[:400], labels[:400], 0.1, seed=2)
+    train, flips = flipped_labels(examples[:400], labels[:400], 0.1, seed=2, source=source_of)
     file_channel(job, "train", train, shards=2)
     file_channel(job, "validation", examples[TRAIN:], shards=1)
     write_hyperparameters(job, **{**HYPERPARAMETERS, "weights": str(pretrained_backbone), "epochs": 1,
@@ -236,12 +245,40 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     print(f"label check: {len(suspected)} suspects, {found} of {len(planted)} planted flips")
     assert found / len(planted) >= 0.5 and found / len(suspected) >= 0.3, (found, len(planted), len(suspected))
     assert [int(row["rank"]) for row in rows if row["set"] == "train"] == list(range(1, len(suspected) + 1))
+    check_suspects_manifest(job, rows, train)
     page = (job.base / "output/data/report.html").read_text()
     assert f"Train images: {len(suspected):,} of 400" in page and "Labels to check first" in page
     assert page.count('alt="image labelled') == min(24, len(suspected)) + min(
         24, sum(row["set"] == "validation" for row in rows))
     opened = open_page(job.base / "output/data/report.html", tmp_path / "browser")
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+
+
+def check_suspects_manifest(job: FakeJob, rows: list[dict], train: list[bytes]) -> None:
+    """The training suspects (whose Examples name their S3 source) are in label_errors.manifest,
+    as Ground Truth's image classification output lines, which prepare reads as a manifest; the
+    validation ones (no source) only in the CSV, and counted so."""
+    from keras_pipe_launch.prepare.sources import Reader, list_manifest
+
+    source_by_print = {fingerprint(record): source_of(index) for index, record in enumerate(train)}
+    suspects = [row for row in rows if row["set"] == "train"]
+    assert all(row["source"] == source_by_print[row["fingerprint"]] for row in suspects)
+    assert all(row["source"] == "" for row in rows if row["set"] == "validation")
+    path = job.base / "output/data/label_errors.manifest"
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [line["source-ref"] for line in lines] == [row["source"] for row in suspects]
+    for line, row in zip(lines, suspects):
+        metadata = line["label-metadata"]
+        assert str(line["label"]) == row["given_label"] == metadata["class-name"]  # (no class_names: the ids)
+        assert metadata["type"] == "groundtruth/image-classification" and metadata["human-annotated"] == "no"
+        assert metadata["confidence"] == float(row["given_probability"])
+        assert line["label-check"]["likely-class-name"] == row["likely_label"] and line["label-check"]["rank"] == int(
+            row["rank"])
+    listing = list_manifest(str(path), Reader(), label_attribute="label")
+    assert [(str(where), label) for where, label in listing.items] == [(line["source-ref"], line["label"])
+                                                                       for line in lines]
+    counts = json.loads((job.base / "output/data/label_errors.json").read_text())["manifest"]
+    assert counts == {"suspects": len(suspects), "without_s3_source": len(rows) - len(suspects)}
 
 
 def check_calibration(job: FakeJob, out: subprocess.CompletedProcess) -> None:

@@ -419,6 +419,12 @@ def test_max_side_shrinks_large_photos_to_jpeg_and_keeps_small_ones_as_they_are(
     assert same["train"] == 7 and digest(tmp_path / "out") == digest(tmp_path / "again")
 
 
+def sources_of(folder: Path) -> collections.Counter:
+    """Where each example's image came from (its image/source), train and validation."""
+    return collections.Counter(e["image/source"].numpy().decode() for part in ("train", "validation")
+                               for e in read_examples(folder / part))
+
+
 def digest(folder: Path) -> dict:
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in folder.rglob("*") if p.is_file()}
@@ -455,6 +461,14 @@ def test_an_s3_prefix_of_class_folders_prepares_as_the_same_local_folder_does(ph
     assert both == examples_of(tmp_path / "local")
     assert remote["rejected"] == local["rejected"] == 2
     assert not list(tmp_path.glob("**/escape.jpg"))  # keys are read, never written anywhere
+    # each Example names its image: the S3 URI (what the job's Ground Truth manifest of suspects
+    # needs), or the local path under the source folder (not this machine's folders)
+    named = sources_of(tmp_path / "local")
+    assert sum(named.values()) == 200 and max(named.values()) == 1
+    assert all((root / name).is_file() and not Path(name).is_absolute() for name in named)
+    uris = sources_of(tmp_path / "remote")
+    assert uris == collections.Counter({f"s3://{bucket}/photos/{name}": 1 for name in named}
+                                       | {f"s3://{bucket}/photos/digit4/sub dir/a\\b%20ü #?.jpg": 1})
 
 
 def test_a_csv_of_s3_uris_and_relative_keys_reads_each_and_lists_the_missing(tmp_path, s3_bucket):

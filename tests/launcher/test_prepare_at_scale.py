@@ -24,8 +24,10 @@ def upload_folder(client, bucket: str, root: Path, prefix: str) -> None:
             client.put_object(Bucket=bucket, Key=f"{prefix}{path.relative_to(root).as_posix()}", Body=path.read_bytes())
 
 
-def examples_by_part(client, bucket: str, prefix: str, folder: Path) -> dict[str, collections.Counter]:
-    """(image digest, label) of every example of each part, from the shards under s3://bucket/prefix."""
+def examples_by_part(client, bucket: str, prefix: str, folder: Path, sources: bool = False
+                     ) -> dict[str, collections.Counter]:
+    """(image digest, label) of every example of each part, from the shards under s3://bucket/prefix;
+    with `sources`, (image digest, label, where the image came from)."""
     found = {}
     for part in ("train", "validation"):
         keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}{part}/")["Contents"]]
@@ -34,14 +36,22 @@ def examples_by_part(client, bucket: str, prefix: str, folder: Path) -> dict[str
             files.append(str(folder / key.replace("/", "_")))
             client.download_file(bucket, key, files[-1])
         found[part] = collections.Counter(
-            (hashlib.sha256(e["image/encoded"].numpy()).hexdigest(), int(e["image/class/label"]))
-            for e in (tf.io.parse_single_example(r, FEATURES) for r in tf.data.TFRecordDataset(files)))
+            described(e, sources) for e in (tf.io.parse_single_example(r, FEATURES)
+                                            for r in tf.data.TFRecordDataset(files)))
     return found
 
 
-def local_examples_by_part(folder: Path) -> dict[str, collections.Counter]:
+def described(example, sources: bool, moved_to: str = "") -> tuple:
+    """(image digest, label), with `sources` and its source (under `moved_to`) too."""
+    found = (hashlib.sha256(example["image/encoded"].numpy()).hexdigest(), int(example["image/class/label"]))
+    return (*found, moved_to + example["image/source"].numpy().decode()) if sources else found
+
+
+def local_examples_by_part(folder: Path, sources: bool = False, moved_to: str = "") -> dict[str, collections.Counter]:
+    """examples_by_part's of a local dataset; its sources, paths under the local folder it was
+    prepared from, put under `moved_to` (the S3 prefix the same images were uploaded to)."""
     return {part: collections.Counter(
-        (hashlib.sha256(e["image/encoded"].numpy()).hexdigest(), int(e["image/class/label"]))
+        described(e, sources, moved_to)
         for e in (tf.io.parse_single_example(r, FEATURES)
                   for r in tf.data.TFRecordDataset(sorted(str(p) for p in (folder / part).glob("*.tfrecord")))))
         for part in ("train", "validation")}
@@ -64,7 +74,9 @@ def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(pho
     assert "after it was listed" not in said, said
     assert (many["train"], many["validation"], many["rejected"]) == (one["train"], one["validation"], 2)
     # the same examples, each once, in the same part (the split is the plan's, made as one machine makes it)
-    assert examples_by_part(client, bucket, "prepared/", tmp_path) == local_examples_by_part(tmp_path / "one")
+    # the same examples, each naming its image's S3 URI (what the job's manifest of suspects needs)
+    assert examples_by_part(client, bucket, "prepared/", tmp_path, sources=True) == local_examples_by_part(
+        tmp_path / "one", sources=True, moved_to=f"s3://{bucket}/photos/")
     # every instance had a share, and named its shards after the run and itself
     run = json.loads(client.get_object(Bucket=bucket, Key="prepared/prepare-run.json")["Body"].read())
     assert run["state"] == "complete" and run["instance_count"] == 3

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 CLASSES = ("cat", "dog", "bird")
@@ -28,6 +29,7 @@ def exported(folder: Path, threshold: float | None = None, temperature=None) -> 
 
     from keras_pipe_train.model import classifier as M
     from keras_pipe_train.model.export import export
+    from keras_pipe_train.training.calibration import Calibration
 
     keras.utils.set_random_seed(3)
     backbone = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255),
@@ -36,7 +38,9 @@ def exported(folder: Path, threshold: float | None = None, temperature=None) -> 
                                     activation="softmax" if threshold is None else "sigmoid")
     head = classifier.get_layer("classifier")  # (an untrained head starts at zero: every class as likely)
     head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])
-    calibration = None if temperature is None else {"method": "temperature scaling", "temperature": temperature}
+    calibration = None if temperature is None else Calibration(
+        "true", np.asarray(temperature) if np.ndim(temperature) else temperature, True, "calibration=true", 100, {},
+        {}, threshold is not None).serving_json(threshold)
     export(classifier, CLASSES, 32, folder, threshold=threshold, calibration=calibration)
     return folder
 

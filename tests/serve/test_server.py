@@ -125,6 +125,30 @@ def test_a_multi_label_model_answers_the_classes_above_its_threshold(multi_label
     np.testing.assert_allclose(answer["probabilities"], expected["probabilities"][0], atol=1e-6)
 
 
+def test_a_calibrated_multi_label_model_says_each_classs_edge_in_the_probabilities_it_serves(tmp_path):
+    """Its predictions are its own sigmoid's at the threshold; its probabilities are calibrated, a
+    temperature per class: the answer gives each class's calibrated threshold, at or above which
+    exactly the predicted classes are."""
+    from tests.serve.conftest import exported
+
+    model = exported(tmp_path / "model", threshold=0.45, temperature=[0.5, 2.0, 4.0])
+    server = Server(model, tmp_path / "serve.log", SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    try:
+        server.wait_until_healthy()
+        answers = [post(server, image_bytes("JPEG", 20 + i, 30), "image/jpeg") for i in range(8)]
+    finally:
+        assert server.stop() == 0, server.log.read_text()[-2000:]
+    edges = 1 / (1 + np.exp(-np.log(0.45 / 0.55) / np.array([0.5, 2.0, 4.0])))
+    for status, answer in answers:
+        assert status == 200, answer
+        assert answer["threshold"] == 0.45 and answer["calibrated_thresholds"] == pytest.approx(edges)
+        above = [c for c, p, edge in zip(CLASSES, answer["probabilities"], edges) if p >= edge]
+        assert answer["predicted_labels"] == above
+    # (why the edges are answered: a class calibrated above the threshold, yet not predicted)
+    assert any(p >= 0.45 and c not in answer["predicted_labels"]
+               for _, answer in answers for c, p in zip(CLASSES, answer["probabilities"]))
+
+
 def test_a_calibrated_model_serves_its_calibrated_probabilities(tmp_path):
     """calibration's temperature is in the SavedModel: the server answers softmax(logits / T),
     with the same predicted label as the model's own probabilities."""

@@ -84,8 +84,7 @@ class Predictor:
         # serving.json (older exports have none: the defaults)
         settings = beside("serving.json") or {}
         self.max_pixels = int(settings.get("max_image_pixels", DEFAULT_MAX_PIXELS))
-        self.threshold = settings.get("threshold")
-        self.dialect = dialect_of(settings)
+        self.threshold, self.dialect = settings.get("threshold"), dialect_of(settings)
         try:
             self._serve = tf.saved_model.load(str(served)).signatures["serving_default"]
         except (OSError, ValueError, KeyError, tf.errors.OpError) as err:
@@ -104,6 +103,7 @@ class Predictor:
         if len(names) != count:
             raise ModelError(f"classes.json lists {len(names)} classes but the model has {count} outputs")
         self.labels = [str(n) for n in names]
+        self.calibrated_thresholds = calibrated_thresholds(settings, count) if self.multi_label else None
         self.default_top_k = min(DEFAULT_TOP_K, count)
         log.info("loaded %s: %d classes, %s, answering in the %s dialect", served, count,
                  f"multi-label (threshold {self.threshold})" if self.multi_label else "single-label", self.dialect)
@@ -179,10 +179,21 @@ class Predictor:
         else:
             answer["predicted_labels"] = [self.labels[i] for i, on in enumerate(predicted) if on]
             answer["threshold"] = self.threshold
+            if self.calibrated_thresholds:
+                answer["calibrated_thresholds"] = self.calibrated_thresholds
         answer["top_k"] = [{"label": self.labels[i], "probability": probabilities[i]} for i in order[:k]]
         answer["labels"] = self.labels
         answer["probabilities"] = probabilities
         return answer
+
+
+def calibrated_thresholds(settings: dict, classes: int) -> list | None:
+    """A calibrated multi-label model decides on its own sigmoid at `threshold`, and serves the
+    calibrated probabilities: each class's edge in those (serving.json's calibration says them) is
+    answered beside them, or a client comparing them with `threshold` would disagree with
+    predicted_labels. None for a model not calibrated."""
+    edges = (settings.get("calibration") or {}).get("calibrated_thresholds")
+    return edges if isinstance(edges, list) and len(edges) == classes else None
 
 
 def dialect_of(settings: dict) -> str:

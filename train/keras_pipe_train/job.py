@@ -444,6 +444,14 @@ def evaluate_exported(training: Training, final: dict) -> None:
         write_report(t, found)
 
 
+def chief_pass_budget(training: Training) -> float | None:
+    """Seconds one of the chief's passes after training (calibration's, the gallery's) may take: on
+    several hosts half of collective_timeout, which the others wait for it at most (0 is
+    TensorFlow's "no timeout"); None, no bound, alone."""
+    t = training
+    return t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
+
+
 def write_report(training: Training, found: dict) -> None:
     """The chief's report page (report/job_page.py) and TensorBoard's pictures, with the gallery of the
     validation images the exported model gets most wrong: one more pass over the validation channel,
@@ -461,7 +469,7 @@ def write_report(training: Training, found: dict) -> None:
         if not t.trainer.stop.is_set():
             make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                              side=t.validation.side)
-            budget = limit / 2 if limit else None
+            budget = chief_pass_budget(t)
             calibrated = t.calibrated.serving_json(t.config.multi_label_threshold if t.config.multi_label else None) \
                 if t.calibrated else None
             worst = mistakes.find(served_probabilities(t), t.trainer.task, make(tf.distribute.InputContext()),
@@ -483,6 +491,10 @@ def write_report(training: Training, found: dict) -> None:
 LABEL_THUMBNAIL = 64  # pixels: the longer side of a suspect's picture in the report
 MAX_CHECKED_VALUES = 2 ** 26  # training features kept for the label check (128 MiB of float16)
 MAX_CHECKED = 100_000  # training examples the label check looks at, at most: the first ones
+# the label check's heads take at most this share of the training's time (the cost it is meant to
+# keep under), or HEADS_MIN_S when the training was quicker (tracing and a few chunks of steps)
+HEADS_SHARE = 0.25
+HEADS_MIN_S = 60.0
 
 
 def check_labels(training: Training, budget_s: float | None) -> suspects.Checked | None:
@@ -498,7 +510,8 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
         log.warning("label_error_folds: the label check finds one wrong class per image; a multi-label job's "
                     "labels are not checked")
         return None
-    started = time.perf_counter()
+    started, unchecked = time.perf_counter(), ""
+    ends = None if budget_s is None else time.monotonic() + budget_s
     try:
         sets = {}
         if t.validation_seen is not None and len(t.validation_seen):
@@ -507,17 +520,45 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
             sets["validation"] = (t.validation_seen, label_errors.find(probabilities, t.validation_seen.labels))
         features = training_features(t, budget_s)
         if len(features) and not t.trainer.stop.is_set():
-            probabilities = label_errors.out_of_fold(features.outputs.astype(np.float32), features.labels,
-                                                     t.model.output_shape[-1], folds, t.config.seed)
-            sets["train"] = (features, label_errors.find(probabilities, features.labels))
+            found, unchecked = training_suspects(t, features, ends)
+            if found is not None:
+                sets["train"] = (features, found)
         checked = suspects.Checked(sets, t.config.class_names, folds, trained_features=t.start_weights is None,
-                                   seconds=time.perf_counter() - started)
-        path = suspects.write(t.layout.output_data, checked)
+                                   seconds=time.perf_counter() - started, unchecked=unchecked)
+        path = suspects.write(t.layout.output_data, checked, contract.training_job_name())
     except Exception as err:
         log.warning("could not check the labels (%s: %s)", type(err).__name__, err, exc_info=True)
         return None
     log.info("label check (%d folds) in %.1f s: %s; %s", folds, checked.seconds, checked.summary(), path)
     return checked
+
+
+def training_suspects(training: Training, features: gathered.Gathered, ends: float | None
+                      ) -> tuple[label_errors.Suspects | None, str]:
+    """The training images' suspects, from label_error_folds heads on their `features`; or None
+    and why not, when the heads were cut: by a stop request, or their time, at most HEADS_SHARE of
+    the training's (HEADS_MIN_S at least), and never past `ends` (time.monotonic(): the budget of
+    the chief's passes on several hosts)."""
+    t, folds = training, training.config.label_error_folds
+    allowed = max(HEADS_MIN_S, HEADS_SHARE * sum(row.get("seconds", 0.0) for row in t.epochs.rows))
+    if ends is not None:  # (several hosts: what is left of the chief's budget, if that is less)
+        allowed = max(0.0, min(allowed, ends - time.monotonic()))
+    deadline = time.monotonic() + allowed
+    try:
+        probabilities = label_errors.out_of_fold(features.outputs.astype(np.float32), features.labels,
+                                                 t.model.output_shape[-1], folds, t.config.seed,
+                                                 stop=t.trainer.stop, deadline=deadline)
+    except label_errors.Cut as cut:
+        why = (f"their {folds} heads on {len(features):,} images were ended by {cut} ({allowed:.0f} s: at most "
+               f"{HEADS_SHARE:.0%} of the training's time, {HEADS_MIN_S:.0f} s at least)")
+        log.warning("label check: the training images are not checked: %s", why)
+        return None, why
+    found, rare = label_errors.of_classes_with(label_errors.find(probabilities, features.labels), features.labels,
+                                               folds)
+    if rare:
+        log.info("label check: %d training suspects left out: their classes have fewer images than the %d folds, "
+                 "too few for a head to learn them without the image itself", rare, folds)
+    return found, ""
 
 
 def training_features(training: Training, budget_s: float | None) -> gathered.Gathered:
@@ -582,7 +623,7 @@ def calibrate(training: Training) -> calibration.Calibration | None:
         make = datasets.evaluation_input(t.validation.channel, t.layout, t.config, t.trainer.stop, t.seen,
                                          side=t.validation.side,
                                          examined=LABEL_THUMBNAIL if t.config.label_error_folds else 0)
-        budget = t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
+        budget = chief_pass_budget(t)
         classes = t.model.output_shape[-1]
         limit = max(1, calibration.MAX_VALUES // classes)
         if t.config.label_error_folds:  # (each example's thumbnail is kept too)

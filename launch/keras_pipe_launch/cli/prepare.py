@@ -14,7 +14,8 @@ are read from S3 one by one as workers need them, never copied to disk first. Th
 shuffled (seeded) and split per class into train and validation as listed, then each is checked
 by decoding it; unreadable or corrupt ones are listed in OUT/rejected.txt and counted, never
 silently dropped (--strict makes any of them an error). The rest become tf.train.Examples under
-the feature names the job reads by default (image/encoded, image/class/label), written as they
+the feature names the job reads by default (image/encoded, image/class/label), with where each
+image came from (image/source: its S3 URI, or its path under a local source), written as they
 are ready into shards of about --shard-mb; memory stays bounded whatever the dataset's size.
 
 --max-side PIXELS stores images whose longer side is larger shrunk to it, as JPEG (--jpeg-quality),

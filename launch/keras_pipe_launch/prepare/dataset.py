@@ -5,7 +5,8 @@ The images are listed (prepare.sources), shuffled (seeded) and split per class i
 validation as listed, then each is checked by decoding it (prepare.images); unreadable or corrupt
 ones are listed in OUT/rejected.txt and counted, never silently dropped (strict: an error). The
 rest become tf.train.Examples under the feature names the job reads by default (image/encoded,
-image/class/label), written as they are ready into shards of about shard_mb; memory stays bounded
+image/class/label), with where each image came from (image/source), written as they are ready into
+shards of about shard_mb; memory stays bounded
 whatever the dataset's size. The same inputs, options and seed give byte-identical shards.
 """
 
@@ -243,9 +244,11 @@ class Written:
 
 
 def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Reader, folder: Path,
-                   options: ImageOptions, shard_bytes: int, workers: int, shard_prefix: str = "part-") -> Written:
+                   options: ImageOptions, shard_bytes: int, workers: int, shard_prefix: str = "part-",
+                   source_of: Callable[[Location], str] = str) -> Written:
     """Checks each (image, label, part) of `queue` (`workers` at a time) and appends the usable
-    ones, in the queue's order, to the shards of folder/part/."""
+    ones, in the queue's order, to the shards of folder/part/, each Example with where its image
+    came from, `source_of` its location (the job's label check names its suspects so)."""
     from tqdm import tqdm
 
     from keras_pipe_train.sources.example import encode_example
@@ -259,7 +262,7 @@ def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Re
                 if data is None:
                     written.rejected.append((where, why))
                 else:
-                    writers[part].add(encode_example(data, label))
+                    writers[part].add(encode_example(data, label, source=source_of(where)))
                     written.counts[part].update(label if isinstance(label, tuple) else (label,))
                     written.examples[part] += 1
                 bar.update()
@@ -270,6 +273,14 @@ def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Re
     written.shards = {part: writer.paths for part, writer in writers.items()}
     written.records = {part: writer.records for part, writer in writers.items()}
     return written
+
+
+def recorded(location: Location, source: str) -> str:
+    """Where an image came from, as its Example records it: its S3 URI (what a Ground Truth
+    manifest of the job's suspects needs), or a local file's path under the source (the machine's
+    own folders are none of the dataset's business)."""
+    text = str(location)
+    return text if text.startswith("s3://") else data_report.name_of(location, source)
 
 
 def default_workers(source: str) -> int:
@@ -357,7 +368,7 @@ def prepare(source: Path | str, out: Path, *, validation_fraction: float = 0.1, 
     shutil.rmtree(work, ignore_errors=True)  # (left by a run that was killed)
     try:
         written = write_examples(queue, reader, work, ImageOptions(max_pixels, max_side, quality),
-                                 int(shard_mb * 1e6), workers)
+                                 int(shard_mb * 1e6), workers, source_of=lambda where: recorded(where, str(source)))
         rejected = list(listing.rejected) + written.rejected
         report_rejected(out, rejected, len(listing.items) + len(listing.rejected), strict, work)
         check_classes(listing.classes, written.counts["train"], written.counts["validation"], validation_fraction)

@@ -92,7 +92,8 @@ def prepare_share(base: Path, args: argparse.Namespace) -> Report:
         (output / folder).mkdir(parents=True, exist_ok=True)
     options = ImageOptions(args.max_image_pixels, args.max_side, args.jpeg_quality)
     written = write_examples(queue, sources.Reader(), output, options, int(args.shard_mb * 1e6),
-                             args.workers or default_workers("."), shard_prefix(plan.run, host))
+                             args.workers or default_workers("."), shard_prefix(plan.run, host),
+                             source_of=lambda path: plan.source + keys[path])  # (its S3 URI)
     rejected = {path for path, _ in written.rejected}
     kept = [path for path, _, _ in queue if path not in rejected]
     prints = {} if plan.duplicates is None else dict(zip(

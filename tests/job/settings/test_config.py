@@ -151,6 +151,8 @@ def test_ambiguous_or_malformed_forms_are_refused_with_the_form_to_use(sent, mes
     ({"steps_per_execution": 0}, "hyperparameter steps_per_execution must be between 1 and 1000, got 0 (or auto)"),
     ({"steps_per_execution": "often"}, "hyperparameter steps_per_execution must be an integer, got 'often' (or auto)"),
     ({"image_feature": ""}, "hyperparameter image_feature must be a non-empty string"),
+    ({"label_error_folds": 1}, "hyperparameter label_error_folds must be 0 (no label check) or 2 to 20 folds; got 1"),
+    ({"label_error_folds": 21}, "hyperparameter label_error_folds must be 0 (no label check) or 2 to 20 folds; got 21"),
     ({"class_names": ["a", "a", "b"]}, "at least two distinct"),
     ({"class_names": "a,b"}, "num_classes is 3 but class_names lists 2"),
     ({"epochs": 0, "fine_tune_epochs": 0}, "nothing to train"),

@@ -172,7 +172,7 @@ def lst_reader(tmp_path, text: str, images: dict[str, bytes], max_skips: int = 0
     values = {"num_classes": 10, "multi_label": False, "label_format": "index", **config}
     multi_hot = values["label_format"] == "multi_hot"
     return lst.reader(tmp_path / "train", tmp_path / "train_lst", "train", "train_lst", seed=None, shard=None,
-                      encode=lambda image, label: example.encode_example(image, label, multi_hot=multi_hot),
+                      encode=lambda image, label, _: example.encode_example(image, label, multi_hot=multi_hot),
                       record_check=example.record_check("image/encoded", "image/class/label", values["num_classes"],
                                                         10**6, multi_label=values["multi_label"],
                                                         label_format=values["label_format"]),

@@ -169,3 +169,31 @@ def test_a_validation_channel_wins_over_the_split_and_other_formats_need_one(job
     with pytest.raises(UserError, match=r"channel 'train' holds TFRecords: give the job a 'validation' channel"):
         datasets.sources(records, layout, {"train": ChannelConfig("train", "Pipe")})
     assert datasets.sources(records, layout, channels)[1] == datasets.Source(channels["validation"])
+
+
+def test_the_label_checks_pass_names_each_images_path_and_the_trained_records_stay_as_they_were(job, digit_photos):
+    """An examined pass (the label check's: datasets.EpochInput(examined=...)) gives each image's
+    path in the channel, as the suspects' CSV and page name them; a pass trained on reads the
+    Examples it always did (no source: their audit digests unchanged)."""
+    import tensorflow as tf
+
+    from keras_pipe_train.settings import contract
+    from keras_pipe_train.sources import datasets
+    from keras_pipe_train.sources.example import encode_example
+
+    photos, labels = digit_photos[0][:20], digit_photos[1][:20]
+    class_folders(job, "train", photos, labels)
+    config = JobConfig.from_hyperparameters({**{k: str(v) for k, v in QUICK.items()}, "num_classes": "10",
+                                             "class_names": ",".join(sorted(NAMES))})
+    spec = contract.read_input_data_config(job.config_dir)["train"]
+    context = tf.distribute.InputContext()
+    batches = list(datasets.evaluation_input(spec, contract.paths(job.base), config, examined=16)(context))
+    paths = [path.decode() for batch in batches for path in batch[4].numpy()]
+    expected = sorted(f"{NAMES[label]}/{'scans/' if i % 7 == 0 else ''}IMG {i:04d}.JPG"
+                      for i, label in enumerate(labels))
+    assert sorted(paths) == expected
+    assert all((job.data_dir / "train" / path).read_bytes() in photos for path in paths)
+    ids = {name: index for index, name in enumerate(sorted(NAMES))}
+    trained, _ = datasets.records(spec, contract.paths(job.base), config)
+    assert sorted(r.numpy() for r in trained) == sorted(encode_example(photo, ids[NAMES[label]])
+                                                        for photo, label in zip(photos, labels))

@@ -155,11 +155,16 @@ def test_the_pass_keeps_at_most_its_bound_and_says_it_was_cut():
     stop.set()
     seen = gather(lambda x: x[:, :2], dataset, 2, 1000, stop=stop)
     assert seen.outputs.shape == (0, 2) and seen.cut
-    # an examined pass's fingerprints and thumbnails ride along
+    # an examined pass's fingerprints, thumbnails and sources ride along
     examined = tf.data.Dataset.from_tensor_slices((images, np.zeros(50, np.int64), np.tile(np.arange(8, dtype=np.uint8),
-                                                   (50, 1)), [b"jpeg"] * 50)).batch(8)
-    seen = gather(lambda x: x, examined, 4, 10)
-    assert seen.fingerprints == ("0001020304050607",) * 10 and seen.thumbnails == (b"jpeg",) * 10
+                                                   (50, 1)), [b"jpeg"] * 50,
+                                                   ["s3://b/ü.jpg".encode()] * 49 + [b"\xff"])).batch(8)
+    seen = gather(lambda x: x, examined, 4, 50)
+    assert seen.fingerprints[:10] == ("0001020304050607",) * 10 and seen.thumbnails[:10] == (b"jpeg",) * 10
+    assert seen.sources[:49] == ("s3://b/ü.jpg",) * 49 and seen.sources[49] == "\ufffd"  # (not UTF-8: replaced)
+    # features kept as float16 saturate at its largest value, never inf
+    seen = gather(lambda x: x * 1e6, dataset, 4, 50, dtype=np.float16)
+    assert np.isfinite(seen.outputs).all() and np.abs(seen.outputs).max() == np.finfo(np.float16).max
 
 
 def test_a_multi_label_set_too_small_or_too_clean_for_any_fit_still_gets_a_temperature():

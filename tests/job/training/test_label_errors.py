@@ -72,3 +72,31 @@ def test_a_feature_constant_where_the_head_is_fitted_does_not_decide_the_held_ou
     features[fold == 0, -1] = 5.0  # (zero in the folds a head is fitted on, not in the one it predicts)
     probabilities = L.out_of_fold(features, given, 6, 5, 0)
     assert (probabilities[fold == 0].argmax(axis=1) == given[fold == 0]).mean() > 0.9
+
+
+def test_the_heads_end_at_their_deadline_or_a_stop_request_and_not_before():
+    import threading
+    import time
+
+    features, _, given, _ = flipped(examples=300)
+    with pytest.raises(L.Cut, match="their time budget"):
+        L.out_of_fold(features, given, 6, 5, 0, deadline=time.monotonic() - 1)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(L.Cut, match="a stop request"):
+        L.out_of_fold(features, given, 6, 5, 0, stop=stop)
+    # (looked at between chunks of steps: with room, the same probabilities as without either)
+    bounded = L.out_of_fold(features, given, 6, 5, 0, stop=threading.Event(), deadline=time.monotonic() + 600)
+    np.testing.assert_array_equal(bounded, L.out_of_fold(features, given, 6, 5, 0))
+
+
+def test_a_class_with_fewer_images_than_folds_is_not_suspected_for_want_of_examples():
+    features, _, given, _ = flipped(examples=600, rate=0, separation=1.5)
+    given = given.copy()
+    given[:3] = 6  # a seventh class of three images, fewer than the 5 folds: no head sees it enough
+    found = L.find(L.out_of_fold(features, given, 7, 5, 0), given)
+    rare = set(found.indices.tolist()) & {0, 1, 2}
+    assert len(rare) >= 2  # (held out, they are suspected for want of examples, right or wrong)
+    kept, left_out = L.of_classes_with(found, given, 5)
+    assert left_out == len(rare) and not rare & set(kept.indices.tolist())
+    assert len(kept) == len(found) - len(rare) and (np.diff(kept.given_probability) >= 0).all()

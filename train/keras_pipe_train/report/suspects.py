@@ -4,16 +4,27 @@ MAX_SHOWN of each set with their pictures.
 
     label_errors.csv    set (train or validation), rank (1: the given label least likely),
                         fingerprint (16 hex digits: tf.fingerprint of the encoded image, the same
-                        for the same image bytes wherever they are), given_label, likely_label,
-                        given_probability, likely_probability
+                        for the same image bytes wherever they are), source (where the image came
+                        from, when its Example says: sources/example.py's SOURCE_FEATURE, which
+                        `keras-pipe prepare` writes), given_label, likely_label, given_probability,
+                        likely_probability
+    label_errors.manifest
+                        the suspects whose source is an S3 URI, as a SageMaker Ground Truth
+                        augmented manifest (JSON lines) in the form of an image classification
+                        labeling job's output: source-ref, the given label under LABEL_ATTRIBUTE
+                        and its -metadata, and what the check found under CHECK_ATTRIBUTE. The
+                        input of a labeling job that has people look at them again (Ground Truth
+                        chains jobs on such manifests), or of the job's own training again.
     label_errors.json   the check's figures: folds, seconds, which features the training images'
-                        heads read, and each set's images examined and suspected
+                        heads read, each set's images examined and suspected, and how many
+                        suspects the manifest holds
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import datetime
 import json
 from pathlib import Path
 
@@ -23,7 +34,10 @@ from keras_pipe_train.training.label_errors import Suspects
 
 CSV_NAME = "label_errors.csv"
 JSON_NAME = "label_errors.json"
+MANIFEST_NAME = "label_errors.manifest"
 MAX_SHOWN = 24  # suspects of each set in the page
+LABEL_ATTRIBUTE = "label"  # the manifest's label attribute (a labeling job's name, in Ground Truth's own)
+CHECK_ATTRIBUTE = "label-check"  # what the check found, in the manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +50,7 @@ class Checked:
     folds: int
     trained_features: bool  # the heads read the trained backbone's features (a job from scratch)
     seconds: float
+    unchecked: str = ""  # why the training images were not checked, when they were not
 
     def name(self, label: int) -> str:
         return self.class_names[label] if 0 <= label < len(self.class_names) else str(label)
@@ -46,29 +61,60 @@ class Checked:
                          for name, (seen, found) in self.sets.items()) or "nothing to check"
 
     def rows(self):
+        """Each suspect, as the CSV has it (with the class ids, "given" and "likely", beside)."""
         for name, (seen, found) in self.sets.items():
             for rank, (index, likely, given_p, likely_p) in enumerate(zip(
                     found.indices, found.likely, found.given_probability, found.likely_probability), 1):
+                given = int(seen.labels[index])
                 yield {"set": name, "rank": rank, "fingerprint": seen.fingerprints[index] if seen.fingerprints else "",
-                       "given_label": self.name(int(seen.labels[index])), "likely_label": self.name(int(likely)),
-                       "given_probability": round(float(given_p), 4), "likely_probability": round(float(likely_p), 4)}
+                       "source": seen.sources[index] if seen.sources else "",
+                       "given_label": self.name(given), "likely_label": self.name(int(likely)),
+                       "given_probability": round(float(given_p), 4), "likely_probability": round(float(likely_p), 4),
+                       "given": given, "likely": int(likely)}
 
 
-def write(folder: Path, checked: Checked) -> Path:
-    """label_errors.csv and label_errors.json; the CSV's path."""
+CSV_COLUMNS = ("set", "rank", "fingerprint", "source", "given_label", "likely_label", "given_probability",
+               "likely_probability")
+
+
+def write(folder: Path, checked: Checked, job_name: str = "local") -> Path:
+    """label_errors.csv, .manifest and .json; the CSV's path."""
     folder.mkdir(parents=True, exist_ok=True)
+    rows = list(checked.rows())
+    in_s3 = [row for row in rows if row["source"].startswith("s3://")]
     (folder / JSON_NAME).write_text(json.dumps({
         "folds": checked.folds, "seconds": round(checked.seconds, 3),
         "train_features": "trained backbone" if checked.trained_features else "starting backbone",
         "sets": {name: {"examined": len(seen), "suspected": len(found), "cut": seen.cut}
-                 for name, (seen, found) in checked.sets.items()}}, indent=1) + "\n")
+                 for name, (seen, found) in checked.sets.items()},
+        **({"train_unchecked": checked.unchecked} if checked.unchecked else {}),
+        "manifest": {"suspects": len(in_s3), "without_s3_source": len(rows) - len(in_s3)}}, indent=1) + "\n")
     path = folder / CSV_NAME
     with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, ["set", "rank", "fingerprint", "given_label", "likely_label", "given_probability",
-                                    "likely_probability"])
+        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(checked.rows())
+        writer.writerows(rows)
+    created = datetime.datetime.now(datetime.UTC).replace(tzinfo=None).isoformat()
+    with open(folder / MANIFEST_NAME, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(manifest_line(row, job_name, created), ensure_ascii=False) + "\n" for row in in_s3)
     return path
+
+
+def manifest_line(row: dict, job_name: str, created: str) -> dict:
+    """A suspect as a line of an image classification labeling job's output manifest (Ground
+    Truth's "Labeling job output data": the label, a class id, and its -metadata), its confidence
+    the given label's probability; not annotated by a person."""
+    return {
+        "source-ref": row["source"],
+        LABEL_ATTRIBUTE: row["given"],
+        f"{LABEL_ATTRIBUTE}-metadata": {
+            "class-name": row["given_label"], "confidence": row["given_probability"],
+            "type": "groundtruth/image-classification", "job-name": f"keras-pipe-label-check/{job_name}",
+            "human-annotated": "no", "creation-date": created},
+        CHECK_ATTRIBUTE: {"set": row["set"], "rank": row["rank"], "likely-label": row["likely"],
+                          "likely-class-name": row["likely_label"], "likely-confidence": row["likely_probability"],
+                          "fingerprint": row["fingerprint"]},
+    }
 
 
 def section(checked: Checked | None) -> str:
@@ -87,7 +133,8 @@ def section(checked: Checked | None) -> str:
         "confident learning (Northcutt et al., 2021): how many labels are wrong is estimated by counting the images "
         "for which another class is as likely as that class's own images are on average; that many images, those "
         f"whose given label is least likely, are suspected, the least likely first. Every suspect is in {CSV_NAME}, "
-        "by fingerprint.")]
+        f"by fingerprint and source; those in S3 are in {MANIFEST_NAME}, a Ground Truth manifest to have them "
+        "labelled again.")]
     for name, (seen, found) in checked.sets.items():
         cut = " (the first: the pass was cut short)" if seen.cut else ""
         parts.append(f"<h3>{pages.escape(name.capitalize())} images: {len(found):,} of {len(seen):,}{cut}</h3>")
@@ -95,15 +142,24 @@ def section(checked: Checked | None) -> str:
         tiles = "".join(_tile(checked, seen, found, position) for position in range(min(MAX_SHOWN, len(found))))
         if tiles:
             parts.append(f'<div class="gallery">{tiles}</div>')
+    if checked.unchecked:
+        parts.append(pages.note(f"Training images not checked: {checked.unchecked}."))
     return pages.section(title, *parts, anchor="labels")
 
 
 def _tile(checked: Checked, seen: Gathered, found: Suspects, position: int) -> str:
     index = found.indices[position]
     given, likely = checked.name(int(seen.labels[index])), checked.name(int(found.likely[position]))
-    text = "<br>".join(pages.escape(line) for line in (
-        f"labelled: {given} ({found.given_probability[position]:.0%})",
-        f"likely: {likely} ({found.likely_probability[position]:.0%})"))
+    lines = [f"labelled: {given} ({found.given_probability[position]:.0%})",
+             f"likely: {likely} ({found.likely_probability[position]:.0%})"]
+    if seen.sources and seen.sources[index]:
+        lines.append(_short(seen.sources[index]))
+    text = "<br>".join(pages.escape(line) for line in lines)
     picture = pages.image(seen.thumbnails[index], "image/jpeg", f"image labelled {given}, likely {likely}") \
         if seen.thumbnails else ""
     return f'<div class="tile">{picture}{text}</div>'
+
+
+def _short(source: str, most: int = 40) -> str:
+    """A source as a tile has room for: its end, the file's name, kept."""
+    return source if len(source) <= most else "…" + source[-(most - 1):]

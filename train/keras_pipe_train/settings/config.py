@@ -154,10 +154,14 @@ def _choice(options: tuple[str, ...], aliases: dict[str, str] | None = None):
     return parse
 
 
+MAX_LABEL_ERROR_FOLDS = 20  # (each fold is one more head fitted: cleanlab's default is 5, more gains little)
+
+
 def _label_error_folds(name, value):
     folds = _integer(0)(name, value)
-    if folds == 1:
-        raise UserError(f"hyperparameter {name} must be 0 (no label check) or at least 2 folds; got 1")
+    if folds == 1 or folds > MAX_LABEL_ERROR_FOLDS:
+        raise UserError(f"hyperparameter {name} must be 0 (no label check) or 2 to {MAX_LABEL_ERROR_FOLDS} folds; "
+                        f"got {folds}")
     return folds
 
 
@@ -496,7 +500,8 @@ HYPERPARAMETERS = {
         Hyperparameter("label_error_folds", 0, _label_error_folds,
                        "find the likely label errors (confident learning): the validation images' from the exported "
                        "model, the training images' from this many cross-validated heads on the starting backbone's "
-                       "features; in output/data/label_errors.csv and the report page (0: no check)"),
+                       "features (2 to 20); in output/data/label_errors.csv and .manifest and the report page (0: no "
+                       "check)"),
         Hyperparameter("class_weights", None, _class_weights,
                        "weight of each class in the training loss: a list in label order, {name: weight}, or balanced "
                        "(examples / (classes x the class's examples), as counted over the training examples seen so "

@@ -93,7 +93,7 @@ class ClassFolderReader:
     serialized Example of its bytes and its folder's class id, in lists (pipemode.batches)."""
 
     def __init__(self, folder: Path, files: list[str], class_names: tuple[str, ...], channel: str, *,
-                 encode: Callable[[bytes, int], bytes], record_check: Callable[[bytes], str | None],
+                 encode: Callable[[bytes, int, str], bytes], record_check: Callable[[bytes], str | None],
                  max_corrupted_records_to_skip: int = 0, max_record_bytes: int = 1 << 30):
         self.folder, self.files, self.channel = folder, list(files), channel
         self.labels = {name: label for label, name in enumerate(class_names)}
@@ -127,5 +127,5 @@ class ClassFolderReader:
                 data = f.read()
         except OSError as err:
             raise UnreadableError(f"cannot read file {name} of channel {self.channel!r}: {err.strerror}") from err
-        record = self.encode(data, self.labels[parts[0]])
+        record = self.encode(data, self.labels[parts[0]], "/".join(parts))
         return record, self.record_check(record)

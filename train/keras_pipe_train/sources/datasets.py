@@ -56,13 +56,15 @@ def channel_files(folder: Path) -> list[str]:
 def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
             shuffle_files: bool = False, shard: tuple[int, int] | None = None,
             interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
-            side: str | None = None):
+            side: str | None = None, sources: bool = False):
     """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
     With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
     Pipe pass ends at once, even while waiting for its FIFO or data. `seen` gathers the class
     names a manifest's lines give. `side`: one side of validation_split_ratio's split of the
     channel, "train" or "validation" (None: the whole channel), given only by sources(), which checked
-    that the channel can be split."""
+    that the channel can be split. `sources`: the Examples the job makes of class folders' and .lst
+    files' images say where each came from (example.SOURCE_FEATURE: its path in the channel), for
+    the label check's passes; the passes trained on keep their records as they were."""
     options = {
         "max_corrupted_records_to_skip": config.max_corrupted_records_to_skip,
         "max_record_bytes": example.max_record_bytes(config.max_image_pixels),
@@ -88,17 +90,18 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
         reader = PipeReader(channel.name, "TFRecord", pipe_dir=layout.input_data, config_dir=layout.input_config,
                             wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
-        reader, shard = file_reader(channel, layout, config, options, seed, shuffle_files, shard, side)
+        reader, shard = file_reader(channel, layout, config, options, seed, shuffle_files, shard, side, sources)
     dataset = pipe_dataset(reader)
     return (dataset.shard(*shard) if shard else dataset), reader
 
 
 def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int,
-                shuffle_files: bool, shard: tuple[int, int] | None, side: str | None = None) -> tuple:
+                shuffle_files: bool, shard: tuple[int, int] | None, side: str | None = None,
+                sources: bool = False) -> tuple:
     """A File/FastFile channel's reader, and the shard of its records still to take (None when each
-    worker reads only files of its own). `side`: records()'."""
+    worker reads only files of its own). `side`, `sources`: records()'."""
     if config.record_format == "lst":  # (each worker reads its share of the .lst lines)
-        return lst_reader(channel, layout, config, options, seed if shuffle_files else None, shard), None
+        return lst_reader(channel, layout, config, options, seed if shuffle_files else None, shard, sources), None
     files = channel_files(layout.input_data / channel.name)
     if side is not None:  # (before the shuffle and the shards: the same split on every epoch and host)
         files = split_files(files, layout.input_data / channel.name, config)[SIDES.index(side)]
@@ -110,9 +113,10 @@ def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, option
         files, shard = files[shard[1]::shard[0]], None
     if config.record_format == "class_folders":
         return ClassFolderReader(layout.input_data / channel.name, files, config.class_names, channel.name,
-                                 encode=lambda image, label: example.encode_example(
+                                 encode=lambda image, label, path: example.encode_example(
                                      image, label, image_feature=config.image_feature,
-                                     label_feature=config.label_feature), **options), shard
+                                     label_feature=config.label_feature, source=path if sources else None),
+                                 **options), shard
     if config.record_format == "recordio":
         return FileReader(files, channel.name, record_format="RecordIO", combine=mxnet_records.combiner(config),
                           **options), shard
@@ -120,17 +124,18 @@ def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, option
 
 
 def lst_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int | None,
-               shard: tuple[int, int] | None) -> lst.LstReader:
+               shard: tuple[int, int] | None, sources: bool = False) -> lst.LstReader:
     """A File/FastFile channel of images listed by its _lst channel's .lst file (sources/lst.py):
-    its lines shuffled by `seed` (None: in file order), this worker's `shard` of them."""
+    its lines shuffled by `seed` (None: in file order), this worker's `shard` of them; `sources`:
+    records()'."""
     listing = lst.lst_channel(channel.name)
     multi_hot = config.multi_label and config.label_format == "multi_hot"
     return lst.reader(layout.input_data / channel.name, layout.input_data / listing, channel.name, listing,
                       seed=seed, shard=shard, num_classes=config.num_classes, multi_label=config.multi_label,
                       label_format=config.label_format,
-                      encode=lambda image, label: example.encode_example(
+                      encode=lambda image, label, path: example.encode_example(
                           image, label, image_feature=config.image_feature, label_feature=config.label_feature,
-                          multi_hot=multi_hot), **options)
+                          multi_hot=multi_hot, source=path if sources else None), **options)
 
 
 def class_folders_in_pipe(channel: ChannelConfig) -> UserError:
@@ -239,10 +244,11 @@ def worker_shard(channel: ChannelConfig, context: tf.distribute.InputContext) ->
     return None
 
 
-def parser(config: JobConfig):
+def parser(config: JobConfig, sources: bool = False):
     """Parses a batch of serialized Examples into (encoded images, labels): class ids (int64,
     [batch]), or with multi_label, multi-hot rows (float32, [batch, classes]). Every record passed
-    example.record_check when it was read: the features are there, the labels in range."""
+    example.record_check when it was read: the features are there, the labels in range. With
+    `sources`, (encoded images, labels, where each came from: "" where its Example does not say)."""
     if not config.multi_label:
         label = tf.io.FixedLenFeature([], tf.int64)
     elif config.label_format == "index":
@@ -250,12 +256,16 @@ def parser(config: JobConfig):
     else:
         label = tf.io.FixedLenFeature([config.num_classes], tf.float32)
     features = {config.image_feature: tf.io.FixedLenFeature([], tf.string), config.label_feature: label}
+    if sources:
+        features[example.SOURCE_FEATURE] = tf.io.FixedLenFeature([], tf.string, default_value="")
 
     def parse(batch):
         parsed = tf.io.parse_example(batch, features)
         labels = parsed[config.label_feature]
         if isinstance(labels, tf.SparseTensor):  # class ids -> one 0/1 per class
             labels = tf.cast(tf.sparse.to_indicator(labels, config.num_classes), tf.float32)
+        if sources:
+            return parsed[config.image_feature], labels, parsed[example.SOURCE_FEATURE]
         return parsed[config.image_feature], labels
 
     return parse
@@ -275,8 +285,9 @@ class EpochInput:
                  interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
                  side: str | None = None, recent: RecentImages | None = None, examined: int = 0):
         """`examined`: an evaluation pass whose batches also give each image's fingerprint (8 bytes
-        of tf.fingerprint of its encoded bytes: which image it is) and thumbnail (a JPEG of at most
-        `examined` pixels a side): (images, labels, fingerprints, thumbnails)."""
+        of tf.fingerprint of its encoded bytes: which image it is), thumbnail (a JPEG of at most
+        `examined` pixels a side) and source (example.SOURCE_FEATURE, "" when its Example has none):
+        (images, labels, fingerprints, thumbnails, sources)."""
         self.examined = examined
         self.channel, self.layout, self.config = channel, layout, config
         self.recent = recent  # (training: keeps the pass's last images, for precise_batchnorm)
@@ -288,7 +299,7 @@ class EpochInput:
         config, seed = self.config, epoch_seed(self.config, self.epoch)
         dataset, self.reader = records(self.channel, self.layout, config, seed=seed, shuffle_files=self.training,
                                        shard=worker_shard(self.channel, context), interrupt=self.interrupt,
-                                       seen=self.seen, side=self.side)
+                                       seen=self.seen, side=self.side, sources=bool(self.examined))
         if self.training and config.shuffle_buffer:
             # Records are shuffled before batching: a Pipe stream arrives in S3 key order, and
             # shuffling batches would keep every batch's records together. Seeded per epoch, so a
@@ -328,7 +339,7 @@ class EpochInput:
 
     def _evaluation(self, batches: tf.data.Dataset) -> tf.data.Dataset:
         """Validation's batches decoded as validation decodes them; an examined pass's with each
-        image's fingerprint and thumbnail."""
+        image's fingerprint, thumbnail and source."""
         config = self.config
         size, resize_to, interpolation = config.image_size, config.resize, config.resize_interpolation
 
@@ -337,12 +348,12 @@ class EpochInput:
 
         if not self.examined:
             return decoded(batches, config, prepare)
-        side, parse = self.examined, parser(config)
+        side, parse = self.examined, parser(config, sources=True)
 
         def examined(batch):
-            encoded, labels = parse(batch)
+            encoded, labels, sources = parse(batch)
             images = preprocess.batch_of(prepare, encoded, size)
-            return images, labels, tf.fingerprint(encoded), preprocess.thumbnails(images, side)
+            return images, labels, tf.fingerprint(encoded), preprocess.thumbnails(images, side), sources
 
         return batches.map(examined, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 

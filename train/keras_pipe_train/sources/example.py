@@ -18,18 +18,29 @@ IMAGE_FEATURE = HYPERPARAMETERS["image_feature"].default
 LABEL_FEATURE = HYPERPARAMETERS["label_feature"].default
 
 
+# Where an image came from, when its Example says (optional: the job trains without it): an
+# s3:// URI, or a path under the folder it was read from. `keras-pipe prepare` writes it, and the
+# job reads it from class folders and .lst files; the label check names its suspects by it (and
+# makes a Ground Truth manifest of those in S3).
+SOURCE_FEATURE = "image/source"
+
+
 def encode_example(image: bytes, label: int | Sequence[int] | Sequence[float], *, image_feature: str = IMAGE_FEATURE,
-                   label_feature: str = LABEL_FEATURE, multi_hot: bool = False) -> bytes:
+                   label_feature: str = LABEL_FEATURE, multi_hot: bool = False, source: str | None = None) -> bytes:
     """A serialized tf.train.Example holding JPEG/PNG bytes and a class label, or a multi-label
     image's class ids (any number of them, in one int64 list: the job's label_format=index), or
-    with `multi_hot` its one value per class (a float list: label_format=multi_hot)."""
+    with `multi_hot` its one value per class (a float list: label_format=multi_hot); with `source`,
+    where the image came from (SOURCE_FEATURE)."""
     labels = [label] if isinstance(label, int) else list(label)
     values = (tf.train.Feature(float_list=tf.train.FloatList(value=labels)) if multi_hot
               else tf.train.Feature(int64_list=tf.train.Int64List(value=labels)))
-    return tf.train.Example(features=tf.train.Features(feature={
-        image_feature: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
-        label_feature: values,
-    })).SerializeToString(deterministic=True)  # map order fixed: the same bytes in every process
+    feature = {image_feature: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])), label_feature: values}
+    if source is not None:
+        # (a file name that is not UTF-8, which Python holds with surrogates: its own bytes)
+        named = source.encode("utf-8", "surrogateescape")
+        feature[SOURCE_FEATURE] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[named]))
+    # (map order fixed: the same bytes in every process)
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
 
 def max_record_bytes(max_pixels: int) -> int:

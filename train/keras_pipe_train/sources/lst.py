@@ -128,11 +128,11 @@ def lst_files(folder: Path, channel: str) -> list[str]:
 class LstReader:
     """Reads the images the .lst `lines` list, from `folder` (the image channel's), once per
     `read_pass()`: each one the serialized Example of its bytes and its label(s), in lists
-    (pipemode.batches). `encode(image, label)`: the Example, the label a class id or a list of
+    (pipemode.batches). `encode(image, label, path)`: the Example, the label a class id or a list of
     them or of one value per class (label_format)."""
 
     def __init__(self, lines: list[Line], folder: Path, channel: str, *, num_classes: int, multi_label: bool,
-                 label_format: str, encode: Callable[[bytes, int | list], bytes],
+                 label_format: str, encode: Callable[[bytes, int | list, str], bytes],
                  record_check: Callable[[bytes], str | None], max_corrupted_records_to_skip: int = 0,
                  max_record_bytes: int = 1 << 30, first_of: dict[str, Line] | None = None):
         self.lines, self.folder, self.channel = list(lines), folder, channel
@@ -173,7 +173,7 @@ class LstReader:
             return b"", f"image {path} is not in channel {self.channel!r} (no file {name})"
         except OSError as err:
             raise UnreadableError(f"cannot read image {name} of channel {self.channel!r}: {err.strerror}") from err
-        record = self.encode(data, labels)
+        record = self.encode(data, labels, path)
         problem = self.record_check(record)
         return record, (f"image {path}: {problem}" if problem else None)
 

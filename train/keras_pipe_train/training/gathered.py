@@ -1,6 +1,6 @@
 """One pass over a channel that keeps, for each example, what a function of its image gives (the
 logits a temperature is fitted on, the features label-error heads are fitted on), its label, and
-on an examined pass (datasets.EpochInput's `examined`) its fingerprint and thumbnail: at most
+on an examined pass (datasets.EpochInput's `examined`) its fingerprint, thumbnail and source: at most
 `limit` examples, the first ones (`cut` says when the pass ended before the channel did: at the
 limit, a stop request or its time budget)."""
 
@@ -19,6 +19,7 @@ class Gathered:
     labels: np.ndarray  # class ids, or multi-hot rows
     fingerprints: tuple[str, ...] = ()  # hex, an examined pass's
     thumbnails: tuple[bytes, ...] = ()  # JPEGs, an examined pass's
+    sources: tuple[str, ...] = ()  # where each image came from ("" unknown), an examined pass's
     cut: bool = False
 
     def __len__(self) -> int:
@@ -52,17 +53,22 @@ class Within:
 
 def gather(function, dataset, width: int, limit: int, stop=None, budget_s: float | None = None,
            dtype=np.float32) -> Gathered:
-    """`function`: images -> [batch, width]; `stop`: a threading.Event that ends the pass."""
-    outputs, labels, fingerprints, thumbnails, kept = [], [], [], [], 0
+    """`function`: images -> [batch, width]; `stop`: a threading.Event that ends the pass; `dtype`:
+    how the outputs are kept (float16 ones saturate at its largest value)."""
+    outputs, labels, fingerprints, thumbnails, sources, kept = [], [], [], [], [], 0
     batches = Within(dataset, stop, budget_s)
     for batch in batches:
         images, batch_labels = batch[:2]
         room = limit - kept
-        outputs.append(tf.cast(function(images), tf.float32).numpy()[:room].astype(dtype))
+        values = tf.cast(function(images), tf.float32).numpy()[:room]
+        if np.dtype(dtype).itemsize < 4:  # (float16: a feature above 65504 saturates there, not at inf)
+            values = np.clip(values, np.finfo(dtype).min, np.finfo(dtype).max)
+        outputs.append(values.astype(dtype))
         labels.append(batch_labels.numpy()[:room])
-        if len(batch) == 4:
+        if len(batch) == 5:
             fingerprints += [bytes(row).hex() for row in batch[2].numpy()[:room]]
             thumbnails += list(batch[3].numpy()[:room])
+            sources += [source.decode("utf-8", "replace") for source in batch[4].numpy()[:room]]
         kept += len(outputs[-1])
         if kept >= limit:
             batches.end()
@@ -70,4 +76,4 @@ def gather(function, dataset, width: int, limit: int, stop=None, budget_s: float
     if not outputs:
         return Gathered(np.zeros((0, width), dtype), np.zeros((0,), np.int64), cut=batches.cut)
     return Gathered(np.concatenate(outputs), np.concatenate(labels), tuple(fingerprints), tuple(thumbnails),
-                    batches.cut)
+                    tuple(sources), batches.cut)

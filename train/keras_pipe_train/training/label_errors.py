@@ -8,7 +8,8 @@ features of the backbone the job started from are computed once, in one pass ove
 channel, and K logistic-regression heads are fitted on them, each on K-1 folds, each predicting
 the fold it did not see (`out_of_fold`). K heads on fixed features cost a fraction of one training
 where K fine-tunings would cost K trainings (seconds on the digits; their full-batch steps grow
-with images x feature width x classes, and are not yet bounded in time).
+with images x feature width x classes: hence a deadline and the stop request, looked at every
+HEAD_CHUNK steps, which end them with `Cut`).
 
 The method (`find`), as cleanlab's find_label_issues(filter_by="low_self_confidence"):
   1. each class's threshold: the mean probability of that class over the examples labelled it;
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -44,6 +46,11 @@ log = logging.getLogger(__name__)
 MIN_THRESHOLD = 2e-6  # cleanlab's lower bound of a class's threshold
 HEAD_STEPS = 300  # full-batch steps of each fold's logistic regression (L-BFGS-free: Adam, on standardised features)
 HEAD_L2 = 1e-3  # the heads' weight penalty: features outnumber a small dataset's examples
+HEAD_CHUNK = 50  # steps between looks at the deadline and the stop request
+
+
+class Cut(Exception):
+    """The heads were ended before they were done: by their deadline, or a stop request."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +96,17 @@ def find(probabilities: np.ndarray, labels: np.ndarray) -> Suspects:
     return Suspects(order, likely, given[order], p[order, likely])
 
 
+def of_classes_with(found: Suspects, labels: np.ndarray, least: int) -> tuple[Suspects, int]:
+    """The suspects labelled a class with at least `least` examples, and how many were not: with
+    fewer examples than folds, a class's examples are held out while the head has seen few or none
+    of that class, and are suspected for it, right or wrong."""
+    counts = np.bincount(np.asarray(labels, np.int64))
+    keep = counts[np.asarray(labels, np.int64)[found.indices]] >= least
+    kept = Suspects(found.indices[keep], found.likely[keep], found.given_probability[keep],
+                    found.likely_probability[keep])
+    return kept, int((~keep).sum())
+
+
 def folds_of(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
     """Each example's fold, stratified: each class's examples dealt round the folds in a seeded
     order, each class going on from the fold where the one before stopped (the folds' sizes then
@@ -103,39 +121,51 @@ def folds_of(labels: np.ndarray, folds: int, seed: int) -> np.ndarray:
     return fold
 
 
-def out_of_fold(features: np.ndarray, labels: np.ndarray, classes: int, folds: int, seed: int) -> np.ndarray:
-    """Each example's probabilities from a logistic-regression head fitted on the other folds."""
+def out_of_fold(features: np.ndarray, labels: np.ndarray, classes: int, folds: int, seed: int, *,
+                stop=None, deadline: float | None = None) -> np.ndarray:
+    """Each example's probabilities from a logistic-regression head fitted on the other folds.
+    Raises Cut once `stop` (a threading.Event) is set or time.monotonic() passes `deadline`."""
     fold = folds_of(labels, folds, seed)
     out = np.zeros((len(labels), classes), np.float32)
     for k in range(folds):
         held = fold == k
         if not held.any() or held.all():
             continue
-        out[held] = _head_probabilities(features[~held], labels[~held], features[held], classes, seed + k)
+        out[held] = _head_probabilities(features[~held], labels[~held], features[held], classes, seed + k,
+                                        stop, deadline)
     return out
 
 
 def _head_probabilities(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, classes: int,
-                        seed: int) -> np.ndarray:
+                        seed: int, stop=None, deadline: float | None = None) -> np.ndarray:
     """A softmax regression fitted on (train_x, train_y) by full-batch Adam on standardised
-    features, with an L2 penalty; its probabilities for test_x."""
+    features, with an L2 penalty; its probabilities for test_x. Cut: out_of_fold's."""
     mean, spread = train_x.mean(axis=0), train_x.std(axis=0)
     # (a feature constant in the folds fitted on, zero after a ReLU say, is left unscaled: divided by
     # its spread of ~0 it would reach the held-out fold a million times larger, one-hot and wrong)
     scale = np.where(spread > 1e-6, spread, 1.0)
     x = tf.constant((train_x - mean) / scale, tf.float32)
-    initial = tf.random.stateless_normal([x.shape[1], classes], [seed, 0], stddev=0.01)
-    kernel, bias = _fit_head(x, tf.constant(train_y, tf.int64), initial)
+    kernel = tf.random.stateless_normal([x.shape[1], classes], [seed, 0], stddev=0.01)
+    bias = tf.zeros([classes])
+    # (Adam's step count, kernel, bias, and its moments)
+    state = (tf.constant(1.0), kernel, bias, tf.zeros_like(kernel), tf.zeros_like(bias), tf.zeros_like(kernel),
+             tf.zeros_like(bias))
+    y = tf.constant(train_y, tf.int64)
+    for done in range(0, HEAD_STEPS, HEAD_CHUNK):
+        if stop is not None and stop.is_set():
+            raise Cut("a stop request")
+        if deadline is not None and time.monotonic() > deadline:
+            raise Cut("their time budget")
+        state = _fit_head(x, y, state, tf.constant(float(min(done + HEAD_CHUNK, HEAD_STEPS))))
     test = tf.constant((test_x - mean) / scale, tf.float32)
-    return tf.nn.softmax(tf.matmul(test, kernel) + bias).numpy()
+    return tf.nn.softmax(tf.matmul(test, state[1]) + state[2]).numpy()
 
 
 @tf.function(reduce_retracing=True)
-def _fit_head(x, y, kernel):
-    """HEAD_STEPS of Adam (rate 0.01) on the mean cross-entropy plus HEAD_L2 x |kernel|^2: the head's
-    (kernel, bias). Written out with tensors alone, so that one traced function serves every fold."""
-    bias = tf.zeros([tf.shape(kernel)[1]])
-    state = [kernel, bias, tf.zeros_like(kernel), tf.zeros_like(bias), tf.zeros_like(kernel), tf.zeros_like(bias)]
+def _fit_head(x, y, state, last):
+    """Adam (rate 0.01) on the mean cross-entropy plus HEAD_L2 x |kernel|^2, from `state` (step
+    count, kernel, bias, moments) up to step `last`: the state then. Written out with tensors
+    alone, so that one traced function serves every fold and chunk."""
 
     def step(t, kernel, bias, m_k, m_b, v_k, v_b):
         with tf.GradientTape() as tape:
@@ -151,5 +181,4 @@ def _fit_head(x, y, kernel):
         bias -= rate * m_b / (tf.sqrt(v_b) + 1e-7)
         return t + 1, kernel, bias, m_k, m_b, v_k, v_b
 
-    final = tf.while_loop(lambda t, *_: t <= HEAD_STEPS, step, [tf.constant(1.0), *state])
-    return final[1], final[2]
+    return tuple(tf.while_loop(lambda t, *_: t <= last, step, list(state)))

@@ -1,0 +1,69 @@
+"""The label check's files and page section (keras_pipe_train.report.suspects): every suspect in
+the CSV with its source, those in S3 in a Ground Truth manifest, hostile sources kept as they are
+in the files and escaped in the page."""
+
+import csv
+import datetime
+import json
+
+import numpy as np
+
+from keras_pipe_train.report import suspects as S
+from keras_pipe_train.training.gathered import Gathered
+from keras_pipe_train.training.label_errors import Suspects
+
+SOURCES = ("s3://bucket/cats/a b ü.jpg", "dogs/local file.jpg", "", 's3://bucket/x/<img src=x onerror="a()">.png',
+           "s3://bucket/=HYPERLINK(1).jpg")
+
+
+def checked() -> S.Checked:
+    seen = Gathered(np.zeros((5, 2), np.float32), np.array([0, 1, 0, 1, 0]),
+                    fingerprints=tuple(f"{i:016x}" for i in range(5)), thumbnails=(), sources=SOURCES)
+    # suspects, the least likely given label first: examples 3, 0, 1, 4, 2
+    found = Suspects(np.array([3, 0, 1, 4, 2]), np.array([0, 1, 0, 1, 1]), np.array([0.01, 0.05, 0.1, 0.2, 0.3]),
+                     np.array([0.99, 0.9, 0.85, 0.7, 0.6]))
+    return S.Checked({"train": (seen, found)}, ("cat", "dog"), 5, trained_features=False, seconds=1.5)
+
+
+def test_the_csv_names_every_suspects_source_and_the_manifest_holds_those_in_s3(tmp_path):
+    path = S.write(tmp_path, checked(), "job-7")
+    rows = list(csv.DictReader(open(path, encoding="utf-8")))
+    assert [row["source"] for row in rows] == [SOURCES[i] for i in (3, 0, 1, 4, 2)]
+    assert list(rows[0]) == list(S.CSV_COLUMNS)
+    assert [row["given_label"] for row in rows] == ["dog", "cat", "dog", "cat", "cat"]
+    lines = [json.loads(line) for line in (tmp_path / S.MANIFEST_NAME).read_text(encoding="utf-8").splitlines()]
+    assert [line["source-ref"] for line in lines] == [SOURCES[3], SOURCES[0], SOURCES[4]]
+    first = lines[0]
+    assert first["label"] == 1 and first["label-metadata"]["class-name"] == "dog"
+    assert first["label-metadata"]["confidence"] == 0.01 and first["label-metadata"]["job-name"].endswith("/job-7")
+    datetime.datetime.fromisoformat(first["label-metadata"]["creation-date"])
+    assert first["label-check"] == {"set": "train", "rank": 1, "likely-label": 0, "likely-class-name": "cat",
+                                    "likely-confidence": 0.99, "fingerprint": f"{3:016x}"}
+    summary = json.loads((tmp_path / S.JSON_NAME).read_text())
+    assert summary["manifest"] == {"suspects": 3, "without_s3_source": 2}
+    assert summary["sets"]["train"] == {"examined": 5, "suspected": 5, "cut": False}
+
+
+def test_a_check_of_images_without_sources_writes_an_empty_manifest(tmp_path):
+    found = checked()
+    seen, suspects = found.sets["train"]
+    bare = Gathered(seen.outputs, seen.labels, seen.fingerprints)
+    S.write(tmp_path, S.Checked({"train": (bare, suspects)}, found.class_names, 5, False, 1.0))
+    assert (tmp_path / S.MANIFEST_NAME).read_text() == ""
+    assert all(row["source"] == "" for row in csv.DictReader(open(tmp_path / S.CSV_NAME)))
+
+
+def test_the_page_shows_each_sources_end_escaped():
+    page = S.section(checked())
+    assert "&lt;img src=x onerror=" in page and "<img src=x" not in page
+    assert "a b ü.jpg" in page and "dogs/local file.jpg" in page
+    assert S.MANIFEST_NAME in page
+
+
+def test_training_images_left_unchecked_are_said_so_in_the_json_and_the_page(tmp_path):
+    found = checked()
+    why = "their 5 heads on 5 images were ended by their time budget (60 s: 25% of the training's time, 60 s at least)"
+    partial = S.Checked({"validation": found.sets["train"]}, found.class_names, 5, False, 1.0, unchecked=why)
+    S.write(tmp_path, partial)
+    assert json.loads((tmp_path / S.JSON_NAME).read_text())["train_unchecked"] == why
+    assert f"Training images not checked: {why}.".replace("'", "&#x27;") in S.section(partial)
