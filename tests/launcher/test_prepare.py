@@ -425,6 +425,21 @@ def sources_of(folder: Path) -> collections.Counter:
                                for e in read_examples(folder / part))
 
 
+def test_each_image_is_recorded_under_its_source_however_the_source_was_typed(tmp_path, monkeypatch):
+    from keras_pipe_launch.prepare.dataset import recorded
+
+    (tmp_path / "photos/cat").mkdir(parents=True)
+    (tmp_path / "labels.csv").write_text("photos/cat/x.jpg,cat\n")
+    monkeypatch.chdir(tmp_path)
+    for source in ("photos", "./photos", "photos/", str(tmp_path / "photos")):
+        assert recorded(Path("photos/cat/x.jpg"), source) == "cat/x.jpg"
+        assert recorded(tmp_path / "photos/cat/x.jpg", source) == "cat/x.jpg"
+    # a CSV's (or a manifest's) images: under the folder it is in; elsewhere, as listed
+    assert recorded(tmp_path / "photos/cat/x.jpg", "labels.csv") == "photos/cat/x.jpg"
+    assert recorded(Path("/elsewhere/y.jpg"), str(tmp_path / "labels.csv")) == "/elsewhere/y.jpg"
+    assert recorded("S3://bucket/a b/ü.jpg", "labels.csv") == "s3://bucket/a b/ü.jpg"
+
+
 def digest(folder: Path) -> dict:
     return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in folder.rglob("*") if p.is_file()}

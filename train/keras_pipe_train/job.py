@@ -415,7 +415,8 @@ def evaluate_exported(training: Training, final: dict) -> None:
     t = training
     if not t.validation:
         if t.cluster.is_chief:  # (its CSV: there is no report page without validation)
-            check_labels(t, 0.8 * t.config.collective_timeout if t.cluster.multi_worker else None)
+            limit = t.config.collective_timeout if t.cluster.multi_worker else 0  # (0: TensorFlow's "none")
+            check_labels(t, 0.8 * limit if limit else None)
         return
     exported = (final.get("phase"), final.get("epoch"))
     if exported in t.evaluations:  # (validated in this run: its sums are at hand)
@@ -495,6 +496,7 @@ MAX_CHECKED = 100_000  # training examples the label check looks at, at most: th
 # keep under), or HEADS_MIN_S when the training was quicker (tracing and a few chunks of steps)
 HEADS_SHARE = 0.25
 HEADS_MIN_S = 60.0
+FEATURES_SHARE = 0.6  # of the chief's budget on several hosts, for the training features' pass
 
 
 def check_labels(training: Training, budget_s: float | None) -> suspects.Checked | None:
@@ -510,7 +512,7 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
         log.warning("label_error_folds: the label check finds one wrong class per image; a multi-label job's "
                     "labels are not checked")
         return None
-    started, unchecked = time.perf_counter(), ""
+    started = time.perf_counter()
     ends = None if budget_s is None else time.monotonic() + budget_s
     try:
         sets = {}
@@ -518,11 +520,16 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
             temperature = t.calibrated.served if t.calibrated and t.calibrated.applied else 1.0
             probabilities = calibration.tempered(t.validation_seen.outputs, temperature, False)
             sets["validation"] = (t.validation_seen, label_errors.find(probabilities, t.validation_seen.labels))
-        features = training_features(t, budget_s)
-        if len(features) and not t.trainer.stop.is_set():
+        # (on several hosts the features' pass takes FEATURES_SHARE of the budget: the heads need the rest)
+        features = training_features(t, None if budget_s is None else FEATURES_SHARE * budget_s)
+        found, unchecked = None, ("a stop request came during their pass" if t.trainer.stop.is_set()
+                                  else "" if len(features) else "their pass read none")
+        if not unchecked:
             found, unchecked = training_suspects(t, features, ends)
-            if found is not None:
-                sets["train"] = (features, found)
+        if found is not None:
+            sets["train"] = (features, found)
+        else:
+            log.warning("label check: the training images are not checked: %s", unchecked)
         checked = suspects.Checked(sets, t.config.class_names, folds, trained_features=t.start_weights is None,
                                    seconds=time.perf_counter() - started, unchecked=unchecked)
         path = suspects.write(t.layout.output_data, checked, contract.training_job_name())
@@ -541,18 +548,16 @@ def training_suspects(training: Training, features: gathered.Gathered, ends: flo
     the chief's passes on several hosts)."""
     t, folds = training, training.config.label_error_folds
     allowed = max(HEADS_MIN_S, HEADS_SHARE * sum(row.get("seconds", 0.0) for row in t.epochs.rows))
-    if ends is not None:  # (several hosts: what is left of the chief's budget, if that is less)
-        allowed = max(0.0, min(allowed, ends - time.monotonic()))
-    deadline = time.monotonic() + allowed
+    budget = f"{HEADS_SHARE:.0%} of the training's time, {HEADS_MIN_S:.0f} s at least"
+    if ends is not None and ends - time.monotonic() < allowed:  # (several hosts: what is left of the chief's)
+        allowed, budget = max(0.0, ends - time.monotonic()), "what was left of the chief's budget on several hosts"
     try:
         probabilities = label_errors.out_of_fold(features.outputs.astype(np.float32), features.labels,
                                                  t.model.output_shape[-1], folds, t.config.seed,
-                                                 stop=t.trainer.stop, deadline=deadline)
+                                                 stop=t.trainer.stop, deadline=time.monotonic() + allowed)
     except label_errors.Cut as cut:
-        why = (f"their {folds} heads on {len(features):,} images were ended by {cut} ({allowed:.0f} s: at most "
-               f"{HEADS_SHARE:.0%} of the training's time, {HEADS_MIN_S:.0f} s at least)")
-        log.warning("label check: the training images are not checked: %s", why)
-        return None, why
+        return None, f"their {folds} heads on {len(features):,} images were ended by {cut}" + (
+            f" ({allowed:.0f} s: {budget})" if str(cut) == label_errors.BY_TIME else "")
     found, rare = label_errors.of_classes_with(label_errors.find(probabilities, features.labels), features.labels,
                                                folds)
     if rare:

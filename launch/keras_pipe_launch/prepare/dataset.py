@@ -277,10 +277,16 @@ def write_examples(queue: list[tuple[Location, Labels, str]], reader: sources.Re
 
 def recorded(location: Location, source: str) -> str:
     """Where an image came from, as its Example records it: its S3 URI (what a Ground Truth
-    manifest of the job's suspects needs), or a local file's path under the source (the machine's
-    own folders are none of the dataset's business)."""
+    manifest of the job's suspects needs), or a local file's path under the source folder (a CSV's
+    or a manifest's: under the folder it is in), however the source was typed: the machine's own
+    folders are none of the dataset's business. A file outside that folder (a CSV may list any):
+    its path as listed."""
     text = str(location)
-    return text if text.startswith("s3://") else data_report.name_of(location, source)
+    if text[:5].lower() == "s3://":
+        return "s3://" + text[5:]
+    base = Path(source) if Path(source).is_dir() else Path(source).parent
+    relative = os.path.relpath(os.path.abspath(text), os.path.abspath(base))
+    return text if relative.split(os.sep)[0] == os.pardir else Path(relative).as_posix()
 
 
 def default_workers(source: str) -> int:

@@ -81,7 +81,7 @@ def write(folder: Path, checked: Checked, job_name: str = "local") -> Path:
     """label_errors.csv, .manifest and .json; the CSV's path."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = list(checked.rows())
-    in_s3 = [row for row in rows if row["source"].startswith("s3://")]
+    in_s3 = [row for row in rows if row["source"][:5].lower() == "s3://"]
     (folder / JSON_NAME).write_text(json.dumps({
         "folds": checked.folds, "seconds": round(checked.seconds, 3),
         "train_features": "trained backbone" if checked.trained_features else "starting backbone",

@@ -68,7 +68,8 @@ def gather(function, dataset, width: int, limit: int, stop=None, budget_s: float
         if len(batch) == 5:
             fingerprints += [bytes(row).hex() for row in batch[2].numpy()[:room]]
             thumbnails += list(batch[3].numpy()[:room])
-            sources += [source.decode("utf-8", "replace") for source in batch[4].numpy()[:room]]
+            # (a file name that is not UTF-8 keeps its bytes, escaped: it can be found again)
+            sources += [source.decode("utf-8", "backslashreplace") for source in batch[4].numpy()[:room]]
         kept += len(outputs[-1])
         if kept >= limit:
             batches.end()

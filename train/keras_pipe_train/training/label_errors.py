@@ -50,7 +50,11 @@ HEAD_CHUNK = 50  # steps between looks at the deadline and the stop request
 
 
 class Cut(Exception):
-    """The heads were ended before they were done: by their deadline, or a stop request."""
+    """The heads were ended before they were done: by their deadline (BY_TIME), or a stop request
+    (BY_STOP)."""
+
+
+BY_TIME, BY_STOP = "their time budget", "a stop request"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +157,9 @@ def _head_probabilities(train_x: np.ndarray, train_y: np.ndarray, test_x: np.nda
     y = tf.constant(train_y, tf.int64)
     for done in range(0, HEAD_STEPS, HEAD_CHUNK):
         if stop is not None and stop.is_set():
-            raise Cut("a stop request")
+            raise Cut(BY_STOP)
         if deadline is not None and time.monotonic() > deadline:
-            raise Cut("their time budget")
+            raise Cut(BY_TIME)
         state = _fit_head(x, y, state, tf.constant(float(min(done + HEAD_CHUNK, HEAD_STEPS))))
     test = tf.constant((test_x - mean) / scale, tf.float32)
     return tf.nn.softmax(tf.matmul(test, state[1]) + state[2]).numpy()
