@@ -489,7 +489,7 @@ OUTCOMES = {
                   "launch | algo-1 completed; model in", "keras-pipe submit: model: s3://", jobs_in_pipe_mode(1)],
     "docs/sagemaker.md": [jobs_in_pipe_mode(2), "keras-pipe submit: model: s3://my-bucket/jobs/"],
     "docs/local.md": ['"predicted_label": ', "resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
-                      "launch | fed algo-1/train pass 0: 119 records", "launch | fed algo-2/train pass 0: 62 records"],
+                      "launch | fed algo-1/train pass 0: 116 records", "launch | fed algo-2/train pass 0: 65 records"],
     "docs/prepare.md": ["upload: 0 files uploaded, 5 already there unchanged", "prepare: 360 train and 40 "
                         "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
                         "s3://my-bucket/datasets/local-scale-digits/ is complete already (run ",

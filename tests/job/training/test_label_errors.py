@@ -86,7 +86,7 @@ def test_the_heads_end_at_their_deadline_or_a_stop_request_and_not_before(monkey
     with pytest.raises(L.Cut, match="a stop request"):
         L.out_of_fold(features, given, 6, 5, 0, stop=stop)
     # (looked at between chunks of steps: with room, the same probabilities as all steps in one go)
-    bounded = L.out_of_fold(features, given, 6, 5, 0, stop=threading.Event(), deadline=time.monotonic() + 600)
+    bounded = L.out_of_fold(features, given, 6, 5, 0, stop=threading.Event(), deadline=time.monotonic() + 120)
     monkeypatch.setattr(L, "HEAD_CHUNK", L.HEAD_STEPS)
     np.testing.assert_allclose(bounded, L.out_of_fold(features, given, 6, 5, 0), atol=1e-6)
 
