@@ -415,8 +415,7 @@ def evaluate_exported(training: Training, final: dict) -> None:
     t = training
     if not t.validation:
         if t.cluster.is_chief:  # (its CSV: there is no report page without validation)
-            limit = t.config.collective_timeout if t.cluster.multi_worker else 0  # (0: TensorFlow's "none")
-            check_labels(t, 0.8 * limit if limit else None)
+            check_labels(t, chief_pass_budget(t, LABEL_CHECK_SHARE))
         return
     exported = (final.get("phase"), final.get("epoch"))
     if exported in t.evaluations:  # (validated in this run: its sums are at hand)
@@ -445,12 +444,19 @@ def evaluate_exported(training: Training, final: dict) -> None:
         write_report(t, found)
 
 
-def chief_pass_budget(training: Training) -> float | None:
-    """Seconds one of the chief's passes after training (calibration's, the gallery's) may take: on
-    several hosts half of collective_timeout, which the others wait for it at most (0 is
-    TensorFlow's "no timeout"); None, no bound, alone."""
+LABEL_CHECK_SHARE = 0.8  # of collective_timeout, for the label check and the gallery's pass before it
+
+
+def chief_pass_budget(training: Training, share: float = 0.5, spent: float = 0.0) -> float | None:
+    """Seconds the chief's work after training may still take: on several hosts `share` of
+    collective_timeout (which the others wait for it at most) less the `spent` seconds already
+    counted against it: half for one pass (calibration's, the gallery's), LABEL_CHECK_SHARE for the
+    label check and the gallery's pass together. None, no bound, alone or with collective_timeout 0
+    (TensorFlow's "no timeout")."""
     t = training
-    return t.config.collective_timeout / 2 if t.cluster.multi_worker and t.config.collective_timeout else None
+    if not (t.cluster.multi_worker and t.config.collective_timeout):
+        return None
+    return max(0.0, share * t.config.collective_timeout - spent)
 
 
 def write_report(training: Training, found: dict) -> None:
@@ -459,9 +465,8 @@ def write_report(training: Training, found: dict) -> None:
     the chief's alone (the other hosts wait for it in leave_together). A report that cannot be made
     is a warning: the model, metrics.json and evaluation.json stand."""
     t = training
-    # (the other hosts wait at most collective_timeout for the chief: at most half of it for the
-    # gallery's pass, the label check's within 0.8 of it in all; 0 is TensorFlow's "no timeout")
-    started, limit = time.monotonic(), t.config.collective_timeout if t.cluster.multi_worker else 0
+    # (the other hosts wait at most collective_timeout for the chief: chief_pass_budget)
+    started = time.monotonic()
     try:
         gallery = None
         # (the chief alone, so its own stop flag, never stop_requested(): that is a collective,
@@ -478,7 +483,7 @@ def write_report(training: Training, found: dict) -> None:
                                   threshold=(calibrated or {}).get("calibrated_thresholds"))
             if not t.trainer.stop.is_set():
                 gallery = job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
-        checked = check_labels(t, max(0.0, 0.8 * limit - (time.monotonic() - started)) if limit else None)
+        checked = check_labels(t, chief_pass_budget(t, LABEL_CHECK_SHARE, time.monotonic() - started))
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = job_page.write(t.layout.output_data, found, t.epochs.rows, settings, contract.training_job_name(),
                               gallery, checked)
@@ -517,8 +522,8 @@ def check_labels(training: Training, budget_s: float | None) -> suspects.Checked
     try:
         sets = {}
         if t.validation_seen is not None and len(t.validation_seen):
-            temperature = t.calibrated.served if t.calibrated and t.calibrated.applied else 1.0
-            probabilities = calibration.tempered(t.validation_seen.outputs, temperature, False)
+            served = t.calibrated.served if t.calibrated else None
+            probabilities = calibration.tempered(t.validation_seen.outputs, 1.0 if served is None else served, False)
             sets["validation"] = (t.validation_seen, label_errors.find(probabilities, t.validation_seen.labels))
         # (on several hosts the features' pass takes FEATURES_SHARE of the budget: the heads need the rest)
         features = training_features(t, None if budget_s is None else FEATURES_SHARE * budget_s)
