@@ -476,6 +476,24 @@ def sdk_local_mode_made_a_model(output: str, checkout: Path, new_jobs: list[dict
     assert (checkout / "sdk-local-output" / "output.tar.gz").is_file()
 
 
+def data_report_lists_the_jobs_suspects(output: str, checkout: Path, new_jobs: list[dict]) -> None:
+    """docs/local.md's job, trained on prepare's output with label_error_folds, added its check to
+    the dataset's report at its end (prepare/label_checks.py), which links to the job's page and
+    opens in a browser with nothing asked of the network."""
+    from tests.browser import open_page
+
+    assert "suspects added to the data report prepared/report.html" in output, output[-4000:]
+    report = json.loads((checkout / "prepared/data_report.json").read_text())
+    (check,) = report["label_checks"]  # (the job resumed replaced its own)
+    assert check["job"] == "digits-local" and check["folds"] == 5, check
+    assert check["sets"]["train"]["examined"] == sum(c["train"] for c in report["classes"]), check["sets"]
+    page = (checkout / "prepared/report.html").read_text()
+    assert '<a href="../local-jobs/digits-local/algo-1/output/data/report.html">digits-local</a>' in page
+    assert (checkout / "local-jobs/digits-local/algo-1/output/data/report.html").is_file()
+    opened = open_page(checkout / "prepared/report.html", checkout / "browser-data-report")
+    assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
+
+
 def no_tensorflow_notices(output: str, checkout: Path, new_jobs: list[dict]) -> None:
     """keras-pipe's commands (prepare on one machine, and its instances with --local) printed their
     own lines, none of TensorFlow's start-up notices (launch/keras_pipe_launch/common/quiet_start.py)."""
@@ -489,7 +507,8 @@ OUTCOMES = {
                   "launch | algo-1 completed; model in", "keras-pipe submit: model: s3://", jobs_in_pipe_mode(1)],
     "docs/sagemaker.md": [jobs_in_pipe_mode(2), "keras-pipe submit: model: s3://my-bucket/jobs/"],
     "docs/local.md": ['"predicted_label": ', "resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
-                      "launch | fed algo-1/train pass 0: 116 records", "launch | fed algo-2/train pass 0: 65 records"],
+                      "launch | fed algo-1/train pass 0: 116 records", "launch | fed algo-2/train pass 0: 65 records",
+                      data_report_lists_the_jobs_suspects],
     "docs/prepare.md": ["upload: 0 files uploaded, 5 already there unchanged", "prepare: 360 train and 40 "
                         "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
                         "s3://my-bucket/datasets/local-scale-digits/ is complete already (run ",

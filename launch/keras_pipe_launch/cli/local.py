@@ -101,11 +101,40 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # (while listing or staging: once the job runs, its supervisor handles it)
         print("\nkeras-pipe local: interrupted before the job started", file=sys.stderr)
         return 130
-    if code and folder.has_checkpoints():
+    return ended(runner, folder, args.job_dir, channels, code)
+
+
+def ended(runner: LocalRun, folder: LocalJobFolder, job_dir_given: Path | None, channels: list, code: int) -> int:
+    """The job's exit code, after what its end calls for: its label check added to its data's
+    report, or how to resume it."""
+    if code == 0:
+        add_label_check(runner, channels, folder.name)
+    elif folder.has_checkpoints():
         how = "stopped" if code == STOPPED_EXIT_CODE else "ended"
         runner.say(f"the job {how} with its checkpoints kept; continue it from the newest with: "
-                   f"{shown(shlex.join(folder.resume_command(args.job_dir)))}")
+                   f"{shown(shlex.join(folder.resume_command(job_dir_given)))}")
     return code
+
+
+def add_label_check(runner: LocalRun, channels: list, name: str) -> None:
+    """The job's label check, if it made one, added to the data report of the prepare output its
+    train channel is part of (prepare/label_checks.py); a failure to is said, and the job's status
+    kept: the job itself succeeded."""
+    from keras_pipe_launch.prepare import label_checks
+
+    train = next((channel.source for channel in channels if channel.name == "train"), None)
+    output = runner.host_dir("algo-1") / "output/data"
+    try:
+        check = label_checks.check_of(output, name, str((output / "report.html").resolve()))
+        dataset = label_checks.dataset_of(train) if check and train else None
+        if dataset is None:
+            return
+        added = label_checks.add(check, dataset)
+    except Exception as err:  # (S3 refused, a file unreadable: the job's own outputs are whole)
+        runner.say(f"the job's label check was not added to the data report beside {shown(train)}: "
+                   f"{shown(f'{type(err).__name__}: {err}')}")
+        return
+    runner.say(f"label check: {added.suspects:,} suspects added to the data report {shown(added.page)}")
 
 
 def resumed(args: argparse.Namespace) -> argparse.Namespace:

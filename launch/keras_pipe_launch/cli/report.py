@@ -12,11 +12,18 @@ holds (the report, evaluation.json, metrics.json, the pictures) is unpacked into
 ./job-reports/NAME). Prints the report's path; opens it in the browser when run in a terminal
 (--no-browser: never). Exit code 1 when the job has no report (it failed, was stopped before its
 end, or ran an older image).
+
+A job that checked its labels (label_error_folds) and trained on a `keras-pipe prepare` output has
+its suspects added to that dataset's data report (OUT/report.html and data_report.json, here or in
+S3: prepare/label_checks.py): a SageMaker job's train channel is found from DescribeTrainingJob,
+--data OUT names the prepare output for any job (`keras-pipe local` adds a local job's at its end).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import re
 import sys
 import tempfile
@@ -26,6 +33,7 @@ from pathlib import Path
 from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_launch.local.job_folder import JOB_FILE
 from keras_pipe_train.settings.contract import JOB_NAME  # (SageMaker's training job names)
 
 REPORT = "report.html"
@@ -43,12 +51,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--out", type=Path, default=None, help="where an output.tar.gz is unpacked "
                                                                "(default: job-reports/NAME)")
     parser.add_argument("--no-browser", action="store_true", help="print the report's path only")
+    parser.add_argument("--data", default=None, metavar="OUT",
+                        help="the keras-pipe prepare output the job trained on (a folder, or s3://), whose data report "
+                             "gets the job's label check (default: a SageMaker job's train channel)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         path = find(args.job, args.out)
+        add_label_check(args, path)
     except UsageError as err:
         print(f"keras-pipe report: error: {shown(str(err))}", file=sys.stderr)
         return 2
@@ -59,6 +71,58 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_browser and sys.stdout.isatty():
         webbrowser.open(path.resolve().as_uri())
     return 0
+
+
+def add_label_check(args: argparse.Namespace, page: Path) -> None:
+    """The job's label check added to its dataset's data report, when it made one and the dataset
+    is known: --data, or a SageMaker job's train channel (said when it is not a prepare output only
+    if named with --data)."""
+    from keras_pipe_launch.prepare import label_checks
+
+    check = label_checks.check_of(page.parent, _job_named(args.job, page), str(page.resolve()))
+    if check is None:
+        if args.data:
+            print(f"keras-pipe report: the job made no label check (label_error_folds): {shown(args.data)}'s data "
+                  "report is left as it is", file=sys.stderr)
+        return
+    if args.data:
+        dataset = label_checks.dataset_at(args.data)
+        if dataset is None:
+            raise UsageError(f"--data {args.data!r} is no keras-pipe prepare output: it holds no data_report.json")
+    else:
+        train = _train_channel(args.job) if JOB_NAME.match(args.job) and not Path(args.job).exists() else None
+        dataset = label_checks.dataset_of(train) if train else None
+        if dataset is None:
+            return
+    try:
+        added = label_checks.add(check, dataset)
+    except Exception as err:  # (S3 refused the write, say: the job's report is found all the same)
+        print(f"keras-pipe report: the job's label check was not added to the data report in {shown(dataset.where)}: "
+              f"{shown(f'{type(err).__name__}: {err}')}", file=sys.stderr)
+        return
+    print(f"keras-pipe report: {added.suspects:,} suspects added to the data report {shown(added.page)}",
+          file=sys.stderr)
+
+
+def _job_named(job: str, page: Path) -> str:
+    """The job's name as the data report lists it: a SageMaker job's; a local job's (its folder's
+    local-job.json); else the folder its report was found or unpacked in (an /opt/ml's)."""
+    if JOB_NAME.match(job) and not Path(job).exists():
+        return job
+    page = page.resolve()
+    for folder in page.parents:
+        if (folder / JOB_FILE).is_file():
+            return json.loads((folder / JOB_FILE).read_text()).get("name") or folder.name
+    return page.parents[2].name if page.parent.parts[-2:] == ("output", "data") else page.parent.name
+
+
+def _train_channel(job: str) -> str | None:
+    """The S3 URI of SageMaker training job `job`'s train channel (an S3 prefix), if it has one."""
+    for channel in _described(job).get("InputDataConfig", []):
+        source = channel.get("DataSource", {}).get("S3DataSource", {})
+        if channel.get("ChannelName") == "train" and source.get("S3DataType", "S3Prefix") == "S3Prefix":
+            return source.get("S3Uri")
+    return None
 
 
 def find(job: str, out: Path | None) -> Path:
@@ -113,18 +177,23 @@ def unpacked(archive: Path, out: Path) -> Path:
 
 def output_archive(job: str) -> str:
     """The S3 URI of SageMaker training job `job`'s output.tar.gz."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        described = boto3.client("sagemaker").describe_training_job(TrainingJobName=job)
-    except (BotoCoreError, ClientError) as err:
-        raise UsageError(f"training job {job}: {err}") from None
+    described = _described(job)
     status = described.get("TrainingJobStatus")
     if status == "InProgress":
         raise NoReport(f"training job {job} is still in progress: its report is written at its end")
     base = described["OutputDataConfig"]["S3OutputPath"].rstrip("/")
     return f"{base}/{job}/output/output.tar.gz"
+
+
+@functools.cache
+def _described(job: str) -> dict:
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        return boto3.client("sagemaker").describe_training_job(TrainingJobName=job)
+    except (BotoCoreError, ClientError) as err:
+        raise UsageError(f"training job {job}: {err}") from None
 
 
 def unpacked_from_s3(uri: str, out: Path) -> Path:

@@ -37,6 +37,10 @@ MAX_MEMBERS_SHOWN = 6
 THUMBNAIL = 112
 BOTH = "both"  # a group's part when its images are in train and in validation
 SIDES = (128, 256, 512, 1024, 2048)  # longer-side buckets: below 128, 128-255, ... 2048 and more
+# the page's section of the jobs' label checks lies between these, replaced when a job's is added
+# (label_checks.py: the page is not drawn again, so the duplicates' pictures need not be read again)
+CHECKS_START, CHECKS_END = "<!-- label checks -->", "<!-- /label checks -->"
+CHECKS_TITLE = "Labels the jobs suspect"
 
 
 def name_of(location: Location, source: str) -> str:
@@ -152,8 +156,8 @@ def render(report: dict, thumbnails: dict[str, bytes | None]) -> str:
                             (f"{duplicates['exact_groups']:,} / {duplicates['near_groups']:,}",
                              "exact / near duplicate groups"),
                             (f"{duplicates['label_conflicts']:,}", "label conflicts")])
-    sections = [headline, duplicates_section(duplicates, thumbnails), balance_section(report["classes"]),
-                sizes_section(report["sizes"])]
+    sections = [headline, duplicates_section(duplicates, thumbnails), no_label_checks(),
+                balance_section(report["classes"]), sizes_section(report["sizes"])]
     return pages.page("Dataset report", f"keras-pipe prepare of {report['source']}", sections)
 
 
@@ -194,6 +198,14 @@ def _group_tile(group: dict, thumbnails: dict[str, bytes | None]) -> str:
     if len(group["members"]) > MAX_MEMBERS_SHOWN:
         parts.append(pages.escape(f"and {len(group['members']) - MAX_MEMBERS_SHOWN} more"))
     return '<div class="tile">' + "<br>".join(parts) + "</div>"
+
+
+def no_label_checks() -> str:
+    """The label checks' section before any job's is added (label_checks.py replaces it)."""
+    return CHECKS_START + pages.section(CHECKS_TITLE, pages.note(
+        "none yet: a job trained on this data with label_error_folds (5, say) lists here the images whose labels are "
+        "likely wrong, when `keras-pipe local` ends it or `keras-pipe report JOB` fetches its report"),
+        anchor="label-checks") + CHECKS_END
 
 
 def balance_section(classes: list[dict]) -> str:

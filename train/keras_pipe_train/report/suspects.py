@@ -27,10 +27,13 @@ import dataclasses
 import datetime
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from keras_pipe_train.report import pages
-from keras_pipe_train.training.gathered import Gathered
-from keras_pipe_train.training.label_errors import Suspects
+
+if TYPE_CHECKING:  # (the launcher reads these files' names without TensorFlow: prepare/label_checks.py)
+    from keras_pipe_train.training.gathered import Gathered
+    from keras_pipe_train.training.label_errors import Suspects
 
 CSV_NAME = "label_errors.csv"
 JSON_NAME = "label_errors.json"
