@@ -76,28 +76,32 @@ def run(args: argparse.Namespace) -> int:
 def add_label_check(args: argparse.Namespace, page: Path) -> None:
     """The job's label check added to its dataset's data report, when it made one and the dataset
     is known: --data, or a SageMaker job's train channel (said when it is not a prepare output only
-    if named with --data)."""
+    if named with --data). A failure to is said: the job's report is found all the same."""
     from keras_pipe_launch.prepare import label_checks
 
-    check = label_checks.check_of(page.parent, _job_named(args.job, page), str(page.resolve()))
-    if check is None:
-        if args.data:
-            print(f"keras-pipe report: the job made no label check (label_error_folds): {shown(args.data)}'s data "
-                  "report is left as it is", file=sys.stderr)
-        return
-    if args.data:
-        dataset = label_checks.dataset_at(args.data)
-        if dataset is None:
-            raise UsageError(f"--data {args.data!r} is no keras-pipe prepare output: it holds no data_report.json")
-    else:
-        train = _train_channel(args.job) if JOB_NAME.match(args.job) and not Path(args.job).exists() else None
-        dataset = label_checks.dataset_of(train) if train else None
-        if dataset is None:
-            return
+    where = args.data or "the job's train channel"
     try:
+        check = label_checks.check_of(page.parent, _job_named(args.job, page), str(page.resolve()))
+        if check is None:
+            if args.data:
+                print(f"keras-pipe report: the job made no label check (label_error_folds): {shown(args.data)}'s "
+                      "data report is left as it is", file=sys.stderr)
+            return
+        if args.data:
+            dataset = label_checks.dataset_at(args.data)
+            if dataset is None:
+                raise UsageError(f"--data {args.data!r} is no keras-pipe prepare output: it holds no data_report.json")
+        else:
+            train = _train_channel(args.job) if JOB_NAME.match(args.job) and not Path(args.job).exists() else None
+            dataset = label_checks.dataset_of(train) if train else None
+            if dataset is None:
+                return
+            where = dataset.where
         added = label_checks.add(check, dataset)
-    except Exception as err:  # (S3 refused the write, say: the job's report is found all the same)
-        print(f"keras-pipe report: the job's label check was not added to the data report in {shown(dataset.where)}: "
+    except UsageError:
+        raise
+    except Exception as err:  # (S3 refused, a file of the job's unreadable: its report is there all the same)
+        print(f"keras-pipe report: the job's label check was not added to the data report of {shown(where)}: "
               f"{shown(f'{type(err).__name__}: {err}')}", file=sys.stderr)
         return
     print(f"keras-pipe report: {added.suspects:,} suspects added to the data report {shown(added.page)}",
