@@ -182,7 +182,7 @@ def test_keras_pipe_report_of_a_sagemaker_job_adds_its_check_to_its_train_channe
         TrainingJobName=job, RoleArn="arn:aws:iam::123456789012:role/SageMakerRole",
         AlgorithmSpecification={"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe:1",
                                 "TrainingInputMode": "Pipe"},
-        InputDataConfig=[{"ChannelName": "train", "DataSource": {"S3DataSource": {
+        InputDataConfig=[{"ChannelName": "training", "DataSource": {"S3DataSource": {  # (the job reads it as train)
             "S3DataType": "S3Prefix", "S3Uri": "s3://data-bucket/d/train/"}}}],
         OutputDataConfig={"S3OutputPath": "s3://data-bucket/jobs/"},
         ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
@@ -191,6 +191,12 @@ def test_keras_pipe_report_of_a_sagemaker_job_adds_its_check_to_its_train_channe
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"job-reports/{job}/report.html\n"
     assert "2 suspects added to the data report s3://data-bucket/d/report.html" in out.stderr, out.stderr
+    report = json.loads(s3.get_object(Bucket="data-bucket", Key="d/data_report.json")["Body"].read())
+    assert [c["job"] for c in report["label_checks"]] == [job]
+    # its output.tar.gz's URI names it too: added again, in place of its own
+    out = run_logged([KERAS_PIPE, "report", f"s3://data-bucket/jobs/{job}/output/output.tar.gz", "--out", "again"], 60,
+                     cwd=tmp_path, env=aws)
+    assert out.returncode == 0 and "2 suspects added to the data report s3://data-bucket/d/" in out.stderr, out.stderr
     report = json.loads(s3.get_object(Bucket="data-bucket", Key="d/data_report.json")["Body"].read())
     assert [c["job"] for c in report["label_checks"]] == [job]
     # --data names the dataset for a job found otherwise (its archive here); one that is none is refused

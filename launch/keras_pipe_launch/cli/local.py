@@ -121,8 +121,10 @@ def add_label_check(runner: LocalRun, channels: list, name: str) -> None:
     train channel is part of (prepare/label_checks.py); a failure to is said, and the job's status
     kept: the job itself succeeded."""
     from keras_pipe_launch.prepare import label_checks
+    from keras_pipe_train.settings.contract import TRAINING_CHANNEL
 
-    train = next((channel.source for channel in channels if channel.name == "train"), None)
+    named = {channel.name: channel.source for channel in channels}
+    train = named.get("train") or named.get(TRAINING_CHANNEL)  # (the job reads `training` as train)
     output = runner.host_dir("algo-1") / "output/data"
     try:
         check = label_checks.check_of(output, name, str((output / "report.html").resolve()))

@@ -34,7 +34,7 @@ from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.local.job_folder import JOB_FILE
-from keras_pipe_train.settings.contract import JOB_NAME  # (SageMaker's training job names)
+from keras_pipe_train.settings.contract import JOB_NAME, TRAINING_CHANNEL  # (SageMaker's training job names)
 
 REPORT = "report.html"
 MAX_MEMBER_BYTES = 256 << 20  # a file of output.tar.gz unpacked (its pictures, JSON and page are far smaller)
@@ -92,7 +92,7 @@ def add_label_check(args: argparse.Namespace, page: Path) -> None:
             if dataset is None:
                 raise UsageError(f"--data {args.data!r} is no keras-pipe prepare output: it holds no data_report.json")
         else:
-            train = _train_channel(args.job) if JOB_NAME.match(args.job) and not Path(args.job).exists() else None
+            train = _train_channel(job) if (job := _sagemaker_job(args.job)) else None
             dataset = label_checks.dataset_of(train) if train else None
             if dataset is None:
                 return
@@ -111,8 +111,8 @@ def add_label_check(args: argparse.Namespace, page: Path) -> None:
 def _job_named(job: str, page: Path) -> str:
     """The job's name as the data report lists it: a SageMaker job's; a local job's (its folder's
     local-job.json); else the folder its report was found or unpacked in (an /opt/ml's)."""
-    if JOB_NAME.match(job) and not Path(job).exists():
-        return job
+    if named := _sagemaker_job(job):
+        return named
     page = page.resolve()
     for folder in page.parents:
         if (folder / JOB_FILE).is_file():
@@ -121,11 +121,21 @@ def _job_named(job: str, page: Path) -> str:
 
 
 def _train_channel(job: str) -> str | None:
-    """The S3 URI of SageMaker training job `job`'s train channel (an S3 prefix), if it has one."""
-    for channel in _described(job).get("InputDataConfig", []):
-        source = channel.get("DataSource", {}).get("S3DataSource", {})
-        if channel.get("ChannelName") == "train" and source.get("S3DataType", "S3Prefix") == "S3Prefix":
-            return source.get("S3Uri")
+    """The S3 URI of SageMaker training job `job`'s train channel (an S3 prefix), if it has one: its
+    `train` channel, or its `training` one, which the job reads as train (settings/contract.py)."""
+    named = {channel.get("ChannelName"): channel.get("DataSource", {}).get("S3DataSource", {})
+             for channel in _described(job).get("InputDataConfig", [])}
+    source = named.get("train") or named.get(TRAINING_CHANNEL) or {}
+    return source.get("S3Uri") if source.get("S3DataType", "S3Prefix") == "S3Prefix" else None
+
+
+def _sagemaker_job(job: str) -> str | None:
+    """The SageMaker job's name when JOB is one, or the S3 URI of one's output.tar.gz."""
+    if JOB_NAME.match(job) and not Path(job).exists():
+        return job
+    if job.startswith("s3://") and JOB_NAME.match(name := _job_of_uri(job)) and job.rstrip("/").endswith(
+            f"/{name}/output/output.tar.gz"):
+        return name
     return None
 
 

@@ -13,8 +13,8 @@ MAX_SHOWN of each set with their pictures.
                         augmented manifest (JSON lines) in the form of an image classification
                         labeling job's output: source-ref, the given label under LABEL_ATTRIBUTE
                         and its -metadata, and what the check found under CHECK_ATTRIBUTE. The
-                        input of a labeling job that has people look at them again (Ground Truth
-                        chains jobs on such manifests), or of the job's own training again.
+                        input of a new labeling job that has people look at them again (Ground
+                        Truth chains jobs on such manifests; docs/job.md says how).
     label_errors.json   the check's figures: folds, seconds, which features the training images'
                         heads read, each set's images examined and suspected, and how many
                         suspects the manifest holds

@@ -27,7 +27,7 @@ probabilities, at the same recall but once (0.88 against 0.96).
 cleanlab is the reference implementation, and bench/label_errors.py measures this one beside it
 on the same probabilities (the same suspects but for rounding at the threshold's edge). Its
 license would fit the image: cleanlab 2.9.0, the version the benchmark pins, is Apache-2.0 (its
-wheel's LICENSE; it was AGPL-3.0 from 1.0.1 to at least 2.6.0). It is still not in the
+wheel's LICENSE; GPL-3.0 at 1.0, AGPL-3.0 from 1.0.1 through 2.7.1, Apache-2.0 since 2.8.0). It is still not in the
 image: what it would bring with it (pandas, scikit-learn and SciPy, about 280 MB installed) is
 far more than the 30 lines of numpy used here.
 """
