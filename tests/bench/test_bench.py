@@ -106,3 +106,14 @@ def test_label_errors_benchmark_runs_a_flipped_job_and_agrees_with_cleanlab():
     assert "the same as cleanlab's on 100.0% of images" in out  # (the same probabilities, the same method)
     assert re.search(r"cost: label check [0-9.]+ s / training [0-9.]+ s = \d+%", out)
     assert re.search(r"calibration \(T = [0-9.]+, 180 validation images\): ECE", out)
+    assert re.search(r"perfectly calibrated model would measure .*: [0-9.]+ -> [0-9.]+", out)
+
+
+def test_the_ece_floor_is_the_expected_ece_of_a_calibrated_model_on_so_many_images():
+    from bench.label_errors import ece_floor
+
+    # two images at 0.5: none, one or both right (1/4, 1/2, 1/4), measured 0.5 off, exactly, or 0.5 off
+    assert ece_floor([{"examples": 2, "confidence": 0.5}], draws=200_000) == pytest.approx(0.25, abs=0.003)
+    # and a bin always right at 1.0 is measured exactly; the floor is the bins' weighted mean
+    assert ece_floor([{"examples": 2, "confidence": 0.5}, {"examples": 6, "confidence": 1.0}],
+                     draws=200_000) == pytest.approx(0.25 * 2 / 8, abs=0.003)
