@@ -166,6 +166,10 @@ def checkout_venv(tmp_path_factory) -> Path:
                           "--no-build-isolation", "-e", "train/pipemode", "-e", "train", "-e", "launch"],
                          cwd=source, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
+    # the commands of the pinned requirements the documents run, which `make venv` installs into .venv/bin
+    # (the .pth file above shows their packages, not their commands)
+    for command in ("mlflow",):
+        (venv / "bin" / command).symlink_to(REPO / ".venv" / "bin" / command)
     (venv / ".installed").touch()
     return venv
 
@@ -494,6 +498,17 @@ def data_report_lists_the_jobs_suspects(output: str, checkout: Path, new_jobs: l
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
 
 
+def only_the_chief_tracked(output: str, checkout: Path, new_jobs: list[dict]) -> None:
+    """docs/local.md's two hosts: the chief logged the run to MLflow (report/tracking.py), the other
+    host nothing."""
+    hosts = checkout / "local-jobs/digits-2-hosts"
+    assert json.loads((hosts / "algo-1/output/data/tracking.json").read_text())["logged"] is True
+    assert not (hosts / "algo-2/output/data/tracking.json").exists()
+    said = [line for line in output.splitlines() if "MLflow tracking" in line]
+    assert [line for line in said if line.startswith("algo-1 | ") and "MLflow tracking: run " in line], said
+    assert not [line for line in said if not line.startswith("algo-1 | ")], said
+
+
 def no_tensorflow_notices(output: str, checkout: Path, new_jobs: list[dict]) -> None:
     """keras-pipe's commands (prepare on one machine, and its instances with --local) printed their
     own lines, none of TensorFlow's start-up notices (launch/keras_pipe_launch/common/quiet_start.py)."""
@@ -508,7 +523,8 @@ OUTCOMES = {
     "docs/sagemaker.md": [jobs_in_pipe_mode(2), "keras-pipe submit: model: s3://my-bucket/jobs/"],
     "docs/local.md": ['"predicted_label": ', "resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
                       "launch | fed algo-1/train pass 0: 116 records", "launch | fed algo-2/train pass 0: 65 records",
-                      data_report_lists_the_jobs_suspects],
+                      data_report_lists_the_jobs_suspects, "backbone mobilenet_v3_small on algo-1 train_loss by epoch [(1, ",
+                      only_the_chief_tracked],
     "docs/prepare.md": ["upload: 0 files uploaded, 5 already there unchanged", "prepare: 360 train and 40 "
                         "validation examples of 10 classes in 6 shards under s3://my-bucket/datasets/local-scale-digits/",
                         "s3://my-bucket/datasets/local-scale-digits/ is complete already (run ",

@@ -25,9 +25,11 @@ def in_container(*args, cwd):
     return [sys.executable, "-m", "keras_pipe_launch", "local", "--image", TAG, *args], dict(cwd=cwd, env=env)
 
 
-def test_a_pipe_fed_job_runs_in_the_image_and_its_model_serves_there(image, digit_folders):
+def test_a_pipe_fed_job_runs_in_the_image_and_its_model_serves_there(image, digit_folders, monkeypatch):
+    # (tracked in MLflow by the image's mlflow-skinny, into a folder of its /opt/ml: the container has no network)
     command, options = in_container("--train", "train", "--validation", "validation", "--hp", "epochs=2",
-                                    *QUICK, "--job-dir", "job", cwd=digit_folders)
+                                    *QUICK, "--job-dir", "job", "--mlflow-tracking-uri", "/opt/ml/output/mlruns",
+                                    cwd=digit_folders)
     out = subprocess.run(command, capture_output=True, text=True, timeout=900, **options)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "launch | fed algo-1/train pass 1: 600 records" in out.stdout
@@ -35,7 +37,25 @@ def test_a_pipe_fed_job_runs_in_the_image_and_its_model_serves_there(image, digi
     model = digit_folders / "job" / "algo-1" / "model"  # written inside, through the bind mount
     for name in ("1/saved_model.pb", "model.keras", "classes.json", "serving.json"):
         assert (model / name).is_file(), name
+    tracked_in_the_image(digit_folders / "job" / "algo-1" / "output" / "mlruns", monkeypatch)
     served_in_the_image(model)
+
+
+def tracked_in_the_image(store, monkeypatch):
+    """The run the job in the image logged to MLflow's file store: its params and metrics, and its
+    model, which this machine's MLflow loads (its files found where the container wrote them)."""
+    import mlflow.pyfunc
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(str(store))
+    (run,) = client.search_runs(["0"])
+    assert run.info.status == "FINISHED" and run.data.params["epochs"] == "2", run
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2]
+    artifacts = store / "0" / run.info.run_id / "artifacts"
+    assert (artifacts / "output" / "report.html").is_file()
+    loaded = mlflow.pyfunc.load_model(str(artifacts / "model"))
+    assert loaded.metadata.flavors["python_function"]["loader_module"] == "keras_pipe_pyfunc"
 
 
 def served_in_the_image(model):

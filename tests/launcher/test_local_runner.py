@@ -1,6 +1,7 @@
 """`keras-pipe local` and its feeder: exact delivery, shuffling, sharding, S3, Gzip, RecordIO, runs."""
 
 import gzip
+import json
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ from keras_pipe_launch.local.feeder import FeedError, PipeFeeder
 from keras_pipe_launch.local.run import LocalRun
 from pipemode import PipeModeDataset, tfrecord
 from tests.conftest import QUICK, job_pid, launch_local, random_records, run_logged
+from tests.serve.conftest import free_port
 
 
 def make_objects(folder, count=8, size=1000):
@@ -289,9 +291,17 @@ def test_secret_values_never_reach_the_engines_command_line_nor_what_is_printed(
 
 @pytest.mark.slow
 def test_a_pipe_mode_job_runs_end_to_end(digit_folders):
+    """... and its MLflow tracking server is down: the job ends as it would without one, with a
+    warning (the URI with credentials, as another client may set it: the job redacts them)."""
+    port = free_port()  # (nothing listens there)
     out = launch_local("--train", "train", "--validation", "validation", "--hp", "epochs=2", *QUICK,
-                       "--job-dir", "job", cwd=digit_folders)
+                       "--job-dir", "job", "--env", f"MLFLOW_TRACKING_URI=http://user:pa55word@127.0.0.1:{port}",
+                       "--env", "MLFLOW_HTTP_REQUEST_MAX_RETRIES=0", cwd=digit_folders)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"MLflow tracking at http://***@127.0.0.1:{port} failed, the job goes on without it" in out.stdout
+    assert "pa55word" not in out.stdout + out.stderr
+    status = json.loads((digit_folders / "job/algo-1/output/data/tracking.json").read_text())
+    assert status["logged"] is False and "Connection" in status["warning"] and status["run_id"] is None
     for line in ("launch | channel train (Pipe): 2 objects from train",
                  "launch | fed algo-1/train pass 0: 600 records", "launch | fed algo-1/train pass 1: 600 records",
                  "launch | fed algo-1/validation pass 1: 200 records", "algo-1 | metrics: epoch=2",

@@ -246,3 +246,14 @@ def test_a_value_past_the_apis_limits_is_refused_without_printing_it():
     assert out.returncode == 2, out.stderr
     assert "Environment[SERVICE_ACCOUNT] has 1107 characters; SageMaker allows at most 512" in out.stderr
     assert "s3cr3t" not in out.stdout + out.stderr
+
+
+def test_mlflow_tracking_options_are_the_jobs_environment():
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/team"
+    request = dry_run(*BASIC, "--mlflow-tracking-uri", arn, "--mlflow-experiment", "digits")
+    assert request["Environment"] == {"MLFLOW_TRACKING_URI": arn, "MLFLOW_EXPERIMENT_NAME": "digits",
+                                      "KERAS_PIPE_OUTPUT": "s3://data/jobs/"}
+    out = launch(*BASIC, "--mlflow-experiment", "digits", "--dry-run")
+    assert out.returncode == 2 and "give both" in out.stderr, out.stderr
+    out = launch(*BASIC, "--mlflow-tracking-uri", "https://me:hunter2@mlflow.example.com", "--dry-run")
+    assert out.returncode == 2 and "MLFLOW_TRACKING_PASSWORD" in out.stderr and "hunter2" not in out.stderr

@@ -161,3 +161,13 @@ def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_
     assert out.returncode == 0, out.stderr[-3000:]
     name = out.stdout.strip().splitlines()[0]
     assert re.search(rf"keras-pipe tune: {name}: Completed", out.stderr), out.stderr
+
+
+def test_mlflow_tracking_puts_the_tuning_jobs_trainings_in_an_experiment_of_its_name():
+    request = dry_run(*JOB, "--range", "epochs=1:3", "--mlflow-tracking-uri", "https://mlflow.example.com")
+    assert request["TrainingJobDefinition"]["Environment"] == {
+        "MLFLOW_TRACKING_URI": "https://mlflow.example.com",
+        "MLFLOW_EXPERIMENT_NAME": request["HyperParameterTuningJobName"], "KERAS_PIPE_OUTPUT": "s3://data/tuning/"}
+    request = dry_run(*JOB, "--range", "epochs=1:3", "--mlflow-tracking-uri", "https://mlflow.example.com",
+                      "--mlflow-experiment", "digits")
+    assert request["TrainingJobDefinition"]["Environment"]["MLFLOW_EXPERIMENT_NAME"] == "digits"

@@ -26,7 +26,7 @@ from keras_pipe_train.model.classifier import (
 )
 from keras_pipe_train.model.export import export
 from keras_pipe_train.model.export import served_probabilities as exported_answer
-from keras_pipe_train.report import evaluation, job_page, mistakes, suspects, tensorboard_pictures
+from keras_pipe_train.report import evaluation, job_page, mistakes, suspects, tensorboard_pictures, tracking
 from keras_pipe_train.settings import contract, dialects
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig
@@ -154,12 +154,30 @@ class Training:
 def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
         stop: threading.Event | None = None) -> dict:
     """Trains (resuming from the newest readable checkpoint, if any) and exports; returns the final
-    metrics. Raises Stopped, after saving a checkpoint, when `stop` is set (SIGTERM)."""
+    metrics. Raises Stopped, after saving a checkpoint, when `stop` is set (SIGTERM). The chief
+    tracks the run in MLflow when MLFLOW_TRACKING_URI is set (report/tracking.py), whatever the end."""
     check_channels(channels)
     keras.utils.set_random_seed(config.seed)
     training = set_up(config, layout, channels, resources, stop)
+    tracker = tracking.start(config, training.cluster.is_chief, contract.training_job_name(), training.host)
+    status = "FAILED"
+    try:
+        final = train_and_export(training, tracker)
+        status = "FINISHED"
+        return final
+    except Stopped:
+        status = "KILLED"
+        raise
+    finally:
+        # (stopped: SageMaker's SIGKILL comes 120 s after its SIGTERM, and the checkpoint is saved already)
+        tracker.finish(status, layout.output_data, layout.model if status == "FINISHED" else None,
+                       tracking.STOPPED_BUDGET_S if status == "KILLED" else tracking.FINISH_BUDGET_S)
+
+
+def train_and_export(training: Training, tracker: tracking.Tracker | tracking.NoTracker) -> dict:
     start = resume(training)
-    training.epochs = EpochLog(layout, training.cluster.is_chief, start.history, training.plan[-1].end, config.top_k)
+    training.epochs = EpochLog(training.layout, training.cluster.is_chief, start.history, training.plan[-1].end,
+                               training.config.top_k, tracker)
     try:
         for phase in training.plan:
             first = max(start.epoch, phase.start)
@@ -754,8 +772,10 @@ class EpochLog:
     built-in algorithms' users parse), TensorBoard scalars, and the rows of metrics.json (the chief
     writes; every worker has the same numbers). `total`: the job's epochs; `top_k`: config's."""
 
-    def __init__(self, layout: Paths, is_chief: bool, history: tuple = (), total: int = 0, top_k: int | None = None):
+    def __init__(self, layout: Paths, is_chief: bool, history: tuple = (), total: int = 0, top_k: int | None = None,
+                 tracker: tracking.Tracker | tracking.NoTracker | None = None):
         self.rows: list[dict] = list(history)
+        self.tracker = tracker or tracking.NoTracker()
         self.is_chief = is_chief
         self.total, self.top_k = total, top_k
         self.writer = tf.summary.create_file_writer(str(layout.output / "tensorboard")) if is_chief else None
@@ -765,6 +785,7 @@ class EpochLog:
         values["seconds"] = round(seconds, 3)
         self.rows.append(values)
         self.print_lines(values)
+        self.tracker.epoch(epoch + 1, values)
         if self.writer:
             with self.writer.as_default(step=epoch + 1):
                 for name, value in results.items():

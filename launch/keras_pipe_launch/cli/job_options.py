@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
@@ -14,7 +15,7 @@ from keras_pipe_launch.common import hyperparameters, secrets
 from keras_pipe_launch.common.channels import channel_hyperparameters
 from keras_pipe_launch.common.processes import stopped_by_any_signal
 from keras_pipe_launch.common.untrusted import shown
-from keras_pipe_launch.common.usage import key_values
+from keras_pipe_launch.common.usage import UsageError, key_values
 from keras_pipe_launch.sagemaker.request import JobSpec, RequestError
 
 
@@ -37,12 +38,40 @@ def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
+    add_tracking_arguments(parser, "the tuning job's name" if what == "tuning job" else "MLflow's default")
     parser.add_argument("--network-isolation", action="store_true", help="no network access for the job")
     naming = "BASE-YYYYmmddHHMMSS" if what == "job" else "BASE-yymmdd-HHMMSS (at most 32 characters in all)"
     parser.add_argument("--base-job-name", default="keras-pipe", help=f"the {what} is named {naming}")
     parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
+
+
+def add_tracking_arguments(parser: argparse.ArgumentParser, default_experiment: str) -> None:
+    """MLflow tracking from the job (train/keras_pipe_train/report/tracking.py): `submit`, `tune`, `local`."""
+    parser.add_argument("--mlflow-tracking-uri", default=None, metavar="URI",
+                        help="the job logs its run to this MLflow tracking server: http(s)://..., or a SageMaker "
+                             "managed MLflow tracking server's ARN (sets MLFLOW_TRACKING_URI)")
+    parser.add_argument("--mlflow-experiment", default=None, metavar="NAME",
+                        help=f"the run's MLflow experiment (sets MLFLOW_EXPERIMENT_NAME; default: "
+                             f"{default_experiment})")
+
+
+def tracking_environment(args: argparse.Namespace, output: str, experiment: str | None = None) -> dict[str, str]:
+    """The job's environment for --mlflow-tracking-uri and --mlflow-experiment (`experiment`: the
+    default one), and where its outputs go (tagged on the run); none without a tracking URI."""
+    if not args.mlflow_tracking_uri:
+        if args.mlflow_experiment:
+            raise UsageError("--mlflow-experiment names the experiment of --mlflow-tracking-uri's server: give both")
+        return {}
+    if re.match(r"(?i)[a-z][a-z0-9+.-]*://[^/@]*@", args.mlflow_tracking_uri):
+        # (the URI is kept for --resume and shown by DescribeTrainingJob; MLflow reads these two instead,
+        # and the launcher keeps secret-looking --env values out of what it prints and keeps)
+        raise UsageError("--mlflow-tracking-uri holds a user and password: give them as --env "
+                         "MLFLOW_TRACKING_USERNAME=... --env MLFLOW_TRACKING_PASSWORD=... (MLflow reads both)")
+    named = args.mlflow_experiment or experiment
+    return {"MLFLOW_TRACKING_URI": args.mlflow_tracking_uri, **({"MLFLOW_EXPERIMENT_NAME": named} if named else {}),
+            "KERAS_PIPE_OUTPUT": output}
 
 
 def spec_from(args: argparse.Namespace) -> JobSpec:
@@ -54,7 +83,8 @@ def spec_from(args: argparse.Namespace) -> JobSpec:
         input_mode=args.input_mode, volume_size_gb=args.volume_size, max_run_s=args.max_run, spot=args.spot,
         max_wait_s=args.max_wait, checkpoint_s3_uri=args.checkpoint_s3_uri,
         tensorboard_s3_uri=args.tensorboard_s3_uri, hyperparameters=tuple(values.items()),
-        environment=tuple(key_values(args.env, "--env").items()), tags=tuple(key_values(args.tag, "--tag").items()),
+        environment=tuple({**key_values(args.env, "--env"), **tracking_environment(args, args.output_path)}.items()),
+        tags=tuple(key_values(args.tag, "--tag").items()),
         network_isolation=args.network_isolation, base_job_name=args.base_job_name, allow_cpu=args.allow_cpu,
     )
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from
+from keras_pipe_launch.cli.job_options import add_tracking_arguments, tracking_environment
 from keras_pipe_launch.common import hyperparameters, secrets
 from keras_pipe_launch.common.channels import channel_hyperparameters
 from keras_pipe_launch.common.engine import Engine, EngineError
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: $LAUNCH_ENGINE or docker)")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
+    add_tracking_arguments(parser, "MLflow's default")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
         resuming = folder.claim(fresh=args.fresh)
         runner = LocalRun(job_dir, channels, values, instance_count=args.instance_count, image=args.image,
                           engine=engine, name=name,
-                          checkpoint_dir=args.checkpoint_dir, environment=key_values(args.env, "--env"),
+                          checkpoint_dir=args.checkpoint_dir,
+                          environment={**key_values(args.env, "--env"),
+                                       **tracking_environment(args, str(job_dir.resolve()))},
                           reuse=True)  # (claimed: new, or an earlier run's folder to go on in)
         if resuming and args.fresh:
             runner.say(f"starting job {name} over in {shown(job_dir)} (--fresh)")

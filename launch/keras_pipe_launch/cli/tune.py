@@ -77,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         warnings = tuning.validate_tuning(spec, check_hyperparameters=not args.no_validate)
         use_region(args)
         name = spec.name()
+        if args.mlflow_tracking_uri and not args.mlflow_experiment:  # (the tuning job's trainings, in one experiment)
+            environment = {**dict(spec.job.environment), "MLFLOW_EXPERIMENT_NAME": name}
+            spec = dataclasses.replace(spec, job=dataclasses.replace(spec.job, environment=tuple(environment.items())))
         request = tuning.create_tuning_job_request(spec, name)
         tuning.check_request(request)
     except (UsageError, RequestError, UserError) as err:

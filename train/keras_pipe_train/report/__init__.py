@@ -6,6 +6,9 @@
     pages                 self-contained HTML pages (the job's, and prepare's data report in the launcher)
     tensorboard_pictures  the confusion matrix and the worst mistakes, in TensorBoard
     text                  text nobody sanitised (class names, keys), as it can be printed or drawn
+    suspects              the label check's files (CSV, Ground Truth manifest, JSON) and page section
+    tracking              the run in MLflow, when MLFLOW_TRACKING_URI is set (the chief's, never failing the job)
+    keras_pipe_pyfunc     MLflow's loader of the exported model (copied into the logged model, imports none of ours)
 
 The top floor below the job: it may import settings/, sources/, model/ and training/.
 """
