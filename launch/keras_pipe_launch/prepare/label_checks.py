@@ -56,6 +56,17 @@ class Dataset:
 
     def __init__(self, where: str):
         self.where = where.rstrip("/") if _in_s3(where) else where
+        self._s3 = None
+
+    @property
+    def s3(self):
+        """One S3 client for the dataset's reads and writes (a new one each call resolved the
+        credentials and the endpoint again)."""
+        if self._s3 is None:
+            import boto3
+
+            self._s3 = boto3.client("s3")
+        return self._s3
 
     def read(self, name: str) -> str | None:
         """The file's text; None when it is not there."""
@@ -66,7 +77,7 @@ class Dataset:
 
         bucket, key = self._key(name)
         try:
-            return _s3().get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
+            return self.s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")
         except ClientError as err:
             if err.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
                 return None
@@ -80,7 +91,7 @@ class Dataset:
             os.replace(temporary, path)  # (a page open in a browser meanwhile is never half written)
             return
         bucket, key = self._key(name)
-        _s3().put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"), ContentType=content_type)
+        self.s3.put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"), ContentType=content_type)
 
     def path(self, name: str) -> str:
         return f"{self.where}/{name}" if _in_s3(self.where) else str(Path(self.where) / name)
@@ -92,12 +103,6 @@ class Dataset:
 
 def _in_s3(where: str) -> bool:
     return where[:5].lower() == "s3://"
-
-
-def _s3():
-    import boto3
-
-    return boto3.client("s3")
 
 
 def dataset_of(channel: str) -> Dataset | None:
