@@ -84,8 +84,9 @@ def test_a_job_tracks_its_run_params_metrics_artifacts_and_a_model_mlflow_loads(
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "s3cret-Pass" not in out.stdout + out.stderr
     assert "MLflow tracking: run " in out.stdout and f"in experiment digits at {mlflow_server}" in out.stdout
-    refused = launch_local("--train", "train", *QUICK, "--mlflow-tracking-uri", f"http://a:b@127.0.0.1:{port}",
-                           cwd=digit_folders)
+    # refused before --fresh would empty the job's folder (read below)
+    refused = launch_local("--train", "train", *QUICK, "--name", "tracked-1", "--fresh",
+                           "--mlflow-tracking-uri", f"http://a:b@127.0.0.1:{port}", cwd=digit_folders)
     assert refused.returncode == 2 and "give them as --env MLFLOW_TRACKING_USERNAME" in refused.stderr
     (run,) = runs_named(mlflow_server, "digits", "tracked-1")
     assert run.info.status == "FINISHED"

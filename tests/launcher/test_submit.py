@@ -157,7 +157,7 @@ def test_dry_run_redacts_secret_looking_values_and_warns_they_are_stored_in_plai
     assert out.returncode == 0, out.stderr
     request = json.loads(out.stdout)
     assert request["Environment"] == {"DB_PASSWORD": "REDACTED", "WANDB_API_KEY": "REDACTED", "LOG_LEVEL": "debug",
-                                      "DATABASE_URL": "postgres://u:REDACTED@db:5432/x", "GH_PAT": "REDACTED",
+                                      "DATABASE_URL": "postgres://REDACTED@db:5432/x", "GH_PAT": "REDACTED",
                                       "CI_NOTE": "REDACTED"}
     assert request["HyperParameters"]["sneaky_token"] == "REDACTED"
     for secret in ("hunter2", "k-123", "pw9", "abc987", "ghp_0123456789", "tok456"):
@@ -255,5 +255,7 @@ def test_mlflow_tracking_options_are_the_jobs_environment():
                                       "KERAS_PIPE_OUTPUT": "s3://data/jobs/"}
     out = launch(*BASIC, "--mlflow-experiment", "digits", "--dry-run")
     assert out.returncode == 2 and "give both" in out.stderr, out.stderr
-    out = launch(*BASIC, "--mlflow-tracking-uri", "https://me:hunter2@mlflow.example.com", "--dry-run")
-    assert out.returncode == 2 and "MLFLOW_TRACKING_PASSWORD" in out.stderr and "hunter2" not in out.stderr
+    for uri in ("https://me:hunter2@mlflow.example.com", " https://me:hunt/er2@mlflow.example.com",
+                "https://mlflow.example.com/?token=hunter2"):
+        out = launch(*BASIC, "--mlflow-tracking-uri", uri, "--dry-run")
+        assert out.returncode == 2 and "MLFLOW_TRACKING_PASSWORD" in out.stderr and "hunter2" not in out.stderr

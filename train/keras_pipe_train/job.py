@@ -156,22 +156,27 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     """Trains (resuming from the newest readable checkpoint, if any) and exports; returns the final
     metrics. Raises Stopped, after saving a checkpoint, when `stop` is set (SIGTERM). The chief
     tracks the run in MLflow when MLFLOW_TRACKING_URI is set (report/tracking.py), whatever the end."""
-    check_channels(channels)
-    keras.utils.set_random_seed(config.seed)
-    training = set_up(config, layout, channels, resources, stop)
-    tracker = tracking.start(config, training.cluster.is_chief, contract.training_job_name(), training.host)
-    status = "FAILED"
+    tracker = tracking.start(resources.is_chief, contract.training_job_name(), resources.current_host)
+    status, reason = "FAILED", None
     try:
+        check_channels(channels)
+        keras.utils.set_random_seed(config.seed)
+        training = set_up(config, layout, channels, resources, stop)
+        tracker.begin(training.config, resuming=bool(training.checkpoints.complete()))
         final = train_and_export(training, tracker)
         status = "FINISHED"
         return final
     except Stopped:
         status = "KILLED"
         raise
+    except BaseException as err:
+        reason = f"{type(err).__name__}: {err}"
+        raise
     finally:
         # (stopped: SageMaker's SIGKILL comes 120 s after its SIGTERM, and the checkpoint is saved already)
         tracker.finish(status, layout.output_data, layout.model if status == "FINISHED" else None,
-                       tracking.STOPPED_BUDGET_S if status == "KILLED" else tracking.FINISH_BUDGET_S)
+                       tracking.STOPPED_BUDGET_S if status == "KILLED" else tracking.FINISH_BUDGET_S,
+                       config=config, reason=reason)
 
 
 def train_and_export(training: Training, tracker: tracking.Tracker | tracking.NoTracker) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from, duration
@@ -64,11 +63,12 @@ def tracking_environment(args: argparse.Namespace, output: str, experiment: str 
         if args.mlflow_experiment:
             raise UsageError("--mlflow-experiment names the experiment of --mlflow-tracking-uri's server: give both")
         return {}
-    if re.match(r"(?i)[a-z][a-z0-9+.-]*://[^/@]*@", args.mlflow_tracking_uri):
-        # (the URI is kept for --resume and shown by DescribeTrainingJob; MLflow reads these two instead,
+    if secrets.looks_secret("MLFLOW_TRACKING_URI", args.mlflow_tracking_uri):
+        # (the URI is kept for --resume and shown by DescribeTrainingJob; MLflow reads these instead,
         # and the launcher keeps secret-looking --env values out of what it prints and keeps)
-        raise UsageError("--mlflow-tracking-uri holds a user and password: give them as --env "
-                         "MLFLOW_TRACKING_USERNAME=... --env MLFLOW_TRACKING_PASSWORD=... (MLflow reads both)")
+        raise UsageError("--mlflow-tracking-uri holds a user, a password or a token: give them as --env "
+                         "MLFLOW_TRACKING_USERNAME=... --env MLFLOW_TRACKING_PASSWORD=... (or "
+                         "MLFLOW_TRACKING_TOKEN=...: MLflow reads these)")
     named = args.mlflow_experiment or experiment
     return {"MLFLOW_TRACKING_URI": args.mlflow_tracking_uri, **({"MLFLOW_EXPERIMENT_NAME": named} if named else {}),
             "KERAS_PIPE_OUTPUT": output}
@@ -89,11 +89,12 @@ def spec_from(args: argparse.Namespace) -> JobSpec:
     )
 
 
-def use_region(args: argparse.Namespace) -> None:
-    """--region, else the environment's; none is an error unless nothing is sent (--dry-run)."""
+def use_region(args: argparse.Namespace, reads: bool = False) -> None:
+    """--region, else the environment's; none is an error unless nothing is sent (--dry-run) and
+    nothing `reads` from AWS."""
     if args.region:
         os.environ["AWS_DEFAULT_REGION"] = args.region
-    if not args.dry_run and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
+    if (reads or not args.dry_run) and not (os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION")):
         raise RequestError("no AWS region: pass --region or set AWS_DEFAULT_REGION")
 
 

@@ -84,13 +84,12 @@ def run(args: argparse.Namespace) -> int:
         job_dir = args.job_dir or Path("local-jobs") / name
         if args.checkpoint_dir and args.checkpoint_dir.exists() and not args.checkpoint_dir.is_dir():
             raise UsageError(f"--checkpoint-dir {shown(args.checkpoint_dir)} is a file: give a folder")
+        # (every option checked before --fresh empties an earlier run's folder)
+        environment = {**key_values(args.env, "--env"), **tracking_environment(args, str(job_dir.resolve()))}
         folder = LocalJobFolder(job_dir, name, args.checkpoint_dir)
         resuming = folder.claim(fresh=args.fresh)
         runner = LocalRun(job_dir, channels, values, instance_count=args.instance_count, image=args.image,
-                          engine=engine, name=name,
-                          checkpoint_dir=args.checkpoint_dir,
-                          environment={**key_values(args.env, "--env"),
-                                       **tracking_environment(args, str(job_dir.resolve()))},
+                          engine=engine, name=name, checkpoint_dir=args.checkpoint_dir, environment=environment,
                           reuse=True)  # (claimed: new, or an earlier run's folder to go on in)
         if resuming and args.fresh:
             runner.say(f"starting job {name} over in {shown(job_dir)} (--fresh)")

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from keras_pipe_train.settings import url_credentials
+
 REDACTED = "REDACTED"  # shell-safe: shlex leaves it unquoted in printed commands
 # AWS_SECRET_ACCESS_KEY, GITHUB_TOKEN, DB_PASSWORD, WANDB_API_KEY, HF_TOKEN, MY_PRIVATE_KEY, ...
 _SECRET_NAME = re.compile(
@@ -27,20 +29,19 @@ _SECRET_VALUE = re.compile(
     r"^\s*(gh[pousr]_|github_pat_|glpat-|xox[abpors]-|sk-|sk_live_|rk_live_|hf_|AKIA[0-9A-Z]{12}|ASIA[0-9A-Z]{12}|"
     r"AIza[\w-]{20}|eyJ[\w-]+\.eyJ|-----BEGIN [A-Z ]*PRIVATE KEY)"
 )
-# scheme://user:PASSWORD@host (postgres://, mysql://, https://, redis:// ...): the password alone
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@/\s]+(?=@)", re.IGNORECASE)
 
 
 def looks_secret(name: str, value: str = "") -> bool:
-    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.match(value) or _URL_PASSWORD.search(value))
+    return bool(_SECRET_NAME.search(name) or _SECRET_VALUE.match(value) or url_credentials.has_credentials(value))
 
 
 def shown_value(name: str, value: str) -> str:
-    """The value as it may be printed: a URL's password replaced by the marker, a secret-looking
-    name's or a token's value replaced whole."""
+    """The value as it may be printed: a URL's user and password (scheme://user:pw@host: postgres://,
+    https://, redis:// ...) and secret query values replaced by the marker, a secret-looking name's or
+    a token's value replaced whole."""
     if _SECRET_NAME.search(name) or _SECRET_VALUE.match(value):
         return REDACTED
-    return _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED, value)
+    return url_credentials.redacted(value, REDACTED)
 
 
 def redacted(values: dict[str, str]) -> dict[str, str]:

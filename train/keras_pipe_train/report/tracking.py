@@ -10,14 +10,18 @@ training request's Environment; `keras-pipe submit`, `tune` and `local` set it w
                             tuning job's name for a tuning job's trainings); MLflow's default
                             experiment without it
 
-One run per training job, named after it, logged by the chief host alone (a job restarted under
-its name, as a spot job is, goes on in its run):
+One run per training job, named after it, logged by the chief host alone (a job that resumes from
+its own checkpoint, as a spot job's new instance does, goes on in its run; a job started over under
+the same name gets a new run):
     params      every hyperparameter as the job read it, after its dialect's translation, and
                 `dialect`
     metrics     each epoch's, at step = the epoch (1, 2, ...), as metrics.json has them
     tags        sagemaker.training_job_name, sagemaker.training_job_arn (TRAINING_JOB_ARN, which
-                SageMaker sets), keras_pipe.output (KERAS_PIPE_OUTPUT, where the launcher said
-                the job's outputs go), keras_pipe.host
+                SageMaker sets), keras_pipe.output (where the job's model.tar.gz and output.tar.gz
+                go: S3OutputPath/JOB/output/ from KERAS_PIPE_OUTPUT, which the launcher sets to the
+                request's S3OutputPath, or a local job's folder), keras_pipe.host; on a failed run
+                keras_pipe.failure (why), on a resumed one keras_pipe.changed_on_resume (the params
+                changed since, kept as first logged)
     artifacts   output/: output/data's files (evaluation.json, metrics.json, report.html, its
                 pictures, the label check's); model/: the exported model as an MLflow pyfunc model
                 (MLmodel, code/keras_pipe_pyfunc.py, the SavedModel and classes.json), which
@@ -56,6 +60,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from keras_pipe_train.settings.url_credentials import redacted
+
 log = logging.getLogger(__name__)
 
 URI = "MLFLOW_TRACKING_URI"
@@ -73,53 +79,84 @@ def enabled() -> bool:
     return bool(os.environ.get(URI, "").strip())
 
 
-def redacted(text: str) -> str:
-    """`text` with the user and password of any URL in it replaced (https://user:pw@host -> https://***@host)."""
-    return re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text)
-
-
 class Tracker:
     """The calls to MLflow, on a thread of their own (module docstring). A job that does not track
     (no MLFLOW_TRACKING_URI, or not the chief) has a NoTracker."""
 
-    def __init__(self, client, run_name: str, experiment: str | None, params: dict[str, str], tags: dict[str, str]):
+    def __init__(self, client, run_name: str, experiment: str | None, tags: dict[str, str]):
         self.client, self.run_id = client, None
+        self.run_name, self.experiment, self.tags = run_name, experiment, tags
         self.problem: str | None = None
-        self._calls: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._begun = False
+        self._calls: queue.Queue[tuple[Callable[[], None], bool] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="mlflow-tracking", daemon=True)
         self._thread.start()
-        self._calls.put(lambda: self._start(run_name, experiment, params, tags))
+
+    def _put(self, call: Callable[[], None], always: bool = False) -> None:
+        """Queues `call`; after a failed call only those marked `always` are made (ending the run)."""
+        self._calls.put((call, always))
 
     def _work(self) -> None:
-        while (call := self._calls.get()) is not None:
-            if self.problem is None:
+        while (item := self._calls.get()) is not None:
+            call, always = item
+            if self.problem is None or always:
                 try:
                     call()
                 except Exception as err:  # (anything MLflow or the network raise: tracking never fails the job)
-                    self.problem = redacted(f"{type(err).__name__}: {err}")[:2000]
+                    problem = redacted(f"{type(err).__name__}: {err}")[:2000]
+                    self.problem = self.problem or problem
                     log.warning("MLflow tracking at %s failed, the job goes on without it: %s",
-                                redacted(os.environ.get(URI, "")), self.problem)
+                                redacted(os.environ.get(URI, "")), problem)
 
-    def _start(self, run_name: str, experiment: str | None, params: dict[str, str], tags: dict[str, str]) -> None:
+    def begin(self, config, resuming: bool) -> None:
+        """Queues the run's start with `config`'s hyperparameters (as set up: a JumpStart model's
+        backbone and image size put in): a new run, or, for a job `resuming` from its own
+        checkpoint (a spot job's new instance, `keras-pipe local --resume`), the run its earlier
+        start made, with only the params it lacks added (MLflow refuses a param changed)."""
+        self._begun = True
+        params = params_of(config)
+        self._put(lambda: self._start(params, resuming))
+
+    def _start(self, params: dict[str, str], resuming: bool) -> None:
         from mlflow.entities import Param
 
-        experiment_id = "0"  # (MLflow's default experiment)
-        if experiment:
-            found = self.client.get_experiment_by_name(experiment)
-            experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
-        # a job restarted under its own name (a spot job's new instance, `keras-pipe local --resume`) goes
-        # on in its run: one run per training job
-        earlier = self.client.search_runs([experiment_id], f"tags.`{JOB_TAG}` = '{run_name}'", max_results=1)
+        experiment_id = self._experiment_id()
+        earlier = (self.client.search_runs([experiment_id], f"tags.`{JOB_TAG}` = '{self.run_name}'",
+                                           max_results=1, order_by=["attributes.start_time DESC"])
+                   if resuming else [])
         if earlier:
             self.run_id = earlier[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
+            logged = earlier[0].data.params
+            changed = sorted(key for key, value in params.items() if key in logged and logged[key] != value[:MAX_PARAM])
+            if changed:
+                self.client.set_tag(self.run_id, "keras_pipe.changed_on_resume", ", ".join(changed)[:MAX_PARAM])
+            params = {key: value for key, value in params.items() if key not in logged}
         else:
-            self.run_id = self.client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+            self.run_id = self.client.create_run(experiment_id, run_name=self.run_name, tags=self.tags).info.run_id
         items = [Param(key, value[:MAX_PARAM]) for key, value in params.items()]
         for first in range(0, len(items), 100):  # (MLflow's most params in one batch)
             self.client.log_batch(self.run_id, params=items[first:first + 100])
-        log.info("MLflow tracking: run %s (%s) in experiment %s at %s", self.run_id, run_name,
-                 experiment or "Default", redacted(os.environ.get(URI, "")))
+        log.info("MLflow tracking: run %s (%s) in experiment %s at %s", self.run_id, self.run_name,
+                 self.experiment or "Default", redacted(os.environ.get(URI, "")))
+
+    def _experiment_id(self) -> str:
+        """The experiment's id, created when missing. A tuning job's trainings start together: one
+        creates it, the others find it created (RESOURCE_ALREADY_EXISTS) and look again."""
+        from mlflow.exceptions import MlflowException
+
+        if not self.experiment:
+            return "0"  # (MLflow's default experiment)
+        if found := self.client.get_experiment_by_name(self.experiment):
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(self.experiment)
+        except MlflowException as err:
+            found = self.client.get_experiment_by_name(self.experiment) if err.error_code == "RESOURCE_ALREADY_EXISTS" \
+                else None
+            if found is None:
+                raise
+            return found.experiment_id
 
     def epoch(self, step: int, values: dict) -> None:
         """Queues an epoch's metrics (its numeric values) at `step`."""
@@ -128,13 +165,20 @@ class Tracker:
         now = int(datetime.datetime.now().timestamp() * 1000)
         metrics = [Metric(_metric_key(key), float(value), now, step) for key, value in values.items()
                    if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "epoch"]
-        self._calls.put(lambda: self.client.log_batch(self.run_id, metrics=metrics))
+        self._put(lambda: self.client.log_batch(self.run_id, metrics=metrics))
 
-    def finish(self, status: str, output_data: Path, model_dir: Path | None, budget_s: float = FINISH_BUDGET_S) -> None:
-        """Queues the outputs and the run's end (`status`: FINISHED, FAILED or KILLED), then waits
-        for the queue at most `budget_s`; says where the run is, or why not, in output/data."""
-        self._calls.put(lambda: self._log_outputs(output_data, model_dir))
-        self._calls.put(lambda: self.client.set_terminated(self.run_id, status))
+    def finish(self, status: str, output_data: Path, model_dir: Path | None, budget_s: float = FINISH_BUDGET_S,
+               config=None, reason: str | None = None) -> None:
+        """Queues the outputs, the run's end (`status`: FINISHED, FAILED or KILLED, with `reason`
+        as a tag) and the model, then waits for the queue at most `budget_s`; says where the run
+        is, or why not, in output/data. A run not begun (the job failed setting up) is begun with
+        `config` first. The run is ended even after a call failed, so it never stays RUNNING."""
+        if not self._begun and config is not None:
+            self.begin(config, resuming=False)
+        self._put(lambda: self._log_outputs(output_data))
+        self._put(lambda: self._end(status, reason), always=True)
+        if model_dir is not None and (model_dir / "1").is_dir():
+            self._put(lambda: self._log_model(model_dir))  # (last: the largest, and the run already ended)
         self._calls.put(None)
         self._thread.join(budget_s)
         if self._thread.is_alive():
@@ -142,29 +186,45 @@ class Tracker:
             log.warning("MLflow tracking: %s", self.problem)
         write_status(output_data, self.run_id, self.problem)
 
-    def _log_outputs(self, output_data: Path, model_dir: Path | None) -> None:
+    def _end(self, status: str, reason: str | None) -> None:
+        if self.run_id is None:
+            return
+        if reason:
+            self.client.set_tag(self.run_id, "keras_pipe.failure", redacted(reason)[:MAX_PARAM])
+        self.client.set_terminated(self.run_id, status)
+
+    def _log_outputs(self, output_data: Path) -> None:
         if output_data.is_dir():
             for path in sorted(output_data.iterdir()):
                 if path.is_file() and path.name != STATUS_NAME:
                     self.client.log_artifact(self.run_id, str(path), "output")
-        if model_dir is not None and (model_dir / "1").is_dir():
-            with tempfile.TemporaryDirectory(prefix="mlflow-model-") as staging:
-                pyfunc_model(model_dir, Path(staging) / "model")
-                self.client.log_artifacts(self.run_id, str(Path(staging) / "model"), "model")
+
+    def _log_model(self, model_dir: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="mlflow-model-") as staging:
+            pyfunc_model(model_dir, Path(staging) / "model")
+            self.client.log_artifacts(self.run_id, str(Path(staging) / "model"), "model")
 
 
 class NoTracker:
+    def begin(self, config, resuming: bool) -> None:
+        pass
+
     def epoch(self, step: int, values: dict) -> None:
         pass
 
-    def finish(self, status: str, output_data: Path, model_dir: Path | None, budget_s: float = 0) -> None:
+    def finish(self, status: str, output_data: Path, model_dir: Path | None, budget_s: float = 0,
+               config=None, reason: str | None = None) -> None:
         pass
 
 
-def start(config, is_chief: bool, job_name: str, host: str) -> Tracker | NoTracker:
-    """The job's tracker: a Tracker on the chief when MLFLOW_TRACKING_URI is set."""
+def start(is_chief: bool, job_name: str, host: str) -> Tracker | NoTracker:
+    """The job's tracker: a Tracker on the chief when MLFLOW_TRACKING_URI is set (its run begun by
+    Tracker.begin, or at its end)."""
     if not (enabled() and is_chief):
         return NoTracker()
+    # MLflow 3 sends usage telemetry to Databricks unless told not to: a training job reports nothing
+    # to anyone its user did not name (MLFLOW_DISABLE_TELEMETRY=false in the job's environment allows it)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(HTTP_RETRIES))
     if not os.environ[URI].strip().startswith("arn:"):
@@ -184,8 +244,7 @@ def start(config, is_chief: bool, job_name: str, host: str) -> Tracker | NoTrack
         log.warning("MLflow tracking at %s cannot start, the job goes on without it: %s",
                     redacted(os.environ[URI]), redacted(f"{type(err).__name__}: {err}"))
         return NoTracker()
-    return Tracker(client, job_name, os.environ.get(EXPERIMENT, "").strip() or None, params_of(config),
-                   tags_of(job_name, host))
+    return Tracker(client, job_name, os.environ.get(EXPERIMENT, "").strip() or None, tags_of(job_name, host))
 
 
 def _is_local_path(uri: str) -> bool:
@@ -211,8 +270,9 @@ def tags_of(job_name: str, host: str) -> dict[str, str]:
             "mlflow.source.name": "keras-pipe train", "mlflow.source.type": "JOB"}
     if os.environ.get("TRAINING_JOB_ARN"):
         tags["sagemaker.training_job_arn"] = os.environ["TRAINING_JOB_ARN"]
-    if os.environ.get(OUTPUT):
-        tags["keras_pipe.output"] = os.environ[OUTPUT]
+    if output := os.environ.get(OUTPUT, "").strip():
+        # SageMaker writes a job's model.tar.gz and output.tar.gz under OutputDataConfig's S3OutputPath/JOB/output/
+        tags["keras_pipe.output"] = f"{output.rstrip('/')}/{job_name}/output/" if output.startswith("s3://") else output
     return tags
 
 
@@ -243,17 +303,22 @@ def pyfunc_model(model_dir: Path, out: Path) -> Path:
     shutil.copy2(keras_pipe_pyfunc.__file__, out / "code" / "keras_pipe_pyfunc.py")
     version = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
     requirements = _requirements()
+    # the environments `mlflow models serve` (and MLflow's other model tools) build for the model:
+    # virtualenv (MLflow's default) or conda, both from these requirements (JSON is YAML: MLflow
+    # reads these files and MLmodel with yaml.safe_load)
     (out / "requirements.txt").write_text("\n".join(requirements) + "\n")
     (out / "python_env.yaml").write_text(json.dumps({"python": version, "build_dependencies": ["pip"],
                                                      "dependencies": ["-r requirements.txt"]}, indent=1) + "\n")
-    # (JSON is YAML: MLflow reads MLmodel with yaml.safe_load)
+    (out / "conda.yaml").write_text(json.dumps({"name": "mlflow-env", "channels": ["conda-forge"], "dependencies": [
+        f"python={version}", "pip", {"pip": requirements}]}, indent=1) + "\n")
     (out / "MLmodel").write_text(json.dumps({
         "artifact_path": "model", "model_uuid": uuid.uuid4().hex,
         "utc_time_created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f"),
         "mlflow_version": _version("mlflow-skinny") or _version("mlflow") or "",
         "flavors": {"python_function": {"loader_module": "keras_pipe_pyfunc", "code": "code",
                                         "data": keras_pipe_pyfunc.DATA, "python_version": version,
-                                        "env": {"virtualenv": "python_env.yaml"}}}}, indent=1) + "\n")
+                                        "env": {"conda": "conda.yaml", "virtualenv": "python_env.yaml"}}}},
+        indent=1) + "\n")
     return out
 
 
@@ -269,9 +334,11 @@ def _linked_copy(source: Path, target: Path) -> None:
 
 
 def _requirements() -> list[str]:
-    """What the model needs beside MLflow: this TensorFlow, and pandas (mlflow.pyfunc's)."""
+    """What the model needs: MLflow itself (whole: `mlflow models serve` needs its server, which
+    mlflow-skinny lacks), this TensorFlow, and pandas (mlflow.pyfunc's)."""
+    mlflow = _version("mlflow-skinny") or _version("mlflow")
     tensorflow = _version("tensorflow") or _version("tensorflow-cpu")  # (the image's is tensorflow-cpu on CPUs)
-    return [f"tensorflow=={tensorflow}" if tensorflow else "tensorflow",
+    return [f"mlflow=={mlflow}" if mlflow else "mlflow", f"tensorflow=={tensorflow}" if tensorflow else "tensorflow",
             f"pandas=={pandas}" if (pandas := _version("pandas")) else "pandas"]
 
 
