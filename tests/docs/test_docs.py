@@ -168,7 +168,7 @@ def checkout_venv(tmp_path_factory) -> Path:
     assert out.returncode == 0, out.stderr[-3000:]
     # the commands of the pinned requirements the documents run, which `make venv` installs into .venv/bin
     # (the .pth file above shows their packages, not their commands)
-    for command in ("mlflow",):
+    for command in ("mlflow", "aws"):
         (venv / "bin" / command).symlink_to(REPO / ".venv" / "bin" / command)
     (venv / ".installed").touch()
     return venv

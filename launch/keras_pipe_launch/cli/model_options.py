@@ -1,5 +1,6 @@
 """The SageMaker model's options, which `keras-pipe deploy` and `keras-pipe transform` share (both
-start by creating the model: the image and a training job's model.tar.gz), and how both end
+start by creating the model: the image and a training job's model.tar.gz, or a model package of
+the Model Registry), and how both end
 (job_options.dry_run_or_send: --dry-run prints the requests, otherwise the installed SDK sends them)."""
 
 from __future__ import annotations
@@ -16,10 +17,15 @@ from keras_pipe_launch.sagemaker.request import RequestError
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--image-uri", required=True, help="this project's image in ECR (its `serve` answers)")
+    parser.add_argument("--image-uri", default=None,
+                        help="this project's image in ECR (its `serve` answers); with --model-data")
     parser.add_argument("--role", required=True, help="the SageMaker execution role ARN (reads the model data)")
-    parser.add_argument("--model-data", required=True, metavar="S3_URI",
-                        help="a training job's model.tar.gz (`keras-pipe submit --wait` prints it)")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model-data", metavar="S3_URI",
+                       help="a training job's model.tar.gz (`keras-pipe submit --wait` prints it)")
+    model.add_argument("--model-package", metavar="ARN",
+                       help="a model package in SageMaker's Model Registry (`keras-pipe register` prints it), "
+                            "which names the image and the model data")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable of the server, e.g. SAGEMAKER_MODEL_SERVER_WORKERS=2")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
@@ -34,6 +40,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 def model_spec_from(args: argparse.Namespace) -> ModelSpec:
     return ModelSpec(image_uri=args.image_uri, role=args.role, model_data=args.model_data,
+                     model_package=args.model_package,
                      environment=tuple(key_values(args.env, "--env").items()),
                      tags=tuple(key_values(args.tag, "--tag").items()), network_isolation=args.network_isolation,
                      base_name=args.base_name, name=args.name).named()

@@ -124,7 +124,7 @@ def _train_channel(job: str) -> str | None:
     """The S3 URI of SageMaker training job `job`'s train channel (an S3 prefix), if it has one: its
     `train` channel, or its `training` one, which the job reads as train (settings/contract.py)."""
     named = {channel.get("ChannelName"): channel.get("DataSource", {}).get("S3DataSource", {})
-             for channel in _described(job).get("InputDataConfig", [])}
+             for channel in described(job).get("InputDataConfig", [])}
     source = named.get("train") or named.get(TRAINING_CHANNEL) or {}
     return source.get("S3Uri") if source.get("S3DataType", "S3Prefix") == "S3Prefix" else None
 
@@ -191,16 +191,15 @@ def unpacked(archive: Path, out: Path) -> Path:
 
 def output_archive(job: str) -> str:
     """The S3 URI of SageMaker training job `job`'s output.tar.gz."""
-    described = _described(job)
-    status = described.get("TrainingJobStatus")
-    if status == "InProgress":
+    job_description = described(job)
+    if job_description.get("TrainingJobStatus") == "InProgress":
         raise NoReport(f"training job {job} is still in progress: its report is written at its end")
-    base = described["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+    base = job_description["OutputDataConfig"]["S3OutputPath"].rstrip("/")
     return f"{base}/{job}/output/output.tar.gz"
 
 
 @functools.cache
-def _described(job: str) -> dict:
+def described(job: str) -> dict:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 

@@ -16,7 +16,7 @@ import time
 
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.secrets import looks_secret
-from keras_pipe_launch.sagemaker.request import RequestError, check_image_and_role
+from keras_pipe_launch.sagemaker.request import RequestError, check_image_and_role, check_role
 from keras_pipe_train.settings.contract import JOB_NAME
 
 # serverless endpoints (CreateEndpointConfig's ServerlessConfig; AWS's documented limits)
@@ -34,6 +34,8 @@ IMAGE_CONTENT_TYPES = ("application/x-image", "image/jpeg", "image/png", "image/
 # launcher does not install the server)
 ACCEPTS = ("application/jsonlines", "application/json", "application/vnd.keras-pipe+jsonlines",
            "application/vnd.keras-pipe+json")
+PACKAGE_ARN = re.compile(r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:\d{12}:model-package/[a-zA-Z0-9](-*[a-zA-Z0-9])*"
+                         r"(/\d+)?$")
 _BASE_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,47}$")  # + "-YYYYmmddHHMMSS" <= 63
 # ml.m5.xlarge: 4 vCPUs, ml.c5.9xlarge: 36; large: 2 (true of every current family's sizes)
 _SIZE = re.compile(r"^ml\.[a-z0-9-]+\.(\d*)(x?)large$")
@@ -41,16 +43,18 @@ _SIZE = re.compile(r"^ml\.[a-z0-9-]+\.(\d*)(x?)large$")
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """The SageMaker model: the image, its role, and a training job's model.tar.gz."""
+    """The SageMaker model: the image, its role, and a training job's model.tar.gz; or a model
+    package of the Model Registry (sagemaker/registry.py), which names both."""
 
-    image_uri: str
+    image_uri: str | None
     role: str
-    model_data: str
+    model_data: str | None
     environment: tuple[tuple[str, str], ...] = ()
     tags: tuple[tuple[str, str], ...] = ()
     network_isolation: bool = False
     base_name: str = "keras-pipe"
     name: str | None = None  # default: base_name-YYYYmmddHHMMSS
+    model_package: str | None = None  # a model package's ARN, instead of image_uri and model_data
 
     def named(self) -> ModelSpec:
         """This spec with its name fixed (now, unless given)."""
@@ -106,20 +110,34 @@ def vcpus(instance_type: str) -> int | None:
 
 def validate_model(spec: ModelSpec) -> list[str]:
     """Raises RequestError for what SageMaker would refuse or what could not work; returns warnings."""
-    check_image_and_role(spec.image_uri, spec.role)
+    if spec.model_package is not None:
+        if spec.image_uri:
+            raise RequestError("--image-uri goes with --model-data: a model package names its own image")
+        if not PACKAGE_ARN.match(spec.model_package):
+            raise RequestError(f"--model-package {spec.model_package!r}: expected a model package's ARN, "
+                               "arn:aws:sagemaker:REGION:ACCOUNT:model-package/GROUP/VERSION")
+        check_role(spec.role)
+    else:
+        if not spec.image_uri:
+            raise RequestError("--image-uri: the image that serves --model-data (or give --model-package)")
+        check_image_and_role(spec.image_uri, spec.role)
+        _check_model_data(spec.model_data)
     if not _BASE_NAME.match(spec.base_name):
         raise RequestError(f"--base-name {spec.base_name!r}: 1-48 letters, digits and hyphens")
     if spec.name is not None and not JOB_NAME.match(spec.name):
         raise RequestError(f"--name {spec.name!r}: 1-63 letters, digits and hyphens")
-    _s3("--model-data", spec.model_data)
-    if not spec.model_data.endswith(".tar.gz"):
-        raise RequestError(f"--model-data {spec.model_data}: expected a training job's model.tar.gz (SageMaker "
-                           "unpacks it into /opt/ml/model), e.g. s3://bucket/jobs/JOB/output/model.tar.gz")
     secret = [f"--env {name}" for name, value in spec.environment if looks_secret(name, value)]
     if secret:
         return [f"{', '.join(secret)}: SageMaker keeps a model's environment in plain text, and DescribeModel "
                 "shows it to anyone allowed to describe the model"]
     return []
+
+
+def _check_model_data(model_data: str) -> None:
+    _s3("--model-data", model_data)
+    if not model_data.endswith(".tar.gz"):
+        raise RequestError(f"--model-data {model_data}: expected a training job's model.tar.gz (SageMaker "
+                           "unpacks it into /opt/ml/model), e.g. s3://bucket/jobs/JOB/output/model.tar.gz")
 
 
 def validate_endpoint(spec: EndpointSpec) -> list[str]:
@@ -193,17 +211,22 @@ def _s3(what: str, uri: str) -> None:
 
 def create_model_request(spec: ModelSpec) -> dict:
     """CreateModel for `spec` (named: ModelSpec.named())."""
-    request = {
-        "ModelName": spec.name,
-        "PrimaryContainer": {"Image": spec.image_uri, "ModelDataUrl": spec.model_data,
-                             "Environment": dict(spec.environment)},
-        "ExecutionRoleArn": spec.role,
-    }
+    # (a model package's container goes in Containers: both SDKs' Session.create_model send it so)
+    where = "Containers" if spec.model_package is not None else "PrimaryContainer"
+    request = {"ModelName": spec.name, where: [container(spec)] if spec.model_package else container(spec),
+               "ExecutionRoleArn": spec.role}
     if spec.tags:
         request["Tags"] = _tags(spec)
     if spec.network_isolation:
         request["EnableNetworkIsolation"] = True
     return request
+
+
+def container(spec: ModelSpec) -> dict:
+    """The model's container: the image and its model data, or the model package that names them."""
+    if spec.model_package is not None:
+        return {"ModelPackageName": spec.model_package, "Environment": dict(spec.environment)}
+    return {"Image": spec.image_uri, "ModelDataUrl": spec.model_data, "Environment": dict(spec.environment)}
 
 
 def endpoint_requests(spec: EndpointSpec) -> dict[str, dict]:

@@ -80,12 +80,20 @@ def validate(spec: JobSpec) -> list[str]:
 
 def check_image_and_role(image_uri: str, role: str) -> None:
     """What every job request of ours needs: an image URI and a role ARN in full."""
-    if not _IMAGE.match(image_uri):
-        raise RequestError(f"--image-uri {image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
-                           "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
+    check_image(image_uri)
+    check_role(role)
+
+
+def check_role(role: str) -> None:
     if not _ROLE.match(role):
         raise RequestError(f"--role {role!r}: give the full role ARN (arn:aws:iam::ACCOUNT:role/NAME); "
                            "a bare name makes the SDK call iam:GetRole")
+
+
+def check_image(image_uri: str) -> None:
+    if not _IMAGE.match(image_uri):
+        raise RequestError(f"--image-uri {image_uri!r}: expected REGISTRY/REPOSITORY[:TAG], e.g. "
+                           "123456789012.dkr.ecr.us-east-1.amazonaws.com/keras-pipe-train:latest")
 
 
 def _check_names(spec: JobSpec) -> None:

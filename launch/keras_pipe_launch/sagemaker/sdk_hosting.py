@@ -12,7 +12,14 @@ serverless endpoint's MemorySizeInMB as "MemorySizeInMb", which botocore refuses
 
 from __future__ import annotations
 
-from keras_pipe_launch.sagemaker.hosting import EndpointSpec, ModelSpec, TransformSpec, max_concurrent_transforms
+from keras_pipe_launch.sagemaker.hosting import (
+    EndpointSpec,
+    ModelSpec,
+    TransformSpec,
+    container,
+    max_concurrent_transforms,
+)
+from keras_pipe_launch.sagemaker.request import RequestError
 from keras_pipe_launch.sagemaker.sdk import before_v2, sdk_major_version
 
 
@@ -61,9 +68,26 @@ class _Sdk:
 
 
 def _create_model(sdk: _Sdk, spec: ModelSpec) -> None:
-    container = sdk.container_def(spec.image_uri, spec.model_data, env=dict(spec.environment))
-    sdk.session.create_model(spec.name, role=spec.role, container_defs=container, tags=_tags(spec),
+    if spec.model_package is not None:
+        check_approved(sdk.session.sagemaker_client, spec.model_package)
+    # (a model package's container: the SDKs' container_def wants an image; their create_model sends
+    # the dict as given)
+    definition = (container(spec) if spec.model_package is not None
+                  else sdk.container_def(spec.image_uri, spec.model_data, env=dict(spec.environment)))
+    sdk.session.create_model(spec.name, role=spec.role, container_defs=definition, tags=_tags(spec),
                              enable_network_isolation=spec.network_isolation)
+
+
+def check_approved(client, package: str) -> None:
+    """Raises RequestError unless model package `package` is Approved: SageMaker deploys a
+    versioned package only then (CreateModelPackage's ModelApprovalStatus: "For versioned models,
+    the value of this parameter must be set to Approved to deploy the model"), and would say so only
+    when the endpoint or transform job fails."""
+    status = client.describe_model_package(ModelPackageName=package).get("ModelApprovalStatus")
+    if status != "Approved":
+        raise RequestError(f"model package {package} is {status}: SageMaker deploys only Approved versions; approve "
+                           f"it with `aws sagemaker update-model-package --model-package-arn {package} "
+                           "--model-approval-status Approved`")
 
 
 def _tags(spec: ModelSpec) -> list | None:
