@@ -138,6 +138,12 @@ def test_a_model_archives_uri_and_a_job_without_evaluation(aws):
     request = json.loads(out.stdout)["CreateModelPackage"]
     assert "ModelMetrics" not in request and request["CustomerMetadataProperties"] == {"training_job": "keras-pipe-2"}
     assert request["InferenceSpecification"]["Containers"][0]["ModelDataUrl"] == uri
+    # an evaluation.json that is no JSON: said, named, nothing sent
+    s3, _ = clients(aws)
+    s3.put_object(Bucket="models", Key="jobs/keras-pipe-2/output/output.tar.gz",
+                  Body=archive({"evaluation.json": b"{not json"}))
+    out = register(uri, "--model-package-group", "flowers", "--image-uri", IMAGE, env=aws)
+    assert out.returncode == 2 and "output/output.tar.gz: its evaluation.json is no JSON" in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -130,9 +130,12 @@ def read_evaluation(output_archive: str) -> dict | None:
     from botocore.exceptions import ClientError
 
     from keras_pipe_launch.common.archives import unpack
-    from keras_pipe_launch.common.objects import parse_s3_uri
+    from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 
-    bucket, key = parse_s3_uri(output_archive)
+    try:
+        bucket, key = parse_s3_uri(output_archive)
+    except SourceError as err:
+        raise UsageError(str(err)) from None
     with tempfile.TemporaryDirectory(prefix="keras-pipe-register-") as work:
         local = Path(work) / "output.tar.gz"
         try:
@@ -144,7 +147,15 @@ def read_evaluation(output_archive: str) -> dict | None:
         unpack(local, Path(work) / "out", lambda member: member.isfile() and member.name.lstrip("./") ==
                registry.EVALUATION and member.size <= report.MAX_MEMBER_BYTES, "an output.tar.gz")
         found = Path(work) / "out" / registry.EVALUATION
-        return json.loads(found.read_text()) if found.is_file() else None
+        if not found.is_file():
+            return None
+        try:
+            evaluation = json.loads(found.read_text())
+        except (UnicodeDecodeError, ValueError) as err:
+            raise UsageError(f"{output_archive}: its {registry.EVALUATION} is no JSON ({err})") from None
+        if not isinstance(evaluation, dict) or not isinstance(evaluation.get("per_class", []), list):
+            raise UsageError(f"{output_archive}: its {registry.EVALUATION} is not a job's evaluation")
+        return evaluation
 
 
 def package_spec(args: argparse.Namespace, trained: Trained, evaluation: dict | None) -> registry.PackageSpec:
