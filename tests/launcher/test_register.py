@@ -21,7 +21,7 @@ ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 JOB = "keras-pipe-20261128100000"
 # evaluation.json as a single-label job writes it (report/evaluation.py), worked by hand below
 EVALUATION = {
-    "epoch": 3, "examples": 10, "multi_label": False, "metrics": {"accuracy": 0.7, "loss": 0.61},
+    "epoch": 3, "examples": 10, "multi_label": False, "metrics": {"accuracy": 0.6, "loss": 0.61},
     "classes": ["daisy", "rose"],
     "per_class": [{"class": "daisy", "precision": 0.75, "recall": 0.5, "f1": 0.6, "support": 6},
                   {"class": "rose", "precision": 0.5, "recall": 0.75, "f1": 0.6, "support": 4}],
@@ -87,7 +87,7 @@ def test_a_jobs_model_registered_described_and_deployed_from_its_package(aws, mo
     assert "application/x-image" in package["InferenceSpecification"]["SupportedContentTypes"]
     assert "application/jsonlines" in package["InferenceSpecification"]["SupportedResponseMIMETypes"]
     assert package["CustomerMetadataProperties"] == {
-        "training_job": JOB, "classes": "2", "validation_images": "10", "validation_accuracy": "0.7000",
+        "training_job": JOB, "classes": "2", "validation_images": "10", "validation_accuracy": "0.6000",
         "validation_loss": "0.6100", "evaluation": f"s3://models/jobs/{JOB}/output/evaluation.json"}
     statistics = package["ModelMetrics"]["ModelQuality"]["Statistics"]
     assert statistics["S3Uri"] == f"s3://models/jobs/{JOB}/output/model_quality.json"
@@ -96,15 +96,22 @@ def test_a_jobs_model_registered_described_and_deployed_from_its_package(aws, mo
 
     assert statistics["ContentDigest"] == "sha256:" + hashlib.sha256(stored).hexdigest()
     quality = json.loads(stored)["multiclass_classification_metrics"]
-    assert quality["accuracy"] == {"value": 0.7, "standard_deviation": "NaN"}
+    assert quality["accuracy"] == {"value": 0.6, "standard_deviation": "NaN"}
     assert quality["confusion_matrix"] == {"daisy": {"daisy": 3, "rose": 3}, "rose": {"daisy": 1, "rose": 3}}
     assert json.loads(s3.get_object(Bucket="models", Key=f"jobs/{JOB}/output/evaluation.json")["Body"].read()) == \
         EVALUATION
 
-    # a second version, approved as registered; the group is there
-    out = register(JOB, "--model-package-group", "flowers", "--approval-status", "Approved", env=aws)
+    # the tags are the group's: SageMaker takes none on a package in a group
+    group = sagemaker.describe_model_package_group(ModelPackageGroupName="flowers")["ModelPackageGroupArn"]
+    assert "Tags" not in sent_package and sent(moto_endpoint, "CreateModelPackageGroup")[0]["Tags"] == [
+        {"Key": "team", "Value": "vision"}]
+
+    # a second version, approved as registered; the group is there, and gets the new tag
+    out = register(JOB, "--model-package-group", "flowers", "--approval-status", "Approved", "--tag", "stage=prod",
+                   env=aws)
     assert out.returncode == 0 and out.stdout.strip().endswith("model-package/flowers/2"), out.stderr
     assert "created model package group" not in out.stderr
+    assert {"Key": "stage", "Value": "prod"} in sagemaker.list_tags(ResourceArn=group)["Tags"]
     versions = sagemaker.list_model_packages(ModelPackageGroupName="flowers")["ModelPackageSummaryList"]
     assert sorted(v["ModelApprovalStatus"] for v in versions) == ["Approved", "PendingManualApproval"]
 
@@ -151,6 +158,8 @@ def test_a_model_archives_uri_and_a_job_without_evaluation(aws):
     ([JOB, "--model-package-group", "flowers_v2"], "--model-package-group 'flowers_v2': 1-63 letters"),
     ([JOB, "--model-package-group", "flowers", "--instance-type", "ml.inf2.xlarge"], "AWS Inferentia/Trainium"),
     (["s3://models/jobs/x/output/", "--model-package-group", "flowers"], "expected a training job's model.tar.gz"),
+    ([JOB, "--model-package-group", "flowers", "--instance-type", "ml.q9.xlarge"], "'ml.q9.xlarge' is not a "
+                                                                                  "SageMaker hosting or batch"),
 ])
 def test_what_cannot_be_registered_is_said(aws, args, message):
     trained_job(aws)
@@ -183,8 +192,24 @@ def test_model_quality_is_model_monitors_form_of_the_evaluation():
     assert metrics["weighted_f1"]["value"] == pytest.approx(0.6)
     # F2 of daisy: 5 x 0.75 x 0.5 / (4 x 0.75 + 0.5) = 0.5357; of rose: 5 x 0.5 x 0.75 / (2 + 0.75) = 0.6818
     assert metrics["weighted_f2"]["value"] == pytest.approx((0.5357143 * 6 + 0.6818182 * 4) / 10)
-    assert metrics["accuracy_best_constant_classifier"]["value"] == pytest.approx(0.6)
-    assert found["dataset"] == {"item_count": 10}
+    assert metrics["accuracy"]["value"] == 0.6 and found["dataset"] == {"item_count": 10}
     multi = model_quality({**EVALUATION, "multi_label": True, "confusion_matrix": None})
     assert "accuracy" not in multi["multiclass_classification_metrics"]
     assert "confusion_matrix" not in multi["multiclass_classification_metrics"]
+    # a class never predicted has no precision (null in evaluation.json): it counts 0, as scikit-learn's does
+    unpredicted = {**EVALUATION, "per_class": [{**EVALUATION["per_class"][0], "precision": None},
+                                               {**EVALUATION["per_class"][1], "precision": float("nan")}]}
+    assert model_quality(unpredicted)["multiclass_classification_metrics"]["weighted_precision"]["value"] == 0.0
+
+
+def test_instance_types_go_where_they_fit_and_a_group_of_another_account_is_used_as_it_is(aws):
+    trained_job(aws)
+    group = "arn:aws:sagemaker:us-east-1:210987654321:model-package-group/central"
+    out = register(JOB, "--model-package-group", group, "--instance-type", "ml.t2.medium", "--instance-type",
+                   "ml.c5.xlarge", "--dry-run", env=aws)
+    assert out.returncode == 0, out.stderr
+    requests = json.loads(out.stdout)
+    assert list(requests) == ["CreateModelPackage"] and requests["CreateModelPackage"]["ModelPackageGroupName"] == group
+    specification = requests["CreateModelPackage"]["InferenceSpecification"]
+    assert specification["SupportedRealtimeInferenceInstanceTypes"] == ["ml.t2.medium", "ml.c5.xlarge"]
+    assert specification["SupportedTransformInstanceTypes"] == ["ml.c5.xlarge"]  # (no ml.t2 for batch transform)

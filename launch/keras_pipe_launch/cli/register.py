@@ -51,17 +51,20 @@ def add_parser(subparsers) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job", help="a SageMaker training job's name, or the S3 URI of its model.tar.gz")
     parser.add_argument("--model-package-group", required=True, metavar="NAME",
-                        help="the group the package is a version of (created when missing)")
+                        help="the group the package is a version of (created when missing), or its ARN "
+                             "(another account's group: never created)")
     parser.add_argument("--image-uri", default=None,
                         help="the image that serves it (default: the job's training image)")
     parser.add_argument("--approval-status", default="PendingManualApproval", choices=registry.APPROVAL_STATUSES)
     parser.add_argument("--description", default=None, help="the package's description (default: its training job)")
     parser.add_argument("--instance-type", action="append", default=None, metavar="TYPE",
-                        help="an instance type endpoints and transform jobs may use (repeat it; default: "
+                        help="an instance type endpoints or transform jobs may use, each listed where it fits "
+                             "(repeat it; default: "
                              f"{', '.join(registry.INSTANCE_TYPES)})")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable of the server")
-    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                        help="a tag of the model package group (SageMaker takes none on a package in a group)")
     parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION")
     parser.add_argument("--dry-run", action="store_true",
                         help="read the job and print the requests; write and create nothing")
@@ -79,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         warnings = registry.validate(spec)
         requests = {"CreateModelPackageGroup": registry.group_request(spec),
                     "CreateModelPackage": registry.package_request(spec)}
+        if registry.is_arn(spec.group):  # (another account's group: used, never created)
+            del requests["CreateModelPackageGroup"]
         for operation, request in requests.items():
             api_limits.check(request, operation)
     except (UsageError, RequestError) as err:
@@ -153,7 +158,9 @@ def read_evaluation(output_archive: str) -> dict | None:
             evaluation = json.loads(found.read_text())
         except (UnicodeDecodeError, ValueError) as err:
             raise UsageError(f"{output_archive}: its {registry.EVALUATION} is no JSON ({err})") from None
-        if not isinstance(evaluation, dict) or not isinstance(evaluation.get("per_class", []), list):
+        rows = evaluation.get("per_class", []) if isinstance(evaluation, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get("support", 0), int)
+                                                 for row in rows):
             raise UsageError(f"{output_archive}: its {registry.EVALUATION} is not a job's evaluation")
         return evaluation
 
@@ -170,18 +177,17 @@ def package_spec(args: argparse.Namespace, trained: Trained, evaluation: dict | 
         metadata.update(registry.summary(evaluation))
         if registry.metadata_value(where := f"{beside}/{registry.EVALUATION}"):  # (else named nowhere but S3)
             metadata["evaluation"] = where
-    types = tuple(args.instance_type or registry.INSTANCE_TYPES)
+    realtime, transform = registry.instance_types(args.instance_type or list(registry.INSTANCE_TYPES))
     return registry.PackageSpec(
         group=args.model_package_group, image_uri=image, model_data=trained.model_data, job=trained.job,
-        approval=args.approval_status, description=args.description, realtime_instance_types=types,
-        transform_instance_types=types, environment=tuple(key_values(args.env, "--env").items()),
+        approval=args.approval_status, description=args.description, realtime_instance_types=realtime,
+        transform_instance_types=transform, environment=tuple(key_values(args.env, "--env").items()),
         tags=tuple(key_values(args.tag, "--tag").items()), quality=quality, metadata=tuple(metadata.items()))
 
 
 def send(spec: registry.PackageSpec, requests: dict, evaluation: dict | None) -> str:
     """Uploads the metrics' files, creates the group if missing, then the package; its ARN."""
     import boto3
-    from botocore.exceptions import ClientError
 
     from keras_pipe_launch.common.objects import parse_s3_uri
 
@@ -192,16 +198,29 @@ def send(spec: registry.PackageSpec, requests: dict, evaluation: dict | None) ->
                           (f"{beside}/{registry.EVALUATION}", (json.dumps(evaluation, indent=1) + "\n").encode())):
             s3.put_object(**dict(zip(("Bucket", "Key"), parse_s3_uri(uri))), Body=body, ContentType="application/json")
     sagemaker = boto3.client("sagemaker")
-    try:
-        sagemaker.describe_model_package_group(ModelPackageGroupName=spec.group)
-    except ClientError as err:
-        if err.response.get("Error", {}).get("Code") not in ("ValidationException", "ResourceNotFound"):
-            raise
-        try:
-            sagemaker.create_model_package_group(**requests["CreateModelPackageGroup"])
-            print(f"keras-pipe register: created model package group {spec.group}", file=sys.stderr)
-        except ClientError:  # (created by another register at the same moment: the group is there all the same)
-            sagemaker.describe_model_package_group(ModelPackageGroupName=spec.group)
+    group = ensure_group(sagemaker, spec, requests.get("CreateModelPackageGroup"))
+    if spec.tags and group:  # (the group's tags: a package in a group takes none)
+        sagemaker.add_tags(ResourceArn=group, Tags=registry.tags(spec))
     arn = sagemaker.create_model_package(**requests["CreateModelPackage"])["ModelPackageArn"]
     print(f"keras-pipe register: registered {shown(arn)} ({spec.approval})", file=sys.stderr)
     return arn
+
+
+def ensure_group(sagemaker, spec: registry.PackageSpec, create: dict | None) -> str | None:
+    """The group's ARN when it existed (its tags still to add); None when created here, with its
+    tags. A group given by its ARN is used as it is."""
+    from botocore.exceptions import ClientError
+
+    if create is None:
+        return spec.group
+    try:
+        return sagemaker.describe_model_package_group(ModelPackageGroupName=spec.group)["ModelPackageGroupArn"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") not in ("ValidationException", "ResourceNotFound"):
+            raise
+    try:
+        sagemaker.create_model_package_group(**create)
+        print(f"keras-pipe register: created model package group {spec.group}", file=sys.stderr)
+        return None
+    except ClientError:  # (created by another register at the same moment: the group is there all the same)
+        return sagemaker.describe_model_package_group(ModelPackageGroupName=spec.group)["ModelPackageGroupArn"]

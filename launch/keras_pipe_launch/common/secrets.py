@@ -41,7 +41,7 @@ def shown_value(name: str, value: str) -> str:
     a token's value replaced whole."""
     if _SECRET_NAME.search(name) or _SECRET_VALUE.match(value):
         return REDACTED
-    return url_credentials.redacted(value, REDACTED)
+    return url_credentials.redacted_value(value, REDACTED)
 
 
 def redacted(values: dict[str, str]) -> dict[str, str]:

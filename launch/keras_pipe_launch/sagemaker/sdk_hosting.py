@@ -12,6 +12,8 @@ serverless endpoint's MemorySizeInMB as "MemorySizeInMb", which botocore refuses
 
 from __future__ import annotations
 
+import re
+
 from keras_pipe_launch.sagemaker.hosting import (
     EndpointSpec,
     ModelSpec,
@@ -83,6 +85,8 @@ def check_approved(client, package: str) -> None:
     versioned package only then (CreateModelPackage's ModelApprovalStatus: "For versioned models,
     the value of this parameter must be set to Approved to deploy the model"), and would say so only
     when the endpoint or transform job fails."""
+    if not re.search(r"/\d+$", package):  # (an unversioned package, as AWS Marketplace's: no approval applies)
+        return
     status = client.describe_model_package(ModelPackageName=package).get("ModelApprovalStatus")
     if status != "Approved":
         raise RequestError(f"model package {package} is {status}: SageMaker deploys only Approved versions; approve "

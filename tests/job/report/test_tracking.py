@@ -38,6 +38,20 @@ def test_every_form_of_credentials_in_a_url_is_found_and_hidden(written, shown):
     assert url_credentials.has_credentials(written) is (written != shown)
 
 
+@pytest.mark.parametrize("setting, shown", [
+    ("https://alice:pa'ss@mlflow.example.com", "https://***@mlflow.example.com"),  # (quotes and spaces: one URL)
+    ('https://alice:p"a ss@mlflow.example.com/', "https://***@mlflow.example.com/"),
+    ("http://u:p@[::1]:5000/", "http://***@[::1]:5000/"),
+    ("http://host:5000/path/file@2x.png", "http://host:5000/path/file@2x.png"),  # (a port, then a path's @)
+    ("http://mlflow:5000/#/experiments/1?user=a@b.com", "http://mlflow:5000/#/experiments/1?user=a@b.com"),
+])
+def test_a_setting_that_is_one_url_is_read_whole(setting, shown):
+    from keras_pipe_train.settings import url_credentials
+
+    assert url_credentials.redacted_value(setting) == shown
+    assert url_credentials.has_credentials(setting) is (setting != shown)
+
+
 def test_params_are_every_hyperparameter_as_the_job_read_it():
     from keras_pipe_train.settings.config import JobConfig
 
@@ -140,14 +154,14 @@ def file_store(tmp_path, monkeypatch):
 
 
 def tracked(uri: str, job: str, config, tmp_path: Path, resuming: bool, client=None, epochs: int = 1,
-            status: str = "FINISHED", reason: str | None = None) -> str:
+            status: str = "FINISHED", reason: str | None = None, budget_s: float = 60) -> str:
     from mlflow import MlflowClient
 
     tracker = tracking.Tracker(client or MlflowClient(uri), job, "experiment", tracking.tags_of(job, "algo-1"))
     tracker.begin(config, resuming=resuming)
     for epoch in range(1, epochs + 1):
         tracker.epoch(epoch, {"loss": 1.0 / epoch})
-    tracker.finish(status, tmp_path / "data", None, budget_s=60, reason=reason)
+    tracker.finish(status, tmp_path / "data", None, budget_s=budget_s, reason=reason)
     return json.loads((tmp_path / "data" / tracking.STATUS_NAME).read_text())["run_id"]
 
 
@@ -155,13 +169,15 @@ def test_a_job_resumed_from_its_checkpoint_goes_on_in_its_run_and_one_started_ov
         file_store, tmp_path):
     from mlflow import MlflowClient
 
-    first = tracked(file_store, "job-1", job_config(epochs="2"), tmp_path, resuming=False, status="KILLED")
+    first = tracked(file_store, "job-1", job_config(epochs="2"), tmp_path, resuming=False, status="FAILED",
+                    reason="OSError: no space left on device")
     # resumed with more epochs and a param the first start lacked: the run goes on, its params as first logged
     resumed = tracked(file_store, "job-1", job_config(epochs="4", label_smoothing="0.1"), tmp_path,
                       resuming=True, epochs=2)
     run = MlflowClient(file_store).get_run(first)
     assert resumed == first and run.info.status == "FINISHED" and run.data.params["epochs"] == "2"
     assert run.data.tags["keras_pipe.changed_on_resume"] == "epochs, label_smoothing"
+    assert tracking.FAILURE_TAG not in run.data.tags  # (the earlier start's failure, not this one's)
     # started over (`keras-pipe local --fresh`), its hyperparameters changed: a run of its own, no refusal
     again = tracked(file_store, "job-1", job_config(epochs="3"), tmp_path, resuming=False)
     assert again != first and MlflowClient(file_store).get_run(again).data.params["epochs"] == "3"
@@ -184,6 +200,21 @@ def test_the_run_ends_with_its_status_and_reason_even_after_a_call_failed(file_s
         "UserError: channel 'train' holds no records"
     status = json.loads((tmp_path / "data" / tracking.STATUS_NAME).read_text())
     assert status["logged"] is False and "503" in status["warning"] and "topsecret" not in status["warning"]
+
+
+def test_a_stopped_jobs_run_is_ended_before_its_outputs_are_sent(file_store, tmp_path):
+    from mlflow import MlflowClient
+
+    class SlowUploads(MlflowClient):
+        def log_artifact(self, *args, **kwargs):
+            time.sleep(5)
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "metrics.json").write_text("[]")
+    # (the budget over before the upload is: the run is ended all the same)
+    run_id = tracked(file_store, "job-5", job_config(), tmp_path, resuming=False, client=SlowUploads(file_store),
+                     status="KILLED", budget_s=2)
+    assert MlflowClient(file_store).get_run(run_id).info.status == "KILLED"
 
 
 def test_a_job_that_failed_setting_up_still_has_its_run_with_the_hyperparameters_as_given(file_store, tmp_path):

@@ -60,7 +60,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from keras_pipe_train.settings.url_credentials import redacted
+from keras_pipe_train.settings.url_credentials import redacted, redacted_value
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ HTTP_TIMEOUT_S, HTTP_RETRIES = 20, 2
 MAX_PARAM = 6000  # characters of a param's value MLflow keeps
 STATUS_NAME = "tracking.json"  # in output/data: where the run is, or why it is not
 JOB_TAG = "sagemaker.training_job_name"
+FAILURE_TAG = "keras_pipe.failure"
 
 
 def enabled() -> bool:
@@ -106,7 +107,7 @@ class Tracker:
                     problem = redacted(f"{type(err).__name__}: {err}")[:2000]
                     self.problem = self.problem or problem
                     log.warning("MLflow tracking at %s failed, the job goes on without it: %s",
-                                redacted(os.environ.get(URI, "")), problem)
+                                redacted_value(os.environ.get(URI, "")), problem)
 
     def begin(self, config, resuming: bool) -> None:
         """Queues the run's start with `config`'s hyperparameters (as set up: a JumpStart model's
@@ -127,6 +128,8 @@ class Tracker:
         if earlier:
             self.run_id = earlier[0].info.run_id
             self.client.update_run(self.run_id, status="RUNNING")
+            if FAILURE_TAG in earlier[0].data.tags:  # (an earlier start's failure, which this start may not share)
+                self.client.delete_tag(self.run_id, FAILURE_TAG)
             logged = earlier[0].data.params
             changed = sorted(key for key, value in params.items() if key in logged and logged[key] != value[:MAX_PARAM])
             if changed:
@@ -138,7 +141,7 @@ class Tracker:
         for first in range(0, len(items), 100):  # (MLflow's most params in one batch)
             self.client.log_batch(self.run_id, params=items[first:first + 100])
         log.info("MLflow tracking: run %s (%s) in experiment %s at %s", self.run_id, self.run_name,
-                 self.experiment or "Default", redacted(os.environ.get(URI, "")))
+                 self.experiment or "Default", redacted_value(os.environ.get(URI, "")))
 
     def _experiment_id(self) -> str:
         """The experiment's id, created when missing. A tuning job's trainings start together: one
@@ -170,13 +173,18 @@ class Tracker:
     def finish(self, status: str, output_data: Path, model_dir: Path | None, budget_s: float = FINISH_BUDGET_S,
                config=None, reason: str | None = None) -> None:
         """Queues the outputs, the run's end (`status`: FINISHED, FAILED or KILLED, with `reason`
-        as a tag) and the model, then waits for the queue at most `budget_s`; says where the run
-        is, or why not, in output/data. A run not begun (the job failed setting up) is begun with
-        `config` first. The run is ended even after a call failed, so it never stays RUNNING."""
+        as a tag; a stopped job's end before its outputs) and the model, then waits for the queue
+        at most `budget_s`; says where the run is, or why not, in output/data. A run not begun (the
+        job failed setting up) is begun with `config` first. The run is ended even after a call
+        failed: it stays RUNNING only when its server does not answer within the budget."""
         if not self._begun and config is not None:
             self.begin(config, resuming=False)
+        # (a stopped job has 15 s: the run's end first, its outputs after it if time is left)
+        if status == "KILLED":
+            self._put(lambda: self._end(status, reason), always=True)
         self._put(lambda: self._log_outputs(output_data))
-        self._put(lambda: self._end(status, reason), always=True)
+        if status != "KILLED":
+            self._put(lambda: self._end(status, reason), always=True)
         if model_dir is not None and (model_dir / "1").is_dir():
             self._put(lambda: self._log_model(model_dir))  # (last: the largest, and the run already ended)
         self._calls.put(None)
@@ -190,7 +198,7 @@ class Tracker:
         if self.run_id is None:
             return
         if reason:
-            self.client.set_tag(self.run_id, "keras_pipe.failure", redacted(reason)[:MAX_PARAM])
+            self.client.set_tag(self.run_id, FAILURE_TAG, redacted(reason)[:MAX_PARAM])
         self.client.set_terminated(self.run_id, status)
 
     def _log_outputs(self, output_data: Path) -> None:
@@ -242,7 +250,7 @@ def start(is_chief: bool, job_name: str, host: str) -> Tracker | NoTracker:
         client = MlflowClient(tracking_uri=os.environ[URI].strip())
     except Exception as err:  # (mlflow missing, or no plugin for the URI's scheme: the job goes on)
         log.warning("MLflow tracking at %s cannot start, the job goes on without it: %s",
-                    redacted(os.environ[URI]), redacted(f"{type(err).__name__}: {err}"))
+                    redacted_value(os.environ[URI]), redacted(f"{type(err).__name__}: {err}"))
         return NoTracker()
     return Tracker(client, job_name, os.environ.get(EXPERIMENT, "").strip() or None, tags_of(job_name, host))
 
@@ -285,7 +293,7 @@ def write_status(output_data: Path, run_id: str | None, problem: str | None) -> 
     try:
         output_data.mkdir(parents=True, exist_ok=True)
         (output_data / STATUS_NAME).write_text(json.dumps({
-            "tracking_uri": redacted(os.environ.get(URI, "")), "run_id": run_id, "logged": problem is None,
+            "tracking_uri": redacted_value(os.environ.get(URI, "")), "run_id": run_id, "logged": problem is None,
             **({"warning": problem} if problem else {})}, indent=1) + "\n")
     except OSError as err:
         log.warning("could not write %s: %s", output_data / STATUS_NAME, err)
