@@ -186,7 +186,10 @@ def package_spec(args: argparse.Namespace, trained: Trained, evaluation: dict | 
 
 
 def send(spec: registry.PackageSpec, requests: dict, evaluation: dict | None) -> str:
-    """Uploads the metrics' files, creates the group if missing, then the package; its ARN."""
+    """Uploads the metrics' files, creates the group if missing, then the package; its ARN. (With
+    boto3: the SDKs' helpers, v2's Session.create_model_package_from_containers and v3's
+    ModelPackage resource, build CreateModelPackage from arguments of their own; sending the
+    request built and checked here keeps what --dry-run prints the request sent.)"""
     import boto3
 
     from keras_pipe_launch.common.objects import parse_s3_uri
