@@ -24,7 +24,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from keras_pipe_launch.cli import report
@@ -131,38 +130,29 @@ def trained_model(job: str) -> Trained:
 
 def read_evaluation(output_archive: str) -> dict | None:
     """evaluation.json from the job's output.tar.gz in S3; None when either is missing."""
-    import boto3
-    from botocore.exceptions import ClientError
-
     from keras_pipe_launch.common.archives import unpack
-    from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 
-    try:
-        bucket, key = parse_s3_uri(output_archive)
-    except SourceError as err:
-        raise UsageError(str(err)) from None
-    with tempfile.TemporaryDirectory(prefix="keras-pipe-register-") as work:
-        local = Path(work) / "output.tar.gz"
-        try:
-            boto3.client("s3").download_file(bucket, key, str(local))
-        except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
-                return None
-            raise
-        unpack(local, Path(work) / "out", lambda member: member.isfile() and member.name.lstrip("./") ==
-               registry.EVALUATION and member.size <= report.MAX_MEMBER_BYTES, "an output.tar.gz")
-        found = Path(work) / "out" / registry.EVALUATION
-        if not found.is_file():
+    with report.downloaded(output_archive, "keras-pipe-register-") as local:
+        if local is None:
             return None
-        try:
-            evaluation = json.loads(found.read_text())
-        except (UnicodeDecodeError, ValueError) as err:
-            raise UsageError(f"{output_archive}: its {registry.EVALUATION} is no JSON ({err})") from None
-        rows = evaluation.get("per_class", []) if isinstance(evaluation, dict) else None
-        if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get("support", 0), int)
-                                                 for row in rows):
-            raise UsageError(f"{output_archive}: its {registry.EVALUATION} is not a job's evaluation")
-        return evaluation
+        unpack(local, local.parent / "out", lambda member: member.isfile() and member.name.lstrip("./") ==
+               registry.EVALUATION and member.size <= report.MAX_MEMBER_BYTES, "an output.tar.gz")
+        found = local.parent / "out" / registry.EVALUATION
+        return evaluation_in(found, output_archive) if found.is_file() else None
+
+
+def evaluation_in(found: Path, output_archive: str) -> dict:
+    """The job's evaluation read from `found` (unpacked from `output_archive`), checked for the
+    shape the package's metrics are made of."""
+    try:
+        evaluation = json.loads(found.read_text())
+    except (UnicodeDecodeError, ValueError) as err:
+        raise UsageError(f"{output_archive}: its {registry.EVALUATION} is no JSON ({err})") from None
+    rows = evaluation.get("per_class", []) if isinstance(evaluation, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get("support", 0), int)
+                                             for row in rows):
+        raise UsageError(f"{output_archive}: its {registry.EVALUATION} is not a job's evaluation")
+    return evaluation
 
 
 def package_spec(args: argparse.Namespace, trained: Trained, evaluation: dict | None) -> registry.PackageSpec:

@@ -22,12 +22,14 @@ S3: prepare/label_checks.py): a SageMaker job's train channel is found from Desc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import re
 import sys
 import tempfile
 import webbrowser
+from collections.abc import Iterator
 from pathlib import Path
 
 from keras_pipe_launch.common.archives import unpack
@@ -210,8 +212,24 @@ def described(job: str) -> dict:
 
 
 def unpacked_from_s3(uri: str, out: Path) -> Path:
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        with downloaded(uri, "keras-pipe-report-") as local:
+            if local is None:
+                raise NoReport(f"{uri} does not exist: the job wrote no output.tar.gz (it failed before its end?)")
+            return unpacked(local, out)
+    except (BotoCoreError, ClientError) as err:
+        raise UsageError(f"{uri}: {err}") from None
+
+
+@contextlib.contextmanager
+def downloaded(uri: str, prefix: str) -> Iterator[Path | None]:
+    """A job's output.tar.gz in S3 (`uri`), downloaded into a temporary folder (named `prefix`...)
+    for the time of the `with`: its path, or None when the object does not exist. An `uri` that is
+    no S3 URI is a UsageError; S3's other refusals are raised as botocore raised them."""
+    import boto3
+    from botocore.exceptions import ClientError
 
     from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 
@@ -219,15 +237,12 @@ def unpacked_from_s3(uri: str, out: Path) -> Path:
         bucket, key = parse_s3_uri(uri)
     except SourceError as err:
         raise UsageError(str(err)) from None
-    with tempfile.TemporaryDirectory(prefix="keras-pipe-report-") as work:
+    with tempfile.TemporaryDirectory(prefix=prefix) as work:
         local = Path(work) / "output.tar.gz"
         try:
             boto3.client("s3").download_file(bucket, key, str(local))
         except ClientError as err:
-            if err.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
-                raise NoReport(f"{uri} does not exist: the job wrote no output.tar.gz (it failed before its end?)") \
-                    from None
-            raise UsageError(f"{uri}: {err}") from None
-        except BotoCoreError as err:
-            raise UsageError(f"{uri}: {err}") from None
-        return unpacked(local, out)
+            if err.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
+                raise
+            local = None
+        yield local
