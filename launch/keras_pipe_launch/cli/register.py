@@ -113,7 +113,7 @@ def trained_model(job: str) -> Trained:
                              "s3://bucket/jobs/JOB/output/model.tar.gz")
         parts = job.split("/")
         name = parts[-3] if len(parts) >= 6 and parts[-2] == "output" and JOB_NAME.match(parts[-3]) else None
-        return Trained(name, job, None, job.rsplit("/", 1)[0] + "/output.tar.gz")
+        return Trained(name, job, None, registry.beside(job, "output.tar.gz"))
     if not JOB_NAME.match(job):
         raise UsageError(f"{job!r} is no SageMaker training job name and no s3:// URI of a model.tar.gz")
     described = report.described(job)
@@ -159,13 +159,14 @@ def package_spec(args: argparse.Namespace, trained: Trained, evaluation: dict | 
     image = args.image_uri or trained.image_uri
     if not image:
         raise UsageError("--image-uri: the image that serves the model (a model.tar.gz's URI does not say which)")
-    beside = trained.model_data.rsplit("/", 1)[0]
     metadata = {"training_job": trained.job} if trained.job else {}
     quality = None
     if evaluation is not None:
-        quality = (f"{beside}/{registry.MODEL_QUALITY}", registry.digest(registry.quality_json(evaluation)))
+        quality = (registry.beside(trained.model_data, registry.MODEL_QUALITY),
+                   registry.digest(registry.quality_json(evaluation)))
         metadata.update(registry.summary(evaluation))
-        if registry.metadata_value(where := f"{beside}/{registry.EVALUATION}"):  # (else named nowhere but S3)
+        where = registry.beside(trained.model_data, registry.EVALUATION)
+        if registry.metadata_value(where):  # (else named nowhere but S3)
             metadata["evaluation"] = where
     realtime, transform = registry.instance_types(args.instance_type or list(registry.INSTANCE_TYPES))
     return registry.PackageSpec(
@@ -186,9 +187,9 @@ def send(spec: registry.PackageSpec, requests: dict, evaluation: dict | None) ->
 
     if evaluation is not None:
         s3 = boto3.client("s3")
-        beside = spec.model_data.rsplit("/", 1)[0]
+        whole = (json.dumps(evaluation, indent=1) + "\n").encode()
         for uri, body in ((spec.quality[0], registry.quality_json(evaluation)),
-                          (f"{beside}/{registry.EVALUATION}", (json.dumps(evaluation, indent=1) + "\n").encode())):
+                          (registry.beside(spec.model_data, registry.EVALUATION), whole)):
             s3.put_object(**dict(zip(("Bucket", "Key"), parse_s3_uri(uri))), Body=body, ContentType="application/json")
     sagemaker = boto3.client("sagemaker")
     group = ensure_group(sagemaker, spec, requests.get("CreateModelPackageGroup"))

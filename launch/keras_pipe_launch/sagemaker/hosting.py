@@ -212,9 +212,9 @@ def _s3(what: str, uri: str) -> None:
 def create_model_request(spec: ModelSpec) -> dict:
     """CreateModel for `spec` (named: ModelSpec.named())."""
     # (a model package's container goes in Containers: both SDKs' Session.create_model send it so)
-    where = "Containers" if spec.model_package is not None else "PrimaryContainer"
-    request = {"ModelName": spec.name, where: [container(spec)] if spec.model_package else container(spec),
-               "ExecutionRoleArn": spec.role}
+    placed = {"Containers": [container(spec)]} if spec.model_package is not None else {
+        "PrimaryContainer": container(spec)}
+    request = {"ModelName": spec.name, **placed, "ExecutionRoleArn": spec.role}
     if spec.tags:
         request["Tags"] = _tags(spec)
     if spec.network_isolation:

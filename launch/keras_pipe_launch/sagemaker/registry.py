@@ -146,6 +146,11 @@ def metadata_value(value: str) -> bool:
     return 1 <= len(value) <= 256 and re.fullmatch(r"[\w\s.:/=+\-@]*", value) is not None
 
 
+def beside(model_data: str, name: str) -> str:
+    """The S3 URI of file `name` in the folder of the job's model.tar.gz (SageMaker's JOB/output/)."""
+    return f"{model_data.rsplit('/', 1)[0]}/{name}"
+
+
 def digest(content: bytes) -> str:
     return hashlib.sha256(content).hexdigest()
 
