@@ -520,7 +520,9 @@ def no_tensorflow_notices(output: str, checkout: Path, new_jobs: list[dict]) -> 
 OUTCOMES = {
     "README.md": [demo_learned, "prepare: 1622 train and 175 validation examples of 10 classes",
                   "launch | algo-1 completed; model in", "keras-pipe submit: model: s3://", jobs_in_pipe_mode(1)],
-    "docs/sagemaker.md": [jobs_in_pipe_mode(2), "keras-pipe submit: model: s3://my-bucket/jobs/"],
+    "docs/sagemaker.md": [jobs_in_pipe_mode(3), "keras-pipe submit: model: s3://my-bucket/jobs/",
+                          "keras-pipe register: registered arn:aws:sagemaker:us-east-1:123456789012:model-package/"
+                          "digits/1 (PendingManualApproval)", "keras-pipe deploy: digits-registered: InService"],
     "docs/local.md": ['"predicted_label": ', "resuming from checkpoint", "metrics: epoch=2", "algo-2 | metrics: epoch=1",
                       "launch | fed algo-1/train pass 0: 116 records", "launch | fed algo-2/train pass 0: 65 records",
                       data_report_lists_the_jobs_suspects, "backbone mobilenet_v3_small on algo-1 train_loss by epoch [(1, ",
