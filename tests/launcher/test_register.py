@@ -213,3 +213,33 @@ def test_instance_types_go_where_they_fit_and_a_group_of_another_account_is_used
     specification = requests["CreateModelPackage"]["InferenceSpecification"]
     assert specification["SupportedRealtimeInferenceInstanceTypes"] == ["ml.t2.medium", "ml.c5.xlarge"]
     assert specification["SupportedTransformInstanceTypes"] == ["ml.c5.xlarge"]  # (no ml.t2 for batch transform)
+
+
+# What a notebook user writes to deploy a registered version with SDK v2 (AWS's model registry
+# pages: ModelPackage(role=..., model_package_arn=...).deploy(...)), on the package `register` made
+NOTEBOOK_DEPLOY = """
+import sys
+import boto3
+from sagemaker import ModelPackage, Session
+
+model = ModelPackage(role=sys.argv[2], model_package_arn=sys.argv[1], sagemaker_session=Session(boto3.Session()))
+model.deploy(initial_instance_count=1, instance_type="ml.m5.xlarge", endpoint_name="from-notebook", wait=False)
+"""
+
+
+def test_a_registered_version_deploys_with_the_sdks_own_model_package_class(aws, moto_endpoint, tmp_path):
+    import subprocess
+
+    trained_job(aws)
+    out = register(JOB, "--model-package-group", "flowers", "--approval-status", "Approved", env=aws)
+    assert out.returncode == 0, out.stderr
+    arn = out.stdout.strip()
+    script = tmp_path / "deploy.py"
+    script.write_text(NOTEBOOK_DEPLOY)
+    done = subprocess.run([str(sdk2_python()), str(script), arn, ROLE], env=aws, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, sagemaker = clients(aws)
+    assert sagemaker.describe_endpoint(EndpointName="from-notebook")["EndpointStatus"] == "InService"
+    (model,) = sent(moto_endpoint, "CreateModel")
+    assert model["Containers"] == [{"ModelPackageName": arn}]
