@@ -17,7 +17,7 @@ from tests.conftest import FakeJob, model_tar_gz
 from tests.job.sources.test_builtin_channels import RECORDIO, example, read_as
 from tests.serve.test_builtin_clients import IdentitySerializer, Predictor, Runtime
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # (its jobs: test_notebooks.py says why)
 
 # A ResNet-18 trained from scratch at 224 pixels, about 10 photos a second on 2 cores: 32 photos of
 # each colour, 2 batches of the notebook's 64 an epoch

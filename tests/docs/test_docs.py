@@ -215,7 +215,7 @@ class Script:
         self.checkout, self.env, self.moto = checkout, env, moto_endpoint
         self.work = checkout / ".doc-test"
         self.work.mkdir()
-        self.lines = ["set -eo pipefail", '__at() { printf "\\n@@ %s\\n" "$1"; }']
+        self.lines = ["set -eo pipefail", '__at() { printf "\\n@@ %s (at %s s)\\n" "$1" "$SECONDS"; }']
         self.comparisons: list[tuple[str, Path, Path, str]] = []  # (where, dry-run output, recording, sdk)
         self.last_dry_run: Path | None = None
 

@@ -52,7 +52,8 @@ def shrunk(encoded, max_side: int, quality: int) -> bytes:
     from keras_pipe_train.sources import preprocess
 
     if tf.io.is_jpeg(encoded):
-        height, width = (int(n) for n in tf.io.extract_jpeg_shape(encoded)[:2])
+        # (read to numpy at once: iterating the eager tensor ran a slice op per element, 0.6 ms an image)
+        height, width = (int(n) for n in tf.io.extract_jpeg_shape(encoded).numpy()[:2])
         ratio = max(r for r in preprocess.JPEG_RATIOS if max(height, width) // r >= max_side or r == 1)
         image = tf.io.decode_jpeg(encoded, channels=3, ratio=ratio)
     else:
