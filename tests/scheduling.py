@@ -2,7 +2,7 @@
 
 Most tests spend their time in things one core cannot speed up: importing TensorFlow, tracing a
 train step, waiting on a writer process, a container or a server: two workers keep CI's two cores
-busy (the whole suite: about 40 minutes on this project's 2-core machine).
+busy (the whole suite: about 50 minutes on this project's 2-core machine).
 
 Every test is its own unit of work, handed to whichever worker is free, except the tests that
 need the training image and the Docker Engine (tests/engine.py): those run one after the other on
