@@ -245,6 +245,64 @@ def test_rejected_and_corrupt_records_count_against_one_limit_in_stream_order():
     assert got == [RECORDS[0], RECORDS[3]] and decoder.policy.skipped == 2
 
 
+# A record that ends more than a piece past the chunk it starts in (tfrecord._long_record): read in
+# pieces, its data CRC computed over them. With 4 KiB chunks, the long record #1 (after RECORDS[0])
+# is sized so that its last piece holds `in_last` bytes of its end: 1-3 put the footer across two
+# pieces, 4 exactly in the last one, 100 some data too.
+LONG_CHUNK = 4096
+
+
+def with_a_long_record(in_last: int) -> tuple[bytes, bytes]:
+    long = os.urandom(2 * tfrecord._PIECE_BYTES + LONG_CHUNK - OFFSETS[1] - tfrecord.OVERHEAD_BYTES + in_last)
+    return long, tfrecord.encode([RECORDS[0], long, RECORDS[2]])
+
+
+@pytest.mark.parametrize("in_last", [1, 2, 3, 4, 100])
+def test_a_record_longer_than_a_piece_is_checked_over_its_pieces(in_last, caplog):
+    long, data = with_a_long_record(in_last)
+    got, decoder = decode(data, chunk_bytes=LONG_CHUNK)
+    assert got == [RECORDS[0], long, RECORDS[2]] and decoder.seen == 3
+    crc_at = OFFSETS[1] + tfrecord.HEADER_BYTES + len(long)
+    for damaged in (OFFSETS[1] + 20, OFFSETS[1] + len(long) // 2, crc_at, crc_at + 3):  # its data, its CRC
+        with pytest.raises(CorruptRecordError) as info:
+            decode(corrupt(data, damaged), chunk_bytes=LONG_CHUNK)
+        assert str(info.value) == (f"corrupt record #1 at byte offset {OFFSETS[1]} of {WHERE}: data CRC mismatch in "
+                                   f"a record of {len(long)} bytes")
+        with caplog.at_level(logging.WARNING):
+            got, decoder = decode(corrupt(data, damaged), skips=1, chunk_bytes=LONG_CHUNK)
+        assert got == [RECORDS[0], RECORDS[2]] and (decoder.policy.skipped, decoder.seen) == (1, 3)
+        assert f"SKIPPED corrupt record #1 at byte offset {OFFSETS[1]}" in caplog.text
+    got, _ = decode(corrupt(data, crc_at), check_crc=False, chunk_bytes=LONG_CHUNK)
+    assert got == [RECORDS[0], long, RECORDS[2]]
+
+
+@pytest.mark.parametrize("check_crc", [True, False])
+def test_a_record_check_rejects_a_record_longer_than_a_piece_by_number_and_offset(check_crc):
+    long, data = with_a_long_record(100)
+
+    def not_long(record: bytes):
+        return "it is long" if len(record) == len(long) else None
+
+    with pytest.raises(tfrecord.UnusableRecordError) as info:
+        decode(data, record_check=not_long, check_crc=check_crc, chunk_bytes=LONG_CHUNK)
+    assert str(info.value) == f"unusable record #1 at byte offset {OFFSETS[1]} of {WHERE}: it is long"
+    got, decoder = decode(data, skips=1, record_check=not_long, check_crc=check_crc, chunk_bytes=LONG_CHUNK)
+    assert got == [RECORDS[0], RECORDS[2]] and decoder.policy.skipped == 1
+
+
+@pytest.mark.parametrize("cut", [1, tfrecord._PIECE_BYTES, -1], ids=["into-it", "a-piece-in", "before-its-last-byte"])
+def test_a_record_longer_than_a_piece_cut_short_is_truncated(cut):
+    long, data = with_a_long_record(100)
+    end = OFFSETS[1] + tfrecord.OVERHEAD_BYTES + len(long)
+    cut_at = LONG_CHUNK + cut if cut > 0 else end + cut
+    with pytest.raises(TruncatedRecordError) as info:
+        decode(data[:cut_at], chunk_bytes=LONG_CHUNK)
+    assert (info.value.record, info.value.offset) == (1, OFFSETS[1])
+    assert f"the stream ended {cut_at - OFFSETS[1]} bytes into a {end - OFFSETS[1]}-byte record" in str(info.value)
+    got, decoder = decode(data[:cut_at], skips=1, chunk_bytes=LONG_CHUNK)
+    assert got == [RECORDS[0]] and (decoder.policy.skipped, decoder.seen) == (1, 2)
+
+
 def test_a_crafted_length_with_a_valid_crc_does_not_reserve_its_size_in_memory(tmp_path):
     import tracemalloc
 
@@ -276,7 +334,7 @@ def test_any_max_record_bytes_is_accepted_even_beyond_what_a_length_field_holds(
     assert got == records
 
 
-# A reader process: one pass of channel train through PipeReader, one corrupt record allowed, then
+# A reader process: one pass of channel train through PipeReader, SKIPS corrupt records allowed, then
 # its peak RSS as the kernel counts it (VmHWM) and what it read, as JSON. With HEAD and FILLER, the
 # FIFO's writer is a thread of this process, as a training job's other threads are (TensorFlow's,
 # allocating beside the reader): it writes HEAD's bytes, then FILLER bytes, each MiB a buffer of its
@@ -286,7 +344,7 @@ _READ_ONE_PASS = """
 import json, os, sys, threading
 from pipemode import PipeReader
 from tests.pipe_writer import write_all
-pipe_dir, config_dir, state_dir, *writer = sys.argv[1:]
+pipe_dir, config_dir, state_dir, skips, *writer = sys.argv[1:]
 
 def write(head, filler):
     with open(os.path.join(pipe_dir, "train_0"), "wb", buffering=0) as fifo:
@@ -301,7 +359,7 @@ if writer:
     thread = threading.Thread(target=write, args=(head, int(writer[1])), daemon=True)  # (a failing reader shows why)
     thread.start()
 reader = PipeReader("train", "TFRecord", pipe_dir=pipe_dir, config_dir=config_dir, state_dir=state_dir,
-                    max_corrupted_records_to_skip=1)
+                    max_corrupted_records_to_skip=int(skips))
 records = sum(len(batch) for batch in reader.read_pass())
 if writer:
     thread.join()
@@ -348,9 +406,10 @@ def moving_realloc(folder) -> dict:
     return {"LD_PRELOAD": str(folder / "moving_realloc.so")}
 
 
-def peak_rss_of_a_pass(folder, head: bytes, filler: int, env: dict, writer: str) -> dict:
-    """A PipeReader process (with `env`) reading `head`, then `filler` bytes, from a FIFO that its
-    writer feeds: another process (tests/pipe_writer.py) or a thread of the reader's own."""
+def peak_rss_of_a_pass(folder, head: bytes, filler: int, env: dict, writer: str, skips: int = 1) -> dict:
+    """A PipeReader process (with `env`, allowed `skips` corrupt records) reading `head`, then
+    `filler` bytes, from a FIFO that its writer feeds: another process (tests/pipe_writer.py) or a
+    thread of the reader's own."""
     import json
     import subprocess
     import sys
@@ -360,7 +419,8 @@ def peak_rss_of_a_pass(folder, head: bytes, filler: int, env: dict, writer: str)
     for sub in ("config", "data", "state"):
         (folder / sub).mkdir(parents=True)
     (folder / "config" / "inputdataconfig.json").write_text(json.dumps({"train": {"TrainingInputMode": "Pipe"}}))
-    program = [sys.executable, "-c", _READ_ONE_PASS, str(folder / "data"), str(folder / "config"), str(folder / "state")]
+    program = [sys.executable, "-c", _READ_ONE_PASS, str(folder / "data"), str(folder / "config"), str(folder / "state"),
+               str(skips)]
     if writer == "a thread":
         (folder / "head.tfrecord").write_bytes(head)
         process = None
@@ -388,7 +448,7 @@ def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, 
     grown by appends: the old block and the new one at once). The same with the FIFO's writer a
     thread of the reading process that allocates and frees a buffer per MiB beside the reader, as
     in a training job, whose heap TensorFlow's threads share.
-    (The decoder's pieces are kept as they come and joined once whole: tfrecord._complete.)"""
+    (The decoder's pieces are kept as they come and joined once whole: tfrecord._long_record.)"""
     env = moving_realloc(tmp_path / "allocator") if allocator != "glibc's" else {}
     header = struct.pack("<Q", tfrecord.MAX_RECORD_BYTES)
     forged = tfrecord.encode(RECORDS) + header + struct.pack("<I", masked_crc32c(header))
@@ -399,3 +459,21 @@ def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, 
         assert (run["records"], run["skipped"]) == (len(RECORDS), 1), run
     grown = large["peak"] - small["peak"]
     assert grown < 1.1 * arrived, f"peak RSS +{grown / 1e6:.0f} MB for {arrived / 1e6:.0f} MB that arrived"
+
+
+def test_a_forged_length_the_stream_fills_costs_about_what_arrived_when_skipped(tmp_path):
+    """A CRC-valid header claiming a length that the stream does fill (149 MiB of the 150 MiB that
+    follow), its data CRC then wrong, in skip mode (the forged record skipped, then the rest, which
+    holds no header), the FIFO's writer a thread of the reading process: the peak RSS grows by
+    about what arrived over the same program reading a stream that ends 1 MiB in, at most 1.3x it;
+    not by 2x, as when the record's pieces were joined before its data CRC was checked, and the
+    whole record then copied out of the joined buffer again (tfrecord._long_record)."""
+    arrived = 150 << 20
+    header = struct.pack("<Q", arrived - (1 << 20))
+    forged = tfrecord.encode(RECORDS) + header + struct.pack("<I", masked_crc32c(header))
+    small = peak_rss_of_a_pass(tmp_path / "small", forged, 1 << 20, {}, "a thread", skips=10)
+    large = peak_rss_of_a_pass(tmp_path / "large", forged, arrived, {}, "a thread", skips=10)
+    assert (small["records"], small["skipped"]) == (len(RECORDS), 1), small  # (the stream ended in it)
+    assert (large["records"], large["skipped"]) == (len(RECORDS), 2), large  # (it, then the bytes after it)
+    grown = large["peak"] - small["peak"]
+    assert grown <= 1.3 * arrived, f"peak RSS +{grown / 1e6:.0f} MB for {arrived / 1e6:.0f} MB that arrived"

@@ -10,6 +10,7 @@ import google_crc32c
 import numpy as np
 
 crc32c = google_crc32c.value  # accepts bytes only (not memoryview or bytearray)
+crc32c_extend = google_crc32c.extend  # (crc so far, more bytes): the crc of both, bytes only too
 
 MASK_DELTA = 0xA282EAD8
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from pipemode import options
 from pipemode.corruption import CorruptionPolicy
-from pipemode.crc import crc32c, mask_array, masked_crc32c
+from pipemode.crc import crc32c, crc32c_extend, mask, mask_array, masked_crc32c
 from pipemode.errors import CorruptRecordError, PipeDataError, TruncatedRecordError, UnusableRecordError
 
 try:  # built from _framing.c where a C compiler was at hand at install time (setup.py)
@@ -60,14 +60,15 @@ _HEADER_CACHE_LIMIT = 1 << 16
 
 _NEED_MORE, _BAD_LENGTH_CRC, _BAD_LENGTH = "need more", "bad length crc", "bad length"
 _PAST_THE_END = "past the end"
+_LONG_RECORD = "long record"  # (a status: more than a piece past the chunk, see _long_record)
 
 Read = Callable[[int], bytes]
 RecordCheck = Callable[[bytes], "str | None"]  # why a record is unusable, or None
 
 
-# A record that straddles a chunk's end is completed with reads of this size, kept as they come:
-# memory follows the bytes really there, so a damaged but CRC-valid length of 2 GiB costs what
-# arrives before the stream ends (and one chunk), not 2 GiB, nor that data twice.
+# A record that straddles a chunk's end by more than this is completed with reads of this size,
+# kept as they come (_long_record): memory follows the bytes really there, so a damaged but
+# CRC-valid length of 2 GiB costs what arrives (and one chunk), not 2 GiB, nor that data twice.
 _PIECE_BYTES = CHUNK_BYTES
 
 
@@ -156,6 +157,11 @@ class TFRecordDecoder:
                     raise error
             if status is _NEED_MORE:
                 buf, base, pos, status = self._refill(read, buf, base, pos, where)
+            if status is _LONG_RECORD:
+                record, base, ended = self._long_record(read, buf, base, where)
+                if record is not None:
+                    yield [record]
+                buf, pos, status = (b"" if ended else read(self.chunk_bytes)), 0, None
             if status is not _NEED_MORE and status is not None:
                 buf, base, pos = self._skip_bad_header(read, buf, base, pos, status, where)
 
@@ -234,7 +240,8 @@ class TFRecordDecoder:
 
     def _refill(self, read: Read, buf: bytes, base: int, pos: int, where: str):
         """The next bytes to scan: a fresh chunk, or exactly the record straddling the chunk end;
-        or, at its header, the reason that record cannot be (a bad header, a length past the end)."""
+        or, at its header, the reason that record cannot be (a bad header, a length past the end),
+        or _LONG_RECORD: it reaches more than a piece further (then _long_record reads it)."""
         tail = buf[pos:]
         base += pos
         if not tail:
@@ -251,31 +258,52 @@ class TFRecordDecoder:
             status = _PAST_THE_END
         if status is not None:
             return tail, base, 0, status  # reported, or skipped, with its position
-        record, got = self._complete(read, tail, OVERHEAD_BYTES + length)
-        if record is None:
-            return (*self._truncated(where, base, got, length), None)
+        total = OVERHEAD_BYTES + length
+        if total - len(tail) > _PIECE_BYTES:
+            return tail, base, 0, _LONG_RECORD
+        record = tail + read(total - len(tail))
+        if len(record) < total:
+            return (*self._truncated(where, base, len(record), length), None)
         return record, base, 0, None
 
-    @staticmethod
-    def _complete(read: Read, tail: bytes, total: int) -> tuple[bytes | None, int]:
-        """(the record that starts with `tail`, `total` bytes long, its size); (None, the bytes
-        that came) when the stream ended first. A long one is read a piece at a time, the pieces
-        kept as they came and joined once it is whole: a stream that ends early has cost the
-        bytes that came, as the kernel counts them (a forged 2 GB length followed by 150 MB:
-        150 MB), never a buffer grown by reallocation, which an allocator may grow by copying it
-        elsewhere: the old block and the new one at once, 1.9x what came."""
-        missing = total - len(tail)
-        if missing <= _PIECE_BYTES:
-            record = tail + read(missing)
-            return (record, total) if len(record) == total else (None, len(record))
+    def _long_record(self, read: Read, tail: bytes, base: int, where: str) -> tuple[bytes | None, int, bool]:
+        """The record that starts with `tail` (its header checked) and ends more than a piece
+        further: (its data, or None when it is skipped or the stream ends in it; the offset of
+        what follows; whether the stream ended).
+
+        Read a piece at a time, the pieces kept as they came: never a buffer grown by
+        reallocation, which an allocator may grow by copying it elsewhere (the old block and the
+        new one at once). Its data CRC is computed over the pieces where they lie, so a record that
+        does not check out (a forged length, CRC-valid, that the stream went on to fill) is
+        reported or skipped before anything is joined: like one cut short by the stream's end, it
+        costs the bytes that came, once. A whole one is joined once, its data only, and yielded
+        as it is, not scanned again."""
+        length = _LENGTH.unpack_from(tail)[0]
+        total = OVERHEAD_BYTES + length
         pieces, got = [tail], len(tail)
         while got < total:
             piece = read(min(total - got, _PIECE_BYTES))
             if not piece:
-                return None, got  # (short: the caller reports it truncated)
+                del pieces  # (before the policy logs or raises)
+                return None, self._truncated(where, base, got, length)[1], True
             pieces.append(piece)
             got += len(piece)
-        return b"".join(pieces), total
+        parts, footer = _record_data(pieces, total)
+        del pieces
+        number = self.seen
+        self.seen += 1
+        if self.check_crc and mask(functools.reduce(crc32c_extend, parts, 0)) != _U32.unpack(footer)[0]:
+            error = CorruptRecordError(where, number, base, f"data CRC mismatch in a record of {length} bytes")
+        else:
+            record = b"".join(parts)
+            parts = None  # (freed before record_check runs)
+            problem = self.record_check(record) if self.record_check else None
+            if not problem:
+                return record, base + total, False
+            error = UnusableRecordError(where, number, base, problem)
+        parts = record = None  # (an error raised below would otherwise keep them alive in its traceback)
+        self.policy.skip_or_raise(error)
+        return None, base + total, False
 
     def _truncated(self, where: str, offset: int, got: int, length: int | None):
         expected = f"{OVERHEAD_BYTES + length}-byte record" if length is not None else "record header"
@@ -325,6 +353,21 @@ class TFRecordDecoder:
                             where, base + len(buf) - skipped_from)
                 return b"", base + len(buf), 0
             buf, base, start = buf[kept:] + more, base + kept, 0
+
+
+def _record_data(pieces: list[bytes], total: int) -> tuple[list[bytes], bytes]:
+    """The data of the record held in `pieces` (`total` bytes: header, data, footer) as parts:
+    the pieces that lie wholly inside it as they are, slices of the others; and its footer."""
+    data_end = total - FOOTER_BYTES
+    parts, footer, end = [], b"", 0
+    for piece in pieces:
+        start, end = end, end + len(piece)
+        first, last = max(start, HEADER_BYTES), min(end, data_end)
+        if first < last:
+            parts.append(piece if last - first == len(piece) else piece[first - start : last - start])
+        if end > data_end:
+            footer += piece[max(data_end - start, 0) :]
+    return parts, footer
 
 
 # Candidates are checked in blocks that grow from 256 offsets to 64 Ki: bounded memory (~30 bytes
