@@ -98,17 +98,7 @@ def test_the_documents_link_to_what_exists_and_nothing_outside_the_repository():
                 assert ((REPO / document).parent / target).exists(), f"{document}: broken link {target}"
 
 
-def test_the_hyperparameter_table_of_the_docs_is_the_jobs():
-    from keras_pipe_train.settings.config import HYPERPARAMETERS
-
-    section = (REPO / "docs/job.md").read_text().split("\n## Hyperparameters\n", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `(\w+)` \| (.*?) \| (.*?) \|$", section, re.M)
-    assert [name for name, _, _ in rows] == list(HYPERPARAMETERS)
-    for name, default, help_text in rows:
-        spec = HYPERPARAMETERS[name]
-        assert help_text == spec.help, name
-        if spec.default is not None:
-            assert default == f"`{spec.default}`", name
+# (docs/job.md's table of hyperparameters: tests/job/settings/test_definitions.py, with the launcher's help)
 
 
 def test_the_migration_pages_tables_are_the_dialects():

@@ -57,7 +57,7 @@ when set:
 It writes model/ (the exported model), output/data/metrics.json, checkpoints/, and on failure
 output/failure with exit code 2 (configuration), 3 (data), 4 (cluster) or 1 (a bug); 143 when
 stopped by SIGTERM. To run a job on this machine, use `keras-pipe local` (it lays out /opt/ml);
-the hyperparameters are listed in train/keras_pipe_train/settings/config.py and docs/job.md.
+the hyperparameters are defined in train/keras_pipe_train/settings/hyperparameters.py and listed in docs/job.md.
 """
 
 

@@ -34,7 +34,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
                         help="spot: longest time to wait for capacity and run (default: --max-run)")
     parser.add_argument("--checkpoint-s3-uri", default=None, help="synced with /opt/ml/checkpoints")
     parser.add_argument("--tensorboard-s3-uri", default=None, help="synced with /opt/ml/output/tensorboard")
-    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
+    add_hyperparameter_argument(parser)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable")
     parser.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE")
     add_tracking_arguments(parser, "the tuning job's name" if what == "tuning job" else "MLflow's default")
@@ -44,6 +44,25 @@ def add_job_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--region", default=None, help="default: $AWS_DEFAULT_REGION")
     parser.add_argument("--no-validate", action="store_true",
                         help="do not check hyperparameters against this project's job (for other images)")
+
+
+def add_hyperparameter_argument(parser: argparse.ArgumentParser) -> None:
+    """--hp, with the job's hyperparameters listed at the end of the help (`submit`, `tune`, `local`)."""
+    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE",
+                        help="a hyperparameter of the job: the job's are listed below")
+    parser.epilog = hyperparameter_listing()
+
+
+def hyperparameter_listing() -> str:
+    """Each of the job's hyperparameters, with its default (NAME=DEFAULT) and the values it takes, as
+    their definitions give them (train/keras_pipe_train/settings/hyperparameters.py)."""
+    from keras_pipe_train.settings.config import HYPERPARAMETERS
+
+    given = {name: name if h.default is None else f"{name}={h.default}" for name, h in HYPERPARAMETERS.items()}
+    width = max(map(len, given.values()))
+    lines = [f"  {given[name]:<{width}}  {h.accepts}".rstrip() for name, h in HYPERPARAMETERS.items()]
+    return ("the job's hyperparameters (--hp NAME=VALUE), with their defaults and the values each takes\n"
+            "(docs/job.md, Hyperparameters, says what each does):\n" + "\n".join(lines))
 
 
 def add_tracking_arguments(parser: argparse.ArgumentParser, default_experiment: str) -> None:

@@ -1,5 +1,6 @@
 """--hp KEY=VALUE options, as SageMaker passes hyperparameters (every value a string), checked
-against the training job's own schema (train/keras_pipe_train/settings/config.py: one source of truth)."""
+against the training job's own definitions (train/keras_pipe_train/settings/hyperparameters.py: one source
+of truth)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,10 @@ refused. A name the built-in shares with this job (epochs, learning_rate, weight
 takes the built-in's meaning: MXNet's `epochs` train the whole network, its `weight_decay` is an L2
 term in the gradient of sgd and nag, its `mini_batch_size` is per host.
 
+Which names are this job's, and which of a built-in's are only another name for one of ours
+(mini_batch_size, eps, dropout_rate ...), the definitions say (hyperparameters.py: `names`); the
+tables below hold the built-ins' own hyperparameters, and the code below how each becomes ours.
+
 `translate` returns the request in this job's names (JobConfig.from_hyperparameters reads them),
 with the dialect itself (`dialect`, which the export writes for `serve`: each built-in's clients
 get the answers they parse) and what the log should say about names that have no effect here.
@@ -28,8 +32,9 @@ import json
 from keras_pipe_train.settings.backbones import IMAGENET_RESNET_DEPTHS, RESNET_DEPTHS
 from keras_pipe_train.settings.errors import UserError
 
-KERAS_PIPE, MXNET, TENSORFLOW = "keras-pipe", "mxnet", "tensorflow"
-DIALECTS = (KERAS_PIPE, MXNET, TENSORFLOW)
+# (the dialects' names are defined with the hyperparameter `dialect`, and read from here too)
+from keras_pipe_train.settings.hyperparameters import DIALECTS, HYPERPARAMETERS, KERAS_PIPE, MXNET, TENSORFLOW
+
 ALL_LAYERS = 1_000_000  # fine_tune_layers that unfreezes every layer of any backbone
 # the TensorFlow algorithm takes a TF Hub model by model_id, not a hyperparameter: here the backbone of
 # AWS's sample notebook's model, MobileNet V2 at 224 px, unless `backbone` says another
@@ -124,29 +129,28 @@ TENSORFLOW_NAMES = {n.name: n for n in (
     Name("random_seed", "123", "seed"),
 )}
 
+# each built-in's names for ours (the definitions' `names`): the value as given is ours (MXNet's
+# mini_batch_size is per host: _from_mxnet multiplies it)
+RENAMED = {dialect: {h.names[dialect]: name for name, h in HYPERPARAMETERS.items() if dialect in h.names}
+           for dialect in (MXNET, TENSORFLOW)}
 # a built-in's number that is one of ours under another name (a tuning job's range is typed by ours)
-NUMBERS_AS = {"mini_batch_size": "batch_size", "eps": "epsilon", "gamma": "rho", "dropout_rate": "dropout",
-              "random_seed": "seed"}
+NUMBERS_AS = {theirs: ours for renamed in RENAMED.values() for theirs, ours in renamed.items()
+              if HYPERPARAMETERS[ours].tuning_range != "Categorical"}
 
 # the names that make a request a built-in's: its names this job does not also use
-_OURS = ("num_classes", "epochs", "learning_rate", "optimizer", "momentum", "weight_decay", "beta_1", "beta_2",
-         "lr_scheduler_step", "lr_scheduler_factor", "top_k", "multi_label", "use_weighted_loss", "early_stopping",
-         "early_stopping_min_epochs", "early_stopping_patience", "early_stopping_tolerance", "batch_size", "epsilon",
-         "rho", "initial_accumulator_value", "reinitialize_top_layer", "early_stopping_min_delta", "regularizers_l2",
-         "label_smoothing", "augmentation_random_flip", "augmentation_random_rotation", "augmentation_random_zoom",
-         "resize", "validation_split_ratio")
-MXNET_ONLY = tuple(name for name in MXNET_NAMES if name not in _OURS)
-TENSORFLOW_ONLY = tuple(name for name in TENSORFLOW_NAMES if name not in _OURS)
+MXNET_ONLY = tuple(name for name in MXNET_NAMES if name not in HYPERPARAMETERS)
+TENSORFLOW_ONLY = tuple(name for name in TENSORFLOW_NAMES if name not in HYPERPARAMETERS)
 
 
 # a built-in's name and the one of this job's that sets the same thing: giving both is refused (which
-# should win would be a guess); `weights` beside use_pretrained_model is not one: it says where the
-# weights come from
-SAME_SETTING = {"num_layers": "backbone", "mini_batch_size": "batch_size", "eps": "epsilon", "gamma": "rho",
-                "image_shape": "image_size", "augmentation_type": "augment", "precision_dtype": "mixed_precision",
-                "dropout_rate": "dropout", "augmentation": "augment", "random_seed": "seed",
-                "image_resize_interpolation": "resize_interpolation", "train_only_top_layer": "fine_tune_epochs",
-                "train_only_on_top_layer": "fine_tune_epochs", "checkpoint_frequency": "keep_epoch_models"}
+# should win would be a guess). Its other names for ours, and the settings it gives in its own form, which
+# the code below translates; `weights` beside use_pretrained_model is not one: it says where the weights
+# come from
+SAME_SETTING = {**RENAMED[MXNET], **RENAMED[TENSORFLOW],
+                "num_layers": "backbone", "image_shape": "image_size", "augmentation_type": "augment",
+                "precision_dtype": "mixed_precision", "augmentation": "augment",
+                "train_only_top_layer": "fine_tune_epochs", "train_only_on_top_layer": "fine_tune_epochs",
+                "checkpoint_frequency": "keep_epoch_models"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +216,7 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
             notes.append(f"{name}={_text(value[name])}: {MXNET_NAMES[name].here}")
     ours.update(_mxnet_model(value, given.get("weights")))
     ours.update(_mxnet_optimizer(value))
+    ours.update(_renamed(value, MXNET))
     batch = _whole(value["mini_batch_size"], "mini_batch_size")
     ours["batch_size"] = str(batch * hosts)
     if hosts > 1:
@@ -298,7 +303,7 @@ def _mxnet_optimizer(value: dict) -> dict:
     return {"optimizer": optimizer, "learning_rate": value["learning_rate"],
             "fine_tune_learning_rate": value["learning_rate"], "momentum": value["momentum"] if coupled else "0",
             "weight_decay": value["weight_decay"] if coupled else "0", "weight_decay_style": "l2",
-            "beta_1": value["beta_1"], "beta_2": value["beta_2"], "epsilon": value["eps"], "rho": value["gamma"]}
+            "beta_1": value["beta_1"], "beta_2": value["beta_2"]}
 
 
 def _mxnet_augmentation(kind) -> str:
@@ -334,9 +339,8 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
     ours.update(backbone=TENSORFLOW_BACKBONE, image_size="224")
     # JumpStart's transfer_learning.py watches val_accuracy, for early stopping and for the epoch whose
     # weights it restores at the end, whether it stops early or not (its ModelSelectionCallback)
-    ours.update(dropout=value["dropout_rate"], seed=value["random_seed"],
-                resize_interpolation=value["image_resize_interpolation"], early_stopping_metric="val_accuracy",
-                export_epoch="best", record_format="class_folders")
+    ours.update(_renamed(value, TENSORFLOW))
+    ours.update(early_stopping_metric="val_accuracy", export_epoch="best", record_format="class_folders")
     # (its TopKCategoricalAccuracy, k=5, past 5 classes, for one class per image: multi_label is this job's)
     if (classes := _class_count(given)) and classes > 5 and _text(given.get("multi_label", "false")).lower() in (
             "false", "0"):
@@ -378,6 +382,11 @@ def _tensorflow_augmentation(value: dict) -> dict:
     if flip.lower() != "none":
         out["augmentation_random_flip"] = flip
     return out
+
+
+def _renamed(value: dict, dialect: str) -> dict:
+    """The built-in's values that are ours under another name (eps: epsilon), as given."""
+    return {ours: value[theirs] for theirs, ours in RENAMED[dialect].items()}
 
 
 # --- values, as the built-ins' clients send them ------------------------------------------------------

@@ -28,6 +28,8 @@ import math
 
 import tensorflow as tf
 
+from keras_pipe_train.settings.parsers import RESIZE_ORIGINAL
+
 # Random-resized-crop bounds. Inception's ImageNet recipe keeps 8-100 % of the area; fine-tuning
 # on small datasets of centred objects loses the object too often at 8 %, so crops keep >= 25 %.
 CROP_AREA = (0.25, 1.0)
@@ -157,7 +159,7 @@ def resize(image: tf.Tensor, size, interpolation: str = "bilinear") -> tf.Tensor
 # resize_to ORIGINAL: no resize; image_size cropped from each image at its own scale (an image
 # smaller than that enlarged to it first). The built-in MXNet algorithm without its `resize`: its ImageRecordIter
 # takes image_shape from the image as it is (at its centre, or at random with rand_crop).
-ORIGINAL = "original"  # (settings/config.py's RESIZE_ORIGINAL)
+ORIGINAL = RESIZE_ORIGINAL  # (resize=original)
 
 
 def _check_resize(size: int, resize_to: int | str | None) -> None:

@@ -1,6 +1,6 @@
 """The training recipe: which optimizer, the learning rate at each step, and what the loss adds up.
 
-Every choice here is a hyperparameter (settings/config.py), named as SageMaker's built-in image classifiers
+Every choice here is a hyperparameter (settings/hyperparameters.py), named as SageMaker's built-in image classifiers
 name it where they have one, so that a job moved from them keeps its settings (docs/job.md maps
 each name). No TensorFlow graph code here beyond the schedule's one formula: the loop (loop.py)
 applies the rest.
