@@ -40,7 +40,7 @@ def exported(folder: Path, threshold: float | None = None, temperature=None) -> 
     head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])
     calibration = None if temperature is None else Calibration(
         "true", np.asarray(temperature) if np.ndim(temperature) else temperature, True, "calibration=true", 100, {},
-        {}, threshold is not None).serving_json(threshold)
+        {}, threshold is not None).serving(threshold)
     export(classifier, CLASSES, 32, folder, threshold=threshold, calibration=calibration)
     return folder
 

@@ -14,6 +14,7 @@ The model knows colours (weights set by hand, no training): a red photo is "red"
 notebook must get back the class the photo truly is."""
 
 import base64
+import dataclasses
 import io
 import json
 import shutil
@@ -23,6 +24,7 @@ import numpy as np
 import pytest
 from keras_pipe_serve import payloads
 
+from keras_pipe_train.settings import serving_schema
 from tests.builtin.cells import (
     a1_cell_31_get_label,
     a1_cell_45,
@@ -67,8 +69,7 @@ def in_dialect(model: Path, folder: Path, dialect: str) -> Path:
     """The same export in another dialect: export() writes the same files whatever the dialect but
     serving.json's "dialect" (test_the_export_writes_its_dialect below), so a copy with only that changed."""
     shutil.copytree(model, folder)
-    settings = json.loads((folder / "serving.json").read_text())
-    (folder / "serving.json").write_text(json.dumps({**settings, "dialect": dialect}) + "\n")
+    dataclasses.replace(serving_schema.read(folder), dialect=dialect).write(folder)
     return folder
 
 
@@ -168,10 +169,10 @@ def answer(server: Server, image: str, accept: str | None = None, content_type: 
 def test_the_export_writes_its_dialect(served, model_dir, tmp_path):
     from keras_pipe_train.model import export
 
-    assert json.loads((model_dir / "serving.json").read_text())["dialect"] == "keras-pipe"  # export()'s default
+    assert serving_schema.read(model_dir).dialect == "keras-pipe"  # export()'s default
     mxnet, tensorflow = (served[name].model for name in ("mxnet", "tensorflow"))
-    written, rewritten = (json.loads((m / "serving.json").read_text()) for m in (mxnet, tensorflow))
-    assert written["dialect"] == "mxnet" and rewritten == {**written, "dialect": "tensorflow"}
+    written, rewritten = (serving_schema.read(m) for m in (mxnet, tensorflow))
+    assert written.dialect == "mxnet" and rewritten == dataclasses.replace(written, dialect="tensorflow")
     with pytest.raises(ValueError, match="dialect 'pytorch': one of keras-pipe, mxnet, tensorflow"):
         export.export(None, ("a", "b"), 32, tmp_path / "model", dialect="pytorch")
     assert not (tmp_path / "model").exists()

@@ -8,7 +8,7 @@ import re
 import pytest
 from keras_pipe_serve import payloads
 from keras_pipe_serve.payloads import RICH, RICH_LINES, BadRequest, answer_type, parse, render, top_k_of
-from keras_pipe_serve.predictor import ModelError, dialect_of
+from keras_pipe_serve.predictor import ModelError, serving_settings
 
 from keras_pipe_train.settings.dialects import DIALECTS
 
@@ -304,15 +304,17 @@ def test_a_bad_top_k_is_400(header, message):
     ({"max_image_pixels": 10, "threshold": None}, "keras-pipe"),  # an export from before dialects
     ({"dialect": "keras-pipe"}, "keras-pipe"), ({"dialect": "mxnet"}, "mxnet"), ({"dialect": "tensorflow"}, "tensorflow"),
 ])
-def test_the_dialect_is_serving_jsons(settings, expected):
-    assert dialect_of(settings) == expected
+def test_the_dialect_is_serving_jsons(settings, expected, tmp_path):
+    (tmp_path / "serving.json").write_text(json.dumps(settings))
+    assert serving_settings([tmp_path]).dialect == expected
 
 
 @pytest.mark.parametrize("dialect", ["MXNet", "pytorch", None, 1])
-def test_a_dialect_serve_does_not_speak_is_said_at_startup(dialect):
+def test_a_dialect_serve_does_not_speak_is_said_at_startup(dialect, tmp_path):
+    (tmp_path / "serving.json").write_text(json.dumps({"dialect": dialect}))
     with pytest.raises(ModelError, match="serving.json's dialect is .*: this server answers in keras-pipe, mxnet, "
                                          "tensorflow"):
-        dialect_of({"dialect": dialect})
+        serving_settings([tmp_path])
 
 
 @pytest.mark.parametrize("value, batch", [(None, False), ("", False), ("true", True), ("True", True), ("false", False)])

@@ -2,6 +2,7 @@
 image files and folders, CSV or JSON Lines out; unreadable images named and left out."""
 
 import csv
+import dataclasses
 import io
 import json
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from keras_pipe_train.settings import serving_schema
 from tests.conftest import image_bytes, run_logged
 from tests.serve.conftest import CLASSES
 
@@ -52,8 +54,7 @@ def test_a_model_tar_gz_to_json_lines_as_serve_answers(model_dir, photos, tmp_pa
     """(A model of the MXNet built-in's dialect: predict still writes this project's answer, which
     serve gives it for application/vnd.keras-pipe+jsonlines.)"""
     archive = tmp_path / "model.tar.gz"
-    settings = json.loads((model_dir / "serving.json").read_text())
-    (tmp_path / "serving.json").write_text(json.dumps({**settings, "dialect": "mxnet"}))
+    dataclasses.replace(serving_schema.read(model_dir), dialect="mxnet").write(tmp_path)
     with tarfile.open(archive, "w:gz") as tar:  # as SageMaker packs /opt/ml/model
         for path in sorted(model_dir.rglob("*")):
             source = tmp_path / "serving.json" if path.name == "serving.json" else path
@@ -112,7 +113,8 @@ def test_a_calibrated_model_answers_its_calibrated_probabilities(photos, tmp_pat
     temperature = 2.5 if threshold is None else [2.5, 0.5, 1.0]
     plain = exported(tmp_path / "plain", threshold)
     calibrated = exported(tmp_path / "calibrated", threshold, temperature=temperature)
-    assert json.loads((calibrated / "serving.json").read_text())["calibration"]["temperature"] == temperature
+    written = serving_schema.read(calibrated).calibration.temperature
+    assert written == (tuple(temperature) if isinstance(temperature, list) else temperature)
     before = probabilities_by_path(keras_pipe(plain, photos / "a", cwd=tmp_path))
     out = keras_pipe(calibrated, photos / "a", cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]

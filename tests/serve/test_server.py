@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from keras_pipe_train.settings import serving_schema
 from tests.conftest import image_bytes, png_bomb
 from tests.serve.conftest import CLASSES, SERVE, Server
 
@@ -56,7 +57,7 @@ def test_this_projects_dialect_answers_its_own_media_type_as_application_json(se
     (test_dialects.py), gets the same, and its JSON Lines form a line of it."""
     status, default, sent = server.request("POST", "/invocations", JPEG, Content_Type="image/jpeg")
     assert status == 200 and sent["Content-Type"] == "application/json"
-    assert json.loads((model_dir / "serving.json").read_text())["dialect"] == "keras-pipe"
+    assert serving_schema.read(model_dir).dialect == "keras-pipe"
     status, body, sent = server.request("POST", "/invocations", JPEG, Content_Type="image/jpeg",
                                         Accept="application/vnd.keras-pipe+json")
     assert (status, body, sent["Content-Type"]) == (200, default, "application/vnd.keras-pipe+json")

@@ -44,6 +44,7 @@ from keras_pipe_serve import payloads
 from keras_pipe_serve.batcher import Batcher, Full
 from keras_pipe_serve.payloads import BadRequest
 from keras_pipe_serve.predictor import ImageError, Predictor
+from keras_pipe_train.report.text import printable
 
 log = logging.getLogger("keras_pipe_serve")
 
@@ -59,6 +60,9 @@ BODY_IDLE_S = 10.0
 # and a body must come at least this fast (bytes/s), beyond BODY_IDLE_S: 6 MB in a minute; a
 # SageMaker front end sends at its network's speed
 MIN_BODY_RATE = 100_000
+# a request's path is said in the log and the 404 with its control characters escaped (a %0a,
+# decoded to a newline, would forge a log line of its own), and cut to this many characters
+PATH_SHOWN = 100
 # threads parsing bodies, checking images and writing answers: the work of the request itself,
 # in Python (the GIL's), beside the model's
 PARSE_THREADS = 2
@@ -87,11 +91,6 @@ class Gone(Exception):
 
 def busy(message: str) -> Refused:
     return Refused(503, message, ("Retry-After", str(RETRY_AFTER_S)))
-
-
-def printable(text: str, limit: int = 100) -> str:
-    """`text` for a log line: a path's %0a, decoded to a newline, would forge a line of its own."""
-    return text[:limit].encode("unicode_escape").decode("ascii")
 
 
 @dataclass
@@ -227,13 +226,14 @@ class App:
         except BadRequest as refused:
             # every refusal is logged with its reason (the access log has only its status), the
             # same one once a second
-            self.refusals.log(refused.status, f"{method} {printable(path)}: {refused}")
+            self.refusals.log(refused.status, f"{method} {printable(path, limit=PATH_SHOWN)}: {refused}")
             await self._refuse(send, receive, refused.status, _error(str(refused)),
                                body_unread and _drainable(headers), getattr(refused, "headers", []))
         except Gone as gone:
-            log.warning("%s %s: the client's connection ended before its answer: %s", method, printable(path), gone)
+            log.warning("%s %s: the client's connection ended before its answer: %s", method,
+                        printable(path, limit=PATH_SHOWN), gone)
         except Exception:  # a bug here, not the client's fault: logged whole, the worker kept alive
-            log.exception("500 %s %s: an unexpected error", method, printable(path))
+            log.exception("500 %s %s: an unexpected error", method, printable(path, limit=PATH_SHOWN))
             await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
                                body_unread and _drainable(headers))
 
@@ -329,7 +329,8 @@ class App:
 def _route(path: str, method: str) -> None:
     """A 404 or 405 for what this server does not answer."""
     if path not in ROUTES:
-        raise BadRequest(404, f"no such path {printable(path)!r}: this server answers GET /ping and POST /invocations")
+        raise BadRequest(404, f"no such path {printable(path, limit=PATH_SHOWN)!r}: this server answers GET /ping "
+                              "and POST /invocations")
     if method not in ROUTES[path]:
         raise Refused(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 import binascii
 import json
 import re
-import struct
 from abc import abstractmethod
 from array import array
 from collections.abc import Iterator, Sequence
@@ -56,6 +55,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from keras_pipe_train.settings.dialects import KERAS_PIPE, MXNET, TENSORFLOW
+from keras_pipe_train.sources import image_record_header
 from pipemode.corruption import CorruptionPolicy
 from pipemode.errors import CorruptRecordError
 from pipemode.recordio import MAGIC_BYTES, RecordIODecoder
@@ -332,25 +332,19 @@ def _reader(view: memoryview):
 # how images start (JPEG, PNG, GIF, BMP, WebP: the formats the model decodes): a record holding
 # one as such is that image, not an im2rec record
 _IMAGE_STARTS = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
-# im2rec's IRHeader (mxnet.recordio.pack; keras_pipe_train.sources.mxnet_records reads the same for training)
-_IR_HEADER = struct.Struct("<IfQQ")  # flag, label, id, id2
 
 
 def record_image(payload: bytes | memoryview, where: str) -> bytes:
     """The image a RecordIO record holds: the payload itself where it starts as an image does, else
-    what follows im2rec's IRHeader (uint32 flag, float32 label, uint64 id, uint64 id2, then `flag`
-    float32 labels when flag > 0): every record of the .rec files the MXNet built-in trains on."""
+    what follows im2rec's header (keras_pipe_train.sources.image_record_header, which the job reads
+    the same): every record of the .rec files the MXNet built-in trains on."""
     if bytes(payload[:8]).startswith(_IMAGE_STARTS):
         return bytes(payload)
-    if len(payload) < _IR_HEADER.size:
-        raise BadRequest(400, f"{where} is neither an image nor an im2rec image record: {len(payload)} bytes, fewer "
-                              f"than the image record header's {_IR_HEADER.size}")
-    labels = _IR_HEADER.unpack_from(payload)[0]  # (the flag: 0 where the one label is in the header itself)
-    image = _IR_HEADER.size + 4 * labels
-    if image > len(payload):
-        raise BadRequest(400, f"{where} is neither an image nor an im2rec image record: its header says {labels} "
-                              f"labels follow, more than its {len(payload)} bytes hold")
-    return bytes(payload[image:])
+    try:
+        header = image_record_header.unpack(payload)
+    except image_record_header.ImageRecordError as err:
+        raise BadRequest(400, f"{where} is neither an image nor an im2rec image record: {err}") from None
+    return bytes(payload[header.image_offset:])
 
 
 class Answer(NamedTuple):

@@ -1,7 +1,8 @@
 """The exported model, loaded once and called in-process: encoded images in, one prediction object
 per image out (this project's; payloads shapes it into the answer of the model's dialect, which
 serving.json says: "keras-pipe", "mxnet" or "tensorflow"; a serving.json without it, from an
-export before dialects, or none at all: "keras-pipe").
+export before dialects, or none at all: "keras-pipe"). serving.json is read by its schema
+(keras_pipe_train.settings.serving_schema), in any version an export has written.
 
 It loads the SavedModel the job exported (model/1, TF Serving's layout) with TensorFlow alone: no
 Keras, no code of the job, so a worker starts in seconds and holds one graph. Each image is checked
@@ -20,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from keras_pipe_serve.payloads import BadRequest
-from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
-from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
+from keras_pipe_train.settings import serving_schema
+from keras_pipe_train.settings.serving_schema import ServingSettings
 from keras_pipe_train.sources import images as image_checks
 
 log = logging.getLogger("keras_pipe_serve")
@@ -77,14 +78,8 @@ class Predictor:
         # the export's JSON files lie beside its SavedModel folder (model/1): in model_dir, or
         # beside the SavedModel folder given itself
         folders = list(dict.fromkeys([model_dir, served.parent]))
-
-        def beside(name: str):
-            return next((found for found in (_json_file(f / name) for f in folders) if found is not None), None)
-
-        # serving.json (older exports have none: the defaults)
-        settings = beside("serving.json") or {}
-        self.max_pixels = int(settings.get("max_image_pixels", DEFAULT_MAX_PIXELS))
-        self.threshold, self.dialect = settings.get("threshold"), dialect_of(settings)
+        settings = serving_settings(folders)
+        self.max_pixels, self.threshold, self.dialect = settings.max_image_pixels, settings.threshold, settings.dialect
         try:
             self._serve = tf.saved_model.load(str(served)).signatures["serving_default"]
         except (OSError, ValueError, KeyError, tf.errors.OpError) as err:
@@ -96,7 +91,8 @@ class Predictor:
             raise ModelError(f"{served}'s serving_default signature has no 'probabilities' output (it has "
                              f"{sorted(outputs)}): not a model exported by this job")
         count = int(outputs["probabilities"].shape[-1])
-        names = beside("classes.json")
+        names = next((found for found in (_json_file(f / "classes.json") for f in folders) if found is not None),
+                     None)
         if names is None:
             log.warning("no classes.json beside the model: classes are named by their ids")
             names = [str(i) for i in range(count)]
@@ -187,22 +183,23 @@ class Predictor:
         return answer
 
 
-def calibrated_thresholds(settings: dict, classes: int) -> list | None:
+def serving_settings(folders: Sequence[Path]) -> ServingSettings:
+    """The first of `folders`' serving.json, read by its schema (none in any: an export from before
+    serving.json, served with the defaults); a ModelError saying what is wrong with it."""
+    try:
+        found = (serving_schema.read(folder) for folder in folders)
+        return next((settings for settings in found if settings is not None), ServingSettings())
+    except serving_schema.ServingFileError as err:
+        raise ModelError(str(err)) from None
+
+
+def calibrated_thresholds(settings: ServingSettings, classes: int) -> list | None:
     """A calibrated multi-label model decides on its own sigmoid at `threshold`, and serves the
     calibrated probabilities: each class's edge in those (serving.json's calibration says them) is
     answered beside them, or a client comparing them with `threshold` would disagree with
     predicted_labels. None for a model not calibrated."""
-    edges = (settings.get("calibration") or {}).get("calibrated_thresholds")
-    return edges if isinstance(edges, list) and len(edges) == classes else None
-
-
-def dialect_of(settings: dict) -> str:
-    """The dialect serving.json's settings say the model answers in (KERAS_PIPE where they say none)."""
-    dialect = settings.get("dialect", KERAS_PIPE)
-    if dialect not in DIALECTS:
-        raise ModelError(f"serving.json's dialect is {str(dialect)[:40]!r}: this server answers in "
-                         f"{', '.join(DIALECTS)}")
-    return dialect
+    edges = settings.calibration.calibrated_thresholds if settings.calibration else None
+    return list(edges) if edges is not None and len(edges) == classes else None
 
 
 def _json_file(path: Path):

@@ -27,6 +27,7 @@ from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.prepare.sources import IMAGE_SUFFIXES
+from keras_pipe_train.settings import serving_schema
 
 BATCH = 32  # images per call of the model: the same batch the server takes at most, well below
 
@@ -93,7 +94,7 @@ def _unpacked(archive: Path, work: Path) -> Path:
     """A model.tar.gz's SavedModel and its two JSON files, unpacked (common.archives)."""
     def wanted(member) -> bool:
         name = member.name.removeprefix("./")
-        return name.split("/")[0].isdigit() or name in ("classes.json", "serving.json")
+        return name.split("/")[0].isdigit() or name in ("classes.json", serving_schema.FILE_NAME)
 
     unpack(archive, work, wanted, "a model.tar.gz")
     return work

@@ -61,8 +61,8 @@ def test_an_overconfident_model_is_calibrated_and_its_ece_at_least_halved():
     assert found.applied and "lower" in found.reason
     assert found.before["ece"] > 0.02 and found.after["ece"] <= found.before["ece"] / 2
     assert found.after["nll"] < found.before["nll"] and found.after["brier"] < found.before["brier"]
-    served = found.serving_json(None)
-    assert served["temperature"] == pytest.approx(3.0, rel=0.1) and served["validation_examples"] == 4000
+    served = found.serving(None)
+    assert served.temperature == pytest.approx(3.0, rel=0.1) and served.validation_examples == 4000
 
 
 def test_auto_declines_where_the_fit_would_not_be_honest():
@@ -73,7 +73,7 @@ def test_auto_declines_where_the_fit_would_not_be_honest():
     logits, labels = planted(1.0)
     perfect = np.eye(10)[labels] * 4 + logits * 0.01
     found = C.calibrate(perfect, labels, False, "auto", seed=1)
-    assert not found.applied and "bound" in found.reason and found.serving_json(None) is None
+    assert not found.applied and "bound" in found.reason and found.serving(None) is None
     # calibrated already: the cross-fitted NLL is no lower
     logits, labels = planted(1.0, seed=7)
     assert C.fit_temperature(logits, labels, False) == pytest.approx(1.0, rel=0.1)
@@ -85,7 +85,7 @@ def test_true_and_false_say_so_and_the_figures_are_measured_either_way():
     logits, labels = planted(2.0, examples=120)
     on, off = (C.calibrate(logits, labels, False, setting, seed=1) for setting in ("true", "false"))
     assert on.applied and on.reason == "calibration=true"
-    assert not off.applied and off.reason == "calibration=false" and off.serving_json(None) is None
+    assert not off.applied and off.reason == "calibration=false" and off.serving(None) is None
     assert on.before == off.before and on.after == off.after and on.examples == 120
 
 
@@ -130,7 +130,7 @@ def test_multi_label_predictions_stay_the_thresholds_on_the_models_own_probabili
     labels = (rng.random((3000, 4)) < C.tempered(logits, np.array([3.0, 0.7, 2.0, 1.5]), True)).astype(np.float32)
     found = C.calibrate(logits, labels, True, "true", seed=0)
     for threshold in (0.5, 0.3, 0.85):
-        edges = np.array(found.serving_json(threshold)["calibrated_thresholds"])
+        edges = np.array(found.serving(threshold).calibrated_thresholds)
         raw = C.tempered(logits, 1.0, True) >= threshold
         calibrated = C.tempered(logits, found.temperature, True)
         assert ((calibrated >= edges - 1e-12) == raw).mean() > 0.999  # (float rounding at the edge itself)

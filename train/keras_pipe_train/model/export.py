@@ -11,14 +11,14 @@ model_dir/
                 (neither of these two for a backbone that is a SavedModel, JumpStart's: a .keras
                 file cannot hold its graph; model/jumpstart.py)
   classes.json  the class names, in label order
-  serving.json  what `serve` needs beside the SavedModel: the image limit, a multi-label
-                model's threshold, its calibration (the temperature the served probabilities'
-                logits are divided by, training/calibration.py; null: none), and the dialect
-                its answers speak: "mxnet" or "tensorflow" (a
-                model trained in a SageMaker built-in image classifier's dialect, whose clients
-                read the answers that built-in gave), or "keras-pipe", this project's own
-                (keras_pipe_serve.payloads says each one's answers; a serving.json without it is
-                "keras-pipe")
+  serving.json  what `serve` needs beside the SavedModel, in a versioned schema
+                (settings/serving_schema.py): the image limit, a multi-label model's threshold,
+                its calibration (the temperature the served probabilities' logits are divided
+                by, training/calibration.py; null: none), and the dialect its answers speak:
+                "mxnet" or "tensorflow" (a model trained in a SageMaker built-in image
+                classifier's dialect, whose clients read the answers that built-in gave), or
+                "keras-pipe", this project's own (keras_pipe_serve.payloads says each one's
+                answers; a serving.json without it is "keras-pipe")
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from keras_pipe_train.model import jumpstart
 from keras_pipe_train.model.classifier import backbone_of, logits_of
 from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
+from keras_pipe_train.settings.serving_schema import ServedCalibration, ServingSettings
 from keras_pipe_train.sources import preprocess
 
 SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is the live one
@@ -101,23 +102,22 @@ def served_probabilities(model: keras.Model, temperature, multi_label: bool):
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
            max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE,
            resize_to: int | str | None = None, interpolation: str = "bilinear",
-           calibration: dict | None = None) -> Path:
+           calibration: ServedCalibration | None = None) -> Path:
     """`dialect`: whose answers `serve` gives for the model (keras_pipe_train.settings.dialects.DIALECTS:
     the request's, as dialects.translate says it).
     `resize_to`, `interpolation`: how the serving signature prepares images (serving_archive).
-    `calibration`: {"temperature": ..., ...} when the served probabilities are calibrated
-    (calibration.Calibration.serving_json), recorded in serving.json."""
+    `calibration`: set when the served probabilities are calibrated (calibration.Calibration.serving),
+    recorded in serving.json."""
     if dialect not in DIALECTS:
         raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
+    settings = ServingSettings(image_size, max_pixels, threshold, dialect, calibration)
     model_dir.mkdir(parents=True, exist_ok=True)
     if not jumpstart.is_savedmodel_backbone(backbone_of(model)):
         model.save(model_dir / "model.keras")
         backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
-    (model_dir / "serving.json").write_text(json.dumps({
-        "image_size": image_size, "max_image_pixels": max_pixels, "multi_label": threshold is not None,
-        "threshold": threshold, "dialect": dialect, "calibration": calibration}) + "\n")
+    settings.write(model_dir)
     serving_dir = model_dir / SERVING_VERSION
     serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to, interpolation,
-                    calibration["temperature"] if calibration else None).write_out(str(serving_dir), verbose=False)
+                    calibration.temperature if calibration else None).write_out(str(serving_dir), verbose=False)
     return serving_dir

@@ -12,6 +12,7 @@ built-in algorithm does. Then what the pipeline does with them:
     images         what an image may be before anything decodes it (formats, size, whole or damaged)
     preprocess     decoding, resizing and augmentation, as small TensorFlow functions
     recent_images  the last images of a training pass, kept for precise BatchNorm
+    image_record_header  MXNet's image record header (im2rec's), read by mxnet_records and the server
 
 It imports only settings/ (and the reader, pipemode): nothing of the model, the training or the
 report above it.

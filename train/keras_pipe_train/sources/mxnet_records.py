@@ -3,25 +3,22 @@ Classification - MXNet algorithm trains on, as `im2rec` writes them (`train.rec`
 needed), read in Pipe mode (the .rec objects streamed as they are: RecordWrapperType None) or in
 File/FastFile mode (the channel's *.rec files).
 
-Each RecordIO record's payload is MXNet's image record (mxnet.recordio.pack): a header of
-    uint32 flag | float32 label | uint64 id | uint64 id2        (24 bytes, little-endian)
-then, when flag > 0, `flag` float32 labels (the label field is then unused), then the encoded image.
-A single-label record holds its class id in `label` (flag 0); a multi-label one, as the built-in
-algorithm takes it, one 0/1 value per class (flag = the number of classes: the job's
-label_format=multi_hot). Each becomes the tf.train.Example the rest of the pipeline reads.
+Each RecordIO record's payload is MXNet's image record (mxnet.recordio.pack): its header
+(sources/image_record_header.py, which the server reads too), then the encoded image. A
+single-label record holds its class id in the header's label; a multi-label one, as the built-in
+algorithm takes it, one 0/1 value per class (the job's label_format=multi_hot). Each becomes the
+tf.train.Example the rest of the pipeline reads.
 """
 
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Callable
 
 from tensorflow.core.example import example_pb2, feature_pb2
 
 from keras_pipe_train.settings.config import JobConfig
-
-HEADER = struct.Struct("<IfQQ")  # (MXNet packs it natively: little-endian, no padding, on every platform it runs on)
+from keras_pipe_train.sources import image_record_header
 
 
 def combiner(config: JobConfig) -> Callable[[list[bytes]], bytes]:
@@ -29,21 +26,13 @@ def combiner(config: JobConfig) -> Callable[[list[bytes]], bytes]:
 
     def combine(payloads: list[bytes]) -> bytes:
         (payload,) = payloads
-        if len(payload) < HEADER.size:
-            raise ValueError(f"{len(payload)} bytes, shorter than MXNet's image record header ({HEADER.size} bytes): "
-                             "is this an image RecordIO file (im2rec's .rec)?")
-        flag, label, _, _ = HEADER.unpack_from(payload)
-        if flag > 0:
-            start = HEADER.size + 4 * flag
-            if flag > 1 << 16 or len(payload) < start:
-                raise ValueError(f"its header says {flag} labels follow, more than the record's {len(payload)} bytes "
-                                 "hold")
-            labels = list(struct.unpack_from(f"<{flag}f", payload, HEADER.size))
-        else:
-            start, labels = HEADER.size, [label]
-        image = payload[start:]
+        try:
+            header = image_record_header.unpack(payload)
+        except image_record_header.ImageRecordError as err:
+            raise ValueError(f"{err}: is this an image RecordIO file (im2rec's .rec)?") from None
+        image = payload[header.image_offset:]
         feature = {config.image_feature: feature_pb2.Feature(bytes_list=feature_pb2.BytesList(value=[image]))}
-        feature[config.label_feature] = _label_feature(labels, config)
+        feature[config.label_feature] = _label_feature(list(header.labels), config)
         return example_pb2.Example(features=feature_pb2.Features(feature=feature)).SerializeToString(deterministic=True)
 
     return combine

@@ -40,6 +40,8 @@ import logging
 
 import numpy as np
 
+from keras_pipe_train.settings.serving_schema import ServedCalibration
+
 log = logging.getLogger(__name__)
 
 MIN_EXAMPLES = 200
@@ -198,19 +200,19 @@ class Calibration:
         """The temperature the served probabilities' logits are divided by (None: not applied)."""
         return self.temperature if self.applied else None
 
-    def serving_json(self, threshold: float | None) -> dict | None:
-        """serving.json's "calibration" (None when it is not applied): the temperature, and for a
+    def serving(self, threshold: float | None) -> ServedCalibration | None:
+        """serving.json's calibration (None when it is not applied): the temperature, and for a
         multi-label model the calibrated probability at which each class is predicted (its
         threshold on the model's own probability, which decides)."""
         if not self.applied:
             return None
         t = self.temperature
-        found = {"method": "temperature scaling", "temperature": t.tolist() if isinstance(t, np.ndarray) else t,
-                 "validation_examples": self.examples}
+        edges = None
         if threshold is not None:
             edge = np.log(threshold / (1 - threshold)) if 0 < threshold < 1 else np.sign(threshold - 0.5) * np.inf
-            found["calibrated_thresholds"] = (1 / (1 + np.exp(-edge / np.asarray(t, np.float64)))).tolist()
-        return found
+            edges = tuple(np.atleast_1d(1 / (1 + np.exp(-edge / np.asarray(t, np.float64)))).tolist())
+        return ServedCalibration(tuple(np.asarray(t, np.float64).tolist()) if np.ndim(t) else float(t),
+                                 self.examples, edges)
 
 
 def calibrate(logits: np.ndarray, labels: np.ndarray, multi_label: bool, setting: str, seed: int,
