@@ -157,11 +157,12 @@ def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_pha
     phase's, not the head phase's epoch of the same number."""
     from types import SimpleNamespace
 
+    from keras_pipe_train.report.epoch_log import EpochLog
     from keras_pipe_train.training.early_stopping import Rule
 
     rows = [{"epoch": e, "phase": "head", "val_loss": loss} for e, loss in ((1, 0.5), (2, 0.6), (3, 0.7))]
     rows += [{"epoch": e, "phase": "fine_tune", "val_loss": loss} for e, loss in ((1, 0.3), (2, 0.4), (3, 0.45))]
-    training = SimpleNamespace(epochs=training_job.EpochLog(None, False, tuple(rows), 6),
+    training = SimpleNamespace(epochs=EpochLog(None, False, tuple(rows), 6),
                                early_stopping=Rule("val_loss", 2, 0.0, 0.0, 1))
     assert training_job.final_metrics(training) is rows[3]
     # (all of its metric lines: this job's, Keras' and MXNet's forms)

@@ -24,7 +24,7 @@ DEPENDS_ON = {"pipemode": set(), "keras_pipe_train": {"pipemode"}, "keras_pipe_s
 # on top (TOP) may import any of them
 LAYERS = {
     "keras_pipe_launch": {"common": 0, "sample_data": 1, "local": 1, "sagemaker": 1, "prepare": 2, "demo": 2, "cli": 3},
-    "keras_pipe_train": {"settings": 0, "sources": 1, "model": 2, "training": 2, "report": 3},
+    "keras_pipe_train": {"settings": 0, "sources": 1, "model": 2, "training": 2, "report": 3, "after_training": 4},
 }
 TOP = {"keras_pipe_launch": {"keras_pipe_launch", "keras_pipe_launch.__main__"},
        "keras_pipe_train": {"keras_pipe_train", "keras_pipe_train.main", "keras_pipe_train.job"}}

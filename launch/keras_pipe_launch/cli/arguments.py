@@ -28,14 +28,16 @@ from keras_pipe_launch.common.channels import (
 )
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import key_values
+from keras_pipe_train.settings.channels import MODEL, PRETRAINED, TRAIN, VALIDATION
 from keras_pipe_train.settings.contract import INPUT_MODES, RECORD_WRAPPERS
 
 _OPTIONS = {"input-mode": "input_mode", "record-wrapper": "record_wrapper", "compression": "compression",
             "distribution": "distribution", "shuffle-seed": "shuffle_seed", "content-type": "content_type"}
 
 
-CHANNEL_OPTIONS = {"train": "TFRecords", "validation": "TFRecords", "pretrained": "a backbone weights file",
-                   "model": "a previous job's model.tar.gz, continued: incremental training"}
+# the job's channels a user gives by an option of their own (settings/channels.py), as the user has them
+CHANNEL_OPTIONS = {TRAIN: "TFRecords", VALIDATION: "TFRecords", PRETRAINED: "a backbone weights file",
+                   MODEL: "a previous job's model.tar.gz, continued: incremental training"}
 
 
 def add_channel_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from keras_pipe_launch.cli.arguments import add_channel_arguments, channels_from
-from keras_pipe_launch.cli.job_options import add_tracking_arguments, tracking_environment
+from keras_pipe_launch.cli.job_options import add_hyperparameter_argument, add_tracking_arguments, tracking_environment
 from keras_pipe_launch.common import hyperparameters, secrets
 from keras_pipe_launch.common.channels import channel_hyperparameters
 from keras_pipe_launch.common.engine import Engine, EngineError
@@ -36,7 +36,7 @@ def add_parser(subparsers) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_channel_arguments(parser)
-    parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="a hyperparameter")
+    add_hyperparameter_argument(parser)
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="an environment variable of the job (as submit's --env); the job gets none of "
                              "your AWS credentials otherwise, as on SageMaker")
@@ -124,10 +124,10 @@ def add_label_check(runner: LocalRun, channels: list, name: str) -> None:
     train channel is part of (prepare/label_checks.py); a failure to is said, and the job's status
     kept: the job itself succeeded."""
     from keras_pipe_launch.prepare import label_checks
-    from keras_pipe_train.settings.contract import TRAINING_CHANNEL
+    from keras_pipe_train.settings.channels import TRAIN, TRAINING
 
     named = {channel.name: channel.source for channel in channels}
-    train = named.get("train") or named.get(TRAINING_CHANNEL)  # (the job reads `training` as train)
+    train = named.get(TRAIN) or named.get(TRAINING)  # (the job reads `training` as train)
     output = runner.host_dir("algo-1") / "output/data"
     try:
         check = label_checks.check_of(output, name, str((output / "report.html").resolve()))

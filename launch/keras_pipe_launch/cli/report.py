@@ -36,7 +36,8 @@ from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.local.job_folder import JOB_FILE
-from keras_pipe_train.settings.contract import JOB_NAME, TRAINING_CHANNEL  # (SageMaker's training job names)
+from keras_pipe_train.settings.channels import TRAIN, TRAINING
+from keras_pipe_train.settings.contract import JOB_NAME  # (SageMaker's training job names)
 
 REPORT = "report.html"
 MAX_MEMBER_BYTES = 256 << 20  # a file of output.tar.gz unpacked (its pictures, JSON and page are far smaller)
@@ -127,7 +128,7 @@ def _train_channel(job: str) -> str | None:
     `train` channel, or its `training` one, which the job reads as train (settings/contract.py)."""
     named = {channel.get("ChannelName"): channel.get("DataSource", {}).get("S3DataSource", {})
              for channel in described(job).get("InputDataConfig", [])}
-    source = named.get("train") or named.get(TRAINING_CHANNEL) or {}
+    source = named.get(TRAIN) or named.get(TRAINING) or {}
     return source.get("S3Uri") if source.get("S3DataType", "S3Prefix") == "S3Prefix" else None
 
 

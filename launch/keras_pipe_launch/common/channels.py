@@ -16,11 +16,12 @@ import re
 
 from keras_pipe_launch.common import container_config
 from keras_pipe_launch.common.usage import UsageError
+from keras_pipe_train.settings import channels as job_channels
 from keras_pipe_train.settings.contract import INPUT_MODES, RECORD_WRAPPERS
 
 COMPRESSIONS = ("None", "Gzip")
 DATA_TYPES = ("S3Prefix", "AugmentedManifestFile")
-MANIFEST_CHANNELS = ("train", "validation")  # what --attribute-names makes augmented manifests
+MANIFEST_CHANNELS = job_channels.EXAMPLES  # what --attribute-names makes augmented manifests
 DISTRIBUTIONS = ("FullyReplicated", "ShardedByS3Key")
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")  # SageMaker's ChannelName pattern
 
@@ -155,7 +156,7 @@ def _check_record_format(channels: list[ChannelSpec], values: dict[str, str]) ->
 
 WHOLE_FILE_DEFAULTS = {"input_mode": "File", "distribution": "FullyReplicated", "compression": "None",
                        "record_wrapper": "None", "shuffle_seed": None}
-WHOLE_FILE_CHANNELS = ("pretrained", "model")  # (they get WHOLE_FILE_DEFAULTS)
+WHOLE_FILE_CHANNELS = job_channels.WHOLE_FILES  # (they get WHOLE_FILE_DEFAULTS)
 
 
 def check_names_apart(specs: list[ChannelSpec]) -> None:

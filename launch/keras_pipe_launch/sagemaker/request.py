@@ -14,6 +14,7 @@ import time
 from keras_pipe_launch.common.channels import WHOLE_FILE_CHANNELS, ChannelError, ChannelSpec
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.secrets import looks_secret
+from keras_pipe_train.settings.channels import MODEL
 from keras_pipe_train.settings.contract import JOB_NAME
 from keras_pipe_train.training.metrics import METRIC_DEFINITIONS
 
@@ -162,7 +163,7 @@ def warnings(spec: JobSpec) -> list[str]:
                      "and DescribeTrainingJob shows them to anyone allowed to describe the job; keep secrets in AWS "
                      "Secrets Manager and let the job's role read them")
     if spec.network_isolation and dict(spec.hyperparameters).get("weights", "imagenet") == "imagenet" \
-            and "model" not in [c.name for c in spec.channels]:
+            and MODEL not in [c.name for c in spec.channels]:
         found.append("--network-isolation with weights=imagenet: the job cannot download ImageNet weights; "
                      "bake them into the image (BAKE_WEIGHTS) or use a pretrained channel")
     return found

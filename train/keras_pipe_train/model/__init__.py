@@ -4,6 +4,7 @@
                  from weights files, frozen and unfrozen for each phase
     resnets      MXNet's ResNet depths that Keras has no application for, built from plain layers
     incremental  a previous job's model, from a `model` channel, continued
+    starting_point  what the model starts from: a previous model, JumpStart's, or the backbone's weights
     export       the TF Serving SavedModel and its serving signature (which decodes as sources/ does)
 
 `python -m keras_pipe_train.model --download-imagenet NAMES` bakes ImageNet weights into the image.

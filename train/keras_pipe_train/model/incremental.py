@@ -29,11 +29,11 @@ import keras
 from keras_pipe_train.model import jumpstart
 from keras_pipe_train.model.classifier import backbone_of
 from keras_pipe_train.settings.backbones import BACKBONES
+from keras_pipe_train.settings.channels import MODEL
 from keras_pipe_train.settings.errors import UserError
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "model"
 MODEL_FILE, CLASSES_FILE = "model.keras", "classes.json"
 MAX_MODEL_BYTES = 8 << 30  # model.keras of the largest backbone (ConvNeXt XLarge, 350M weights) is 1.4 GB
 MAX_CLASSES_BYTES = 64 << 20
@@ -59,7 +59,7 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
     """The model in the channel's folder: a previous job's model, or a pretrained SavedModel
     (JumpStart's, model/jumpstart.py) to start from; a UserError says what is missing or wrong."""
     if not folder.is_dir():
-        raise UserError(f"channel '{CHANNEL}' folder {folder} does not exist (the channel must be in File or FastFile "
+        raise UserError(f"channel '{MODEL}' folder {folder} does not exist (the channel must be in File or FastFile "
                         "mode)")
     archives = sorted(p for p in folder.rglob("*.tar.gz") if p.is_file())
     models = sorted(p for p in folder.rglob(MODEL_FILE) if p.is_file())
@@ -67,11 +67,11 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
     if not found and any(folder.rglob(jumpstart.SAVED_MODEL)):
         names = {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
         if not jumpstart.is_pretrained_archive(names):
-            raise UserError(f"channel '{CHANNEL}': {folder} holds no {MODEL_FILE}{_foreign({'savedmodel'})}")
+            raise UserError(f"channel '{MODEL}': {folder} holds no {MODEL_FILE}{_foreign({'savedmodel'})}")
         return jumpstart.from_folder(folder)
     if len(found) != 1:
         listed = ", ".join(str(p.relative_to(folder)) for p in found[:5]) or "neither"
-        raise UserError(f"channel '{CHANNEL}' must hold one previous model: its model.tar.gz (as SageMaker stores a "
+        raise UserError(f"channel '{MODEL}' must hold one previous model: its model.tar.gz (as SageMaker stores a "
                         f"job's model) or its model/ folder's {MODEL_FILE} and {CLASSES_FILE}; or one pretrained "
                         f"model (JumpStart's .tar.gz); {folder} holds {listed}")
     with tempfile.TemporaryDirectory() as work:
@@ -86,7 +86,7 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
         try:
             model = keras.saving.load_model(model_path, compile=False, safe_mode=True)
         except Exception as err:  # (Keras raises ValueError, TypeError, zipfile and h5py errors)
-            raise UserError(f"channel '{CHANNEL}': {source} holds a {MODEL_FILE} that Keras cannot load "
+            raise UserError(f"channel '{MODEL}': {source} holds a {MODEL_FILE} that Keras cannot load "
                             f"({type(err).__name__}: {str(err)[:300]})") from err
         classes = _classes(classes_path, source)
     previous = Previous(model, classes, source)
@@ -94,7 +94,7 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
     nested = [layer for layer in model.layers if isinstance(layer, keras.Model)]
     if (previous.backbone_name is None or "classifier" not in layers or len(nested) != 1
             or len(classes) != model.output_shape[-1]):
-        raise UserError(f"channel '{CHANNEL}': {source} is not a model this job exported (its model is "
+        raise UserError(f"channel '{MODEL}': {source} is not a model this job exported (its model is "
                         f"{model.name!r} with {model.output_shape[-1]} outputs for {len(classes)} class names)")
     return previous
 
@@ -114,7 +114,7 @@ def _unpack(archive: Path, work: Path) -> tuple[Path, Path] | None:
                 if name not in wanted or name in got:
                     continue
                 if not member.isreg() or member.size > wanted[name]:
-                    raise UserError(f"channel '{CHANNEL}': {archive.name}'s {name} is not a regular file of at most "
+                    raise UserError(f"channel '{MODEL}': {archive.name}'s {name} is not a regular file of at most "
                                     f"{wanted[name] >> 20} MB")
                 with tar.extractfile(member) as source, open(work / name, "wb") as target:
                     shutil.copyfileobj(source, target)
@@ -124,12 +124,12 @@ def _unpack(archive: Path, work: Path) -> tuple[Path, Path] | None:
             while tar.fileobj.read(1 << 20):
                 pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as err:  # (zlib: a damaged member's data)
-        raise UserError(f"channel '{CHANNEL}': {archive.name} cannot be read as a model.tar.gz "
+        raise UserError(f"channel '{MODEL}': {archive.name} cannot be read as a model.tar.gz "
                         f"({type(err).__name__}: {err})") from err
     if MODEL_FILE not in got and jumpstart.is_pretrained_archive(names):
         return None
     if MODEL_FILE not in got:
-        raise UserError(f"channel '{CHANNEL}': {archive.name} holds no {MODEL_FILE} at its top: it must be a "
+        raise UserError(f"channel '{MODEL}': {archive.name} holds no {MODEL_FILE} at its top: it must be a "
                         f"model.tar.gz this job exported (a SageMaker job's output/model.tar.gz){_foreign(kinds)}")
     return got[MODEL_FILE], got.get(CLASSES_FILE, work / CLASSES_FILE)
 
@@ -164,10 +164,10 @@ def _classes(path: Path, source: str) -> list[str]:
     try:
         classes = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise UserError(f"channel '{CHANNEL}': {source} has no readable {CLASSES_FILE} beside its {MODEL_FILE} "
+        raise UserError(f"channel '{MODEL}': {source} has no readable {CLASSES_FILE} beside its {MODEL_FILE} "
                         f"({type(err).__name__})") from err
     if not (isinstance(classes, list) and all(isinstance(name, str) for name in classes)):
-        raise UserError(f"channel '{CHANNEL}': {source}'s {CLASSES_FILE} is not a list of class names")
+        raise UserError(f"channel '{MODEL}': {source}'s {CLASSES_FILE} is not a list of class names")
     return classes
 
 
@@ -176,20 +176,20 @@ def continue_from(previous: Previous, model: keras.Model, backbone_name: str, cl
     """Copies the previous model's weights into `model` (built for this job): the backbone's, and
     the classifier's unless it is replaced. Returns whether the head was kept."""
     if previous.backbone_name != backbone_name:
-        raise UserError(f"channel '{CHANNEL}': the previous model's backbone is {previous.backbone_name}, and "
+        raise UserError(f"channel '{MODEL}': the previous model's backbone is {previous.backbone_name}, and "
                         f"this job's is {backbone_name}: set hyperparameter backbone={previous.backbone_name} to "
                         "continue it")
     if not BACKBONES[backbone_name].loads_weight_files:
-        raise UserError(f"channel '{CHANNEL}': backbone {backbone_name} cannot be continued from a model's weights "
+        raise UserError(f"channel '{MODEL}': backbone {backbone_name} cannot be continued from a model's weights "
                         "(its application builds its input scaling differently for ImageNet weights); train it anew")
     try:
         backbone_of(model).set_weights(backbone_of(previous.model).get_weights())
     except ValueError as err:
-        raise UserError(f"channel '{CHANNEL}': the previous model's backbone weights do not fit this job's "
+        raise UserError(f"channel '{MODEL}': the previous model's backbone weights do not fit this job's "
                         f"({str(err)[:300]})") from err
     same = list(class_names) == previous.classes and multi_label == previous.multi_label
     if reinitialize_top_layer == "false" and not same:
-        raise UserError(f"channel '{CHANNEL}': reinitialize_top_layer=false keeps the previous classifier, which was "
+        raise UserError(f"channel '{MODEL}': reinitialize_top_layer=false keeps the previous classifier, which was "
                         f"trained for {_described(previous.classes, previous.multi_label)}; this job has "
                         f"{_described(list(class_names), multi_label)}. Set reinitialize_top_layer=auto to replace it")
     keep = same and reinitialize_top_layer != "true"
@@ -198,7 +198,7 @@ def continue_from(previous: Previous, model: keras.Model, backbone_name: str, cl
     why = ("the same classes" if keep else "reinitialize_top_layer=true" if same
            else f"the classes differ: it was trained for {_described(previous.classes, previous.multi_label)}")
     log.info("incremental training: continuing %s (channel '%s', backbone %s): the backbone's weights, and the "
-             "classifier %s (%s)", previous.source, CHANNEL, backbone_name, "kept" if keep else "replaced", why)
+             "classifier %s (%s)", previous.source, MODEL, backbone_name, "kept" if keep else "replaced", why)
     return keep
 
 

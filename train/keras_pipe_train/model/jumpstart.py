@@ -45,11 +45,13 @@ from pathlib import Path, PurePosixPath
 import keras
 import tensorflow as tf
 
+from keras_pipe_train.settings.channels import MODEL
 from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.settings.serving_schema import FILE_NAME as SERVING_FILE
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "model"
+CHANNEL = MODEL  # (the channel it comes in)
 MODEL_INFO = "__model_info__.json"  # (JumpStart's constants.MODEL_INFO_FILE_NAME, as its other scripts name it)
 MODEL_INFOS = (MODEL_INFO, "__models_info__.json")
 SAVED_MODEL = "saved_model.pb"
@@ -91,7 +93,7 @@ def is_pretrained_archive(names: set[str]) -> bool:
     """Whether an archive's member names are a pretrained SavedModel's (not this job's export,
     which holds a serving SavedModel too, beside its serving.json)."""
     bases = {PurePosixPath(name).name for name in names}
-    return SAVED_MODEL in bases and "serving.json" not in bases and "model.keras" not in bases
+    return SAVED_MODEL in bases and SERVING_FILE not in bases and "model.keras" not in bases
 
 
 def from_archive(archive: Path, folder: Path) -> Pretrained:

@@ -7,6 +7,7 @@
     tensorboard_pictures  the confusion matrix and the worst mistakes, in TensorBoard
     text                  text nobody sanitised (class names, keys), as it can be printed or drawn
     suspects              the label check's files (CSV, Ground Truth manifest, JSON) and page section
+    epoch_log             each epoch's metric lines, TensorBoard's scalars, metrics.json's rows
     tracking              the run in MLflow, when MLFLOW_TRACKING_URI is set (the chief's, never failing the job)
     keras_pipe_pyfunc     MLflow's loader of the exported model (copied into the logged model, imports none of ours)
 

@@ -1,9 +1,13 @@
 """What the job is told and how it answers, read before anything is built, without TensorFlow:
 
-    config            the hyperparameters: one typed, validated table, defaults in one place
+    hyperparameters   each hyperparameter defined once: default, parser, bounds, help, tuning range, resumable
+    parsers           how a hyperparameter's value reads, in every form SageMaker's clients send it
+    config            the hyperparameters of a request read into one typed, validated JobConfig
     dialects          the hyperparameters of SageMaker's built-in image classifiers, read as they mean them
     backbones         the backbones a job can choose, and what each needs around it (model/ builds them)
     contract          SageMaker's container contract: /opt/ml, the channels, the resources
+    channels          the job's channels: their names, what each holds, the modes each takes
+    serving_schema    serving.json's typed, versioned schema (export writes it, serve and predict read it)
     errors            the kinds of error a job can end with
     failure           any failure as SageMaker reports it: /opt/ml/output/failure and the exit code
     unneeded_imports  the Python imports the job's and the server's processes skip

@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from keras_pipe_train.settings.channels import TRAIN, TRAINING
 from keras_pipe_train.settings.errors import UserError
 from pipemode import channels
 
@@ -31,22 +32,19 @@ read_input_data_config = channels.read_input_data_config
 _read_json_object = channels.read_json_object
 
 
-# the built-in TensorFlow image classifier's name for its train channel (its notebooks call
-# fit({"training": ...})), read as `train` by a job that has none
-TRAINING_CHANNEL = "training"
 
 
 def channels_by_role(channels: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
     """The channels under the names the job reads them by: a `training` channel (the built-in
     TensorFlow algorithm's) is the `train` channel when there is none; each keeps its own name, which
     its folder and FIFOs have. A job with both is a UserError naming both."""
-    if TRAINING_CHANNEL not in channels:
+    if TRAINING not in channels:
         return channels
-    if "train" in channels:
-        raise UserError(f"the job has both a 'train' and a '{TRAINING_CHANNEL}' channel: the job trains on one "
-                        f"('{TRAINING_CHANNEL}', the built-in TensorFlow algorithm's name, is read as 'train' when "
+    if TRAIN in channels:
+        raise UserError(f"the job has both a '{TRAIN}' and a '{TRAINING}' channel: the job trains on one "
+                        f"('{TRAINING}', the built-in TensorFlow algorithm's name, is read as 'train' when "
                         "there is no 'train'): give one of them")
-    return {("train" if name == TRAINING_CHANNEL else name): channel for name, channel in channels.items()}
+    return {(TRAIN if name == TRAINING else name): channel for name, channel in channels.items()}
 
 
 def is_hidden(parts: tuple[str, ...] | list[str]) -> bool:

@@ -25,6 +25,7 @@ import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from keras_pipe_train.settings.channels import TRAIN
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig, is_hidden
 from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.sources import listed
@@ -52,9 +53,9 @@ def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelCon
     read = dialects.translate(raw, len(resources.hosts)).hyperparameters
     record_format = HYPERPARAMETERS["record_format"].parse("record_format", read.get("record_format", "tfrecord"))
     given = HYPERPARAMETERS["class_names"].parse("class_names", read.get("class_names"))
-    if record_format != "class_folders" or given is not None or "train" not in channels:
+    if record_format != "class_folders" or given is not None or TRAIN not in channels:
         return raw
-    train = channels["train"]
+    train = channels[TRAIN]
     if len(resources.hosts) > 1 and train.distribution == "ShardedByS3Key":
         raise UserError("record_format=class_folders on several hosts with ShardedByS3Key: a host may get none of a "
                         "class's images, and name the classes otherwise than the others: give hyperparameter "

@@ -25,9 +25,9 @@ import dataclasses
 import json
 
 from keras_pipe_train.settings import dialects
+from keras_pipe_train.settings.channels import EXAMPLES, LST_OF, TRAIN, VALIDATION
 from keras_pipe_train.settings.contract import ChannelConfig
 from keras_pipe_train.settings.errors import UserError
-from keras_pipe_train.sources.lst import LST_CHANNELS
 
 RECORDIO = "application/x-recordio"
 # the built-in's image content types (AWS's page); application/jpeg is what its high-level .lst
@@ -69,21 +69,21 @@ def from_channels(raw: dict, channels: dict[str, ChannelConfig]) -> Decision:
     MXNet algorithm reads them (a request in its dialect): the format, when the request names none;
     a multi-label job's label format, when the train channel's ContentType gives label-format and
     the request does not."""
-    if dialects.dialect_of(raw) != dialects.MXNET or "train" not in channels:
+    if dialects.dialect_of(raw) != dialects.MXNET or TRAIN not in channels:
         return Decision(raw, None)
     decided, says = {}, None
     if not _given(raw, "record_format") and not _given(raw, "attribute_names"):
-        kinds = {role: _kind(role, channels) for role in ("train", "validation") if role in channels}
-        train, validation = kinds["train"], kinds.get("validation")
+        kinds = {role: _kind(role, channels) for role in EXAMPLES if role in channels}
+        train, validation = kinds[TRAIN], kinds.get(VALIDATION)
         if train is not None and validation is not None and validation.hyperparameters != train.hyperparameters:
             raise UserError(f"channels train and validation hold different formats: train {train.says}, validation "
                             f"{validation.says}; the job reads one format for both, as the built-in does")
         if train is not None:
             decided, says = dict(train.hyperparameters), train.says
-    content = ContentType.parse(channels["train"].content_type or "", "train")
+    content = ContentType.parse(channels[TRAIN].content_type or "", TRAIN)
     if content.label_format and not _given(raw, "label_format") and _multi_label(raw):
         decided["label_format"] = content.label_format
-        says = says or channels["train"].content_type
+        says = says or channels[TRAIN].content_type
     if not decided:
         return Decision(raw, None)  # (no content type of the built-in's: this job's own TFRecords)
     shown = ", ".join(f"{name}={','.join(json.loads(value)) if name == 'attribute_names' else value}"
@@ -110,7 +110,7 @@ def _kind(role: str, channels: dict[str, ChannelConfig]) -> _Kind | None:
     if content.media_type == RECORDIO:
         return _Kind(f"{RECORDIO}: MXNet RecordIO image files (im2rec's .rec)", {"record_format": "recordio"})
     if content.media_type in IMAGE_TYPES:
-        lst = LST_CHANNELS[role]
+        lst = LST_OF[role]
         if lst not in channels:
             raise UserError(f"channel {channel.name!r} has ContentType {content.media_type}: images, which the "
                             f"built-in MXNet algorithm reads as a .lst file lists them, and so does this job: add a "

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from keras_pipe_train.settings.channels import TRAIN, VALIDATION
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.settings.errors import DataError, UserError
@@ -185,12 +186,12 @@ def sources(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig]
     """(where the training examples come from, where the validation examples do: None, nowhere).
     The validation channel when there is one; else, with validation_split_ratio, the train
     channel's share kept apart (said in the log: how many files go each way)."""
-    train, ratio = channels["train"], config.validation_split_ratio
-    if "validation" in channels:
+    train, ratio = channels[TRAIN], config.validation_split_ratio
+    if VALIDATION in channels:
         if ratio:
             log.info("hyperparameter validation_split_ratio=%g is not used: the job validates on its 'validation' "
                      "channel", ratio)
-        return Source(train), Source(channels["validation"])
+        return Source(train), Source(channels[VALIDATION])
     if not ratio:
         return Source(train), None
     check_splittable(train, config)

@@ -35,7 +35,8 @@ import re
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
-from keras_pipe_train.settings.contract import TRAINING_CHANNEL, ChannelConfig, is_hidden
+from keras_pipe_train.settings.channels import LST_OF, TRAIN, TRAINING
+from keras_pipe_train.settings.contract import ChannelConfig, is_hidden
 from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.sources import listed
 from keras_pipe_train.sources.manifest_labels import NUMBER_TEXT
@@ -43,20 +44,19 @@ from pipemode import options
 from pipemode.errors import UnreadableError, UnusableRecordError
 from pipemode.reader import PassStats
 
-LST_CHANNELS = {"train": "train_lst", "validation": "validation_lst"}  # the built-in's names
 INDEX = re.compile(r"[+-]?[0-9]+")  # im2rec writes %d; MXNet reads it with int()
 
 
 def lst_channel(channel: str) -> str:
     """The channel whose .lst lists the images of channel `channel` (train may be named training)."""
-    return LST_CHANNELS["train" if channel == TRAINING_CHANNEL else channel]
+    return LST_OF[TRAIN if channel == TRAINING else channel]
 
 
 def check_channels(channels: dict[str, ChannelConfig], hosts: int = 1) -> None:
     """record_format=lst: the train channel (and the validation channel, when there is one) has its
     _lst channel, each _lst channel its images' channel, and all of them are in File or FastFile
     mode, and FullyReplicated on several `hosts`; else a UserError saying what is wrong."""
-    for role, lst in LST_CHANNELS.items():
+    for role, lst in LST_OF.items():
         if role not in channels:
             if lst in channels:
                 raise UserError(f"channel {lst!r} lists the images of a {role!r} channel, which the job does not have: "

@@ -8,6 +8,10 @@
     distribute         which tf.distribute strategy, from SageMaker's hosts and this one's GPUs
     metrics            the metric lines SageMaker's regexes catch, and metrics.json
     precise_batchnorm  BatchNorm statistics recomputed with each epoch's final weights
+    phases             the head on a frozen backbone, then fine-tuning (or the whole network from scratch)
+    resume             which checkpoints are this job's, and where a job goes on
+    epoch_models       keep_epoch_models: every N-th epoch's model, kept for the export
+    devices            mixed precision and steps per call, by the devices found
 
 It imports settings/ and sources/: nothing of the model beside it (the job hands it the model it
 built) or the report above.

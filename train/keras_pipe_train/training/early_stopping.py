@@ -11,12 +11,16 @@ weights are copied into variables that checkpoints hold beside the model's.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 
 import keras
 import tensorflow as tf
 
 from keras_pipe_train.settings.config import JobConfig
+from keras_pipe_train.training.phases import Phase
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,3 +104,44 @@ class BestWeights(tf.Module):
     def restore(self, model: keras.Model) -> None:
         for copy, weight in zip(self.copies, model.weights):
             weight.assign(copy)
+
+
+def after_epoch(rule: Rule, best: BestWeights, model: keras.Model, rows: list[dict], phase: Phase, epoch: int) -> int:
+    """Early stopping after `epoch` (0-based) of `phase`, whose metrics `rows` end with: keeps the
+    weights of a new best epoch and, when the phase ends (stopped, or at its last epoch), puts its
+    best weights back in the model. Returns the epoch training goes on with. export_epoch=best
+    without early stopping: the same, with a rule that never stops a phase.
+
+    Each phase keeps its own best, as early stopping always has: phase 1's best weights are what
+    phase 2 fine-tunes, and the model exported is the best epoch of the last phase. (A best over the
+    whole job could export phase 1's head alone, undoing the fine-tuning asked for; to export the
+    head, train no phase 2. The built-in algorithms' dialects, which ask for export_epoch=best, train
+    one phase.)"""
+    verdict = rule.verdict(rows, phase.name)
+    if verdict.improved:
+        best.keep(model)
+    stopping = rule.stops and verdict.stop and epoch + 1 < phase.end
+    if stopping:
+        log.info("early stopping: %s has not improved on its best (%s %.6g at epoch %d) for %d epochs: phase %s "
+                 "ends after epoch %d of %d", rule.metric, rule.metric, verdict.best, verdict.best_epoch,
+                 verdict.epochs_without_improvement, phase.name, epoch + 1, phase.end)
+    if (stopping or epoch + 1 == phase.end) and not verdict.improved:
+        best.restore(model)
+        log.info("%s: phase %s keeps the weights of its best epoch, %d (%s %.6g)",
+                 "early stopping" if rule.stops else "export_epoch=best", phase.name, verdict.best_epoch,
+                 rule.metric, verdict.best)
+    return phase.end if stopping else epoch + 1
+
+
+def exported_row(rule: Rule | None, rows: list[dict]) -> dict:
+    """The metrics of the model exported: the last epoch's, or under `rule` (early stopping,
+    export_epoch=best) those of the last phase's best epoch, whose weights it put back. {} when no
+    epoch was trained."""
+    if not rows:
+        return {}
+    if not rule:
+        return rows[-1]
+    phase = rows[-1]["phase"]
+    best = rule.verdict(rows, phase).best_epoch
+    # (the last phase's row: each phase numbers its epochs from 1)
+    return next(row for row in rows if row["phase"] == phase and row["epoch"] == best)

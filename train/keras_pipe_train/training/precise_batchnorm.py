@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import keras
 import numpy as np
@@ -92,6 +93,20 @@ class PreciseBatchNorm:
             variable.assign(means[first:first + size].reshape(variable.shape).astype(variable.dtype))
             first += size
         return len(used)
+
+    def recompute_after(self, epoch: int) -> None:
+        """`recompute`, said in the log, after `epoch` (0-based), before it is validated,
+        checkpointed or exported."""
+        started = time.perf_counter()
+        used = self.recompute()
+        if used:
+            log.info("batchnorm statistics of epoch %d recomputed with its final weights on its last %d training "
+                     "images (precise_bn_examples; on each host) in %.1f s", epoch + 1, used,
+                     time.perf_counter() - started)
+        else:
+            log.warning("batchnorm statistics of epoch %d not recomputed: a host kept fewer of its training images "
+                        "than it has devices (a shard that ran out?): the moving averages are used as they are",
+                        epoch + 1)
 
     def _moving(self):
         for layer in self.layers:

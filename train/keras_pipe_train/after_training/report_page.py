@@ -1,0 +1,60 @@
+"""The chief's report: the gallery of the validation images the exported model gets most wrong (one
+more pass, the chief's alone), output/data/report.html (report/job_page.py) and TensorBoard's
+pictures. A report that cannot be made is a warning: the model, metrics.json and evaluation.json
+stand."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import tensorflow as tf
+
+from keras_pipe_train.after_training.calibrate import Calibrated
+from keras_pipe_train.after_training.trained import PASS_SHARE, Trained
+from keras_pipe_train.model.export import served_probabilities
+from keras_pipe_train.report import job_page, mistakes, suspects, tensorboard_pictures
+from keras_pipe_train.settings import contract
+
+log = logging.getLogger(__name__)
+
+
+def gallery(trained: Trained, calibrated: Calibrated) -> job_page.Gallery | None:
+    """The worst mistakes of the probabilities served (calibrated ones, where they are), within
+    PASS_SHARE of the chief's budget; None at a stop request, or when the pass failed (a warning).
+
+    The chief's own stop flag ends the pass, never stop_requested(): that is a collective, which the
+    other hosts, waiting for the chief, would never join. With several hosts the pass reads the
+    chief's own share of the channel."""
+    t = trained
+    if t.stop.is_set():
+        return None
+    try:
+        answer = served_probabilities(t.model, calibrated.served, t.config.multi_label)
+        served = calibrated.serving(t.config.multi_label_threshold if t.config.multi_label else None)
+        threshold = served.calibrated_thresholds if served else None
+        worst = mistakes.find(lambda images: answer(images)[0], t.trainer.task,
+                              t.examples(t.validation)(tf.distribute.InputContext()), t.stop,
+                              budget_s=t.budget(PASS_SHARE), threshold=threshold)
+    except Exception as err:
+        log.warning("could not find the worst mistakes (%s: %s)", type(err).__name__, err, exc_info=True)
+        return None
+    if t.stop.is_set():
+        return None
+    return job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
+
+
+def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | None,
+          writer) -> None:
+    """report.html from the evaluation `found`, the gallery `shown` and the label check's
+    `checked`; TensorBoard's pictures when `writer` (the chief's summary writer) is given."""
+    t = trained
+    try:
+        settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
+        path = job_page.write(t.layout.output_data, found, t.rows, settings, contract.training_job_name(), shown,
+                              checked)
+        log.info("the job's report: %s%s", path, "" if shown else " (no gallery)")
+        if writer:
+            tensorboard_pictures.pictures(writer, t.layout.output_data, shown, found, len(t.rows))
+    except Exception as err:
+        log.warning("could not write the job's report (%s: %s)", type(err).__name__, err, exc_info=True)
