@@ -7,8 +7,9 @@ Two things are timed, best of 3:
   find_header over bytes that hold no header at all (the search runs to the end): random bytes
     under the default max_record_bytes and under 2**60, an array of small int64s, a run of zeros;
   decoding a stream of damaged headers a few bytes apart, each followed by a valid empty record
-    (b"\\x01" * 12 + an empty record, repeated), every damaged one skipped: the stream whose
-    resynchronisation used to take time in the square of its length (16,000 repeats: 47 s).
+    (b"\\x01" * 12 + an empty record, repeated), every damaged one skipped: the stream on which a
+    search that rescans the rest of the chunk at each damaged header takes time in the square of
+    its length (docs/speed.md, Getting past damaged data).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ soon as a request's headers are in, before its body is read:
   the answer (closing on unread bytes makes TCP reset the connection, and the answer can be lost)
   and a kept-alive connection goes on. The limit is high (512 requests: what a model answers in
   seconds, well within the timeout), so that a crowd waits its turn instead of being refused and
-  coming back at once: with 64, 100 clients resending after each 503 made 1,900 refusals a
-  second, which took the loop's time from /ping (p99 167 ms; bench.serve --crowds). The same
-  refusal is logged once a second, with how many more there were.
+  coming back at once: clients resending after each 503 make refusals fast enough to take the
+  loop's time from /ping (docs/speed.md, Figures behind the code's choices: The queue's limit).
+  The same refusal is logged once a second, with how many more there were.
 - Time: a request's `timeout` (SAGEMAKER_MODEL_SERVER_TIMEOUT) runs from its arrival, through its
   body, its parsing, its wait and its model calls: past it, it is answered 504 and its images not
   yet computed are never computed. A body that stops arriving for BODY_IDLE_S is answered 408.

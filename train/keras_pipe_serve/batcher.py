@@ -22,7 +22,7 @@ themselves never run the model, so a ping never waits behind it (keras_pipe_serv
 - One image that the model cannot decode fails the model's call for the whole batch: the batch is
   then run again request by request, so that only the request holding it gets the error.
 - A cancelled request leaves the queue at once, and lets go of its images: behind a long request,
-  the images of requests given up no longer stay in memory until the model reaches them.
+  the images of requests given up do not stay in memory until the model reaches them.
 - Stuck or slow: `stuck()` says when a call has run far longer than the model has ever needed for
   as many images (STUCK_FACTOR times its slowest seconds per image, at least `stuck_floor`): the
   server then restarts its worker (keras_pipe_serve.app). A call merely slower than the request

@@ -2,25 +2,25 @@
 with what its HTTP/1.1 protocol leaves out or gets wrong, which a server facing any client needs.
 
 Why an event loop at all: a connection then costs a socket and a few objects, not a thread. With
-gunicorn's gthread worker (this server's before), every connection held a thread of a fixed pool
-while it was read, waited or lingered: 300 clients, 80 stalled uploads, or clients lingering
-after Connection: close took every thread, and /ping waited in gunicorn's queue behind them (4.1
-to 10 s, past SageMaker's 2 s). Here the loop reads every connection at once, answers /ping
+gunicorn's gthread worker, every connection holds a thread of a fixed pool while it is read,
+waits or lingers: a crowd of clients, stalled uploads, or clients lingering after Connection:
+close take every thread, and /ping waits in gunicorn's queue behind them, past SageMaker's 2 s
+(docs/speed.md, Serving the model). Here the loop reads every connection at once, answers /ping
 itself, and hands only parsing and the model to threads (keras_pipe_serve.app). Why gunicorn's
 worker and not uvicorn's: gunicorn is already the server (master, worker restarts, graceful
-SIGTERM, one worker per GPU), this worker ships with it, and uvicorn has the first two gaps
-(measured here, gunicorn 26.2.0 and uvicorn 0.54.0, both with an ASGI app that echoes its body):
+SIGTERM, one worker per GPU), this worker ships with it, and uvicorn has the first two gaps (how
+each was seen, and in which versions: docs/speed.md, Figures behind the code's choices: The
+worker's gaps):
 
 - **Idle connections are never closed.** gunicorn arms its keep-alive timer after a response and
-  cancels it as its loop turns to wait for the next request, so the timer never fires (a kept-alive
-  connection was still open after 30 s with keepalive=3; uvicorn closed it at 3 s). Neither closes
-  a connection that never sends a byte, nor one that sends part of its headers and stops. Here
+  cancels it as its loop turns to wait for the next request, so the timer never fires. Neither
+  closes a connection that never sends a byte, nor one that sends part of its headers and stops. Here
   each waits at most `keepalive` seconds for its next request and HEADERS_S for the rest of the
   headers it started (or `keepalive`, if shorter).
 - **A half-closed client gets no answer.** A client may end its side once its request is sent
   (shutdown(SHUT_WR), as `nc -N` does): asyncio then closes the whole connection unless told not
-  to, and the answer is lost (both servers answered nothing). Here the connection stays open for
-  the answer, then closes. TCP cannot tell a client that half-closed from one that closed: a
+  to, and the answer is lost (both servers lose it). Here the connection stays open for the
+  answer, then closes. TCP cannot tell a client that half-closed from one that closed: a
   request whose client sent its end is computed and answered (the answer goes nowhere if it was
   gone; its time is still bounded by the request timeout), and one whose connection is reset is
   given up at once.
@@ -34,7 +34,7 @@ SIGTERM, one worker per GPU), this worker ships with it, and uvicorn has the fir
 - **Reading without end.** gunicorn's parser buffers a request line or headers until their CRLF
   comes, and the bytes a client sends behind a request being answered, without a limit; and it
   answers pipelined requests into the transport's buffer whether or not the client reads them. A
-  client sending 400 MB so put them all in the worker's memory in a second. Here headers past
+  client sending without end so fills the worker's memory at the network's speed. Here headers past
   HEADER_BYTES are refused (431), and a connection is read no further while more than
   PIPELINED_BYTES wait behind a request being answered, or while its client leaves answers unread.
 - (Bodies: gunicorn gives up on a body that stops arriving only after its worker timeout, and
@@ -100,14 +100,14 @@ class Protocol(ASGIProtocol):
         buffered, receiver = len(self._callback_parser._buffer), self._body_receiver
         if self._current_request is None and buffered > HEADER_BYTES:
             # gunicorn's parser buffers a request line or headers without end until their CRLF comes
-            # (its size limits are checked after): a client sending bytes without one filled the
+            # (its size limits are checked after): a client sending bytes without one fills the
             # worker's memory at the network's speed
             self._send_error_response(431, f"the request's line and headers passed {HEADER_BYTES} bytes")
             self._close_transport()
         elif self._current_request is not None and receiver is not None and receiver._complete \
                 and buffered > PIPELINED_BYTES:
             # a client sending on behind its request, which is being answered: read no more of it
-            # until it is (gunicorn reads on without end: 400 MB in a second into one worker's memory)
+            # until it is (gunicorn reads on without end, into the worker's memory)
             self._pause_reading()
 
     def _setup_callback_parser(self) -> None:
@@ -227,8 +227,7 @@ class Worker(gasgi.ASGIWorker):
     def load_wsgi(self) -> None:
         super().load_wsgi()
         # the model's millions of Python objects (TensorFlow's, the graph's) out of the collector's
-        # reach: a full collection walked them all, a pause of the loop, and of /ping, of a tenth of
-        # a second or more each time a crowd's garbage set one off (bench.serve --crowds, 100 and
-        # 300 clients: /ping's p99 152 and 222 ms without this, 18 and 23 ms with it)
+        # reach: a full collection walks them all, a pause of the loop, and of /ping, each time a
+        # crowd's garbage sets one off (docs/speed.md, Figures behind the code's choices: gc.freeze())
         gc.collect()
         gc.freeze()

@@ -20,7 +20,7 @@ whitespace inside skipped (MIME's 76-column lines), '=' padding optional; and, b
 the URL-safe alphabet too (whole, not mixed with the standard one).
 JSON Lines and RecordIO bodies (batch transform's reach 100 MB) are not decoded at parse: their
 images are a LazyImages, decoded one at a time when asked, so that a body costs itself and the
-slice the model is running rather than 2-4 times itself; Predictor.check reads each once before the
+slice the model is running rather than several times itself; Predictor.check reads each once before the
 model runs, so a line or record that cannot be decoded is still a 400 that names it.
 Answers, by the dialect the model was trained in (serving.json's "dialect"), so that a built-in
 algorithm's clients read them as they read that built-in's (Accept, weighed as RFC 9110 §12.5.1
@@ -213,8 +213,9 @@ class LazyImages(Sequence):
     view of it, never a copy) and where each line or record lies in it, nothing decoded.
 
     Why: batch transform's bodies reach 100 MB, and decoding one whole (its text, every line's
-    JSON, every image) took 2 to 4 times that at once; read as the model reads, a slice at a time,
-    a body costs itself and a slice. The price: every read decodes again (Predictor.check's pass,
+    JSON, every image) takes several times that at once (docs/speed.md, Figures behind the code's
+    choices: Lazy bodies); read as the model reads, a slice at a time, a body costs itself and a
+    slice. The price: every read decodes again (Predictor.check's pass,
     then the model's slices: each image decoded twice), CPU spent to keep memory flat.
     A line or record that cannot be decoded raises the 400 naming it (BadRequest)."""
 

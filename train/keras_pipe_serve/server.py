@@ -3,29 +3,28 @@ each with the SavedModel loaded in-process, answering on port 8080.
 
 Why gunicorn, with its ASGI worker, and no nginx or TF Serving: the model call is the whole cost of
 a request and releases the GIL, so the model called in-process, fed by a batcher
-(keras_pipe_serve.batcher), is as fast as a model server would be (0.9 to 1.1 of the model's own
-batched calls in one process, from 8 clients on), without a second server to start, watch and
-proxy to. gunicorn brings what a hand-written server would get wrong: HTTP/1.1 parsing, keep-alive,
-worker supervision and restarts, graceful shutdown on SIGTERM. Its ASGI worker is an event loop
+(keras_pipe_serve.batcher), is as fast as a model server would be (docs/speed.md, Figures behind
+the code's choices: In-process model), without a second server to start, watch and proxy to.
+gunicorn brings what a hand-written server would get wrong: HTTP/1.1 parsing, keep-alive, worker
+supervision and restarts, graceful shutdown on SIGTERM. Its ASGI worker is an event loop
 (keras_pipe_serve.connections says why that worker, and what it adds to it): every connection is
 read at once, at the cost of a socket, and everything is decided at the door, as a request's
 headers come in (keras_pipe_serve.app): /ping answered there and then; admission, with 503 and
 Retry-After before a body is read; each request's time counted from its arrival; bodies that
-stall, idle connections and lingering closes costing a socket each, not a thread. Its gthread
-worker, this server's before, held a thread of a fixed pool per connection: 300 clients, 80
-stalled uploads or a few lingering closes took them all, and /ping waited 4 to 10 s behind them
-(docs/speed.md has the figures of both). The master never imports TensorFlow; each worker loads
+stall, idle connections and lingering closes costing a socket each, not a thread. gunicorn's
+gthread worker holds a thread of a fixed pool per connection: a crowd of clients, stalled uploads
+or a few lingering closes take them all, and /ping waits behind them (docs/speed.md, Serving the
+model, has the figures of both). The master never imports TensorFlow; each worker loads
 the model after the fork (TensorFlow's thread pools do not survive one), warms it up, and is
 replaced by the master if it ends: a watchdog ends a worker whose model call is stuck.
 
 How many workers: one per GPU, each on its own (CUDA_VISIBLE_DEVICES set per worker); on a host
 without one, one, whose model is called from a thread per core, each call on one TensorFlow
-thread, each thread taking the next batch from the one queue. Measured on 2 cores against a worker
-per core (python -m bench.serve, docs/speed.md): a lone 32-image request goes through both cores at
-once, 260 images/s against 184; two clients never land on the same worker while another idles
-(which halved the rate of 2 clients of 32 images, 227 images/s against 336); one copy of the
-model, 1,000 MB against 1,300; the cost, 6 % of the rate and a longer /ping tail (p99 116 ms
-against 49) at 32 clients of 32 images, where one process's Python parses every body
+thread, each thread taking the next batch from the one queue. Against a worker per core (python -m
+bench.serve; docs/speed.md, Figures behind the code's choices: One worker): a lone request goes
+through every core at once; two clients never land on the same worker while another idles; one
+copy of the model is in memory; the cost, a little of the rate and a longer /ping tail under a
+load of many large requests, where one process's Python parses every body
 (SAGEMAKER_MODEL_SERVER_WORKERS=N shares the cores among N workers, for a host always saturated).
 Never more workers than the container's memory limit
 (cgroup v2 or v1) holds at WORKER_MB, RUNNER_MB for each thread calling the model beyond the
@@ -157,9 +156,9 @@ def made_yielding(make: Callable[[], T], niceness: int) -> T:
     """make() called in a thread of its own whose niceness is raised by `niceness` (on Linux, a
     thread's own; the threads it starts inherit it): TensorFlow's thread pools, which the model's
     first op starts, and the batcher's threads are then the ones that wait for a core, not the
-    request threads. Without it, with the model's threads on every core, a ping's thread waited
-    for a turn among them (docs/speed.md has the figures). Raising one's niceness needs no
-    privilege; where it cannot be set, nothing changes."""
+    request threads. Without it, with the model's threads on every core, a ping's thread waits
+    for a turn among them. Raising one's niceness needs no privilege; where it cannot be set,
+    nothing changes."""
     made: list = []
 
     def run():

@@ -40,8 +40,8 @@ V1_JOINED = {"cpu": ("cpu,cpuacct", "cpuacct,cpu")}
 
 # a worker's memory beside its model: TensorFlow's runtime, the graph, a batch's activations at
 # 224x224; and each thread calling the model beyond the first, the activations of one more batch
-# (measured with mobilenet_v3_small: PSS 630-670 MB with one, 1,000-1,040 MB with two; `python -m
-# bench.serve` prints them)
+# (`python -m bench.serve` prints a worker's PSS; docs/speed.md, Figures behind the code's choices:
+# A worker's memory)
 WORKER_MB = 700
 RUNNER_MB = 400
 UNLIMITED = 1 << 60  # cgroup v1 says "no limit" with a number near 2**63

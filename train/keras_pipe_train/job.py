@@ -383,7 +383,7 @@ def serving_resize(config: JobConfig) -> int | str | None:
 def finish_together(cluster: distribute.Cluster, failed: bool) -> None:
     """Hosts exit together, after the chief's export. SageMaker ends a multi-host job when its
     hosts exit, and the SDK's local mode stops every container when the first one exits: a worker
-    that left right after training got the chief stopped in the middle of its export. Workers wait
+    that leaves right after training gets the chief stopped in the middle of its export. Workers wait
     here (up to collective_timeout) for the chief, and learn whether its export failed."""
     if not cluster.multi_worker:
         return

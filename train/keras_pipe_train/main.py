@@ -136,7 +136,7 @@ def run() -> None:
     leaves without the interpreter's finalization. By then the failure file, checkpoints and model
     are written, and finalizing can deadlock against TensorFlow's own threads (a tf.data thread
     still in Python code, tensorflow/tensorflow#22632): a job that hangs after its work is done
-    bills GPUs until MaxRuntimeInSeconds. (CI once saw a failed job never exit.)"""
+    bills GPUs until MaxRuntimeInSeconds."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,10 +1,10 @@
 """TensorFlow's start-up notices kept out of the launcher's terminal.
 
 `import tensorflow` (2.21) writes notices to the process's stderr from C++, before any Python
-logging is set up, so neither `logging` nor TF_CPP_MIN_LOG_LEVEL (levels 1-3 were tried) stops
+logging is set up, so neither `logging` nor TF_CPP_MIN_LOG_LEVEL (at any level from 1 to 3) stops
 them: twice "WARNING: All log messages before absl::InitializeLog() is called are written to
 STDERR" and the oneDNN notice, and CPU builds add the instruction-set one. A command that
-prints three lines of results (`keras-pipe prepare`) printed six of those around them.
+prints three lines of results (`keras-pipe prepare`) would print six of those around them.
 
 So the launcher's programs import TensorFlow with its stderr (file descriptor 2) sent through a
 pipe for the duration of the import, to a small relay process that passes every line on to the

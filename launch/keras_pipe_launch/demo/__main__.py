@@ -118,10 +118,8 @@ def _ink(row: np.ndarray) -> str:
 # The transfer step's recipe: a new head on the frozen backbone, then fine-tuning all but BatchNorm.
 # Each phase's rate falls to 0 along a cosine, so that the last epoch, the one exported, has settled.
 # At a constant rate, fine-tuning a backbone whose BatchNorm statistics are its own (recomputed after
-# each epoch of the pretraining: training/precise_batchnorm.py) ended wherever its last epoch
-# wobbled: 87.2-95.0 % (93.1 % on average) over 8 pretraining seeds, against 92.8-98.3 % (94.9 %)
-# from the moving averages of those same pretrainings; with the cosine, 93.3-96.7 % (94.9 %) against
-# 93.9-96.7 % (95.1 %).
+# each epoch of the pretraining: training/precise_batchnorm.py) ends wherever its last epoch
+# wobbles (docs/speed.md, Figures behind the code's choices: The demo's schedule).
 TRANSFER_RECIPE = ("--hp", "class_names=5,6,7,8,9", "--hp", "epochs=3", "--hp", "fine_tune_epochs=12",
                    "--hp", "fine_tune_layers=100", "--hp", "fine_tune_learning_rate=5e-4", "--hp", "augment=false",
                    "--hp", "lr_schedule=cosine")

@@ -10,9 +10,8 @@ a 32x32 greyscale DCT, 64 bits), robust to resizing, JPEG recompression and smal
 Near pairs are found without comparing every pair: two hashes within DISTANCE bits agree exactly
 on at least one of DISTANCE + 1 bands of their bits (pigeonhole), so only images sharing a band's
 value are compared ("multi-index hashing"). One image costs a read and a draft decode (a JPEG at
-1/8 scale): ~4 ms for a small local JPEG, 20 ms for a 3-MP one read from S3 (bench.prepare_at_scale,
-one machine: 35.7 s per 1000 photos with duplicates looked for, 15.9 without); memory holds ~100
-bytes per image.
+1/8 scale: docs/speed.md, Figures behind the code's choices: Duplicates); memory holds ~100 bytes
+per image.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """One image as `keras-pipe prepare` stores it: checked whole, and with --max-side shrunk to a JPEG.
 
-Why shrink: a 2000x1500 JPEG costs ~11 ms of CPU to decode in every epoch, a 12-megapixel one
-~40 ms, where the same photo stored at 512 px decodes in ~1.5 ms, and the Pipe stream carries
-35-120x fewer bytes (bench.photo_pipeline). A model that sees 224x224 crops gains nothing from
-the extra pixels, so preparing once at a few times the model's input size moves that cost out of
-every epoch.
+Why shrink: a large photo costs its full decode in every epoch, where the same photo stored at
+512 px decodes in a fraction of that time, and the Pipe stream carries far fewer bytes
+(docs/speed.md, Figures behind the code's choices: --max-side). A model that sees 224x224 crops
+gains nothing from the extra pixels, so preparing once at a few times the model's input size moves
+that cost out of every epoch.
 
 Pixels are as TensorFlow decodes them, which is how the job and its serving signature see the
 originals too: EXIF orientation is not applied (a re-encoded JPEG carries no EXIF).
@@ -52,7 +52,8 @@ def shrunk(encoded, max_side: int, quality: int) -> bytes:
     from keras_pipe_train.sources import preprocess
 
     if tf.io.is_jpeg(encoded):
-        # (read to numpy at once: iterating the eager tensor ran a slice op per element, 0.6 ms an image)
+        # (read to numpy at once: iterating the eager tensor runs a slice op per element; docs/speed.md,
+        # Figures behind the code's choices: --max-side)
         height, width = (int(n) for n in tf.io.extract_jpeg_shape(encoded).numpy()[:2])
         ratio = max(r for r in preprocess.JPEG_RATIOS if max(height, width) // r >= max_side or r == 1)
         image = tf.io.decode_jpeg(encoded, channels=3, ratio=ratio)
@@ -77,7 +78,7 @@ def whole_number(text: str) -> int:
 
 
 def megabytes(text: str) -> float:
-    """--shard-mb: a finite size of more than zero (nan or -1 once wrote one shard per image)."""
+    """--shard-mb: a finite size of more than zero (nan or -1 would write one shard per image)."""
     try:
         value = float(text)
     except ValueError:

@@ -119,7 +119,7 @@ def prepare_share(base: Path, args: argparse.Namespace) -> Report:
 def fingerprints(paths: list[Path], max_pixels: int, workers: int) -> list[duplicates.Fingerprint]:
     """The fingerprints of the images this instance prepared, for the merge to find duplicates
     across all instances' shares (prepare.reports): a file read again from the local disk and a
-    draft decode (bench.prepare_at_scale: 13% more time for a run of 3-MP photos)."""
+    draft decode (docs/speed.md, Figures behind the code's choices: Duplicates)."""
     def one(path: Path) -> duplicates.Fingerprint:
         return duplicates.fingerprint(path.read_bytes(), max_pixels)
 

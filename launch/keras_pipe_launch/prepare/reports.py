@@ -24,8 +24,8 @@ train/ and validation/. Any of it wrong is a PlanError naming the host and what.
 write() makes it, or listing an image of the plan a second time, is refused as it is read: so a
 report costs the launcher what its own share's lines honestly take, whatever its bytes expand to,
 and nothing of it is kept but what the merge adds up, and (when the plan looks for duplicates) each
-prepared image's fingerprint and each validation shard's keys: ~300 bytes an image (a fingerprint
-and its key measured with tracemalloc: 270), 300 MB for a million.
+prepared image's fingerprint and each validation shard's keys: ~300 bytes an image (docs/speed.md,
+Figures behind the code's choices: Duplicates), 300 MB for a million.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     archive = keras.export.ExportArchive()
     # The SavedModel's variables, as archive.track(model) would list them, without track's walk
     # through every object of the model in search of lookup tables (a model of this job has none):
-    # 1.5 s of each export (4.1 s against 5.6 s for a MobileNetV3-Small here).
+    # a large share of each export's time (docs/speed.md, Figures behind the code's choices: The export).
     for name in ("variables", "trainable_variables", "non_trainable_variables"):
         archive.add_variable_collection(name, getattr(model, name))
     # the input is named *_bytes: TF Serving's REST API then accepts {"b64": ...} for it

@@ -9,8 +9,8 @@ and `resnet34_v1` (ImageNet top-1 70.9% and 74.4%) are the network resnets.py bu
 the 7x7/2 stem, basic blocks with the stride in the first 3x3 and a 1x1/2 projection, no convolution
 biases (BatchNorm's epsilon aside: 1e-5 there, Keras' ResNets' 1.001e-5 here). Why v1, when the
 built-in's own network is the pre-activation ResNet of MXNet's symbols/resnet.py (Gluon's _v2): the
-ResNet-18 and 34 built here were v1 before (earlier jobs' models and weights files keep loading), as
-are Keras' ResNet-50, 101 and 152 at the other depths; the two forms' ImageNet accuracies are within
+ResNet-18 and 34 of earlier jobs' models and weights files are v1 (so they keep loading), as are
+Keras' ResNet-50, 101 and 152 at the other depths; the two forms' ImageNet accuracies are within
 0.1 point. They take RGB scaled as torchvision does (/255, minus the
 ImageNet mean, over its deviation), the "torch" scaling these backbones already have
 (settings/backbones.py). Depths 50, 101 and 152 keep Keras' own ImageNet weights (its

@@ -34,9 +34,9 @@ wrong) is a warning in the log and in output/data/tracking.json, and the calls a
 skipped: each would wait its own timeout. At the job's end the job waits for the calls still
 queued at most FINISH_BUDGET_S (STOPPED_BUDGET_S when stopped), then leaves them. MLflow's HTTP requests time out after
 HTTP_TIMEOUT_S, retried HTTP_RETRIES times, unless MLFLOW_HTTP_REQUEST_TIMEOUT and
-MLFLOW_HTTP_REQUEST_MAX_RETRIES say otherwise. The job's start pays for importing mlflow (0.85 s
-in the image). A tracking URI's user and password never reach the log (redacted), nor does an error's text
-that holds them.
+MLFLOW_HTTP_REQUEST_MAX_RETRIES say otherwise. The job's start pays for importing mlflow
+(docs/speed.md, Figures behind the code's choices: Importing mlflow). A tracking URI's user and
+password never reach the log (redacted), nor does an error's text that holds them.
 
 Why the model's MLmodel file is written here rather than by mlflow.pyfunc.log_model: that module
 imports pandas, 60 MB more in the image for a YAML file of a documented format (MLflow's "Storage

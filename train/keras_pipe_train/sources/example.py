@@ -58,8 +58,9 @@ def record_check(image_feature: str, label_feature: str, num_classes: int, max_p
 
     Run on every record as it is read, before any TensorFlow op sees it, so that a bad record is
     an error naming its channel, file or FIFO, number and byte offset (or is skipped and counted
-    under max_corrupted_records_to_skip) rather than a failure somewhere inside a batch. ~10-50 us
-    a record (parsing, then the image's header).
+    under max_corrupted_records_to_skip) rather than a failure somewhere inside a batch. It parses
+    the record, then reads the image's header (its cost per record: docs/speed.md, Figures behind
+    the code's choices: The record check).
     """
     label_problem = _multi_label_problem if multi_label else _single_label_problem
 

@@ -74,9 +74,9 @@ def _crop_window(shape: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 # libjpeg decodes a JPEG at 1/2, 1/4 or 1/8 of its size for less work than decoding it whole:
 # the inverse DCT and colour conversion run on fewer pixels (entropy decoding, most of a photo's
-# cost, stays). Measured here (bench.photo_pipeline) on a crop of 2000x1500 photos: 11.4 ms whole,
-# 10.8 ms at 1/4; on 4032x3024: 42 -> 34 ms at 1/8. Its scale-down is a box filter over each
-# 8x8 block, so it also antialiases what plain bilinear resizing would alias.
+# cost, stays: docs/speed.md, Figures behind the code's choices: Scaled decoding). Its scale-down
+# is a box filter over each 8x8 block, so it also antialiases what plain bilinear resizing would
+# alias.
 JPEG_RATIOS = (1, 2, 4, 8)
 
 
@@ -110,9 +110,9 @@ def decode_random_crop(encoded: tf.Tensor, size: int, seed: tf.Tensor, window_of
 
     def jpeg():
         window = window_of(tf.io.extract_jpeg_shape(encoded), seed)
-        # the faster integer IDCT: 15 % less decoding time (0.76 -> 0.65 ms CPU for a 320x240
-        # JPEG here), its small loss of precision is noise next to the augmentation; evaluation
-        # and serving keep the accurate default
+        # the faster integer IDCT: less decoding time (docs/speed.md, Figures behind the code's
+        # choices: Integer IDCT), and its small loss of precision is noise next to the augmentation;
+        # evaluation and serving keep the accurate default
         return decode_jpeg_window(encoded, window, size, dct_method="INTEGER_FAST")
 
     def other():
@@ -145,9 +145,10 @@ def resize(image: tf.Tensor, size, interpolation: str = "bilinear") -> tf.Tensor
     """The image resized to `size` ([height, width], or one side of a square) by tf.image.resize's
     `interpolation`, as float32 in [0, 255]."""
     # Bilinear by default, like Keras' Resizing layer and the reference ImageNet pipelines; never
-    # antialiased: antialiasing made the whole training pipeline 2.2x slower here (946 -> 2088
-    # images/s at 224x224) for a difference that only matters when shrinking far more than crops
-    # of photos usually are (and libjpeg's scaled decoding has shrunk large JPEGs already).
+    # antialiased: antialiasing costs the whole training pipeline far more than it gives
+    # (docs/speed.md, Figures behind the code's choices: Resizing), a difference that only matters
+    # when shrinking far more than crops of photos usually are (and libjpeg's scaled decoding has
+    # shrunk large JPEGs already).
     shape = [size, size] if isinstance(size, int) else size
     # (nearest gives back the input's dtype: uint8 from a decoded image)
     image = tf.cast(tf.image.resize(image, shape, method=interpolation), tf.float32)

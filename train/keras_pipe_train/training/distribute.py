@@ -82,9 +82,9 @@ class Cluster:
 
     def leave_together(self) -> None:
         """The last step of a multi-host job, on every host, before it exits. A collective can be
-        over on one host while a peer still fetches its last part from it: a host that exited right
-        after the job's last collective failed its peer with "Socket closed" (CI saw the chief fail
-        so, after its export, with two local hosts). So: one more collective, which no host passes
+        over on one host while a peer still fetches its last part from it: a host that exits right
+        after the job's last collective fails its peer with "Socket closed" (the chief, after its
+        export, can fail so). So: one more collective, which no host passes
         before every host has finished the one before; then the chief leaves, and the others leave
         only once its TensorFlow server is gone (up to collective_timeout_s), answering its last fetches until
         then. A worker's part of this one may fail as the chief leaves: nothing is lost then (and

@@ -19,10 +19,11 @@ The method (`find`), as cleanlab's find_label_issues(filter_by="low_self_confide
      wrong (cleanlab's num_label_issues);
   3. that many examples, of the lowest probability of their given label, are the suspects, the
      least likely first; each one's likely label is its likeliest other class.
-On the digits (bench/label_errors.py, docs/speed.md) this had a higher precision than the paper's
-"prune by noise rate" (cleanlab's default, which removes, of the examples labelled i, the
-estimated count of those truly j with the largest margin p_j - p_i) on the same out-of-fold
-probabilities, at the same recall but once (0.88 against 0.96).
+On the digits this has a higher precision than the paper's "prune by noise rate" (cleanlab's
+default, which removes, of the examples labelled i, the estimated count of those truly j with the
+largest margin p_j - p_i) on the same out-of-fold probabilities, at about the same recall
+(bench/label_errors.py; docs/speed.md, Label errors and calibration, and Figures behind the
+code's choices: Label errors).
 
 cleanlab is the reference implementation, and bench/label_errors.py measures this one beside it
 on the same probabilities (the same suspects but for rounding at the threshold's edge). Its

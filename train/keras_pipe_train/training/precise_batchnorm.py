@@ -4,10 +4,8 @@ A backbone trained from scratch keeps, in each BatchNorm layer, a moving average
 statistics it saw while its weights changed: inference (validation, the exported model) then
 normalises with statistics of networks that no longer exist. Over a long run the lag is small;
 over the few dozen steps of a short job the weights move faster than the average follows, and a
-model that classifies every training batch right validates at chance. Seen here with the
-Ground Truth notebook's request (ResNet-18 from scratch, 30 epochs of one step): training
-accuracy 1 from epoch 4, validation accuracy 0.33 (3 classes) until epoch 21; the same model's
-statistics recomputed on its training images validated at 1.0.
+model that classifies every training batch right validates at chance (docs/speed.md, Figures
+behind the code's choices: Precise BN, has a case).
 
 So after each epoch of such a backbone, its BatchNorm statistics are recomputed on the last
 `precise_bn_examples` training images of the epoch (fewer where they would take over 256 MiB),

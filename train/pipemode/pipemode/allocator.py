@@ -5,11 +5,10 @@ mallopt(M_TRIM_THRESHOLD, 128 KB) the first time it runs, to curb RSS growth. Fo
 allocates and frees ~1 GB/s of record buffers (bytes read from the FIFO, their tensors, batches),
 that means glibc hands freed memory back to the kernel as soon as 128 KB of it sits at the top of
 a heap, and the next batch page-faults it back in, zeroed: a fault per 4 KB of data, per copy.
-Measured on 100 KB records (a regular file through the reader's dataset, then .batch(1024), CPU
-per GB): 1.2-1.9 s with TensorFlow's setting, 0.7-0.9 s with a 64 MB threshold, for ~50 MB more
-peak RSS. Setting any threshold also freezes glibc's adaptive mmap threshold at its 128 KB start,
-so every allocation above that is a fresh mmap: photo-sized records pay that too
-(keep_record_memory, the job's choice).
+A 64 MB threshold spares that CPU for a little more peak RSS (docs/speed.md, Figures behind the
+code's choices: Trim threshold). Setting any threshold also freezes glibc's adaptive mmap
+threshold at its 128 KB start, so every allocation above that is a fresh mmap: photo-sized
+records pay that too (keep_record_memory, the job's choice).
 
 The reader restores a trim threshold of PIPEMODE_TRIM_THRESHOLD_MB (default 64) each time a pass
 starts, right after TensorFlow's setting; PIPEMODE_TRIM_THRESHOLD_MB=0 leaves malloc as it is.
@@ -54,10 +53,10 @@ def keep_freed_memory() -> bool:
 def keep_record_memory() -> bool:
     """Allocations up to 16 MB from the heap, and 16 MB kept at each heap's top when memory is
     returned (TensorFlow's later trim threshold undoes neither). For a process that moves
-    photo-sized records: measured on 1 MB records, CPU per record through the reader's dataset
-    2.8 -> 1.3 ms, through TFRecordDataset 1.8 -> 0.9 ms, for ~170 MB more peak RSS over a 256 MB
-    pass. The job calls this (its machines have GBs per core; CPU time is what decodes images);
-    a script may too. Whether applied."""
+    photo-sized records, each otherwise a fresh mmap: less CPU per record, for more peak RSS
+    (docs/speed.md, Figures behind the code's choices: Record memory). The job calls this (its
+    machines have GBs per core; CPU time is what decodes images); a script may too. Whether
+    applied."""
     applied = _mallopt((M_MMAP_THRESHOLD, RECORD_BYTES), (M_TOP_PAD, RECORD_BYTES))
     log.debug("malloc: %s", "records up to 16 MB from the heap" if applied else "mallopt refused")
     return applied

@@ -84,9 +84,9 @@ def PipeModeDataset(  # named like AWS's class: moving over is one import
     return pipe_dataset(reader, batch_size=batch_size, drop_remainder=drop_remainder)
 
 
-# Each from_generator call costs ~0.2-0.3 ms of fixed overhead (the py_func machinery, whatever
-# the size): ~8 MiB per call makes that ~30 ms per GB. (Larger calls used to page-fault; see
-# allocator.keep_freed_memory.)
+# Each from_generator call has a fixed overhead (the py_func machinery, whatever the size): ~8 MiB
+# per call makes it a small share of the time per GB (docs/speed.md, Figures behind the code's
+# choices: Generator calls). (Without allocator.keep_freed_memory, larger calls page-fault.)
 CALL_BYTES = 8 << 20
 
 
@@ -125,15 +125,16 @@ def _groups_dataset(groups: Callable[[], Iterator[list[bytes]]]) -> tf.data.Data
         allocator.keep_freed_memory()
         for records in groups():
             # An object array hands tf.data the bytes objects themselves: one copy into the
-            # tensor. (A plain list goes through a ~5x slower conversion, and numpy's fixed-width
-            # bytes dtype would strip trailing NUL bytes from records.)
+            # tensor. (A plain list goes through a much slower conversion, docs/speed.md, Figures
+            # behind the code's choices: Object arrays; and numpy's fixed-width bytes dtype would
+            # strip trailing NUL bytes from records.)
             yield np.array(records, dtype=object)
 
     # prefetch(1): the generator makes the next group in a thread of its own while tf.data splits
     # or batches this one. Without it, from_generator is only called once the step after it has
-    # used up the group, so Python (the slowest step, holding the GIL) sat idle during every
-    # rebatch: 1 KB records through `.reduce` from a FIFO, median of 8 runs, 1.90 -> 1.81 s per
-    # GB. It holds one group (CALL_BYTES) more.
+    # used up the group, so Python (the slowest step, holding the GIL) would sit idle during every
+    # rebatch (docs/speed.md, Figures behind the code's choices: prefetch(1)). It holds one group
+    # (CALL_BYTES) more.
     return tf.data.Dataset.from_generator(
         generate, output_signature=tf.TensorSpec([None], tf.string)).prefetch(1)
 
@@ -146,11 +147,11 @@ def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset
     """Batches of `batch_size` records, made the faster of two ways for each pass's records.
 
     Small records: Python hands over several whole batches per call and rebatch() splits them
-    (each record copied once more, cheaply). Large records: that copy costs more than it saves
-    (100 KB records: 1.5 s per GB against 1.0), and a whole batch per call holds it twice in
-    memory (Python's list and its tensor: +260 MB peak RSS), so Python hands over ~CALL_BYTES
-    pieces and unbatch().batch() moves the records into batches without copying them (at 1 KB
-    that costs ~0.9 us per record, which is why small records go the other way).
+    (each record copied once more, cheaply). Large records: that copy costs more than it saves,
+    and a whole batch per call holds it twice in memory (Python's list and its tensor), so Python
+    hands over ~CALL_BYTES pieces and unbatch().batch() moves the records into batches without
+    copying them (at a cost per record, which is why small records go the other way;
+    docs/speed.md, Figures behind the code's choices: Two ways to batch).
 
     Which way is known only once the first records are read, so both are built, and a selector
     (choose_from_datasets) sends every batch of the pass through the one chosen: its generator
@@ -185,7 +186,8 @@ def _batches(one_pass, batch_size: int, drop_remainder: bool) -> tf.data.Dataset
         return mine
 
     # One Python call per pass, then the same index for every batch in C++ (a generator yielding it
-    # per batch cost a ~0.25 ms call each: 25 % of the time at 100-byte records)
+    # per batch would pay a Python call each, a large share of the time at small records;
+    # docs/speed.md, Figures behind the code's choices: The selector)
     selector = tf.data.Dataset.from_generator(select, output_signature=tf.TensorSpec([], tf.int64)).flat_map(
         lambda way: tf.data.Dataset.from_tensors(way).repeat())
     whole = _groups_dataset(take).rebatch(batch_size, drop_remainder=drop_remainder)

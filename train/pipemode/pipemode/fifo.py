@@ -20,8 +20,9 @@ import time
 from pipemode.errors import Interrupted, PipeConfigError, PipeTimeoutError
 
 # Pipes hold 64 KiB by default, so each read returns at most 64 KiB and writer and reader
-# take turns in tiny steps. 1 MiB (Linux's default pipe-max-size for unprivileged users) tripled
-# the throughput of a Python reader here (612 -> 2011 MB/s). Either end of a pipe may resize it.
+# take turns in tiny steps. 1 MiB (Linux's default pipe-max-size for unprivileged users) lets each
+# read take far more (docs/speed.md, Figures behind the code's choices: Pipe buffer). Either end
+# of a pipe may resize it.
 PIPE_BUFFER_BYTES = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _POLL_SLICE_S = 0.25
@@ -75,10 +76,9 @@ class FifoStream:
     stop request (SIGTERM) is acted on while the writer is silent, not once it writes again.
 
     Reads land in one buffer kept for the stream's life, then leave as one bytes object: a FIFO
-    returns whatever the writer has put in so far (~350 KB per read here), and os.read(n) would
+    returns whatever the writer has put in so far (a few hundred KB per read), and os.read(n) would
     allocate n fresh bytes per call, shrink them, then join the pieces, page-faulting every
-    byte in twice (4 GB through a FIFO: 350k page faults and 1.2-2.0 s of CPU per GB, against
-    40k and 0.7-0.9 s for the same bytes from a regular file).
+    byte in twice (docs/speed.md, Figures behind the code's choices: One read buffer).
     """
 
     def __init__(self, fd: int, waits: _Waits):

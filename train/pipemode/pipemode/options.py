@@ -1,6 +1,6 @@
 """The reader's numeric options, checked once, where a reader is made, with one message whatever
-path reads the stream later (the compiled framing refused what the Python code accepted, and the
-other way round, before they went through here)."""
+path reads the stream later: the compiled framing and the Python code then accept the same values,
+where each path's own checks would refuse different ones."""
 
 from __future__ import annotations
 

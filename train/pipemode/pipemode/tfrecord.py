@@ -47,10 +47,10 @@ OVERHEAD_BYTES = HEADER_BYTES + FOOTER_BYTES
 # corruption, not a big record. Without this bound a damaged length would make us wait for, and
 # buffer, up to 2**64 bytes.
 MAX_RECORD_BYTES = 2**31 - 1
-# 1 MiB reads. Larger ones are slower here, not faster: once TensorFlow has created a generator
+# 1 MiB reads. Larger ones are slower, not faster: once TensorFlow has created a generator
 # dataset it sets glibc's M_TRIM_THRESHOLD (its "memory patch"), which freezes the mmap threshold,
-# and every 4 MiB bytes object became a fresh mmap: 44 page faults per 100 KB record, 590 MB/s
-# instead of 2.4 GB/s from a FIFO (best of 3, bench machine).
+# and every 4 MiB bytes object is then a fresh mmap, page-faulted in anew (docs/speed.md, Figures
+# behind the code's choices: Chunk size).
 CHUNK_BYTES = 1 << 20
 
 # The header CRC depends only on the length, so the hot loop compares against a cache of
@@ -207,8 +207,8 @@ class TFRecordDecoder:
             bad = {i for i, (record, end) in enumerate(zip(records, ends))
                    if masked_crc32c(record) != _U32.unpack_from(buf, end)[0]}
         elif self.check_crc and records:
-            # the CRCs computed by map() in C, not in the scan's loop (1 KB records: ~0.1 us less
-            # each), compared in one vectorised pass
+            # the CRCs computed by map() in C, not in the scan's loop (less per record: docs/speed.md,
+            # Figures behind the code's choices: CRCs in map()), compared in one vectorised pass
             crcs = np.fromiter(map(crc32c, records), np.uint32, len(records))
             ends_arr = np.asarray(ends, dtype=np.int64)
             stored = np.frombuffer(buf, np.uint8)[ends_arr[:, None] + np.arange(4)].view("<u4").ravel()
@@ -429,11 +429,11 @@ def find_header(window: bytes, max_record_bytes: int = MAX_RECORD_BYTES, start: 
     max_record_bytes (bench.resync has the speeds).
     """
     compiled = compiled_framing()
-    if compiled is not None:  # (the same search in C: ~1 GB/s whatever the bytes)
+    if compiled is not None:  # (the same search in C: docs/speed.md, Getting past damaged data)
         return compiled.find_header(window, start, min(max_record_bytes, 2**64 - 1))
     count = len(window) - HEADER_BYTES + 1  # offsets where a whole header fits
-    # numpy's fixed cost (~30 us a block) would be most of the work when damaged headers come
-    # every few bytes
+    # numpy's fixed cost per block would be most of the work when damaged headers come every few
+    # bytes (docs/speed.md, Figures behind the code's choices: Resynchronising)
     for offset in range(start, min(count, start + _PROBED_ONE_BY_ONE)):
         length, length_crc = _HEADER.unpack_from(window, offset)
         if length <= max_record_bytes and masked_crc32c(window[offset : offset + 8]) == length_crc:
