@@ -195,15 +195,24 @@ class Choice:
         return ", ".join(self.options) if len(self.options) <= self.LISTED else f"one of {len(self.options)} names"
 
 
-@dataclasses.dataclass(frozen=True)
-class OrWord:
-    """`word` (any case, any quoting), or what `parse` reads ("auto", resize's "original")."""
-    word: str
-    parse: Integer | Number
+class _Or:
+    """A number's parser that takes one value more: its range and bounds are the number's."""
+    parse: Integer | Number | OrWord
 
     @property
     def tuning_range(self) -> str:
         return self.parse.tuning_range
+
+    @property
+    def bounds(self) -> tuple[float, float | None]:
+        return self.parse.bounds
+
+
+@dataclasses.dataclass(frozen=True)
+class OrWord(_Or):
+    """`word` (any case, any quoting), or what `parse` reads ("auto", resize's "original")."""
+    word: str
+    parse: Integer | Number
 
     def __call__(self, name, value):
         if str(unquoted(value)).lower() == self.word:
@@ -214,29 +223,17 @@ class OrWord:
             raise UserError(f"{err} (or {self.word})") from None
 
     @property
-    def bounds(self) -> tuple[float, float | None]:
-        return self.parse.bounds
-
-    @property
     def accepts(self) -> str:
         return f"{self.word}, or {self.parse.accepts}"
 
 
 @dataclasses.dataclass(frozen=True)
-class OrUnset:
+class OrUnset(_Or):
     """No value (None), or what `parse` reads."""
     parse: Integer | Number | OrWord
 
-    @property
-    def tuning_range(self) -> str:
-        return self.parse.tuning_range
-
     def __call__(self, name, value):
         return None if is_none(value) else self.parse(name, value)
-
-    @property
-    def bounds(self) -> tuple[float, float | None]:
-        return self.parse.bounds
 
     @property
     def accepts(self) -> str:
