@@ -29,7 +29,6 @@ ENGINE_TESTS = ("tests/image/", "tests/docs/test_docs.py::test_the_documents_com
 # Modules whose tests share a module or session fixture that runs a training job (the fixture's name)
 SHARED_TRAINING = (
     "tests/job/test_job_e2e.py",  # pretrained_backbone
-    "tests/job/training/test_early_stopping.py",  # first_epoch_weights, peak_weights
     "tests/serve/test_builtin_clients.py",  # served
     "tests/builtin/test_full_training_notebooks.py",  # full_training
 )

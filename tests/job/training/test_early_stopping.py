@@ -2,8 +2,8 @@
 and a stop by SIGTERM in the middle of an early-stopping run resumed to the same end.
 
 A min_delta no change can reach makes the first epoch the best for good: the phase then stops
-after exactly `patience` more epochs, and the model exported must be the first epoch's, which a
-run of one epoch (same seed, same data) also exports."""
+after exactly `patience` more epochs, and the model exported must be the first epoch's: the model
+keep_epoch_models=1 kept as it was after epoch 1, before early stopping put any weights back."""
 
 import json
 import signal
@@ -26,38 +26,30 @@ def set_up(job, digit_records, weights, **values):
     write_hyperparameters(job, weights=str(weights), **RECIPE, **values)
 
 
-def exported_weights(job) -> list[np.ndarray]:
+def exported_weights(job, epoch: int | None = None) -> list[np.ndarray]:
+    """The model exported's weights; or of `epoch` (1-based), as keep_epoch_models kept it then."""
     import keras
 
-    return keras.saving.load_model(job.base / "model/model.keras").get_weights()
+    path = job.base / ("model/model.keras" if epoch is None else f"model/epochs/epoch-{epoch:04d}.keras")
+    return keras.saving.load_model(path).get_weights()
 
 
 def epochs_in_metrics(job) -> list[int]:
     return [row["epoch"] for row in json.loads((job.base / "output/data/metrics.json").read_text())["epochs"]]
 
 
-@pytest.fixture(scope="module")
-def first_epoch_weights(tmp_path_factory, digit_records, head_only_weights):
-    from tests.conftest import FakeJob
-
-    job = FakeJob(tmp_path_factory.mktemp("one-epoch"))
-    set_up(job, digit_records, head_only_weights, epochs=1)
-    out = run_train(job)
-    assert out.returncode == 0, out.stdout[-3000:]
-    return exported_weights(job)
-
-
 def test_a_phase_stops_after_patience_epochs_without_improvement_and_exports_its_best(
-        job, digit_records, head_only_weights, first_epoch_weights):
-    set_up(job, digit_records, head_only_weights, epochs=6, **STOPPING)
+        job, digit_records, head_only_weights):
+    set_up(job, digit_records, head_only_weights, epochs=6, keep_epoch_models=1, **STOPPING)
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:]
     assert ("early stopping: val_loss has not improved on its best (val_loss" in out.stdout
             and "at epoch 1) for 2 epochs: phase head ends after epoch 3 of 6" in out.stdout)
     assert "early stopping: phase head keeps the weights of its best epoch, 1" in out.stdout
     assert epochs_in_metrics(job) == [1, 2, 3]
-    for exported, best in zip(exported_weights(job), first_epoch_weights):
+    for exported, best in zip(exported_weights(job), exported_weights(job, 1), strict=True):
         np.testing.assert_array_equal(exported, best)
+    assert not all(np.array_equal(a, b) for a, b in zip(exported_weights(job), exported_weights(job, 3)))
     # the job's final metrics are the exported model's: in metrics.json, and as the last value of
     # each metric line SageMaker reads (what a tuning job ranks by)
     summary = json.loads((job.base / "output/data/metrics.json").read_text())
@@ -71,8 +63,8 @@ def test_a_phase_stops_after_patience_epochs_without_improvement_and_exports_its
 
 
 def test_stopped_mid_run_and_resumed_it_ends_and_exports_as_if_never_stopped(
-        job, digit_records, head_only_weights, first_epoch_weights):
-    set_up(job, digit_records, head_only_weights, epochs=6, **STOPPING)
+        job, digit_records, head_only_weights):
+    set_up(job, digit_records, head_only_weights, epochs=6, keep_epoch_models=1, **STOPPING)
     first = start_train(job)
     lines = read_until(first, "metrics: epoch=2 ")  # epoch 1 is the best; epoch 3 is under way
     first.send_signal(signal.SIGTERM)
@@ -88,8 +80,9 @@ def test_stopped_mid_run_and_resumed_it_ends_and_exports_as_if_never_stopped(
     summary = json.loads((job.base / "output/data/metrics.json").read_text())
     assert evaluation["epoch"] == 1
     assert evaluation["metrics"]["val_loss"] == pytest.approx(summary["final"]["val_loss"], rel=1e-6)
-    # the best weights came back from the checkpoint: the restarted process never saw epoch 1
-    for exported, best in zip(exported_weights(job), first_epoch_weights):
+    # the best weights came back from the checkpoint: the restarted process never saw epoch 1 (the
+    # first process kept its model, beside the checkpoints)
+    for exported, best in zip(exported_weights(job), exported_weights(job, 1), strict=True):
         np.testing.assert_array_equal(exported, best)
 
 
@@ -136,18 +129,6 @@ def set_up_peaking(job, digit_records, epochs, **values):
     write_hyperparameters(job, **PEAKING, epochs=epochs, **values)
 
 
-@pytest.fixture(scope="module")
-def peak_weights(tmp_path_factory, digit_records):
-    """The weights of that training after its first epoch: a run of one epoch."""
-    from tests.conftest import FakeJob
-
-    job = FakeJob(tmp_path_factory.mktemp("peak"))
-    set_up_peaking(job, digit_records, epochs=1)
-    out = run_train(job)
-    assert out.returncode == 0, out.stdout[-3000:]
-    return exported_weights(job)
-
-
 def peaked(job) -> dict:
     summary = json.loads((job.base / "output/data/metrics.json").read_text())
     accuracies = [row["val_accuracy"] for row in summary["epochs"]]
@@ -155,17 +136,16 @@ def peaked(job) -> dict:
     return summary
 
 
-def test_export_epoch_best_exports_the_peak_epoch_and_its_metric_lines_are_the_final_ones(
-        job, digit_records, peak_weights):
+def test_export_epoch_best_exports_the_peak_epoch_and_its_metric_lines_are_the_final_ones(job, digit_records):
     from tests.job.training.test_metrics import check_log
 
-    set_up_peaking(job, digit_records, epochs=3, export_epoch="best")
+    set_up_peaking(job, digit_records, epochs=3, export_epoch="best", keep_epoch_models=1)
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:]
     summary = peaked(job)  # never stopped early: 3 epochs
     assert "export_epoch=best: phase scratch keeps the weights of its best epoch, 1 (val_accuracy" in out.stdout
     assert "the model exported is epoch 1's (export_epoch=best)" in out.stdout
-    for exported, best in zip(exported_weights(job), peak_weights):
+    for exported, best in zip(exported_weights(job), exported_weights(job, 1), strict=True):
         np.testing.assert_array_equal(exported, best)
     assert summary["final"] == summary["epochs"][0]
     assert json.loads((job.base / "output/data/evaluation.json").read_text())["epoch"] == 1
@@ -174,17 +154,19 @@ def test_export_epoch_best_exports_the_peak_epoch_and_its_metric_lines_are_the_f
     check_log(out.stdout, [*summary["epochs"], summary["epochs"][0]], top_k=False)
 
 
-def test_export_epoch_last_exports_the_last_epoch_though_an_earlier_one_was_better(job, digit_records, peak_weights):
+def test_export_epoch_last_exports_the_last_epoch_though_an_earlier_one_was_better(job, digit_records):
     from tests.job.training.test_metrics import check_log
 
-    set_up_peaking(job, digit_records, epochs=3)  # (export_epoch=last: the default)
+    set_up_peaking(job, digit_records, epochs=3, keep_epoch_models=1)  # (export_epoch=last: the default)
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:]
     summary = peaked(job)
     assert summary["final"] == summary["epochs"][-1] and "keeps the weights of its best epoch" not in out.stdout
     assert json.loads((job.base / "output/data/evaluation.json").read_text())["epoch"] == 3
     check_log(out.stdout, summary["epochs"], top_k=False)  # (no epoch printed again)
-    assert not all(np.array_equal(a, b) for a, b in zip(exported_weights(job), peak_weights))
+    for exported, last in zip(exported_weights(job), exported_weights(job, 3), strict=True):
+        np.testing.assert_array_equal(exported, last)
+    assert not all(np.array_equal(a, b) for a, b in zip(exported_weights(job), exported_weights(job, 1)))
 
 
 def test_export_epoch_best_without_validation_exports_the_last_epoch_and_says_so(
