@@ -141,7 +141,8 @@ def run_rate(out: Path, task: dict, rate: float, weights: Path, quick: bool, rec
     check = json.loads((data / "label_errors.json").read_text())
     trained = sum(row["seconds"] for row in json.loads((data / "metrics.json").read_text())["epochs"])
     started = time.perf_counter()
-    probabilities = label_errors.out_of_fold(starting_features(weights, jpegs), given, len(task["classes"]), FOLDS, 0)
+    probabilities = label_errors.out_of_fold(starting_features(weights, jpegs), given, len(task["classes"]), FOLDS,
+                                             0).probabilities
     heads = time.perf_counter() - started
     ours = np.zeros(len(jpegs), bool)
     ours[label_errors.find(probabilities, given).indices] = True

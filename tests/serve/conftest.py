@@ -20,15 +20,17 @@ CLASSES = ("cat", "dog", "bird")
 SERVE = str(Path(sys.executable).parent / "keras-pipe-serve")  # the console script, as users run it
 
 
-def exported(folder: Path, threshold: float | None = None, temperature=None) -> Path:
+def exported(folder: Path, threshold: float | None = None, temperature=None, bias=None) -> Path:
     """A small classifier exported by the job's own export(): a one-convolution backbone with
     seeded random weights (a deep backbone untrained answers the same for every image), so that
     each image gets its own answer. `temperature`: its served probabilities calibrated by it (the
-    same weights: the same model, calibrated)."""
+    same weights: the same model, calibrated); `bias`: one per class, added after the temperature
+    (Platt scaling: multi-label)."""
     import keras
 
     from keras_pipe_train.model import classifier as M
     from keras_pipe_train.model.export import export
+    from keras_pipe_train.training import calibration as C
     from keras_pipe_train.training.calibration import Calibration
 
     keras.utils.set_random_seed(3)
@@ -40,7 +42,8 @@ def exported(folder: Path, threshold: float | None = None, temperature=None) -> 
     head.set_weights([keras.random.normal(w.shape, stddev=3.0, seed=5).numpy() for w in head.get_weights()])
     calibration = None if temperature is None else Calibration(
         "true", np.asarray(temperature) if np.ndim(temperature) else temperature, True, "calibration=true", 100, {},
-        {}, threshold is not None).serving(threshold)
+        {}, threshold is not None, bias=None if bias is None else np.asarray(bias, np.float64),
+        method=C.TEMPERATURE if bias is None else C.PLATT).serving(threshold)
     export(classifier, CLASSES, 32, folder, threshold=threshold, calibration=calibration)
     return folder
 

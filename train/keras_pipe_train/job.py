@@ -76,7 +76,7 @@ class Training:
     precise_bn: PreciseBatchNorm | None = None
     # the class names a manifest's lines give, read on this host (the model's, without class_names)
     seen: manifest.ClassNames = dataclasses.field(default_factory=manifest.ClassNames)
-    # label_error_folds: the backbone's weights as the job started (None: from scratch, or no check)
+    # label_error_folds: the backbone's weights as the job started (None: from scratch, or no training check)
     start_weights: list | None = None
 
     @property

@@ -175,3 +175,22 @@ def test_a_job_stopped_before_its_gallery_says_so(tmp_path):
     empty = dataclasses.replace(gallery(SingleLabel(2), 2, 4), mistakes=[], wrong=0)
     text = job_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe"}, "job-3", empty).read_text()
     assert "none: it gets all 4 validation images right" in text
+
+
+def test_the_calibration_section_says_the_rule_served_its_bias_and_what_was_left_out(tmp_path):
+    from keras_pipe_train.training import calibration as C
+
+    rng = np.random.default_rng(0)
+    truth = rng.normal(0, 3, (2000, 3))
+    labels = (rng.random((2000, 3)) < C.tempered(truth, 1.0, True)).astype(np.float32)
+    logits = truth + np.array([2.0, 0.0, 0.0])
+    logits[5, 1] = np.nan
+    found = C.calibrate(logits, labels, True, "auto", seed=0)
+    shown = {"multi_label": True, "classes": ["cat", "dog", "bird"], "calibration": found.as_json()}
+    text = job_page.calibration_section(tmp_path, shown)
+    assert found.method == C.PLATT and "Platt scaling: a temperature for each class" in text
+    assert "and a bias for each class, -1.9" in text and "<th>bias</th>" in text
+    assert "1 example whose logits are not finite left out" in text and "the predictions are the same" in text
+    plain = C.calibrate(truth * 2, labels, True, "auto", seed=0).as_json()
+    text = job_page.calibration_section(tmp_path, {**shown, "calibration": plain})
+    assert "bias" not in text and "left out" not in text

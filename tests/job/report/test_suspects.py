@@ -67,3 +67,30 @@ def test_training_images_left_unchecked_are_said_so_in_the_json_and_the_page(tmp
     S.write(tmp_path, partial)
     assert json.loads((tmp_path / S.JSON_NAME).read_text())["train_unchecked"] == why
     assert f"Training images not checked: {why}.".replace("'", "&#x27;") in S.section(partial)
+
+
+def test_the_heads_held_out_accuracy_and_the_images_not_judged_are_in_the_json_and_the_page(tmp_path):
+    found = checked()
+    seen, suspects = found.sets["train"]
+    unjudged = Suspects(suspects.indices, suspects.likely, suspects.given_probability, suspects.likely_probability,
+                        unjudged=2, unjudged_classes=(1,))
+    with_heads = S.Checked({"train": (seen, unjudged)}, found.class_names, 5, False, 1.0, heads_accuracy=0.87654)
+    S.write(tmp_path, with_heads)
+    summary = json.loads((tmp_path / S.JSON_NAME).read_text())
+    assert summary["train_heads_accuracy"] == 0.8765 and summary["sets"]["train"]["unjudged"] == 2
+    page = S.section(with_heads)
+    assert "label given for 87.7% of them" in page and "Not judged: 2 images of dog" in page
+    S.write(tmp_path, found)  # (none measured, none left out: neither said)
+    assert "train_heads_accuracy" not in json.loads((tmp_path / S.JSON_NAME).read_text())
+    assert "Not judged" not in S.section(found) and "label given for" not in S.section(found)
+
+
+def test_a_set_examined_as_a_sample_says_of_how_many_images(tmp_path):
+    found = checked()
+    seen, suspects = found.sets["train"]
+    sampled = Gathered(seen.outputs, seen.labels, seen.fingerprints, sources=seen.sources, read=1000)
+    partial = S.Checked({"train": (sampled, suspects)}, found.class_names, 5, False, 1.0)
+    S.write(tmp_path, partial)
+    assert json.loads((tmp_path / S.JSON_NAME).read_text())["sets"]["train"]["read"] == 1000
+    assert "Train images: 5 of 5 (a sample of 1,000)</h3>" in S.section(partial)
+    assert partial.summary() == "train: 5 of 5 images suspected (a sample of 1,000)"

@@ -21,13 +21,15 @@ from keras_pipe_train.settings.serving_schema import (
 
 MULTI_LABEL = ServingSettings(64, 1000, 0.3, "mxnet", ServedCalibration((2.5, 0.5), 400, (0.1, 0.6)))
 SINGLE_LABEL = ServingSettings(32, DEFAULT_MAX_PIXELS, None, "keras-pipe", ServedCalibration(1.5, 300))
+PLATT = ServingSettings(64, 1000, 0.3, "keras-pipe", ServedCalibration((2.5, 0.5), 400, (0.1, 0.6), "Platt scaling",
+                                                                      (-1.5, 0.25)))
 
 
 def test_the_schema_has_a_version_and_writes_it():
     assert SCHEMA_VERSION == 2 and ServingSettings(32).to_json()["version"] == SCHEMA_VERSION
 
 
-@pytest.mark.parametrize("settings", [MULTI_LABEL, SINGLE_LABEL, ServingSettings(224)])
+@pytest.mark.parametrize("settings", [MULTI_LABEL, SINGLE_LABEL, PLATT, ServingSettings(224)])
 def test_a_written_file_reads_back_the_same(settings, tmp_path):
     path = settings.write(tmp_path)
     assert path == tmp_path / "serving.json"
@@ -44,6 +46,13 @@ def test_the_written_keys_are_those_older_servers_read():
         "dialect": "mxnet", "calibration": {"method": "temperature scaling", "temperature": [2.5, 0.5],
                                             "validation_examples": 400, "calibrated_thresholds": [0.1, 0.6]}}
     assert "calibrated_thresholds" not in SINGLE_LABEL.to_json()["calibration"]
+    assert "bias" not in SINGLE_LABEL.to_json()["calibration"]  # (none: a version 2 file as it was before bias)
+    assert PLATT.to_json()["calibration"]["bias"] == [-1.5, 0.25]
+
+
+def test_a_version_2_calibration_without_a_bias_reads_as_none():
+    data = {**MULTI_LABEL.to_json()}
+    assert "bias" not in data["calibration"] and ServingSettings.from_json(data).calibration.bias is None
 
 
 # each form export.py wrote before the schema (git log -p train/keras_pipe_train/model/export.py):
@@ -98,6 +107,10 @@ def test_a_folder_without_serving_json_reads_none(tmp_path):
     ({"calibration": {"method": "temperature scaling", "temperature": 1.0, "validation_examples": 9,
                       "calibrated_thresholds": [0.5, 2]}}, "calibration.calibrated_thresholds\\[1\\] must be between"),
     ({"calibration": [1.0]}, "calibration must be a JSON object, got \\[1.0\\]"),
+    ({"calibration": {"method": "Platt scaling", "temperature": 1.0, "validation_examples": 9, "bias": [0.5, None]}},
+     "calibration.bias\\[1\\] must be a number, got null"),
+    ({"calibration": {"method": "Platt scaling", "temperature": 1.0, "validation_examples": 9, "bias": 0.5}},
+     "calibration.bias must be a list of numbers, one per class, got 0.5"),
 ])
 @pytest.mark.parametrize("version", [None, 2])
 def test_a_bad_field_is_named_with_its_file(change, message, version, tmp_path):
@@ -156,12 +169,15 @@ def test_what_the_export_is_given_is_checked_before_it_is_written():
         ServingSettings(32, calibration=ServedCalibration(float("nan"), 10))
 
 
-@pytest.mark.parametrize("temperature, threshold", [(2.0, None), (np.array([2.5, 0.5, 1.0]), 0.3)])
-def test_the_calibration_the_job_serves_reads_back_as_it_was_written(temperature, threshold):
+@pytest.mark.parametrize("temperature, threshold, bias", [(2.0, None, None), (np.array([2.5, 0.5, 1.0]), 0.3, None),
+                                                     (2.0, None, np.array([0.5, -0.5, 0.0])),
+                                                     (np.array([2.5, 0.5, 1.0]), 0.3, np.array([1.0, -2.0, 0.0]))])
+def test_the_calibration_the_job_serves_reads_back_as_it_was_written(temperature, threshold, bias):
     from keras_pipe_train.training.calibration import Calibration
 
-    found = Calibration("true", temperature, True, "calibration=true", 300, {}, {}, threshold is not None)
+    found = Calibration("true", temperature, True, "calibration=true", 300, {}, {}, threshold is not None, bias=bias)
     typed = found.serving(threshold)
+    assert (typed.bias is None) == (bias is None)
     assert ServedCalibration.from_json(typed.to_json()) == typed
     assert typed.validation_examples == 300 and (typed.calibrated_thresholds is None) == (threshold is None)
     assert ServingSettings(32, threshold=threshold, calibration=typed).calibration == typed

@@ -149,12 +149,13 @@ def test_the_pass_keeps_at_most_its_bound_and_says_it_was_cut():
     seen = gather(lambda x: x[:, :2] * 2, dataset, 2, 1000)
     assert seen.outputs.shape == (50, 2) and seen.labels.shape == (50,) and not seen.cut
     assert np.allclose(seen.outputs, images[:, :2] * 2) and seen.fingerprints == ()
-    seen = gather(lambda x: x[:, :2], dataset, 2, 20)
-    assert seen.outputs.shape == (20, 2) and len(seen) == 20 and seen.cut
+    seen = gather(lambda x: x[:, :2], dataset, 2, 20)  # (a sample of 20 of the 50 read: not cut)
+    assert seen.outputs.shape == (20, 2) and len(seen) == 20 and not seen.cut and seen.read == 50 and seen.sampled
+    assert {tuple(row) for row in seen.outputs} <= {tuple(row) for row in images[:, :2]}
     stop = threading.Event()
     stop.set()
     seen = gather(lambda x: x[:, :2], dataset, 2, 1000, stop=stop)
-    assert seen.outputs.shape == (0, 2) and seen.cut
+    assert seen.outputs.shape == (0, 2) and seen.cut and seen.read == 0
     # an examined pass's fingerprints, thumbnails and sources ride along
     examined = tf.data.Dataset.from_tensor_slices((images, np.zeros(50, np.int64), np.tile(np.arange(8, dtype=np.uint8),
                                                    (50, 1)), [b"jpeg"] * 50,
@@ -165,6 +166,50 @@ def test_the_pass_keeps_at_most_its_bound_and_says_it_was_cut():
     # features kept as float16 saturate at its largest value, never inf
     seen = gather(lambda x: x * 1e6, dataset, 4, 50, dtype=np.float16)
     assert np.isfinite(seen.outputs).all() and np.abs(seen.outputs).max() == np.finfo(np.float16).max
+
+
+def test_the_pass_keeps_a_seeded_sample_of_every_class_read_class_by_class():
+    """Image folders are read class by class: 1,000 examples of 10 classes, 100 kept. The first 100
+    would all be class 0; a uniform sample holds about 10 of each. The function runs on the examples
+    kept alone, and the outputs stay those of their own examples."""
+    import tensorflow as tf
+
+    from keras_pipe_train.training.gathered import gather
+
+    labels = np.repeat(np.arange(10), 100)
+    images = np.stack([np.arange(1000), labels], axis=1).astype(np.float32)
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(32)
+    rows = []
+
+    def function(x):
+        rows.append(len(x))
+        return x
+
+    seen = gather(function, dataset, 2, 100, seed=3)
+    counts = np.bincount(seen.labels, minlength=10)
+    assert len(seen) == 100 and seen.read == 1000 and not seen.cut
+    assert counts.min() >= 3 and counts.max() <= 20, counts
+    assert (seen.outputs[:, 1] == seen.labels).all() and len(set(seen.outputs[:, 0].tolist())) == 100
+    assert sum(rows) < 500  # (about 100 x (1 + ln 10): the rest are never run through it)
+    again, other = gather(lambda x: x, dataset, 2, 100, seed=3), gather(lambda x: x, dataset, 2, 100, seed=4)
+    assert np.array_equal(again.outputs, seen.outputs) and not np.array_equal(other.outputs, seen.outputs)
+
+
+def test_the_reservoir_keeps_each_item_as_often_as_any_other():
+    from keras_pipe_train.training.gathered import Reservoir
+
+    kept = np.zeros(60)
+    for seed in range(3000):
+        reservoir, slots = Reservoir(12, seed), np.full(12, -1)
+        for batch in (7, 20, 1, 32):  # (batches of any size: one sample of the whole pass)
+            first = reservoir.offered
+            positions, where = reservoir.places(batch)
+            assert len(set(where.tolist())) == len(where) and (where < 12).all()
+            slots[where] = first + positions
+        assert (slots >= 0).all() and len(set(slots.tolist())) == 12
+        kept[slots] += 1
+    share = kept / 3000  # (each item 12 / 60 = 0.2 of the time; the spread of a share of 3,000 is 0.0073)
+    assert np.abs(share - 0.2).max() < 0.035, share
 
 
 def test_a_multi_label_set_too_small_or_too_clean_for_any_fit_still_gets_a_temperature():
@@ -185,3 +230,138 @@ def test_a_model_whose_logits_say_little_is_calibrated_at_the_upper_bound_by_aut
     logits, labels = planted(50.0, examples=1000)
     found = C.calibrate(logits, labels, False, "auto", seed=0)
     assert found.temperature == pytest.approx(20.0, rel=1e-3) and found.applied, found.reason
+
+
+def misfiled(examples=200, wrong=12, classes=10, seed=1):
+    """A model right on every correctly filed image (its class's logit 8 to 12 above the others),
+    and `wrong` images filed under another class, whose logit the model puts 7 below the others:
+    the only errors are the labels'."""
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, classes, examples)
+    logits = rng.normal(0, 0.3, (examples, classes))
+    logits[np.arange(examples), truth] += rng.uniform(8, 12, examples)
+    given = truth.copy()
+    flip = rng.choice(examples, wrong, replace=False)
+    given[flip] = (truth[flip] + rng.integers(1, classes, wrong)) % classes
+    logits[flip, given[flip]] -= 7
+    return logits, given
+
+
+def test_auto_never_applies_a_temperature_that_raises_the_brier_score():
+    """12 labels of 200 filed wrong, the model right on every other image: the temperature of least
+    NLL softens every right answer to pay for the 12 (NLL 1.07 -> 0.60), and the Brier score and
+    ECE rise (0.120 -> 0.128, 0.059 -> 0.103): auto does not apply it, and says why."""
+    logits, labels = misfiled()
+    found = C.calibrate(logits, labels, False, "auto", seed=0)
+    assert found.temperature > 2 and found.method == C.TEMPERATURE
+    assert found.after["nll"] < found.before["nll"] - 0.3  # (the NLL alone would have applied it)
+    assert found.after["brier"] > found.before["brier"] and found.after["ece"] > found.before["ece"]
+    assert not found.applied and found.reason == "calibration=auto: the cross-fitted Brier score is no lower with it"
+    assert found.serving(None) is None
+
+
+@pytest.mark.parametrize("examples", [1, 10])
+def test_true_never_serves_the_lower_bound_on_a_set_without_errors(examples):
+    """10 clean images, or one: the fit sharpens as far as it may (T = 0.05); calibration=true does
+    not serve it, and says why."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, examples)
+    logits = np.eye(5)[labels] * 4 + rng.normal(0, 0.3, (examples, 5))
+    found = C.calibrate(logits, labels, False, "true", seed=0)
+    assert C.at_bound(found.temperature)
+    assert not found.applied and found.served is None and found.serving(None) is None
+    assert found.reason.startswith("calibration=true: the fit reached the temperature's lower bound 0.05")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_logits_that_are_not_finite_are_left_out_of_the_fit_and_counted(bad):
+    logits, labels = planted(3.0, examples=1000)
+    broken = logits.copy()
+    broken[7, 3] = bad
+    for setting in ("auto", "true"):
+        found = C.calibrate(broken, labels, False, setting, seed=1)
+        clean = C.calibrate(np.delete(logits, 7, axis=0), np.delete(labels, 7), False, setting, seed=1)
+        assert found.temperature == pytest.approx(clean.temperature) == pytest.approx(3.0, rel=0.15)
+        assert found.applied and found.examples == 999 and found.left_out == 1
+        assert found.reason == clean.reason + " (1 example whose logits are not finite left out of the fit and the figures)"
+        assert np.isfinite([found.before["nll"], found.after["nll"], found.after["brier"]]).all()
+    with pytest.raises(ValueError, match="none of the 2 validation examples' logits are finite"):
+        C.calibrate(np.full((2, 3), np.nan), np.array([0, 1]), False, "true", seed=1)
+
+
+def offset_multi_label(examples=2000, seed=0):
+    """A multi-label model calibrated but for class 0, whose logits are all 2 too high."""
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(0, 3, (examples, 5))
+    labels = (rng.random((examples, 5)) < C.tempered(truth, 1.0, True)).astype(np.float32)
+    logits = truth.copy()
+    logits[:, 0] += 2.0
+    return logits, labels
+
+
+def test_a_multi_label_class_offset_is_corrected_by_platt_scaling():
+    """sigmoid(z / T) keeps 0.5 where it is: a temperature cannot undo an offset (class 0's held-out
+    ECE 0.216 before, 0.189 with temperatures). Platt scaling, sigmoid(z / T + b), does (0.02), and
+    the served rule's calibrated thresholds still give exactly the model's own predictions."""
+    logits, labels = offset_multi_label()
+    found = C.calibrate(logits, labels, True, "auto", seed=0)
+    assert found.method == C.PLATT and found.applied
+    assert found.per_class_ece["before"][0] > 0.2 and found.per_class_ece["after"][0] < 0.04
+    assert found.bias[0] == pytest.approx(-2.0, abs=0.3) and np.abs(found.bias[1:]).max() < 0.3
+    assert found.after["ece"] < found.before["ece"] and found.after["brier"] < found.before["brier"]
+    served = found.serving(0.3)
+    assert served.bias == tuple(found.bias.tolist()) and served.method == C.PLATT
+    raw = C.tempered(logits, 1.0, True) >= 0.3
+    calibrated = C.served_probabilities(logits, served, True)
+    assert ((calibrated >= np.array(served.calibrated_thresholds) - 1e-12) == raw).mean() > 0.999
+
+
+def test_a_single_label_model_keeps_a_temperature_alone_and_so_its_predictions():
+    """class_weights=balanced-like offsets: a bias per class would beat the temperature on NLL, but
+    would move the model's decisions (softmax(z / T + b)'s argmax is not z's): the rule stays a
+    temperature, which keeps every prediction."""
+    rng = np.random.default_rng(1)
+    truth = rng.normal(0, 2, (3000, 6))
+    labels = (C.tempered(truth, 1.0, False).cumsum(axis=1) > rng.random((3000, 1))).argmax(axis=1)
+    offsets = np.array([0, 0.5, 1.0, 1.5, -1.0, -1.5])
+    for logits in (truth + offsets, truth * 2):
+        found = C.calibrate(logits, labels, False, "true", seed=0)
+        assert found.method == C.TEMPERATURE and found.bias is None
+        served = C.served_probabilities(logits, found.serving(None), False)
+        assert (served.argmax(axis=1) == logits.argmax(axis=1)).all()
+    assert C.calibrate(truth * 2, labels, False, "auto", seed=0).temperature == pytest.approx(2.0, rel=0.1)
+
+
+def test_the_cross_fitted_figures_are_those_of_the_rule_served():
+    """A class of 19 positives among 400 has a temperature of its own when served; each half of the
+    cross-fit holds about 10 of them, and still fits its own (not the pooled one, which would score a
+    rule that is not served)."""
+    rng = np.random.default_rng(1)
+    logits = rng.normal(0, 3, (400, 4))
+    logits[:, 1] = rng.normal(-16, 6, 400)
+    labels = (rng.random((400, 4)) < C.tempered(logits, np.array([1.0, 4.0, 1.0, 1.0]), True)).astype(np.float32)
+    assert labels[:, 1].sum() == 19 and C.own_classes(logits, labels, True)[1]
+    rule, after = C.fit(logits, labels, True, seed=0)
+    ratio = np.round(after[:, 1] / logits[:, 1], 12)  # (each half divided by the other half's temperature)
+    values = np.unique(ratio)
+    assert len(values) == 2
+    for value in values:
+        other = ratio != value
+        assert labels[other, 1].sum() < C.MIN_CLASS_SIDE or labels[~other, 1].sum() < C.MIN_CLASS_SIDE
+        own = C.fit_temperature(logits[other][:, [1]], labels[other][:, [1]], True, own=np.array([True]))[0]
+        assert 1 / value == pytest.approx(own)
+
+
+def test_a_rule_fitted_on_some_examples_is_scored_on_all_of_them():
+    """calibrate(..., fitted_on=mask): the rule of those examples alone (each half's, of its own
+    among them), the figures of every example."""
+    logits, labels = planted(2.0, examples=1000, seed=2)
+    noisy = labels.copy()
+    noisy[:100] = (labels[:100] + 1) % 10  # (the first 100 filed wrong)
+    kept = np.arange(1000) >= 100
+    found = C.calibrate(logits, noisy, False, "true", seed=0, fitted_on=kept)
+    assert found.temperature == pytest.approx(C.fit_temperature(logits[kept], noisy[kept], False))
+    assert found.temperature == pytest.approx(2.0, rel=0.1) and found.examples == 1000
+    assert found.before == C.scores(logits, noisy, False)
+    every = C.calibrate(logits, noisy, False, "true", seed=0)
+    assert every.temperature > found.temperature * 1.2  # (the 100 wrong labels soften a fit on all)

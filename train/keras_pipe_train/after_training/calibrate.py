@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 # the label check reads the validation images from this pass: each one's thumbnail is kept too
 LABEL_THUMBNAIL = 64  # pixels: the longer side of a suspect's picture in the report
-MAX_CHECKED = 100_000  # examples the label check looks at, at most: the first ones
+MAX_CHECKED = 100_000  # examples the label check looks at, at most: a uniform sample of those read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +30,8 @@ class Calibrated:
     validation: gathered.Gathered | None = None
 
     @property
-    def served(self):
-        """The temperature the served probabilities' logits are divided by (None: not applied)."""
+    def served(self) -> ServedCalibration | None:
+        """The rule the served probabilities' logits go through (None: not applied)."""
         return self.calibration.served if self.calibration else None
 
     def serving(self, threshold: float | None) -> ServedCalibration | None:
@@ -48,7 +48,7 @@ def calibrate(trained: Trained) -> Calibrated:
         return Calibrated()
     seen = None
     try:
-        checks = bool(t.config.label_error_folds)
+        checks = t.config.label_check and not t.config.multi_label  # (label_check.py reads this pass)
         make = t.examples(t.validation, examined=LABEL_THUMBNAIL if checks else 0)
         classes = t.model.output_shape[-1]
         limit = max(1, calibration.MAX_VALUES // classes)
@@ -66,10 +66,11 @@ def calibrate(trained: Trained) -> Calibrated:
                     type(err).__name__, err, exc_info=True)
         return Calibrated(validation=seen if seen is not None and len(seen) else None)
     before, after = found.before, found.after
-    log.info("calibration on %d validation examples%s: temperature %s %s (%s); cross-fitted ECE %.4f -> %.4f, "
-             "NLL %.4f -> %.4f", found.examples, " (the first: the pass was cut short)" if found.cut else "",
+    log.info("calibration on %d validation examples%s: %s, temperature %s %s (%s); cross-fitted ECE %.4f -> %.4f, "
+             "NLL %.4f -> %.4f, Brier %.4f -> %.4f", found.examples,
+             " (a sample of those read before the pass was cut short)" if found.cut else "", found.method,
              _shown(found.temperature), "applied" if found.applied else "not applied", found.reason,
-             before["ece"], after["ece"], before["nll"], after["nll"])
+             before["ece"], after["ece"], before["nll"], after["nll"], before["brier"], after["brier"])
     return Calibrated(found, seen)
 
 

@@ -1,6 +1,7 @@
-"""label_error_folds: the likely label errors (training/label_errors.py) of the validation images,
-from the exported model's (served) probabilities, and of the training images, from K heads on the
-features of the backbone the job started from; written to output/data/label_errors.csv and .json."""
+"""label_check: the likely label errors (training/label_errors.py) of the validation images, from the
+exported model's (served) probabilities; with label_error_folds, of the training images too, from K
+heads on the features of the backbone the job started from; written to output/data/label_errors.csv,
+.manifest and .json."""
 
 from __future__ import annotations
 
@@ -28,68 +29,78 @@ FEATURES_SHARE = 0.6  # of the chief's budget on several hosts, for the training
 
 
 def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | None) -> suspects.Checked | None:
-    """The chief's check, within `budget_s` seconds (None: no bound); None when not asked, and for
-    a multi-label job (the check finds one wrong class per image); a check that fails is a warning."""
+    """The chief's check, within `budget_s` seconds (None: no bound); None when not asked, with
+    nothing to check (no validation, no folds), and for a multi-label job (the check finds one wrong
+    class per image); a check that fails is a warning."""
     t, folds = trained, trained.config.label_error_folds
-    if not folds or t.stop.is_set():
+    if not t.config.label_check or t.stop.is_set():
         return None
     if t.config.multi_label:
-        log.warning("label_error_folds: the label check finds one wrong class per image; a multi-label job's "
-                    "labels are not checked")
+        log.info("label check: the check finds one wrong class per image; a multi-label job's labels are not checked")
+        return None
+    seen = calibrated.validation
+    if not folds and (seen is None or not len(seen)):
+        log.info("label check: no validation images were read to check (label_error_folds would check the training "
+                 "images)")
         return None
     started = time.perf_counter()
     ends = None if budget_s is None else time.monotonic() + budget_s
     try:
         sets = {}
-        seen = calibrated.validation
         if seen is not None and len(seen):
-            served = calibrated.served
-            probabilities = calibration.tempered(seen.outputs, 1.0 if served is None else served, False)
+            probabilities = calibration.served_probabilities(seen.outputs, calibrated.served, False)
             sets["validation"] = (seen, label_errors.find(probabilities, seen.labels))
-        # (on several hosts the features' pass takes FEATURES_SHARE of the budget: the heads need the rest)
-        features = training_features(t, None if budget_s is None else FEATURES_SHARE * budget_s)
-        found, unchecked = None, ("a stop request came during their pass" if t.stop.is_set()
-                                  else "" if len(features) else "their pass read none")
-        if not unchecked:
-            found, unchecked = training_suspects(t, features, ends)
-        if found is not None:
-            sets["train"] = (features, found)
-        else:
-            log.warning("label check: the training images are not checked: %s", unchecked)
+        found, accuracy, unchecked = None, None, ("label_error_folds=0 (5, say, checks them too, by cross-validated "
+                                                  "heads on the starting backbone's features)")
+        if folds:
+            # (on several hosts the features' pass takes FEATURES_SHARE of the budget: the heads need the rest)
+            features = training_features(t, None if budget_s is None else FEATURES_SHARE * budget_s)
+            unchecked = ("a stop request came during their pass" if t.stop.is_set()
+                         else "" if len(features) else "their pass read none")
+            if not unchecked:
+                found, accuracy, unchecked = training_suspects(t, features, ends)
+            if found is not None:
+                sets["train"] = (features, found)
+            else:
+                log.warning("label check: the training images are not checked: %s", unchecked)
         checked = suspects.Checked(sets, t.config.class_names, folds, trained_features=t.start_weights is None,
-                                   seconds=time.perf_counter() - started, unchecked=unchecked)
+                                   seconds=time.perf_counter() - started, unchecked=unchecked,
+                                   heads_accuracy=accuracy)
         path = suspects.write(t.layout.output_data, checked, contract.training_job_name())
     except Exception as err:
         log.warning("could not check the labels (%s: %s)", type(err).__name__, err, exc_info=True)
         return None
-    log.info("label check (%d folds) in %.1f s: %s; %s", folds, checked.seconds, checked.summary(), path)
+    log.info("label check%s in %.1f s: %s; %s", f" ({folds} folds)" if folds else "", checked.seconds,
+             checked.summary(), path)
     return checked
 
 
 def training_suspects(trained: Trained, features: gathered.Gathered, ends: float | None
-                      ) -> tuple[label_errors.Suspects | None, str]:
-    """The training images' suspects, from label_error_folds heads on their `features`; or None
-    and why not, when the heads were cut: by a stop request, or their time, at most HEADS_SHARE of
-    the training's (HEADS_MIN_S at least), and never past `ends` (time.monotonic(): the budget of
-    the chief's passes on several hosts)."""
+                      ) -> tuple[label_errors.Suspects | None, float | None, str]:
+    """The training images' suspects, from label_error_folds heads on their `features`, and the
+    heads' held-out accuracy; or None, None and why not, when the heads were cut: by a stop
+    request, or their time, at most HEADS_SHARE of the training's (HEADS_MIN_S at least), and never
+    past `ends` (time.monotonic(): the budget of the chief's passes on several hosts)."""
     t, folds = trained, trained.config.label_error_folds
     allowed = max(HEADS_MIN_S, HEADS_SHARE * sum(row.get("seconds", 0.0) for row in t.rows))
     budget = f"{HEADS_SHARE:.0%} of the training's time, {HEADS_MIN_S:.0f} s at least"
     if ends is not None and ends - time.monotonic() < allowed:  # (several hosts: what is left of the chief's)
         allowed, budget = max(0.0, ends - time.monotonic()), "what was left of the chief's budget on several hosts"
     try:
-        probabilities = label_errors.out_of_fold(features.outputs.astype(np.float32), features.labels,
-                                                 t.model.output_shape[-1], folds, t.config.seed,
-                                                 stop=t.stop, deadline=time.monotonic() + allowed)
+        held = label_errors.out_of_fold(features.outputs.astype(np.float32), features.labels,
+                                        t.model.output_shape[-1], folds, t.config.seed,
+                                        stop=t.stop, deadline=time.monotonic() + allowed)
     except label_errors.Cut as cut:
-        return None, f"their {folds} heads on {len(features):,} images were ended by {cut}" + (
+        return None, None, f"their {folds} heads on {len(features):,} images were ended by {cut}" + (
             f" ({allowed:.0f} s: {budget})" if str(cut) == label_errors.BY_TIME else "")
-    found, rare = label_errors.of_classes_with(label_errors.find(probabilities, features.labels), features.labels,
-                                               folds)
-    if rare:
-        log.info("label check: %d training suspects left out: their classes have fewer images than the %d folds, "
-                 "too few for a head to learn them without the image itself", rare, folds)
-    return found, ""
+    # (a class with fewer images than folds is held out while its head has seen few or none of it)
+    least = max(label_errors.MIN_CLASS_EXAMPLES, folds)
+    found = label_errors.find(held.probabilities, features.labels, least)
+    if found.unjudged:
+        log.info("label check: %d training images not judged: their %d classes have fewer than %d images, or the "
+                 "heads give their images their own class no more than chance", found.unjudged,
+                 len(found.unjudged_classes), least)
+    return found, held.accuracy, ""
 
 
 def training_features(trained: Trained, budget_s: float | None) -> gathered.Gathered:

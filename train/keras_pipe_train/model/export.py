@@ -14,7 +14,8 @@ model_dir/
   serving.json  what `serve` needs beside the SavedModel, in a versioned schema
                 (settings/serving_schema.py): the image limit, a multi-label model's threshold,
                 its calibration (the temperature the served probabilities' logits are divided
-                by, training/calibration.py; null: none), and the dialect its answers speak:
+                by and the bias added to them, training/calibration.py; null: none), and the
+                dialect its answers speak:
                 "mxnet" or "tensorflow" (a model trained in a SageMaker built-in image
                 classifier's dialect, whose clients read the answers that built-in gave), or
                 "keras-pipe", this project's own (keras_pipe_serve.payloads says each one's
@@ -41,15 +42,15 @@ SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is t
 
 def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
                     threshold: float | None = None, resize_to: int | str | None = None,
-                    interpolation: str = "bilinear", temperature=None):
+                    interpolation: str = "bilinear", calibration: ServedCalibration | None = None):
     """`threshold`: a multi-label model's (None: a single-label one). `resize_to`, `interpolation`:
     how each image is prepared (preprocess.for_eval): the job's resize and resize_interpolation, as
-    validation prepared it (the MXNet dialect's: resize None, job.serving_resize). `temperature`:
-    the served probabilities are those of the logits divided by it (a number, or one per class;
-    None: the model's own); a multi-label model's predictions stay its threshold's on the model's
+    validation prepared it (the MXNet dialect's: resize None, job.serving_resize). `calibration`:
+    the served probabilities are those of the logits divided by its temperature plus its bias
+    (None: the model's own); a multi-label model's predictions stay its threshold's on the model's
     own probabilities, as validated (training/calibration.py)."""
     names = tf.constant(list(class_names))
-    answer = served_probabilities(model, temperature, threshold is not None)
+    answer = served_probabilities(model, calibration, threshold is not None)
 
     def serve(image_bytes):
         # each request's images are checked from their headers before decoding: a small file that
@@ -77,23 +78,26 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     return archive
 
 
-def served_probabilities(model: keras.Model, temperature, multi_label: bool):
+def served_probabilities(model: keras.Model, calibration: ServedCalibration | None, multi_label: bool):
     """images -> (the probabilities served, those its predictions are decided on): the model's own
-    for both, or with a `temperature` (a number, or one per class), those of the logits divided by
-    it, the predictions staying the model's own (a softmax's argmax is the same; a multi-label
-    model's threshold is judged on its own sigmoid, as validated)."""
-    if temperature is None:
+    for both, or with a `calibration`, those of the logits divided by its temperature (a number, or
+    one per class) plus its bias (one per class, when it has one). A multi-label model's
+    predictions stay its own (its threshold is judged on its own sigmoid, as validated); a
+    single-label one's are the served probabilities' likeliest (a temperature alone keeps the
+    model's own; a bias may not)."""
+    if calibration is None:
         def own(images):
             probabilities = tf.cast(model(images, training=False), tf.float32)
             return probabilities, probabilities
 
         return own
-    logits, divisor = logits_of(model), tf.constant(temperature, tf.float32)
+    logits, divisor = logits_of(model), tf.constant(calibration.temperature, tf.float32)
+    bias = tf.constant(0.0 if calibration.bias is None else calibration.bias, tf.float32)
     activation = tf.sigmoid if multi_label else tf.nn.softmax
 
     def calibrated(images):
         z = logits(images)
-        probabilities = activation(z / divisor)
+        probabilities = activation(z / divisor + bias)
         return probabilities, tf.sigmoid(z) if multi_label else probabilities
 
     return calibrated
@@ -119,5 +123,5 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
     settings.write(model_dir)
     serving_dir = model_dir / SERVING_VERSION
     serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to, interpolation,
-                    calibration.temperature if calibration else None).write_out(str(serving_dir), verbose=False)
+                    calibration).write_out(str(serving_dir), verbose=False)
     return serving_dir

@@ -134,14 +134,21 @@ def calibration_section(folder: Path, evaluation: dict) -> str:
         return pages.section(title, pages.note("not measured: the model was not calibrated (no validation pass before "
                                                "the export, or a stop request)"), anchor="calibration")
     temperature = np.atleast_1d(np.asarray(found["temperature"], np.float64))
+    bias = np.asarray(found["bias"], np.float64) if found.get("bias") is not None else None
     said = (f"temperature {temperature[0]:.3g}" if temperature.size == 1 else
             f"a temperature for each class, {temperature.min():.3g} to {temperature.max():.3g}")
-    served = ("the served probabilities are divided by it (the predictions are the same)" if found["applied"]
+    if bias is not None:
+        said = (f"Platt scaling: {said}" if evaluation["multi_label"] else said) + (
+            f", and a bias for each class, {bias.min():+.3g} to {bias.max():+.3g} (z / T + b: a temperature alone "
+            "cannot move a class's probabilities as a whole)")
+    same = "the predictions are the same" if bias is None or evaluation["multi_label"] else \
+        "the class served is the calibrated probabilities' likeliest"
+    served = (f"the served probabilities are those of the logits so calibrated ({same})" if found["applied"]
               else "not applied: the served probabilities are the model's own")
-    lines = [pages.note(f"{said}, fitted on {found['examples']:,} validation examples"
-                        f"{' (the first: the pass was cut short)' if found.get('cut') else ''}: {served}. "
+    cut = " (a sample of those read before the pass was cut short)" if found.get("cut") else ""
+    lines = [pages.note(f"{said}, fitted on {found['examples']:,} validation examples{cut}: {served}. "
                         f"Why: {found['reason']}. 'After' is cross-fitted: each half of the examples calibrated by "
-                        "the temperature fitted on the other half, so the gain is measured on examples it was not "
+                        "the same rule fitted on the other half, so the gain is measured on examples it was not "
                         "fitted on. ECE: the mean gap between confidence and accuracy, over 15 bins; lower is "
                         "better for all three.")]
     rows = [(name, pages.number(found["before"][key]), pages.number(found["after"][key]))
@@ -152,10 +159,12 @@ def calibration_section(folder: Path, evaluation: dict) -> str:
     if per_class:
         order = sorted(range(len(per_class["before"])), key=lambda c: -per_class["before"][c])[:MAX_PAIRS]
         temperatures = np.broadcast_to(temperature, (len(per_class["before"]),))
+        biases = np.zeros(len(per_class["before"])) if bias is None else bias
         lines += ["<h3>The classes worst calibrated</h3>", pages.table(
-            ["class", "ECE, its own", "temperature", "ECE, calibrated"],
+            ["class", "ECE, its own", "temperature", *(["bias"] if bias is not None else []), "ECE, calibrated"],
             [(evaluation["classes"][c], pages.number(per_class["before"][c]), f"{temperatures[c]:.3g}",
-              pages.number(per_class["after"][c])) for c in order], [False, True, True, True])]
+              *([f"{biases[c]:+.3g}"] if bias is not None else []), pages.number(per_class["after"][c]))
+             for c in order], [False, True, True, *([True] if bias is not None else []), True])]
     return pages.section(title, *lines, anchor="calibration")
 
 

@@ -16,8 +16,12 @@ MAX_SHOWN of each set with their pictures.
                         input of a new labeling job that has people look at them again (Ground
                         Truth chains jobs on such manifests; docs/job.md says how).
     label_errors.json   the check's figures: folds, seconds, which features the training images'
-                        heads read, each set's images examined and suspected, and how many
-                        suspects the manifest holds
+                        heads read and their held-out accuracy (train_heads_accuracy: against
+                        the labels given, the best guide to how many suspects are real), each
+                        set's images examined (read, when they were a sample of more),
+                        suspected and not judged (unjudged, when any: their class too small,
+                        or not learnt; training/label_errors.py), and how many suspects the
+                        manifest holds
 """
 
 from __future__ import annotations
@@ -54,13 +58,13 @@ class Checked:
     trained_features: bool  # the heads read the trained backbone's features (a job from scratch)
     seconds: float
     unchecked: str = ""  # why the training images were not checked, when they were not
+    heads_accuracy: float | None = None  # the training images' heads, on the images each held out
 
     def name(self, label: int) -> str:
         return self.class_names[label] if 0 <= label < len(self.class_names) else str(label)
 
     def summary(self) -> str:
-        return "; ".join(f"{name}: {len(found):,} of {len(seen):,} images suspected"
-                         + (" (the first: the pass was cut short)" if seen.cut else "")
+        return "; ".join(f"{name}: {len(found):,} of {len(seen):,} images suspected{_sample(seen)}"
                          for name, (seen, found) in self.sets.items()) or "nothing to check"
 
     def rows(self):
@@ -88,8 +92,11 @@ def write(folder: Path, checked: Checked, job_name: str = "local") -> Path:
     (folder / JSON_NAME).write_text(json.dumps({
         "folds": checked.folds, "seconds": round(checked.seconds, 3),
         "train_features": "trained backbone" if checked.trained_features else "starting backbone",
-        "sets": {name: {"examined": len(seen), "suspected": len(found), "cut": seen.cut}
+        "sets": {name: {"examined": len(seen), "suspected": len(found), "cut": seen.cut,
+                        **({"read": seen.read} if seen.sampled else {}),
+                        **({"unjudged": found.unjudged} if found.unjudged else {})}
                  for name, (seen, found) in checked.sets.items()},
+        **({"train_heads_accuracy": round(checked.heads_accuracy, 4)} if checked.heads_accuracy is not None else {}),
         **({"train_unchecked": checked.unchecked} if checked.unchecked else {}),
         "manifest": {"suspects": len(in_s3), "without_s3_source": len(rows) - len(in_s3)}}, indent=1) + "\n")
     path = folder / CSV_NAME
@@ -124,14 +131,18 @@ def section(checked: Checked | None) -> str:
     title = "Labels to check first"
     if checked is None:
         return pages.section(title, pages.note(
-            "not checked: set label_error_folds (5, say) to find the images whose labels are likely wrong"),
+            "not checked: label_check=false, a multi-label job (the check finds one wrong class per image), or no "
+            "validation images (label_error_folds checks the training images)"),
             anchor="labels")
     backbone = ("trained backbone (the job trained from scratch, or continued a previous model: these features "
                 "have seen the labels, so fewer errors are found)" if checked.trained_features
                 else "backbone the job started from")
     how = {"validation": "from the exported model's probabilities (it never trained on these images)",
            "train": (f"from {checked.folds} cross-validated heads on the features of the {backbone}, each head "
-                     "predicting the images it did not fit on")}
+                     "predicting the images it did not fit on"
+                     + ("" if checked.heads_accuracy is None else
+                        f"; on those, the heads chose the label given for {checked.heads_accuracy:.1%} of them "
+                        "(the fewer, the less the suspects mean)"))}
     parts = [pages.note(
         "confident learning (Northcutt et al., 2021): how many labels are wrong is estimated by counting the images "
         "for which another class is as likely as that class's own images are on average; that many images, those "
@@ -139,15 +150,33 @@ def section(checked: Checked | None) -> str:
         f"by fingerprint and source; those in S3 are in {MANIFEST_NAME}, a Ground Truth manifest to have them "
         "labelled again.")]
     for name, (seen, found) in checked.sets.items():
-        cut = " (the first: the pass was cut short)" if seen.cut else ""
-        parts.append(f"<h3>{pages.escape(name.capitalize())} images: {len(found):,} of {len(seen):,}{cut}</h3>")
-        parts.append(pages.note(how[name]))
+        parts.append(f"<h3>{pages.escape(name.capitalize())} images: {len(found):,} of {len(seen):,}"
+                     f"{_sample(seen)}</h3>")
+        parts.append(pages.note(how[name] + _unjudged(checked, found)))
         tiles = "".join(_tile(checked, seen, found, position) for position in range(min(MAX_SHOWN, len(found))))
         if tiles:
             parts.append(f'<div class="gallery">{tiles}</div>')
     if checked.unchecked:
         parts.append(pages.note(f"Training images not checked: {checked.unchecked}."))
     return pages.section(title, *parts, anchor="labels")
+
+
+def _sample(seen: Gathered) -> str:
+    """Which images of the set were examined, when not all of it: a uniform sample (gathered.py)."""
+    if seen.cut:
+        return f" (a sample of the {seen.read or len(seen):,} read before the pass was cut short)"
+    return f" (a sample of {seen.read:,})" if seen.sampled else ""
+
+
+def _unjudged(checked: Checked, found: Suspects) -> str:
+    """What the check left out of a set: the images of classes too small or not learnt."""
+    if not found.unjudged:
+        return ""
+    names = ", ".join(checked.name(c) for c in found.unjudged_classes[:10])
+    more = f" and {len(found.unjudged_classes) - 10:,} more" if len(found.unjudged_classes) > 10 else ""
+    return (f". Not judged: {found.unjudged:,} images of {names}{more}, classes with fewer than the images it "
+            "takes to judge one, or whose images are given their own class no more than chance: their threshold "
+            "would have made half the other images suspects")
 
 
 def _tile(checked: Checked, seen: Gathered, found: Suspects, position: int) -> str:

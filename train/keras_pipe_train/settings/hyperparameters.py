@@ -239,13 +239,17 @@ class Hyperparameters:
         "the model exported: the built-in MXNet algorithm's checkpoint_frequency", resumable=True)
     calibration: str = hyperparameter(
         "auto", Choice(CALIBRATION, {"on": "true", "off": "false", "1": "true", "0": "false"}),
-        "divide the served probabilities' logits by a temperature fitted on the validation set (one per class for "
-        "multi_label; predictions unchanged): true, false, or auto (with at least 200 validation examples, when it "
-        "lowers their cross-fitted NLL)", resumable=True)
+        "calibrate the served probabilities on the validation set, predictions unchanged: a temperature dividing the "
+        "logits (multi_label: one per class, with a bias per class where that does better, Platt scaling); true, "
+        "false, or auto (with at least 200 validation examples, when it lowers both their cross-fitted NLL and Brier "
+        "score)", resumable=True)
+    label_check: bool = hyperparameter(
+        "true", flag, "find the validation images whose labels are likely wrong (confident learning, on the exported "
+        "model's probabilities: they are out of sample), in output/data/label_errors.csv and .manifest and the "
+        "report page; label_error_folds adds the training images; false: no check", resumable=True)
     label_error_folds: int = hyperparameter(
-        0, parsers.label_error_folds, "find the likely label errors (confident learning): the validation images' "
-        "from the exported model, the training images' from this many cross-validated heads on the starting "
-        "backbone's features; in output/data/label_errors.csv and .manifest and the report page (0: no check)",
+        0, parsers.label_error_folds, "the label check looks at the training images too: their likely label errors "
+        "from this many cross-validated heads on the starting backbone's features (0: the validation images alone)",
         resumable=True)
     class_weights: tuple[float, ...] | str | None = hyperparameter(  # (str: "balanced")
         None, parsers.class_weights, "weight of each class in the training loss: a list in label order, {name: "

@@ -290,8 +290,8 @@ def text(name, value) -> str:
 def label_error_folds(name, value) -> int:
     folds = Integer(0)(name, value)
     if folds == 1 or folds > MAX_LABEL_ERROR_FOLDS:
-        raise UserError(f"hyperparameter {name} must be 0 (no label check) or 2 to {MAX_LABEL_ERROR_FOLDS} folds; "
-                        f"got {folds}")
+        raise UserError(f"hyperparameter {name} must be 0 (the training images not checked) or 2 to "
+                        f"{MAX_LABEL_ERROR_FOLDS} folds; got {folds}")
     return folds
 
 

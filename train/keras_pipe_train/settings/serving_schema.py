@@ -11,7 +11,10 @@ keys added as the export grew (image_size, max_image_pixels, multi_label and thr
 first; dialect, then calibration, later). A key it lacks reads as the server took its absence: no
 image limit, the default one; no dialect, keras-pipe (a model from before dialects answers in this
 project's own); no calibration, none. Version 2 holds every key, "version" among them, and no other:
-a key misspelt by hand is said rather than ignored. A version newer than this code knows is refused,
+a key misspelt by hand is said rather than ignored. Its calibration may hold a "bias", one per class
+(the served probabilities are those of the logits divided by the temperature plus the bias: Platt
+scaling, or a single-label model's bias per class); a calibration without one, in either version, has
+none. A version newer than this code knows is refused,
 since its keys may mean what this code cannot tell. A model folder with no serving.json at all (an
 export from before `serve`) is served with the defaults: ServingSettings().
 
@@ -40,20 +43,24 @@ class ServingFileError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ServedCalibration:
-    """serving.json's "calibration" (training/calibration.py): the temperature the served
-    probabilities' logits are divided by (one, or one per class), how many validation examples
-    fitted it, and for a multi-label model the calibrated probability at which each class is
-    predicted (its threshold on the model's own probability, which decides)."""
+    """serving.json's "calibration" (training/calibration.py): the served probabilities are those
+    of the logits divided by `temperature` (one, or one per class) plus `bias` (one per class; None,
+    as in every file before it: none), how many validation examples fitted them, and for a
+    multi-label model the calibrated probability at which each class is predicted (its threshold on
+    the model's own probability, which decides)."""
 
     temperature: float | tuple[float, ...]
     validation_examples: int
     calibrated_thresholds: tuple[float, ...] | None = None
     method: str = CALIBRATION_METHOD
+    bias: tuple[float, ...] | None = None
 
     def to_json(self) -> dict:
         t = self.temperature
         found = {"method": self.method, "temperature": list(t) if isinstance(t, tuple) else t,
                  "validation_examples": self.validation_examples}
+        if self.bias is not None:
+            found["bias"] = list(self.bias)
         if self.calibrated_thresholds is not None:
             found["calibrated_thresholds"] = list(self.calibrated_thresholds)
         return found
@@ -64,7 +71,8 @@ class ServedCalibration:
         field = "calibration"
         data = _object(data, where, field)
         if strict:
-            _no_others(data, {"method", "temperature", "validation_examples", "calibrated_thresholds"}, where, field)
+            _no_others(data, {"method", "temperature", "bias", "validation_examples", "calibrated_thresholds"}, where,
+                       field)
         for key in ("method", "temperature", "validation_examples"):
             _required(data, key, where, field)
         method = data["method"]
@@ -78,6 +86,12 @@ class ServedCalibration:
                                 for i, t in enumerate(temperature))
         else:
             temperature = _number(temperature, where, f"{field}.temperature", positive=True)
+        bias = data.get("bias")
+        if bias is not None:
+            if not isinstance(bias, list) or not bias:
+                raise ServingFileError(f"{where}: {field}.bias must be a list of numbers, one per class, got "
+                                       f"{_shown(bias)}")
+            bias = tuple(_number(b, where, f"{field}.bias[{i}]") for i, b in enumerate(bias))
         edges = data.get("calibrated_thresholds")
         if edges is not None:
             if not isinstance(edges, list):
@@ -86,7 +100,7 @@ class ServedCalibration:
             edges = tuple(_number(e, where, f"{field}.calibrated_thresholds[{i}]", low=0, high=1)
                           for i, e in enumerate(edges))
         return cls(temperature, _whole(data["validation_examples"], where, f"{field}.validation_examples", 0),
-                   edges, method)
+                   edges, method, bias)
 
 
 @dataclasses.dataclass(frozen=True)
