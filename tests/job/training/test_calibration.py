@@ -365,3 +365,14 @@ def test_a_rule_fitted_on_some_examples_is_scored_on_all_of_them():
     assert found.before == C.scores(logits, noisy, False)
     every = C.calibrate(logits, noisy, False, "true", seed=0)
     assert every.temperature > found.temperature * 1.2  # (the 100 wrong labels soften a fit on all)
+
+
+def test_auto_never_applies_a_rule_whose_cross_fitted_ece_is_higher():
+    """(issue 70's goal: where calibration is applied, ECE and Brier are never above before)"""
+    rule = C.Rule(C.TEMPERATURE, 1.5)
+    before = {"nll": 1.0, "brier": 0.20, "ece": 0.050}
+    assert C._decided("auto", rule, 500, before, {"nll": 0.9, "brier": 0.19, "ece": 0.050}) == (
+        True, "calibration=auto: the cross-fitted NLL and Brier score are both lower with it, the ECE no higher")
+    assert C._decided("auto", rule, 500, before, {"nll": 0.9, "brier": 0.19, "ece": 0.051}) == (
+        False, "calibration=auto: the cross-fitted ECE is higher with it")
+    assert C._decided("true", rule, 500, before, {"nll": 1.1, "brier": 0.21, "ece": 0.09}) == (True, "calibration=true")

@@ -242,7 +242,7 @@ class Hyperparameters:
         "calibrate the served probabilities on the validation set, predictions unchanged: a temperature dividing the "
         "logits (multi_label: one per class, with a bias per class where that does better, Platt scaling); true, "
         "false, or auto (with at least 200 validation examples, when it lowers both their cross-fitted NLL and Brier "
-        "score)", resumable=True)
+        "score, and its ECE is no higher)", resumable=True)
     label_check: bool = hyperparameter(
         "true", flag, "find the validation images whose labels are likely wrong (confident learning, on the exported "
         "model's probabilities: they are out of sample), in output/data/label_errors.csv and .manifest and the "

@@ -32,12 +32,14 @@ then fitted on all of them.
 
 calibration=auto applies it when the validation set holds at least MIN_EXAMPLES examples, the
 fit is above TEMPERATURE_RANGE's lower end (a fit there means a set with almost no errors: a
-temperature there would sharpen every answer to 0 or 1), and the cross-fitted NLL and Brier score
-are both lower with it. The NLL alone is not enough: on a set whose few errors are labels filed
-wrong, the NLL is theirs, and a temperature that softens every right answer to pay for them lowers
-it while the Brier score and ECE rise (12 wrong labels of 200, the model right on every other
-image: NLL 1.07 -> 0.60, Brier 0.120 -> 0.128, ECE 0.059 -> 0.103). The ECE is not a condition:
-on a few hundred examples its own sampling spread is as large as the changes it would judge.
+temperature there would sharpen every answer to 0 or 1), the cross-fitted NLL and Brier score are
+both lower with it, and its cross-fitted ECE is no higher. The NLL alone is not enough: on a set
+whose few errors are labels filed wrong, the NLL is theirs, and a temperature that softens every
+right answer to pay for them lowers it while the Brier score and ECE rise (12 wrong labels of 200,
+the model right on every other image: NLL 1.07 -> 0.60, Brier 0.120 -> 0.128, ECE 0.059 -> 0.103).
+The ECE need not fall (on a few hundred examples its own sampling spread is as large as the gain
+it would judge, so a rule that helps would often be turned down), but a rule applied never shows a
+higher one than the model's own.
 calibration=true applies the fit whatever the figures say, except at TEMPERATURE_RANGE's lower end
 (not applied, and said). MIN_EXAMPLES: one parameter needs few examples to fit, but the
 cross-fitted check that decides needs two halves of 100 for its own NLL difference to mean more
@@ -433,7 +435,9 @@ def _decided(setting: str, rule: Rule, examples: int, before: dict, after: dict)
     if examples < MIN_EXAMPLES:
         return False, f"calibration=auto: {examples} validation examples, fewer than {MIN_EXAMPLES}"
     nll, brier = after["nll"] < before["nll"], after["brier"] < before["brier"]
+    if nll and brier and after["ece"] <= before["ece"]:
+        return True, "calibration=auto: the cross-fitted NLL and Brier score are both lower with it, the ECE no higher"
     if nll and brier:
-        return True, "calibration=auto: the cross-fitted NLL and Brier score are both lower with it"
+        return False, "calibration=auto: the cross-fitted ECE is higher with it"
     worse = " and ".join(name for name, lower in (("NLL", nll), ("Brier score", brier)) if not lower)
     return False, f"calibration=auto: the cross-fitted {worse} {'are' if ' and ' in worse else 'is'} no lower with it"
