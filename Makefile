@@ -54,11 +54,12 @@ test-setup: | $(BIN)/python
 	nice -n 10 $(MAKE) -j3 --output-sync=target $(TEST_SETUP_BESIDE) & beside=$$!; \
 	$(MAKE) $(INSTALLED); venv=$$?; wait $$beside && exit $$venv
 
-# the quick tier, while working: every test but those of the image and the SDKs' local mode (marked
-# `container`); one folder alone: `make test-quick PYTEST_ARGS=tests/reader`
+# the quick tier, while working (about 3 minutes on 2 cores): every test but those that train a model,
+# start a job, a server or a container, or run a benchmark (marked `slow` or `container`: a test that
+# took more than a few seconds is marked slow); one folder alone: `make test-quick PYTEST_ARGS=tests/reader`
 test-quick: $(INSTALLED) $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED) $(MXNET_INSTALLED)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not container" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) -m "not slow and not container" $(PYTEST_ARGS)
 
 # the property tests at length (20,000 examples per property instead of 250; about 40 minutes on 2 busy
 # cores, a property up to 3 minutes: hence a test limit of an hour, not pyproject.toml's 300 s):
@@ -79,6 +80,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.resync $(BENCH_ARGS)
 	$(BIN)/python -m bench.serve $(BENCH_ARGS)
 	$(BIN)/python -m bench.sources $(BENCH_ARGS)
+	$(BIN)/python -m bench.cpu_kernels $(BENCH_ARGS)
 
 # pipemode against AWS's PipeModeDataset (needs `bash bench/aws/setup.sh` once: docs/speed.md)
 bench-aws: $(INSTALLED)

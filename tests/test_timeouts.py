@@ -21,6 +21,8 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.timeouts import MARGIN_S
 
 TESTS = Path(__file__).resolve().parent
@@ -247,6 +249,7 @@ def test_no_test_waits_past_its_own_timeout():
                        "then end the worker, and the test's own message with it):\n" + "\n".join(found))
 
 
+@pytest.mark.slow
 def test_the_check_sees_waits_in_tests_helpers_and_loops():
     """The check itself, on a module of its own."""
     source = '''

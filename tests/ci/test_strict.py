@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 TESTS = {
@@ -57,6 +59,7 @@ def write_tests(folder):
         (folder / name).write_text(text)
 
 
+@pytest.mark.slow
 def test_in_strict_mode_a_skip_for_something_missing_fails_with_its_reason(tmp_path):
     (tmp_path / "test_some.py").write_text(TESTS["test_some.py"])
     out = run_pytest(tmp_path, strict=True)
@@ -70,6 +73,7 @@ def test_in_strict_mode_a_skip_for_something_missing_fails_with_its_reason(tmp_p
     assert "1 failed, 1 passed, 1 skipped, 2 errors" in out.stdout.splitlines()[-1], out.stdout[-1500:]
 
 
+@pytest.mark.slow
 def test_in_strict_mode_a_module_skipped_whole_is_an_error(tmp_path):
     write_tests(tmp_path)
     out = run_pytest(tmp_path, strict=True)
@@ -77,6 +81,7 @@ def test_in_strict_mode_a_module_skipped_whole_is_an_error(tmp_path):
     assert "ERROR test_whole_module.py - skipped in strict mode" in out.stdout, out.stdout[-1500:]
 
 
+@pytest.mark.slow
 def test_under_the_workers_too(tmp_path):
     """`make test` runs in pytest-xdist workers: the reports they send back are the strict ones."""
     (tmp_path / "test_some.py").write_text(TESTS["test_some.py"])
@@ -85,6 +90,7 @@ def test_under_the_workers_too(tmp_path):
     assert "1 failed, 1 passed, 1 skipped, 2 errors" in out.stdout.splitlines()[-1], out.stdout[-1500:]
 
 
+@pytest.mark.slow
 def test_outside_strict_mode_skips_stay_skips(tmp_path):
     write_tests(tmp_path)
     out = run_pytest(tmp_path, strict=False)

@@ -37,6 +37,7 @@ def digits_file_job(job, digit_records):
     return job
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hps, first_line", [
     (dict(OK, epochs=-1), "Configuration error: hyperparameter epochs must be >= 0, got -1"),
     (dict(OK, learning_rate="NaN"), "Configuration error: hyperparameter learning_rate must be a finite number, got 'NaN'"),
@@ -50,6 +51,7 @@ def test_bad_configuration(digits_file_job, hps, first_line):
     failed(digits_file_job, run_train(digits_file_job), CONFIG, first_line)
 
 
+@pytest.mark.slow
 def test_missing_train_channel_names_what_the_job_reads(job):
     job.add_channel("testing", mode="File")
     write_hyperparameters(job, **OK)
@@ -75,6 +77,7 @@ def test_missing_input_data_config(job):
     failed(job, run_train(job), CONFIG, f"Configuration error: {job.config_dir}/inputdataconfig.json does not exist")
 
 
+@pytest.mark.slow
 def test_corrupt_record_in_pipe_mode_names_the_record_and_offset(job, digit_records):
     examples = digit_records[0][:40]
     data = bytearray(tfrecord.encode(examples))
@@ -88,6 +91,7 @@ def test_corrupt_record_in_pipe_mode_names_the_record_and_offset(job, digit_reco
            f"pass 0 (FIFO {job.data_dir}/train_0): data CRC mismatch")
 
 
+@pytest.mark.slow
 def test_corrupt_record_in_file_mode_names_the_file_and_offset(job, digit_records):
     examples = digit_records[0][:40]
     data = bytearray(tfrecord.encode(examples))
@@ -102,6 +106,7 @@ def test_corrupt_record_in_file_mode_names_the_file_and_offset(job, digit_record
            f"{job.data_dir}/train/part-0.tfrecord: data CRC mismatch")
 
 
+@pytest.mark.slow
 def test_fifo_that_never_appears(job):
     job.add_channel("train")
     write_hyperparameters(job, **OK, pipe_wait_timeout=2)
@@ -110,6 +115,7 @@ def test_fifo_that_never_appears(job):
            "appear within 2 s")
 
 
+@pytest.mark.slow
 def test_truncated_stream_from_a_dying_writer(job, digit_records):
     examples = digit_records[0][:40]
     job.add_channel("train")
@@ -118,6 +124,7 @@ def test_truncated_stream_from_a_dying_writer(job, digit_records):
     failed(job, run_train(job), DATA, "Data error: TruncatedRecordError: corrupt record #")
 
 
+@pytest.mark.slow
 def test_label_out_of_range(job, digit_records):
     examples, labels = digit_records
     file_channel(job, "train", examples[:64], shards=1)
@@ -130,6 +137,7 @@ def test_label_out_of_range(job, digit_records):
            "the job trains labels 0 to 4 (num_classes=5)")
 
 
+@pytest.mark.slow
 def test_records_without_the_expected_features(digits_file_job):
     write_hyperparameters(digits_file_job, **dict(OK, image_feature="image/jpeg"))
     failed(digits_file_job, run_train(digits_file_job), DATA,
@@ -149,6 +157,7 @@ def test_bugs_are_reported_as_internal_errors(tmp_path):
     assert (tmp_path / "out" / "failure").read_text().startswith("Internal error: KeyError: 'k'")
 
 
+@pytest.mark.slow
 def test_success_leaves_no_failure_file(digits_file_job):
     write_hyperparameters(digits_file_job, **OK)
     out = run_train(digits_file_job)
@@ -172,6 +181,7 @@ def pipe_or_file_channel(job, mode: str, examples: list[bytes], name: str = "tra
     return f"file {job.data_dir}/{name}/part-00000.tfrecord"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["Pipe", "File"])
 def test_a_record_whose_image_is_not_an_image_is_a_data_error_naming_it(job, digit_records, mode):
     examples = list(digit_records[0][:40])
@@ -184,6 +194,7 @@ def test_a_record_whose_image_is_not_an_image_is_a_data_error_naming_it(job, dig
            "image/encoded is not an image (it starts with b'<!DOCTYPE html><')")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["Pipe", "File"])
 def test_unusable_records_are_skipped_and_counted_when_allowed(job, digit_records, mode):
     examples = list(digit_records[0][:40])
@@ -196,6 +207,7 @@ def test_unusable_records_are_skipped_and_counted_when_allowed(job, digit_record
     assert "SKIPPED unusable record #30 " in out.stdout and "16000x16000 PNG image, 256 megapixels" in out.stdout
 
 
+@pytest.mark.slow
 def test_a_decompression_bomb_is_refused_before_it_is_decoded(job, digit_records):
     examples = list(digit_records[0][:40])
     examples[5] = encode_example(png_bomb(), 1)  # 1 MB that decodes to 768 MB
@@ -208,6 +220,7 @@ def test_a_decompression_bomb_is_refused_before_it_is_decoded(job, digit_records
            "the limit")
 
 
+@pytest.mark.slow
 def test_a_crafted_length_in_file_mode_is_a_data_error_not_a_crash(job, digit_records):
     examples = digit_records[0][:40]
     header = struct.pack("<Q", 2**60)  # with a valid CRC: tf.data.TFRecordDataset segfaults on it
@@ -225,6 +238,7 @@ def test_a_crafted_length_in_file_mode_is_a_data_error_not_a_crash(job, digit_re
 # --- channels that hold nothing ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_file_channel_of_empty_objects_is_a_data_error(job):
     job.add_channel("train", mode="File")
     (job.data_dir / "train").mkdir()
@@ -237,6 +251,7 @@ def test_a_file_channel_of_empty_objects_is_a_data_error(job):
     assert not (job.base / "model" / "1").exists()
 
 
+@pytest.mark.slow
 def test_an_empty_pipe_pass_is_a_data_error_naming_the_pass(job):
     job.add_channel("train")
     job.feed("train", [job.write("empty.tfrecord", b"")])
@@ -246,6 +261,7 @@ def test_an_empty_pipe_pass_is_a_data_error_naming_the_pass(job):
            "held 0 bytes and no records. A job cannot train on nothing")
 
 
+@pytest.mark.slow
 def test_an_empty_validation_pass_is_a_data_error_not_a_loss_of_zero(job, digit_records):
     file_channel(job, "train", digit_records[0][:64], shards=1)
     job.add_channel("validation")
@@ -256,6 +272,7 @@ def test_an_empty_validation_pass_is_a_data_error_not_a_loss_of_zero(job, digit_
            f"{job.data_dir}/validation_0) held 0 bytes and no records. A job cannot validate on nothing")
 
 
+@pytest.mark.slow
 def test_a_channel_whose_every_record_was_skipped_says_so(job, digit_records):
     file_channel(job, "train", [encode_example(HTML, 1)] * 3, shards=1)
     write_hyperparameters(job, **OK, max_corrupted_records_to_skip=5)
@@ -298,6 +315,7 @@ def stop_once_held(process, writer) -> tuple[str, float]:
     return "".join(output), seconds
 
 
+@pytest.mark.slow
 def test_sigterm_while_waiting_for_a_fifo_that_never_comes_stops_at_once(job):
     job.add_channel("train")  # no writer: SageMaker has not started streaming (pipe_wait_timeout is 600 s)
     write_hyperparameters(job, **OK)
@@ -309,6 +327,7 @@ def test_sigterm_while_waiting_for_a_fifo_that_never_comes_stops_at_once(job):
     assert not (job.base / "output" / "failure").exists()
 
 
+@pytest.mark.slow
 def test_sigterm_while_waiting_for_the_next_pass_stops_with_a_checkpoint(job, digit_records):
     job.add_channel("train")
     # pass 0, then pass 1's FIFO, which the writer holds open and never writes: the SIGTERM comes once the
@@ -327,6 +346,7 @@ def test_sigterm_while_waiting_for_the_next_pass_stops_with_a_checkpoint(job, di
     assert json.loads((saved / "progress.json").read_text())["epoch"] == 1
 
 
+@pytest.mark.slow
 def test_sigterm_after_the_last_epoch_still_exports_the_model(job, digit_records):
     # SageMaker (and the SDK's local mode, when a host exits) may stop a job whose training is done:
     # the export, its result, must not be cut short

@@ -37,6 +37,7 @@ def jpeg(index: int) -> bytes:
     return image_bytes("JPEG", 8 + index, 8)
 
 
+@pytest.mark.slow
 def test_prepare_on_one_machine_says_file_names_labels_and_out_escaped(tmp_path):
     """A CSV whose files' names hold escape codes and line breaks and one of whose labels (a class name)
     holds an escape code, into an OUT whose name holds one too."""
@@ -65,6 +66,7 @@ def test_prepare_on_one_machine_says_file_names_labels_and_out_escaped(tmp_path)
     assert len(rejected.splitlines()) == 3 and all(line.count("\t") == 1 for line in rejected.splitlines())
 
 
+@pytest.mark.slow
 def test_prepare_at_scale_says_and_lists_keys_escaped(s3_bucket, tmp_path):
     client, bucket = s3_bucket
     for index in range(4):

@@ -43,6 +43,7 @@ def through_sdk(command: str, args: list[str], name: str, env: dict, moto_endpoi
 
 
 # (v2 and v3 go through the same adapter, each SDK's Session and Transformer: v2 twice, not four times)
+@pytest.mark.slow
 @pytest.mark.parametrize("sdk, command, case", [("v3", "deploy", c) for c in DEPLOYS] + [
     ("v3", "transform", c) for c in TRANSFORMS] + [("v2", "deploy", "instances"), ("v2", "transform", "manifest")])
 def test_each_sdk_sends_exactly_the_dry_run_requests(aws, moto_endpoint, sdk, command, case):
@@ -52,6 +53,7 @@ def test_each_sdk_sends_exactly_the_dry_run_requests(aws, moto_endpoint, sdk, co
     assert through_sdk(command, args, name, aws, moto_endpoint, python) == dry_run_request(command, *args, "--name", name)
 
 
+@pytest.mark.slow
 def test_the_requests_say_what_was_asked():
     deploy = dry_run_request("deploy", *DEPLOYS["instances"], "--name", "n1")
     assert deploy["CreateModel"] == {
@@ -138,6 +140,7 @@ def test_validation_errors_say_what_to_change(command, change, message, capsys):
     assert message in out.err and out.out == "", out.err
 
 
+@pytest.mark.slow
 def test_wait_follows_the_endpoint_until_in_service_and_the_transform_job_until_it_completes(aws):
     out = deploy(*MODEL, "--wait", env=aws)  # moto creates endpoints and completes transform jobs at once
     assert out.returncode == 0, out.stderr

@@ -141,6 +141,7 @@ def upward(edges: dict[str, set[str]], package: str) -> list[tuple[str, str]]:
             and (floor(target) is None or floor(target) >= floor(module))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", sorted(LAYERS))
 def test_imports_point_down_only(package):
     assert upward(graph(), package) == []

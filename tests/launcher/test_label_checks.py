@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from keras_pipe_launch.prepare import data_report
@@ -164,6 +165,7 @@ def output_archive(folder: Path) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_keras_pipe_report_of_a_sagemaker_job_adds_its_check_to_its_train_channels_dataset(aws, tmp_path):
     import boto3
 

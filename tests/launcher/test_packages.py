@@ -18,6 +18,7 @@ from tests.conftest import run_logged
 from tests.wheels import WHEEL_NAMES, build_wheel, metadata
 
 
+@pytest.mark.slow
 def test_the_job_and_launcher_wheels_declare_their_dependencies_and_data(tmp_path):
     job, job_files = metadata(build_wheel("train", tmp_path / "job"))
     assert "pipemode==0.1.0" in job.get_all("Requires-Dist")

@@ -95,6 +95,7 @@ def test_separate_processes_with_any_number_of_workers_write_the_same_bytes(phot
     assert digests(tmp_path / "1") == first
 
 
+@pytest.mark.slow
 def test_rerunning_into_a_used_folder_refuses_unless_overwrite_replaces_the_dataset(photos, tmp_path, capsys):
     root, _ = photos
     out = tmp_path / "out"
@@ -285,6 +286,7 @@ def digit_folder(root: Path, classes: dict[str, int]) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_file_names_that_are_not_utf8_are_prepared_or_listed_never_a_crash(tmp_path):
     root = digit_folder(tmp_path / "photos", {"a": 5, "b": 5})
     images, _ = load_digits()
@@ -452,6 +454,7 @@ def examples_of(folder: Path) -> collections.Counter:
         for part in ("train", "validation") for e in read_examples(folder / part))
 
 
+@pytest.mark.slow
 def test_an_s3_prefix_of_class_folders_prepares_as_the_same_local_folder_does(photos, tmp_path, s3_bucket):
     root, _ = photos
     client, bucket = s3_bucket
@@ -546,6 +549,7 @@ def test_memory_stays_bounded_whatever_the_size_of_the_photo_set(tmp_path):
     assert large - small < 100e6, f"peak RSS {small / 1e6:.0f} MB for {few} photos, {large / 1e6:.0f} MB for {many}"
 
 
+@pytest.mark.slow
 def test_cli_max_side_and_jpeg_quality_reach_the_images(tmp_path):
     root = digit_folder(tmp_path / "photos", {"a": 3, "b": 3})
     out = launch_prepare(root, tmp_path / "out", "--max-side", "16", "--jpeg-quality", "50", "--validation-fraction", "0")

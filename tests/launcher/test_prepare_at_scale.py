@@ -57,6 +57,7 @@ def local_examples_by_part(folder: Path, sources: bool = False, moved_to: str = 
         for part in ("train", "validation")}
 
 
+@pytest.mark.slow
 def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(photos, tmp_path, s3_bucket, capsys):
     root, _ = photos
     client, bucket = s3_bucket
@@ -96,6 +97,7 @@ def test_three_instances_prepare_each_image_exactly_once_as_one_machine_does(pho
         (tmp_path / "one" / "classes.json").read_bytes())
 
 
+@pytest.mark.slow
 def test_an_instance_that_fails_fails_the_run_with_its_reason(photos, tmp_path, s3_bucket, capsys):
     root, _ = photos
     client, bucket = s3_bucket
@@ -121,6 +123,7 @@ def test_an_instance_that_fails_fails_the_run_with_its_reason(photos, tmp_path, 
     assert not client.list_objects_v2(Bucket=bucket, Prefix="prepared/").get("KeyCount")
 
 
+@pytest.mark.slow
 def test_the_output_prefix_must_be_new_and_the_source_a_prefix_of_class_folders(photos, tmp_path, s3_bucket):
     root, _ = photos
     client, bucket = s3_bucket
@@ -175,6 +178,7 @@ def test_dry_run_prints_the_create_processing_job_request():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sdk", ["v3", "v2"])
 def test_both_sdks_send_exactly_the_dry_run_request(sdk, aws, moto_endpoint):
     import json
@@ -217,6 +221,7 @@ def test_prepare_at_scale_options_given_wrongly(args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 def test_on_sagemaker_the_plan_is_written_the_job_created_followed_and_an_empty_output_refused(
         photos, tmp_path, aws, moto_endpoint):
     """The whole SageMaker path against moto, whose processing jobs complete at once without running

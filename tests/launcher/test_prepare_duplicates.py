@@ -66,6 +66,7 @@ def planted(tmp_path):
     return root
 
 
+@pytest.mark.slow
 def test_prepare_keeps_duplicates_in_one_part_and_lists_label_conflicts(planted, tmp_path):
     from keras_pipe_launch.prepare.dataset import read_listing
     from keras_pipe_launch.prepare.sources import Reader
@@ -170,6 +171,7 @@ def test_an_unreadable_or_huge_file_has_a_digest_and_no_picture_hash():
     assert bin(same.phash ^ duplicates.fingerprint(big, 10**6).phash).count("1") <= duplicates.DISTANCE
 
 
+@pytest.mark.slow
 def test_at_scale_copies_stay_in_one_part_and_the_merge_moves_what_the_plan_could_not_see(
         planted, tmp_path, s3_bucket, monkeypatch):
     """Two instances over moto's S3, each seeing only its share: the plan keeps the copies it can see

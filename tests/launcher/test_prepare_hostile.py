@@ -45,6 +45,7 @@ def keys_under(client, bucket: str, prefix: str) -> list[str]:
 
 # --- one OUT, two runs ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_two_runs_started_together_on_one_out_one_wins_and_the_other_refuses_before_listing(
         photos, s3_bucket, monkeypatch):
     root, _ = photos
@@ -103,6 +104,7 @@ def tfrecords_in(data: bytes) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_two_commands_started_together_on_one_out_one_prepares_it_and_the_other_refuses(s3_bucket, tmp_path):
     """Two real `keras-pipe prepare --instance-count 2 --local` at the same moment: OUT ends up holding
     the one dataset of the run that claimed it, never a mix."""
@@ -487,6 +489,7 @@ def test_untrusted_files_are_never_followed_nor_read_whole(tmp_path):
     assert untrusted.read_text(tmp_path / "escape") == "bad \\x1b[2J\\x07 name\nline 2"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("act, said", [
     ("link-file:{secret}", r"processing/output/train/stolen is a symbolic link \(to .*/\.ssh/id_rsa\): refused"),
     ("link-folder:{home}", "processing/output is not a folder"),
@@ -537,6 +540,7 @@ def test_a_missing_container_engine_is_said_before_anything_is_written(photos, t
 
 # --- interruptions, and --finish -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ctrl_c_during_local_instances_is_an_interruption_and_finish_then_frees_out(photos, tmp_path, s3_bucket):
     root, _ = photos
     client, bucket = s3_bucket
@@ -582,6 +586,7 @@ AS_FOREGROUND_JOB = [sys.executable, "-c", "import os, signal, sys; signal.pthre
                      "[sys.executable, *sys.argv[1:]])"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_shares_are_staged_says_that_out_is_incomplete_and_how_to_free_it(s3_bucket, tmp_path):
     client, bucket = s3_bucket
     for index in range(400):  # (tiny objects, but enough that staging them takes a while)
@@ -606,6 +611,7 @@ def test_ctrl_c_while_the_shares_are_staged_says_that_out_is_incomplete_and_how_
     assert out.returncode == 1 and "which can be used again" in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with(photos, tmp_path, s3_bucket):
     root, _ = photos
     client, bucket = s3_bucket
@@ -636,6 +642,7 @@ def test_finish_merges_a_run_that_ended_unfollowed_and_refuses_one_tampered_with
     assert "1 other objects are still there" in out.stderr
 
 
+@pytest.mark.slow
 def test_finish_works_only_on_the_output_its_state_names_and_never_under_a_live_run(s3_bucket):
     client, bucket = s3_bucket
     state = RunState("0123abcd", f"s3://{bucket}/photos/", f"s3://{bucket}/original/", 2, "local", 0.1, False)
@@ -692,6 +699,7 @@ def test_a_state_file_whose_values_have_the_wrong_type_is_refused_naming_which(f
         run_state.read(client, f"s3://{bucket}/out/")
 
 
+@pytest.mark.slow
 def test_a_failed_upload_is_said_in_a_line_not_a_traceback(photos, tmp_path, s3_bucket, monkeypatch):
     """boto3's upload_file says a failed upload as S3UploadFailedError, which is none of botocore's
     errors: here a bucket that is not there (or no longer there, once the instances have run)."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_logged
 
 KERAS_PIPE = Path(sys.executable).parent / "keras-pipe"  # the console script, as users type it
@@ -39,6 +41,7 @@ def prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     return done
 
 
+@pytest.mark.slow
 def test_keras_pipe_prepare_prints_its_own_lines_only_unless_tensorflows_are_asked_for(tmp_path):
     quiet = prepare(tmp_path)
     lines = (quiet.stdout + quiet.stderr).splitlines()

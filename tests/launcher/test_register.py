@@ -67,6 +67,7 @@ def register(*args, env):
     return launch_cli("register", *args, env=env)
 
 
+@pytest.mark.slow
 def test_a_jobs_model_registered_described_and_deployed_from_its_package(aws, moto_endpoint):
     trained_job(aws)
     s3, sagemaker = clients(aws)
@@ -134,6 +135,7 @@ def test_a_jobs_model_registered_described_and_deployed_from_its_package(aws, mo
             == arn
 
 
+@pytest.mark.slow
 def test_a_model_archives_uri_and_a_job_without_evaluation(aws):
     trained_job(aws, "keras-pipe-2", evaluation=None)
     uri = "s3://models/jobs/keras-pipe-2/output/model.tar.gz"
@@ -227,6 +229,7 @@ model.deploy(initial_instance_count=1, instance_type="ml.m5.xlarge", endpoint_na
 """
 
 
+@pytest.mark.slow
 def test_a_registered_version_deploys_with_the_sdks_own_model_package_class(aws, moto_endpoint, tmp_path):
     import subprocess
 

@@ -10,6 +10,8 @@ import sys
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_logged
 
 KERAS_PIPE = str(Path(sys.executable).parent / "keras-pipe")
@@ -56,6 +58,7 @@ def test_an_archive_without_a_report_or_a_folder_without_one_is_said_with_exit_c
     assert out.returncode == 2 and "no SageMaker job name" in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 def test_a_sagemaker_job_by_its_name_and_by_its_output_uri(aws, tmp_path):
     import boto3
 

@@ -77,6 +77,7 @@ def streamed(data: bytes) -> list[bytes]:
     return [r for batch in recordio.RecordIODecoder(policy).records(stream_reader(data), "test") for r in batch]
 
 
+@pytest.mark.slow
 def test_each_line_streams_its_listed_attributes_in_order_one_record_each(tmp_path, s3_manifests, digits):
     bucket, _ = s3_manifests
     images, labels = digits
@@ -92,6 +93,7 @@ def test_each_line_streams_its_listed_attributes_in_order_one_record_each(tmp_pa
         assert [json.loads(r)["class-name"] for r in records[2::3]] == [NAMES[y] for y in labels[:240]]
 
 
+@pytest.mark.slow
 def test_shuffle_config_shuffles_the_lines_and_sharding_splits_them_between_hosts(tmp_path, s3_manifests):
     bucket, _ = s3_manifests
     spec = ChannelSpec("train", f"s3://{bucket}/labels/train.manifest", record_wrapper="RecordIO",
@@ -111,6 +113,7 @@ def test_shuffle_config_shuffles_the_lines_and_sharding_splits_them_between_host
                    (line.number for line in fed.objects_for_pass(0))]
 
 
+@pytest.mark.slow
 def test_a_local_manifest_reads_refs_under_its_folder_and_in_s3(tmp_path, s3_manifests, digits):
     _, refs = s3_manifests
     images, labels = digits
@@ -199,6 +202,7 @@ def test_submit_requests_augmented_manifest_channels_and_sends_their_attribute_n
     assert json.loads(request["HyperParameters"]["attribute_names"]) == list(SINGLE)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sdk", ["v3", "v2"])
 def test_both_sdks_send_the_dry_run_request_for_manifest_channels(aws, moto_endpoint, sdk):
     import sys
@@ -298,6 +302,7 @@ def without_sources(records: set[bytes], prefix: str) -> set[bytes]:
     return bare
 
 
+@pytest.mark.slow
 def test_prepare_makes_of_a_manifest_in_s3_the_examples_the_job_streams_from_it(tmp_path, s3_manifests, digits):
     """The same images through prepare + TFRecord, or streamed from the manifest: the same Examples
     (prepare's naming each image's S3 URI besides)."""

@@ -47,6 +47,7 @@ def same_request(a: dict, b: dict) -> None:
     assert strip(a) == strip(b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [BASIC, FULL], ids=["basic", "full"])
 def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
     request, out = sent_through_sdk("submit", "CreateTrainingJob", args, aws, moto_endpoint)
@@ -54,6 +55,7 @@ def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
     assert out.stdout.strip() == request["TrainingJobName"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [BASIC, FULL], ids=["basic", "full"])
 def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
     request, _ = sent_through_sdk("submit", "CreateTrainingJob", args, aws, moto_endpoint, python=sdk2_python())
@@ -177,6 +179,7 @@ def test_missing_region_is_an_error_before_any_call():
     assert out.returncode == 2 and "no AWS region: pass --region" in out.stderr
 
 
+@pytest.mark.slow
 def test_wait_follows_the_job_until_it_completes(aws):
     out = launch(*BASIC, "--wait", env=aws)  # moto completes jobs at once
     name = out.stdout.strip().splitlines()[0]
@@ -186,6 +189,7 @@ def test_wait_follows_the_job_until_it_completes(aws):
     assert f"keras-pipe submit: model: s3://data/jobs/{name}/output/model.tar.gz" in out.stderr
 
 
+@pytest.mark.slow
 def test_wait_prints_every_log_line_of_every_host_once_also_past_one_page(aws, monkeypatch, capsys):
     """CloudWatch gives at most 10,000 lines per call: a job that wrote more between two polls
     (here 12,000 lines, from two hosts, some sharing a timestamp) is printed whole, in time order."""
@@ -216,6 +220,7 @@ def test_wait_prints_every_log_line_of_every_host_once_also_past_one_page(aws, m
     assert times == sorted(times)
 
 
+@pytest.mark.slow
 def test_wait_prints_the_failure_reason_of_a_failed_job(aws, monkeypatch, capsys):
     from moto.sagemaker.models import sagemaker_backends
 
@@ -231,6 +236,7 @@ def test_wait_prints_the_failure_reason_of_a_failed_job(aws, monkeypatch, capsys
     assert f"{name} failed: Data error: CorruptRecordError: corrupt record #7" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_aws_call_that_fails_is_said_in_a_line_not_a_traceback():
     env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1",
            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}

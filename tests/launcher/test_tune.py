@@ -78,6 +78,7 @@ def test_trials_share_the_checkpoint_prefix_each_resuming_only_its_own():
     assert definition["StaticHyperParameters"]["attribute_names"] == '["source-ref", "label", "label-metadata"]'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
 def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
     request, out = sent_through_sdk("tune", "CreateHyperParameterTuningJob", args, aws, moto_endpoint)
@@ -85,6 +86,7 @@ def test_sdk_v3_sends_exactly_the_dry_run_request(aws, moto_endpoint, args):
     assert out.stdout.strip() == request["HyperParameterTuningJobName"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [[*JOB, *RANGES], FULL], ids=["basic", "full"])
 def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
     request, _ = sent_through_sdk("tune", "CreateHyperParameterTuningJob", args, aws, moto_endpoint, python=sdk2_python())
@@ -154,6 +156,7 @@ def test_the_built_in_algorithms_names_are_tuned_as_the_job_reads_them():
                                    "152, 200, 20, 32, 44, 56, 110" in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 def test_wait_follows_the_tuning_job_and_prints_the_best_training_job(aws, moto_endpoint):
     out = tune(*JOB, "--range", "epochs=1:3", "--wait", env=aws)
     # moto completes tuning jobs at once and knows no training jobs: the best job is absent, the

@@ -34,12 +34,14 @@ def probe(kind: str, **env) -> str:
     return out.stdout.strip()
 
 
+@pytest.mark.slow
 @glibc_only
 def test_the_settings_apply_and_records_of_every_size_pass_through_intact():
     assert probe("job") == "True"
     assert probe("reader") == "True"
 
 
+@pytest.mark.slow
 @glibc_only
 @pytest.mark.parametrize("value", ["0", "lots"])
 def test_the_readers_setting_is_left_out_when_turned_off_or_not_understood(value):

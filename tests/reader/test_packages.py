@@ -56,6 +56,7 @@ def test_a_pure_python_reader_wheel_for_any_machine(tmp_path):
     assert not [f for f in files if "_framing" in f]
 
 
+@pytest.mark.slow
 def test_the_reader_imports_nothing_of_the_job_or_the_launcher():
     script = ("import sys, pipemode, pipemode.dataset\n"
               "from pipemode import PipeModeDataset, reader_error, PipeModeDatasetException\n"

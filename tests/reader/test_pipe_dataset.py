@@ -207,6 +207,7 @@ def test_configuration_errors_are_raised_at_construction(job, setup, kwargs, mes
     assert isinstance(info.value, PipeConfigError)
 
 
+@pytest.mark.slow
 def test_state_dir_shares_pass_numbers_between_processes(job, tmp_path):
     job.add_channel("train")
     job.feed("train", [job.write("a.tfrecord", tfrecord.encode([b"one", b"two"]))])
@@ -225,6 +226,7 @@ def test_state_dir_shares_pass_numbers_between_processes(job, tmp_path):
     assert (job.data_dir / "train_1").exists()
 
 
+@pytest.mark.slow
 def test_element_spec_and_graph_mode_use(job):
     """The dataset works inside tf.function pipelines: parse_example on batches."""
     examples = [
@@ -263,6 +265,7 @@ def test_an_interrupt_ends_a_wait_for_the_fifo_or_its_data_at_once(job, writer):
     assert reader.history[-1].interrupted
 
 
+@pytest.mark.slow
 def test_state_dir_defaults_to_aws_pipe_state_so_a_new_process_reads_the_next_fifo(job):
     """As AWS's: pass numbers in <base>/pipe_state, so a restarted script does not wait on a used FIFO."""
     job.add_channel("train")

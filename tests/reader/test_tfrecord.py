@@ -439,6 +439,7 @@ def peak_rss_of_a_pass(folder, head: bytes, filler: int, env: dict, writer: str,
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer", ["another process", "a thread"])
 @pytest.mark.parametrize("allocator", ["glibc's", "a realloc that moves blocks"])
 def test_a_forged_length_costs_about_what_arrived_in_the_readers_rss(allocator, writer, tmp_path):

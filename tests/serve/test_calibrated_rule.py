@@ -20,6 +20,7 @@ def answers(model_dir) -> dict:
     return {k: v.numpy() for k, v in serve(image_bytes=tf.constant(IMAGES)).items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("threshold, temperature, bias", [
     (None, 2.0, None),
     (0.45, [0.5, 2.0, 4.0], [2.0, -1.0, 0.5]),

@@ -43,6 +43,7 @@ def imported(params, keras_home) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["", "_legacy"], ids=["save_parameters names", "model zoo names"])
 def test_the_converted_resnet_gives_gluons_features_and_logits(gluon, form, tmp_path, monkeypatch):
     import keras
@@ -67,6 +68,7 @@ def test_the_converted_resnet_gives_gluons_features_and_logits(gluon, form, tmp_
     np.testing.assert_allclose(logits, reference["logits"], atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_mxnet_params_reads_every_array_and_name_as_mxnet_saved_them(gluon):
     from keras_pipe_train.model import mxnet_params
 
@@ -80,6 +82,7 @@ def test_mxnet_params_reads_every_array_and_name_as_mxnet_saved_them(gluon):
     assert arrays["features.0.weight"].shape == (64, 3, 7, 7) and arrays["output.weight"].shape == (1000, 512)
 
 
+@pytest.mark.slow
 def test_a_truncated_or_foreign_file_is_refused_naming_it(gluon, tmp_path):
     depth, _, folder = gluon
     whole = (folder / f"resnet{depth}_v1.params").read_bytes()
@@ -105,6 +108,7 @@ def test_weights_imagenet_without_the_converted_file_says_how_to_bring_it(tmp_pa
         assert words in str(raised.value)
 
 
+@pytest.mark.slow
 def test_bake_weights_downloads_gluons_file_and_refuses_one_that_is_not_the_pinned_file(gluon, tmp_path):
     """BAKE_WEIGHTS=resnet18's download (`--download-imagenet`), from a model zoo mirror on 127.0.0.1
     (MXNET_GLUON_REPO, as MXNet names one): the zip holds a ResNet of the right name but not the

@@ -49,6 +49,7 @@ def assert_same_weights(a, b) -> None:
         np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["archive", "folder"])
 def test_the_same_classes_keep_the_head_and_the_backbone(form, previous_model, tmp_path):
     folder, archive, trained = previous_model
@@ -60,6 +61,7 @@ def test_the_same_classes_keep_the_head_and_the_backbone(form, previous_model, t
     assert_same_weights(model, trained)
 
 
+@pytest.mark.slow
 def test_other_classes_replace_the_head_and_keep_the_backbone(previous_model, tmp_path, caplog):
     _, archive, trained = previous_model
     previous = incremental.load(channel_with(tmp_path, archive))
@@ -76,6 +78,7 @@ def test_other_classes_replace_the_head_and_keep_the_backbone(previous_model, tm
     assert not incremental.continue_from(previous, model, "mobilenet_v3_small", CLASSES, True, "auto")
 
 
+@pytest.mark.slow
 def test_reinitialize_top_layer_replaces_or_insists_on_keeping(previous_model, tmp_path):
     _, archive, trained = previous_model
     previous = incremental.load(channel_with(tmp_path, archive))
@@ -122,6 +125,7 @@ def test_a_model_of_another_shape_is_refused(tmp_path):
         incremental.load(channel)
 
 
+@pytest.mark.slow
 def test_what_the_channel_holds_is_read_with_care(previous_model, tmp_path):
     folder, archive, _ = previous_model
     model_bytes = (folder / "model.keras").read_bytes()

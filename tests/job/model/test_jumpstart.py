@@ -62,6 +62,7 @@ def photos(count=24, seed=0):
             .astype(np.float32), labels)
 
 
+@pytest.mark.slow
 def test_its_model_info_sets_the_image_size_and_scaling_and_the_features_are_the_savedmodels(tmp_path, archives):
     """The model takes [0, 255] images, scales them to [0, 1] (normalize) and gives the
     SavedModel's own features: the same as calling the SavedModel itself on images / 255."""
@@ -76,6 +77,7 @@ def test_its_model_info_sets_the_image_size_and_scaling_and_the_features_are_the
                                atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fine_tuning_trains_the_savedmodels_own_variables_and_the_export_serves_them(tmp_path, archives):
     """train_only_top_layer=False's case: the backbone trainable, its BatchNorm in training mode.
     The SavedModel's variables are the ones that change (not copies, as Keras' TFSMLayer makes), a
@@ -105,6 +107,7 @@ def test_fine_tuning_trains_the_savedmodels_own_variables_and_the_export_serves_
     np.testing.assert_allclose(answers["probabilities"].numpy(), model(pixels.astype(np.float32)).numpy(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_model_used_through_a_signature_gives_its_output_key_and_does_not_train(tmp_path, archives):
     """A model info naming a signature and an output key (TF Hub's TF1-format models): its
     features are that output, and its weights stay frozen (JumpStart: hub.KerasLayer(trainable=False))."""
@@ -117,6 +120,7 @@ def test_a_model_used_through_a_signature_gives_its_output_key_and_does_not_trai
     assert model(images).shape == (2, 3)
 
 
+@pytest.mark.slow
 def test_its_batchnorm_trains_only_with_train_batchnorm_while_its_weights_train(tmp_path, archives):
     """Its BatchNorm statistics move only in training mode, while the backbone trains (not in
     the head's phase, frozen) and train_batchnorm says so; its other weights train whenever the
@@ -136,6 +140,7 @@ def test_its_batchnorm_trains_only_with_train_batchnorm_while_its_weights_train(
         assert moved == expected, (batchnorm_trains, trainable, moved)
 
 
+@pytest.mark.slow
 def test_its_regularization_losses_count_while_it_trains(tmp_path, archives):
     """TF Hub's regularization_losses (here 0.01 * the first kernel's sum of squares) are added to
     the loss in training, when the backbone trains, as hub.KerasLayer adds them, with or without
@@ -164,6 +169,7 @@ def test_its_unpacked_files_are_read_as_well_as_its_tarball(tmp_path, archives):
     assert isinstance(found, jumpstart.Pretrained) and found.image_size == SIZE and found.folder == folder / "1"
 
 
+@pytest.mark.slow
 def test_its_unpacked_tarball_is_removed_without_a_warning_when_the_model_goes(tmp_path, archives):
     """(A TemporaryDirectory warned "Implicitly cleaning up" when collected: a ResourceWarning that
     a weights file's mismatch check running at that moment took for a mismatch.)"""

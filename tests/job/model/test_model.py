@@ -25,6 +25,7 @@ def weights_file(tmp_path):
     return path, source
 
 
+@pytest.mark.slow
 def test_backbone_weights_loaded_from_a_file_equal_the_files(weights_file):
     path, source = weights_file
     keras.utils.set_random_seed(8)  # a different random start, to be overwritten
@@ -33,6 +34,7 @@ def test_backbone_weights_loaded_from_a_file_equal_the_files(weights_file):
         np.testing.assert_array_equal(expected, got)
 
 
+@pytest.mark.slow
 def test_a_resource_warning_from_the_garbage_collector_while_loading_is_not_a_mismatch(weights_file):
     """The collector finalises unrelated objects whenever it runs, and their ResourceWarnings land
     in the loader's catch_warnings: (CI once failed a fitting file on one)."""
@@ -54,6 +56,7 @@ def test_a_resource_warning_from_the_garbage_collector_while_loading_is_not_a_mi
         np.testing.assert_array_equal(expected, got)
 
 
+@pytest.mark.slow
 def test_a_weights_file_of_another_backbone_is_a_clear_error(weights_file):
     path, _ = weights_file
     with pytest.raises(UserError, match="does not fit backbone mobilenet_v3_large"):
@@ -177,6 +180,7 @@ def test_the_exported_savedmodel_answers_a_jpeg_as_the_keras_model_does(name, tm
     assert answer["probabilities"].shape == (1, 3)
 
 
+@pytest.mark.slow
 def test_the_saved_classifier_loads_with_plain_keras(tmp_path):
     backbone = M.build_backbone("resnet50", 32, None)
     classifier = M.build_classifier("resnet50", backbone, 3, 0.0)

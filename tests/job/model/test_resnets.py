@@ -70,6 +70,7 @@ def trainable(model: keras.Model) -> int:
     return sum(int(np.prod(w.shape)) for w in model.trainable_weights)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", BUILT_HERE)
 def test_each_resnet_built_here_has_its_depth_and_the_published_models_parameters(depth):
     """Its depth counted as the paper does: the convolutions along the main path, plus the classifier
@@ -91,6 +92,7 @@ def test_each_resnet_built_here_has_its_depth_and_the_published_models_parameter
     assert backbone.name == RESNET_DEPTHS[depth]
 
 
+@pytest.mark.slow
 def test_resnet200_is_keras_resnet152_with_24_blocks_in_stage_3():
     blocks = {}
     for layer in built(200).layers:
@@ -115,6 +117,7 @@ def test_weights_imagenet_for_a_resnet_without_public_weights_is_a_clear_error(n
         M.build_backbone(name, 32, "imagenet")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet18", "resnet20"])
 def test_a_resnet_built_here_takes_its_weights_from_a_file(name, tmp_path):
     keras.utils.set_random_seed(3)
@@ -130,6 +133,7 @@ def test_a_resnet_built_here_takes_its_weights_from_a_file(name, tmp_path):
         M.build_backbone(other, 32, str(path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "size"), [("resnet18", 28), ("resnet200", 28), ("resnet20", 8)])
 def test_the_resnets_built_here_take_small_images_as_mxnets_do(name, size):
     backbone = M.build_backbone(name, size, None)

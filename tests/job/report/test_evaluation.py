@@ -27,6 +27,7 @@ def evaluated(probabilities, labels, loss: Loss, steps_per_execution=1):
     return trainer, trainer.evaluate_in_detail(dataset)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps_per_execution", [1, 3])
 def test_the_confusion_matrix_and_each_class_on_known_labels(steps_per_execution, tmp_path):
     # predicted (argmax): 0, 1, 1, 2, 2 ; true: 0, 1, 0, 2, 1

@@ -131,6 +131,7 @@ def test_class_names_are_text_in_the_page_never_markup(tmp_path):
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
 
 
+@pytest.mark.slow
 def test_the_page_is_bounded_however_many_classes(tmp_path):
     classes = [f"class number {i} with a long name" for i in range(2000)]
     found = single_label_evaluation(classes, examples=100_000)
@@ -145,6 +146,7 @@ def test_the_page_is_bounded_however_many_classes(tmp_path):
     assert f"... ({len(json.dumps(classes)):,} characters)" in text  # (the setting, shortened)
 
 
+@pytest.mark.slow
 def test_a_multi_label_page_in_a_browser(tmp_path):
     classes = ["sky", "tree", "car", "person", "dog"]
     tp, fp, fn = np.array([5, 4, 0, 3, 2]), np.array([1, 0, 6, 2, 0]), np.array([0, 7, 2, 1, 0])

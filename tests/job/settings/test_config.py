@@ -68,6 +68,7 @@ def sdk_forms() -> dict[str, dict[str, str]]:
     return forms
 
 
+@pytest.mark.slow
 def test_every_form_the_sdks_send_reads_as_the_value_given():
     expected = JobConfig.from_hyperparameters(GIVEN)
     assert expected.class_names == ("cat, tabby", "dog's", "bird") and expected.mixed_precision == "false"

@@ -97,6 +97,7 @@ def check_tuning(h: Hyperparameter) -> None:
                 tuned(h.name, *outside)
 
 
+@pytest.mark.slow
 def test_jobconfig_the_docs_the_launchers_help_and_tuning_agree_with_each_definition():
     fields = {f.name: f for f in dataclasses.fields(JobConfig)}
     docs = docs_table()

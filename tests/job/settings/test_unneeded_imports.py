@@ -6,6 +6,8 @@ import importlib.util
 import subprocess
 import sys
 
+import pytest
+
 TRAINS_WITHOUT_THEM = """
 from keras_pipe_train.settings.unneeded_imports import UNNEEDED, skip_unneeded_imports
 skip_unneeded_imports()
@@ -19,6 +21,7 @@ print([name for name in UNNEEDED if sys.modules.get(name) is not None])
 """
 
 
+@pytest.mark.slow
 def test_keras_trains_and_saves_without_scikit_learn_and_pandas_though_both_are_installed(tmp_path):
     assert importlib.util.find_spec("sklearn") and importlib.util.find_spec("pandas")  # (else this proves nothing)
     out = subprocess.run([sys.executable, "-c", TRAINS_WITHOUT_THEM, str(tmp_path / "m.keras")],

@@ -39,6 +39,7 @@ def class_folders(job, channel: str, photos, labels, mode: str = "File") -> None
     (root / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")  # hidden: never data
 
 
+@pytest.mark.slow
 def test_class_folders_train_as_they_are_and_each_folder_is_its_class(job, digit_photos):
     """The classes are the folders' names sorted (eight, five, four, ...), not the digits' order:
     each held-out digit must come back as its folder's name, class by class."""
@@ -57,6 +58,7 @@ def test_class_folders_train_as_they_are_and_each_folder_is_its_class(job, digit
     print("held out, each class:", assert_the_model_learned_each_digit(job.base / "model"))
 
 
+@pytest.mark.slow
 def test_a_file_that_is_not_an_image_is_a_data_error_naming_it(job, digit_photos):
     photos, labels = digit_photos
     class_folders(job, "train", photos[:40], labels[:40])
@@ -68,6 +70,7 @@ def test_a_file_that_is_not_an_image_is_a_data_error_naming_it(job, digit_photos
         (job.base / "output" / "failure").read_text().splitlines()[0]
 
 
+@pytest.mark.slow
 def test_a_folder_that_is_not_a_class_of_class_names_is_a_data_error(job, digit_photos):
     photos, labels = digit_photos
     class_folders(job, "train", photos[:40], labels[:40])
@@ -77,6 +80,7 @@ def test_a_folder_that_is_not_a_class_of_class_names_is_a_data_error(job, digit_
     assert "its folder 'nine' is not one of the job's classes (zero, one, two" in text.splitlines()[0]
 
 
+@pytest.mark.slow
 def test_class_folders_in_pipe_mode_are_refused_with_the_reason(job, digit_photos):
     photos, labels = digit_photos
     class_folders(job, "train", photos[:20], labels[:20])
@@ -108,6 +112,7 @@ def test_the_split_keeps_a_share_of_each_class_folder_drawn_by_the_seed(tmp_path
     assert any(split(files, tmp_path, 0.2, seed=seed)[1] != validation for seed in range(8, 12))
 
 
+@pytest.mark.slow
 def test_a_training_channel_alone_trains_and_validates_on_its_split(job, digit_photos, tmp_path, monkeypatch):
     """The built-in TensorFlow algorithm's request: one channel named `training`, of class folders,
     and validation_split_ratio. The log says how many images went each way; the audit shows the

@@ -47,6 +47,7 @@ def config(**values) -> JobConfig:
     return JobConfig.from_hyperparameters({"num_classes": "10", "attribute_names": ATTRIBUTES, **values})
 
 
+@pytest.mark.slow
 def test_the_container_trains_on_a_ground_truth_manifest_stream_and_each_line_is_its_class(job, digit_images):
     images, labels = digit_images
     stream_manifest(job, "train", ground_truth_lines(images[:TRAINED], labels[:TRAINED]))
@@ -62,6 +63,7 @@ def test_the_container_trains_on_a_ground_truth_manifest_stream_and_each_line_is
     print("held out, each class:", assert_the_model_learned_each_digit(job.base / "model"))
 
 
+@pytest.mark.slow
 def test_a_manifest_line_makes_the_example_prepare_writes_for_the_same_image(digit_images):
     images, labels = digit_images
     combine = manifest.combiner(config(class_names=json.dumps(NAMES)))
@@ -155,6 +157,7 @@ def test_attribute_names_that_do_not_name_an_image_and_a_label_are_refused(names
         config(attribute_names=names)
 
 
+@pytest.mark.slow
 def test_a_manifest_channel_without_recordio_wrapping_is_refused_before_reading(job, digit_images):
     images, labels = digit_images
     stream_manifest(job, "train", ground_truth_lines(images[:8], labels[:8]), wrapper="None")
@@ -164,6 +167,7 @@ def test_a_manifest_channel_without_recordio_wrapping_is_refused_before_reading(
            "(source-ref,digit,digit-metadata) it must be RecordIO")
 
 
+@pytest.mark.slow
 def test_a_bad_label_is_a_data_error_naming_the_manifest_line(job, digit_images):
     images, labels = digit_images
     lines = ground_truth_lines(images[:40], labels[:40])
@@ -177,6 +181,7 @@ def test_a_bad_label_is_a_data_error_naming_the_manifest_line(job, digit_images)
            "'digit' holds 'thirteen', not a class id")
 
 
+@pytest.mark.slow
 def test_a_stream_cut_inside_a_line_is_a_data_error(job, digit_images):
     images, labels = digit_images
     lines = ground_truth_lines(images[:40], labels[:40])

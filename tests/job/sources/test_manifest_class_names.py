@@ -44,6 +44,7 @@ def stream_lines(job, channel: str, lines: list[list[bytes]]) -> None:
     job.feed(channel, files, wrapper="RecordIO")
 
 
+@pytest.mark.slow
 def test_without_class_names_the_model_is_named_by_the_manifests_metadata(job, images):
     stream_lines(job, "train", lines_of(*images, COLOURS))
     write_hyperparameters(job, attribute_names=ATTRIBUTES, **QUICK)
@@ -54,6 +55,7 @@ def test_without_class_names_the_model_is_named_by_the_manifests_metadata(job, i
             in out.stdout + out.stderr), out.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_a_class_two_lines_name_otherwise_is_a_data_error_naming_both_lines(job, images):
     lines = lines_of(*images, COLOURS)
     metadata = json.loads(lines[9][2])  # (line 10: class 1, which line 2 calls green)

@@ -61,6 +61,7 @@ def test_multi_label_records_hold_one_value_per_class():
         single([b"\0" * 10])
 
 
+@pytest.mark.slow
 def test_a_rec_file_trains_in_file_mode_and_streamed_in_pipe_mode_and_each_record_is_its_class(job):
     """Each record's class is its header's label: held-out digits must come back as theirs, class
     by class (classes 0-9, named "0" to "9")."""
@@ -82,6 +83,7 @@ def test_a_rec_file_trains_in_file_mode_and_streamed_in_pipe_mode_and_each_recor
                                                                        names=[str(d) for d in range(10)]))
 
 
+@pytest.mark.slow
 def test_a_rec_channel_wrapped_again_is_refused(job):
     job.add_channel("train", wrapper="RecordIO")
     write_hyperparameters(job, **QUICK)
@@ -89,6 +91,7 @@ def test_a_rec_channel_wrapped_again_is_refused(job):
                                         "record_format=recordio")
 
 
+@pytest.mark.slow
 def test_a_multi_label_file_read_as_single_label_is_a_data_error_naming_the_record(job):
     job.add_channel("train")
     job.feed("train", [DATA_DIR / "pairs-mxnet.rec"])

@@ -33,6 +33,7 @@ def file_channel(job, name: str, parts: list[list[bytes]], distribution: str) ->
         (job.data_dir / name / f"part-{i}.tfrecord").write_bytes(tfrecord.encode(part))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("files", [3, 1])
 def test_file_mode_fully_replicated_splits_the_records_between_workers(job, files, digit_records):
     records = digit_records[0][:90]

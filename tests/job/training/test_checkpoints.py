@@ -103,6 +103,7 @@ for i in range(int(sys.argv[2])):
 """
 
 
+@pytest.mark.slow
 def test_the_same_job_saving_twice_at_once_never_collides(tmp_path):
     """Two processes of one job (started twice by mistake) on one folder: before the lock they
     computed the same next number and one crashed renaming onto the other's checkpoint."""
@@ -116,6 +117,7 @@ def test_the_same_job_saving_twice_at_once_never_collides(tmp_path):
     assert not list(own.glob(".writing-*"))
 
 
+@pytest.mark.slow
 def test_a_folder_that_cannot_be_written_fails_the_job_before_training(tmp_path, digit_records, head_only_weights):
     fake = job_on(tmp_path / "job", tmp_path / "unused", digit_records)
     (fake.base / "checkpoints").unlink()

@@ -373,6 +373,7 @@ print("FOUND", json.dumps(found))
 """
 
 
+@pytest.mark.slow
 def test_counts_weights_and_metrics_are_the_same_on_one_and_on_two_replicas():
     """The sums (metrics, label counts, the confusion matrix) are all-reduced: two replicas, one
     short of examples at the pass's end, count as one does, and train the same weights."""

@@ -66,6 +66,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_the_statistics_are_the_mean_of_the_batches_moments_with_the_final_weights(replicas):
     """A ring of 20 of 23 images, batches of 8 (4 per replica on two): every image kept used in

@@ -50,6 +50,7 @@ def batches(images, labels, size=4) -> tf.data.Dataset:
 
 # --- optimizers ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", OPTIMIZERS)
 def test_each_optimizer_is_the_one_named_with_its_settings_and_it_trains(name):
     chosen = config(optimizer=name, momentum=0.5, beta_1=0.8, beta_2=0.99, epsilon=1e-6, rho=0.7,
