@@ -436,6 +436,11 @@ def demo_learned(output: str, checkout: Path, new_jobs: list[dict]) -> None:
     assert low <= here <= high and low <= served <= high, f"the README says {here} % ({low}-{high} %): {summary}"
     assert "all 180 held-out images: rows are the true digit" in output
     assert (checkout / "demo-output/transfer/algo-1/model/1/saved_model.pb").is_file()
+    # its report checks the validation images' labels, asked by no hyperparameter (label_check's default)
+    data = checkout / "demo-output/transfer/algo-1/output/data"
+    check = json.loads((data / "label_errors.json").read_text())
+    assert check["sets"]["validation"]["examined"] == 180 and "train" not in check["sets"], check
+    assert "Validation images: " in (data / "report.html").read_text()
     assert "launch | fed algo-1/train pass 0:" in output  # the transfer job ran in Pipe mode
 
 

@@ -373,6 +373,8 @@ def test_an_mxnet_rec_file_streams_in_pipe_mode_trains_and_serves(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--hp", "record_format=class_folders"], "channel train is in Pipe mode, but --hp record_format=class_folders"),
+    (["--hp", "train_only_top_layer=True"], "channel train is in Pipe mode, but the request is in the built-in "
+     "TensorFlow algorithm's dialect, which reads class folders"),
     (["--hp", "record_format=recordio", "--record-wrapper", "RecordIO"],
      "--record-wrapper RecordIO with --hp record_format=recordio: the .rec files are RecordIO already"),
 ])

@@ -107,6 +107,11 @@ def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
     (["--range", "epochs=1:3", "--hp", "epochs=2"], "epochs: give each hyperparameter once"),
     (["--range", "epochs=1:3", "--range", "epochs=4:5"], "epochs: give each hyperparameter once"),
     (["--range", "epochs=0:3", "--hp", "fine_tune_epochs=0"], "nothing to train"),
+    # rules across two ranges that fail only at opposite ends: the pairs' corners are tried
+    (["--range", "epochs=1:5", "--range", "keep_epoch_models=1:5"],
+     "a trial these ranges allow would fail (epochs=1, keep_epoch_models=5): "),
+    (["--range", "image_size=96:224", "--range", "resize=100:256"],
+     "a trial these ranges allow would fail (image_size=224, resize=100): "),
     (["--range", "epochs=1:3", "--max-parallel-jobs", "11"], "--max-parallel-jobs (11) must be 1 to --max-jobs (10)"),
     (["--range", "epochs=1:3", "--strategy", "Grid"], "Grid tries every combination"),
     (["--range", "epochs=1:3", "--tensorboard-s3-uri", "s3://data/tb/"], "tuning jobs have no TensorBoard output"),

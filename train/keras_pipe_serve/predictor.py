@@ -199,7 +199,10 @@ def calibrated_thresholds(settings: ServingSettings, classes: int) -> list | Non
     answered beside them, or a client comparing them with `threshold` would disagree with
     predicted_labels. None for a model not calibrated."""
     edges = settings.calibration.calibrated_thresholds if settings.calibration else None
-    return list(edges) if edges is not None and len(edges) == classes else None
+    if edges is not None and len(edges) != classes:  # (answered for the wrong classes: refused, not dropped)
+        raise ModelError(f"serving.json's calibration.calibrated_thresholds has {len(edges)} values but the model has "
+                         f"{classes} classes")
+    return None if edges is None else list(edges)
 
 
 def _json_file(path: Path):

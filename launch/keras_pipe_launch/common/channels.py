@@ -136,19 +136,24 @@ def _attribute_names(value: str) -> tuple[str, ...] | None:
 
 
 def _check_record_format(channels: list[ChannelSpec], values: dict[str, str]) -> None:
+    from keras_pipe_train.settings import dialects
     from keras_pipe_train.settings.config import HYPERPARAMETERS
     from keras_pipe_train.settings.errors import UserError
 
-    try:
-        record_format = HYPERPARAMETERS["record_format"].parse("record_format", values.get("record_format", "tfrecord"))
+    definition = HYPERPARAMETERS["record_format"]
+    try:  # (as the job reads it: a built-in TensorFlow algorithm's request is class folders)
+        read = dialects.translate(values).hyperparameters
+        record_format = definition.parse("record_format", read.get("record_format", definition.default))
     except UserError:
         return  # (the hyperparameters' own check says what is wrong)
     for c in channels:
         if c.name not in MANIFEST_CHANNELS:
             continue
         if record_format == "class_folders" and c.input_mode == "Pipe":
-            raise ChannelError(f"channel {c.name} is in Pipe mode, but --hp record_format=class_folders: a Pipe stream "
-                               "does not say which folder an image came from. Give --input-mode File (or FastFile)")
+            said = ("--hp record_format=class_folders" if "record_format" in values else
+                    "the request is in the built-in TensorFlow algorithm's dialect, which reads class folders")
+            raise ChannelError(f"channel {c.name} is in Pipe mode, but {said}: a Pipe stream does not say which folder "
+                               "an image came from. Give --input-mode File (or FastFile)")
         if record_format == "recordio" and c.record_wrapper != "None":
             raise ChannelError(f"channel {c.name}: --record-wrapper {c.record_wrapper} with --hp "
                                "record_format=recordio: the .rec files are RecordIO already (leave the wrapper None)")

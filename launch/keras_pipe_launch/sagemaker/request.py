@@ -14,7 +14,7 @@ import time
 from keras_pipe_launch.common.channels import WHOLE_FILE_CHANNELS, ChannelError, ChannelSpec
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.secrets import looks_secret
-from keras_pipe_train.settings.channels import MODEL
+from keras_pipe_train.settings.channels import MODEL, TRAIN
 from keras_pipe_train.settings.contract import JOB_NAME
 from keras_pipe_train.training.metrics import METRIC_DEFINITIONS
 
@@ -130,7 +130,7 @@ def _check_locations(spec: JobSpec) -> None:
                       ("--tensorboard-s3-uri", spec.tensorboard_s3_uri)):
         if uri is not None:
             _s3(what, uri)
-    if "train" not in [c.name for c in spec.channels]:
+    if TRAIN not in [c.name for c in spec.channels]:
         raise RequestError("a train channel is required: --train s3://bucket/prefix")
     for channel in spec.channels:
         _s3(f"channel {channel.name}", channel.source)

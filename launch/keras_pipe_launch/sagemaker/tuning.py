@@ -6,12 +6,14 @@ hyperparameters chosen by SageMaker."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 
 from keras_pipe_launch.common import hyperparameters
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.sagemaker.request import JobSpec, RequestError, create_training_job_request, validate
+from keras_pipe_train.settings.channels import VALIDATION
 
 STRATEGIES = ("Bayesian", "Random", "Grid")  # (Hyperband needs the job to report resources per epoch)
 SCALES = {"auto": "Auto", "linear": "Linear", "log": "Logarithmic", "reverse-log": "ReverseLogarithmic"}
@@ -102,7 +104,7 @@ def validate_tuning(spec: TuningSpec, check_hyperparameters: bool = True) -> lis
         raise RequestError(f"--max-parallel-jobs ({spec.max_parallel_jobs}) must be 1 to --max-jobs ({spec.max_jobs})")
     if spec.strategy == "Grid" and any(r.kind != "Categorical" for r in spec.ranges):
         raise RequestError("--strategy Grid tries every combination: give each --range as a list of values (A,B,...)")
-    if spec.objective.startswith("validation:") and "validation" not in [c.name for c in spec.job.channels]:
+    if spec.objective.startswith("validation:") and VALIDATION not in [c.name for c in spec.job.channels]:
         raise RequestError(f"--objective {spec.objective} is measured on the validation channel: give --validation "
                            "(or tune on a train: metric, which rewards overfitting)")
     if "top_k" in spec.objective and "top_k" not in static and "top_k" not in names:
@@ -167,9 +169,32 @@ def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
                 raise RequestError(f"--range {r.name}: a logarithmic scale needs MIN > 0")
             if r.scale == "ReverseLogarithmic" and (r.kind != "Continuous" or high >= 1):
                 raise RequestError(f"--range {r.name}: reverse-log is for numbers in [0, 1), not {r.kind.lower()}s")
-    # the trials' corners: all lows, all highs (and each categorical's first and last)
-    for end in (0, -1):
-        hyperparameters.check({**static, **{r.name: r.values[end] for r in spec.ranges}})
+    for trial in corners(spec.ranges):
+        try:
+            hyperparameters.check({**static, **trial})
+        except UserError as err:
+            tried = ", ".join(f"{name}={value}" for name, value in trial.items())
+            raise RequestError(f"a trial these ranges allow would fail ({shown(tried)}): {err}") from None
+
+
+def corners(ranges: list) -> list[dict]:
+    """The trials checked before a tuning job is sent: every range at its low end, then every one at
+    its high end (a categorical's first and last value), and each pair of ranges at the four
+    combinations of their ends, the others at their low ends, then at their high ends. The job's
+    rules across fields bind two at a time (epochs against keep_epoch_models, image_size against
+    resize): a pair whose rule fails only at opposite ends is found. (All 2^n combinations would
+    be 10^9 with SageMaker's 30 ranges; these are 3,482.)"""
+    ends = [(r.values[0], r.values[-1]) for r in ranges]
+    trials = [{r.name: e[side] for r, e in zip(ranges, ends)} for side in (0, 1)]
+    for i, j in itertools.combinations(range(len(ranges)), 2):
+        for rest in (0, 1):
+            for a, b in itertools.product((0, 1), repeat=2):
+                if a == b == rest:
+                    continue  # (the all-low or all-high trial)
+                trial = {r.name: e[rest] for r, e in zip(ranges, ends)}
+                trial[ranges[i].name], trial[ranges[j].name] = ends[i][a], ends[j][b]
+                trials.append(trial)
+    return trials
 
 
 def create_tuning_job_request(spec: TuningSpec, name: str | None = None) -> dict:

@@ -3,6 +3,7 @@ the CSV with its source, those in S3 in a Ground Truth manifest, hostile sources
 in the files and escaped in the page."""
 
 import csv
+import dataclasses
 import datetime
 import json
 
@@ -73,13 +74,21 @@ def test_the_heads_held_out_accuracy_and_the_images_not_judged_are_in_the_json_a
     found = checked()
     seen, suspects = found.sets["train"]
     unjudged = Suspects(suspects.indices, suspects.likely, suspects.given_probability, suspects.likely_probability,
-                        unjudged=2, unjudged_classes=(1,))
+                        unjudged=2, unjudged_classes=(1,), unreadable=1)
     with_heads = S.Checked({"train": (seen, unjudged)}, found.class_names, 5, False, 1.0, heads_accuracy=0.87654)
     S.write(tmp_path, with_heads)
     summary = json.loads((tmp_path / S.JSON_NAME).read_text())
-    assert summary["train_heads_accuracy"] == 0.8765 and summary["sets"]["train"]["unjudged"] == 2
+    assert summary["train_heads_accuracy"] == 0.8765
+    assert {key: summary["sets"]["train"][key] for key in ("unjudged", "unjudged_classes", "unreadable")} == {
+        "unjudged": 2, "unjudged_classes": ["dog"], "unreadable": 1}
     page = S.section(with_heads)
     assert "label given for 87.7% of them" in page and "Not judged: 2 images of dog" in page
+    assert "Left out: 1 image whose probabilities are not numbers" in page
+    assert "fewer than two classes were left to judge" not in page
+    # every image left out: said why no image could be suspected
+    none = dataclasses.replace(unjudged, unjudged=len(seen) - 1)
+    assert "fewer than two classes were left to judge, so none was" in S.section(
+        S.Checked({"train": (seen, none)}, found.class_names, 5, False, 1.0))
     S.write(tmp_path, found)  # (none measured, none left out: neither said)
     assert "train_heads_accuracy" not in json.loads((tmp_path / S.JSON_NAME).read_text())
     assert "Not judged" not in S.section(found) and "label given for" not in S.section(found)

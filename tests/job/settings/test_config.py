@@ -194,3 +194,22 @@ def test_every_hyperparameter_has_help_and_a_valid_default():
         assert h.help
         if h.default is not None:
             h.parse(h.name, h.default)
+
+
+@pytest.mark.parametrize(("given", "read"), [
+    ({"weights": "ImageNet"}, {"weights": "imagenet"}),
+    ({"weights": "None"}, {"weights": "none"}),  # (Keras' weights=None: nothing to start from)
+    ({"augment": "None"}, {"augment": ()}),
+    ({"image_feature": "None"}, {"image_feature": "image/encoded"}),  # (not set: its default)
+    ({"learning_rate": "null"}, {"learning_rate": 0.001}),
+    ({"epochs": '"None"'}, {"epochs": 5}),
+    ({"calibration": "Yes", "mixed_precision": "1", "reinitialize_top_layer": "off", "label_check": "on"},
+     {"calibration": "true", "mixed_precision": "true", "reinitialize_top_layer": "false", "label_check": True}),
+    ({"calibration": "no", "mixed_precision": "0", "reinitialize_top_layer": "NO", "label_check": "off"},
+     {"calibration": "false", "mixed_precision": "false", "reinitialize_top_layer": "false", "label_check": False}),
+])
+def test_the_value_forms_docs_job_md_promises(given, read):
+    """docs/job.md, Hyperparameter values: choices in any case; a flag's words for a choice of
+    true, false and more; None or null not set, but where none is a value of its own."""
+    config = JobConfig.from_hyperparameters({"num_classes": "3", **given})
+    assert {name: getattr(config, name) for name in read} == read

@@ -162,6 +162,10 @@ def test_a_resume_may_change_the_resumable_hyperparameters_and_how_the_request_w
     assert longer.identity() == config.identity()
     other = JobConfig.from_hyperparameters({"num_classes": 3, "learning_rate": 0.1})
     assert other.identity() != config.identity()
+    # docs/job.md's Checkpoints says which may change, by name
+    said = (REPO / "docs/job.md").read_text().split("A restarted job (same name, same settings;", 1)[1]
+    said = said.split(") resumes its own", 1)[0]
+    assert re.findall(r"`(\w+)`", said) == resumable, said
 
 
 def example(h: Hyperparameter):

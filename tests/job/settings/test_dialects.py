@@ -219,5 +219,32 @@ def test_the_built_ins_dialects_serve_their_own_probabilities_unless_calibration
         assert JobConfig.from_hyperparameters(request).calibration == "false"
         for given, read in (("true", "true"), ("1", "true"), ("on", "true"), ("auto", "auto"), ("Off", "false")):
             assert JobConfig.from_hyperparameters({**request, "calibration": given}).calibration == read
-    with pytest.raises(UserError, match="hyperparameter calibration must be one of auto, true, false; got 'yes'"):
-        JobConfig.from_hyperparameters({"num_classes": "3", "calibration": "yes"})
+    with pytest.raises(UserError, match="hyperparameter calibration must be one of auto, true, false; got 'maybe'"):
+        JobConfig.from_hyperparameters({"num_classes": "3", "calibration": "maybe"})
+
+
+@pytest.mark.parametrize("yes", ["1", "true", "True", "yes", '"yes"'])
+def test_the_built_ins_flags_take_every_form_this_jobs_own_flags_take(yes):
+    """A flag a dialect reads for itself is read as this job's flags are: MXNet's multi_label=yes is
+    multi-hot labels as multi_label=1 is; TensorFlow's train_only_top_layer and augmentation take
+    yes as its early_stopping does; a TensorFlow multi_label=no is one class per image (top-5)."""
+    mxnet = JobConfig.from_hyperparameters({"num_layers": "18", "multi_label": yes, "record_format": "recordio",
+                                            "num_classes": "3", "num_training_samples": "100"})
+    assert mxnet.multi_label and mxnet.label_format == "multi_hot"
+    tensorflow = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(), "class_names": "a,b",
+                                                 "train_only_top_layer": yes, "augmentation": yes})
+    assert (tensorflow.epochs, tensorflow.fine_tune_epochs) == (5, 0) and tensorflow.augment
+    no = {"1": "0", "true": "false", "True": "False", "yes": "no", '"yes"': '"no"'}[yes]
+    single = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(), "multi_label": no,
+                                             "class_names": json.dumps(list("abcdef"))})
+    assert not single.multi_label and single.top_k == 5
+
+
+@pytest.mark.parametrize("classes", [{"class_names": str(list("abcdef"))}, {"class_names": json.dumps(list("abcdef"))},
+                                     {"class_names": "a,b,c,d,e,f"}, {"num_classes": "6.0"}, {"num_classes": "6"}])
+def test_the_tensorflow_dialect_counts_classes_in_every_form_the_sdks_send(classes):
+    """Python's repr of a list (the v2 Estimator's str()), JSON, commas; "6.0" (a tuning job's
+    integer): six classes, so top-5, as in JumpStart."""
+    config = JobConfig.from_hyperparameters({**notebooks.tensorflow_jumpstart_defaults(), **classes,
+                                             "record_format": "tfrecord"})
+    assert config.top_k == 5

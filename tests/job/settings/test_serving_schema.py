@@ -170,14 +170,40 @@ def test_what_the_export_is_given_is_checked_before_it_is_written():
 
 
 @pytest.mark.parametrize("temperature, threshold, bias", [(2.0, None, None), (np.array([2.5, 0.5, 1.0]), 0.3, None),
-                                                     (2.0, None, np.array([0.5, -0.5, 0.0])),
                                                      (np.array([2.5, 0.5, 1.0]), 0.3, np.array([1.0, -2.0, 0.0]))])
 def test_the_calibration_the_job_serves_reads_back_as_it_was_written(temperature, threshold, bias):
-    from keras_pipe_train.training.calibration import Calibration
+    from keras_pipe_train.training.calibration import PLATT, TEMPERATURE, Calibration
 
-    found = Calibration("true", temperature, True, "calibration=true", 300, {}, {}, threshold is not None, bias=bias)
+    found = Calibration("true", temperature, True, "calibration=true", 300, {}, {}, threshold is not None, bias=bias,
+                        method=TEMPERATURE if bias is None else PLATT)
     typed = found.serving(threshold)
     assert (typed.bias is None) == (bias is None)
     assert ServedCalibration.from_json(typed.to_json()) == typed
     assert typed.validation_examples == 300 and (typed.calibrated_thresholds is None) == (threshold is None)
     assert ServingSettings(32, threshold=threshold, calibration=typed).calibration == typed
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"threshold": None, "multi_label": False, "calibration": {"method": "temperature scaling", "temperature": [1.0, 2.0],
+                                         "validation_examples": 9}},
+     "a single-label model's calibration is one temperature, without bias or calibrated_thresholds"),
+    ({"calibration": {"method": "Platt scaling", "temperature": [1.0, 2.0], "validation_examples": 9,
+                      "bias": [0.1, 0.2, 0.3], "calibrated_thresholds": [0.5, 0.5]}},
+     "calibration's per-class lists differ in length \\(temperature 2, bias 3, calibrated_thresholds 2\\)"),
+    ({"calibration": {"method": "temperature scaling", "temperature": [1.0, 2.0], "validation_examples": 9,
+                      "calibrated_thresholds": [0.5, 0.5, 0.5, 0.5, 0.5]}},
+     "calibration's per-class lists differ in length \\(temperature 2, calibrated_thresholds 5\\)"),
+    ({"calibration": {"method": "isotonic", "temperature": 1.0, "validation_examples": 9}},
+     "calibration.method must be one of temperature scaling, Platt scaling, got \"isotonic\""),
+    ({"calibration": {"method": "Platt scaling", "temperature": [1.0, 2.0], "validation_examples": 9}},
+     "calibration.bias is missing with method 'Platt scaling'"),
+    ({"calibration": {"method": "temperature scaling", "temperature": [1.0, 2.0], "validation_examples": 9,
+                      "bias": [0.0, 0.0]}}, "calibration.bias is given with method 'temperature scaling'"),
+])
+def test_a_calibration_whose_parts_do_not_fit_each_other_or_the_model_is_refused(settings, message, tmp_path):
+    """A rule the server would apply otherwise than it was fitted (a per-class temperature on a
+    single-label model, lists of different lengths, a method it does not know) is refused."""
+    data = {**ServingSettings(32, threshold=0.5).to_json(), **settings}
+    (tmp_path / "serving.json").write_text(json.dumps(data))
+    with pytest.raises(ServingFileError, match=f"^{re.escape(str(tmp_path / 'serving.json'))}: {message}"):
+        read(tmp_path)

@@ -169,3 +169,42 @@ def test_the_heads_held_out_accuracy_is_that_of_the_probabilities_they_give():
     assert 0.8 < held.accuracy < 0.92 and (held.probabilities.argmax(axis=1) == truth).mean() > held.accuracy
     noise = L.out_of_fold(np.random.default_rng(0).normal(size=(300, 32)), given[:300], 6, 5, 0)
     assert noise.accuracy < 0.3  # (features that say nothing: chance, 1/6)
+
+
+def test_an_image_whose_probabilities_are_not_numbers_is_left_out_and_its_class_still_judged():
+    """An infinite logit makes a row of NaN probabilities: its class's mean would be NaN, and the
+    class never judged (the suspects of every class it could be confused with lost). Left out, the
+    other images' suspects are those found without it, and it is counted as unreadable."""
+    features, _, given, _ = flipped(rate=0.1, separation=1.0, seed=3)
+    probabilities = L.out_of_fold(features, given, 6, 5, 0).probabilities
+    without = L.find(probabilities[1:], given[1:])
+    broken = probabilities.copy()
+    broken[0] = np.nan
+    found = L.find(broken, given)
+    assert len(without) > 0 and list(found.indices) == list(without.indices + 1)
+    assert found.unreadable == 1 and found.unjudged == 0
+
+
+def test_a_rare_class_of_two_that_the_model_tells_apart_is_judged():
+    """Two classes, 180 and 20 images, 5 of the rare one's labels given as the common one: the rare
+    class's own probability averages under 1/2 (chance), but far above what the common class's
+    images are given of it. Judged, its flips are found, as cleanlab finds them."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], [180, 20])
+    rare = np.concatenate([np.full(180, 0.05), np.full(20, 0.45)]) + rng.uniform(-0.03, 0.03, 200)
+    rare[[180, 181, 182, 183, 184]] = 0.6  # (rare images, given the common label below)
+    given = labels.copy()
+    given[180:185] = 0
+    probabilities = np.stack([1 - rare, rare], axis=1)
+    found = L.find(probabilities, given)
+    assert sorted(found.indices.tolist()) == list(range(180, 185)) and found.unjudged == 0
+    theirs = find_label_issues(given, probabilities, filter_by="low_self_confidence")
+    assert set(np.flatnonzero(theirs)) == set(found.indices.tolist())
+
+
+def test_with_one_class_told_apart_none_is_judged_and_all_are_said_unjudged():
+    labels = np.repeat([0, 1, 2], 30)
+    probabilities = np.full((90, 3), 1 / 3)
+    probabilities[:30] = [0.8, 0.1, 0.1]  # (class 0 learnt; 1 and 2 not told apart)
+    found = L.find(probabilities, labels)
+    assert len(found) == 0 and found.unjudged == 90 and found.unjudged_classes == (0, 1, 2)

@@ -98,8 +98,7 @@ def training_suspects(trained: Trained, features: gathered.Gathered, ends: float
     found = label_errors.find(held.probabilities, features.labels, least)
     if found.unjudged:
         log.info("label check: %d training images not judged: their %d classes have fewer than %d images, or the "
-                 "heads give their images their own class no more than chance", found.unjudged,
-                 len(found.unjudged_classes), least)
+                 "heads do not tell them apart", found.unjudged, len(found.unjudged_classes), least)
     return found, held.accuracy, ""
 
 

@@ -19,8 +19,9 @@ MAX_SHOWN of each set with their pictures.
                         heads read and their held-out accuracy (train_heads_accuracy: against
                         the labels given, the best guide to how many suspects are real), each
                         set's images examined (read, when they were a sample of more),
-                        suspected and not judged (unjudged, when any: their class too small,
-                        or not learnt; training/label_errors.py), and how many suspects the
+                        suspected and not judged (unjudged and unjudged_classes, when any:
+                        their class too small, or not told apart; unreadable: probabilities
+                        not numbers; training/label_errors.py), and how many suspects the
                         manifest holds
 """
 
@@ -94,7 +95,10 @@ def write(folder: Path, checked: Checked, job_name: str = "local") -> Path:
         "train_features": "trained backbone" if checked.trained_features else "starting backbone",
         "sets": {name: {"examined": len(seen), "suspected": len(found), "cut": seen.cut,
                         **({"read": seen.read} if seen.sampled else {}),
-                        **({"unjudged": found.unjudged} if found.unjudged else {})}
+                        **({"unjudged": found.unjudged} if found.unjudged else {}),
+                        **({"unjudged_classes": [checked.name(c) for c in found.unjudged_classes]}
+                           if found.unjudged_classes else {}),
+                        **({"unreadable": found.unreadable} if found.unreadable else {})}
                  for name, (seen, found) in checked.sets.items()},
         **({"train_heads_accuracy": round(checked.heads_accuracy, 4)} if checked.heads_accuracy is not None else {}),
         **({"train_unchecked": checked.unchecked} if checked.unchecked else {}),
@@ -152,7 +156,7 @@ def section(checked: Checked | None) -> str:
     for name, (seen, found) in checked.sets.items():
         parts.append(f"<h3>{pages.escape(name.capitalize())} images: {len(found):,} of {len(seen):,}"
                      f"{_sample(seen)}</h3>")
-        parts.append(pages.note(how[name] + _unjudged(checked, found)))
+        parts.append(pages.note(how[name] + _unjudged(checked, found, len(seen))))
         tiles = "".join(_tile(checked, seen, found, position) for position in range(min(MAX_SHOWN, len(found))))
         if tiles:
             parts.append(f'<div class="gallery">{tiles}</div>')
@@ -168,15 +172,23 @@ def _sample(seen: Gathered) -> str:
     return f" (a sample of {seen.read:,})" if seen.sampled else ""
 
 
-def _unjudged(checked: Checked, found: Suspects) -> str:
-    """What the check left out of a set: the images of classes too small or not learnt."""
-    if not found.unjudged:
-        return ""
-    names = ", ".join(checked.name(c) for c in found.unjudged_classes[:10])
-    more = f" and {len(found.unjudged_classes) - 10:,} more" if len(found.unjudged_classes) > 10 else ""
-    return (f". Not judged: {found.unjudged:,} images of {names}{more}, classes with fewer than the images it "
-            "takes to judge one, or whose images are given their own class no more than chance: their threshold "
-            "would have made half the other images suspects")
+def _unjudged(checked: Checked, found: Suspects, examined: int) -> str:
+    """What the check left out of a set: the images of classes too small or not learnt, and those
+    whose probabilities were not numbers."""
+    said = ""
+    if found.unjudged:
+        names = ", ".join(checked.name(c) for c in found.unjudged_classes[:10])
+        more = f" and {len(found.unjudged_classes) - 10:,} more" if len(found.unjudged_classes) > 10 else ""
+        said = (f". Not judged: {found.unjudged:,} images of {names}{more}, classes with fewer than the images it "
+                "takes to judge one, or that the model does not tell apart (their images given their own class "
+                "no more than twice as much as the other images are): their threshold would have made half the "
+                "other images suspects"
+                + ("; fewer than two classes were left to judge, so none was"
+                   if found.unjudged + found.unreadable == examined else ""))
+    if found.unreadable:
+        said += (f". Left out: {found.unreadable:,} image{'' if found.unreadable == 1 else 's'} whose probabilities "
+                 "are not numbers (NaN or infinite)")
+    return said
 
 
 def _tile(checked: Checked, seen: Gathered, found: Suspects, position: int) -> str:

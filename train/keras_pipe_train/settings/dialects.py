@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from keras_pipe_train.settings import parsers
 from keras_pipe_train.settings.backbones import IMAGENET_RESNET_DEPTHS, RESNET_DEPTHS
 from keras_pipe_train.settings.errors import UserError
 
@@ -245,7 +246,7 @@ def _from_mxnet(raw: dict, hosts: int) -> tuple[dict, list[str]]:
     ours.update(given)  # this job's own names, which any dialect takes as they are
     # MXNet's multi-label labels are one 0 or 1 per class, in its .rec and .lst files and in its
     # augmented manifests (unless their ContentType says label-format=class-id: sources/content_types.py)
-    if (_text(value["multi_label"]).lower() in ("1", "true") and "label_format" not in given
+    if (_flag(value["multi_label"], "multi_label") and "label_format" not in given
             and (ours.get("record_format") in ("recordio", "lst")
                  or _text(ours.get("attribute_names") or "") not in ("", "None", "null"))):
         ours["label_format"] = "multi_hot"
@@ -342,8 +343,8 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
     ours.update(_renamed(value, TENSORFLOW))
     ours.update(early_stopping_metric="val_accuracy", export_epoch="best", record_format="class_folders")
     # (its TopKCategoricalAccuracy, k=5, past 5 classes, for one class per image: multi_label is this job's)
-    if (classes := _class_count(given)) and classes > 5 and _text(given.get("multi_label", "false")).lower() in (
-            "false", "0"):
+    if (classes := _class_count(given)) and classes > 5 and not _flag(given.get("multi_label", "false"),
+                                                                       "multi_label"):
         ours["top_k"] = "5"
     if _flag(value["train_only_top_layer"], "train_only_top_layer"):
         ours.update(epochs=value["epochs"], fine_tune_epochs="0")
@@ -358,18 +359,16 @@ def _from_tensorflow(raw: dict) -> tuple[dict, list[str]]:
 
 
 def _class_count(given: dict) -> int | None:
-    """How many classes a request names (num_classes, or class_names: the class folders'), if it says."""
-    if given.get("class_names") is not None:
+    """How many classes a request names (num_classes, or class_names: the class folders'), if it
+    says, read by their own definitions' parsers (every form they take: JSON, Python's repr, "10.0")."""
+    for name in ("class_names", "num_classes"):
         try:
-            names = json.loads(_text(given["class_names"])) if _text(given["class_names"]).startswith("[") else \
-                _text(given["class_names"]).split(",")
-            return len(names)
-        except ValueError:
+            value = HYPERPARAMETERS[name].parse(name, given[name]) if given.get(name) is not None else None
+        except UserError:
             return None  # (the job's own check names it)
-    try:
-        return int(_text(given["num_classes"])) if given.get("num_classes") is not None else None
-    except ValueError:
-        return None
+        if value is not None:
+            return len(value) if name == "class_names" else value
+    return None
 
 
 def _tensorflow_augmentation(value: dict) -> dict:
@@ -413,7 +412,7 @@ def _whole(value, name: str) -> int:
 
 
 def _flag(value, name: str) -> bool:
-    return _choose(value, name, {"true": True, "1": True, "false": False, "0": False})
+    return parsers.Flag()(name, value)  # (the forms this job's own flags take: yes/no too)
 
 
 def _choose(value, name: str, options: dict):

@@ -182,6 +182,8 @@ class Choice:
         # case-insensitive: the v2 Estimator sends str(False) == "False"
         text = str(unquoted(value)).lower()
         text = self.aliases.get(text, text)
+        if FLAG_WORDS.get(text) in self.options:  # (a choice of true, false or more takes a flag's words)
+            text = FLAG_WORDS[text]
         if text not in self.options:
             raise UserError(f"hyperparameter {name} must be one of {', '.join(self.options)}; got {value!r}")
         return text
@@ -240,19 +242,21 @@ class OrUnset(_Or):
         return f"unset, or {self.parse.accepts}"
 
 
+FLAG_WORDS = {"true": "true", "1": "true", "yes": "true", "on": "true",
+              "false": "false", "0": "false", "no": "false", "off": "false"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Flag:
-    """true or false (1 or 0, yes or no), in any case and quoting."""
+    """true or false (1 or 0, yes or no, on or off), in any case and quoting."""
     tuning_range: ClassVar[str] = "Categorical"
     bounds: ClassVar[None] = None
     accepts: ClassVar[str] = "true, false"
 
     def __call__(self, name, value) -> bool:
-        given = str(unquoted(value)).lower()
-        if given in ("true", "1", "yes"):
-            return True
-        if given in ("false", "0", "no"):
-            return False
+        given = FLAG_WORDS.get(str(unquoted(value)).lower())
+        if given is not None:
+            return given == "true"
         raise UserError(f"hyperparameter {name} must be true or false, got {value!r}")
 
 
@@ -297,8 +301,10 @@ def label_error_folds(name, value) -> int:
 
 @takes(f"{', '.join(WEIGHT_SOURCES)}, or the path of a .h5 file")
 def weights(name, value) -> str:
-    given = str(unquoted(value))
-    if given in WEIGHT_SOURCES or given.endswith(".h5"):
+    given = "none" if is_none(value) else str(unquoted(value))  # (Keras' weights=None: no weights to start from)
+    if given.lower() in WEIGHT_SOURCES:
+        return given.lower()
+    if given.endswith(".h5"):
         return given
     raise UserError(
         f"hyperparameter {name} must be imagenet, none, pretrained (a weights file in the "

@@ -34,6 +34,8 @@ SCHEMA_VERSION = 2
 UNVERSIONED = 1  # the version of a serving.json without "version"
 FILE_NAME = "serving.json"
 CALIBRATION_METHOD = "temperature scaling"
+PLATT_METHOD = "Platt scaling"  # (multi-label: a temperature and a bias per class)
+CALIBRATION_METHODS = (CALIBRATION_METHOD, PLATT_METHOD)
 KEYS = ("version", "image_size", "max_image_pixels", "multi_label", "threshold", "dialect", "calibration")
 
 
@@ -195,9 +197,33 @@ def _fields(data, where: str) -> dict:
     calibration = data.get("calibration")
     if calibration is not None:
         calibration = ServedCalibration.from_json(calibration, where, strict)
+        _consistent(calibration, threshold is not None, where)
     return {"image_size": image_size, "threshold": threshold, "dialect": dialect, "calibration": calibration,
             "max_image_pixels": _whole(data.get("max_image_pixels", DEFAULT_MAX_PIXELS), where, "max_image_pixels", 1),
             "version": version}
+
+
+def _consistent(calibration: ServedCalibration, multi_label: bool, where: str) -> None:
+    """A calibration whose parts fit one another and the model's kind: a rule the server would apply
+    otherwise than it was fitted is refused, never served."""
+    t, bias, edges = calibration.temperature, calibration.bias, calibration.calibrated_thresholds
+    if calibration.method not in CALIBRATION_METHODS:
+        raise ServingFileError(f"{where}: calibration.method must be one of {', '.join(CALIBRATION_METHODS)}, got "
+                               f"{_shown(calibration.method)}")
+    if (bias is not None) != (calibration.method == PLATT_METHOD):
+        raise ServingFileError(f"{where}: calibration.bias is {'missing' if bias is None else 'given'} with method "
+                               f"{calibration.method!r}: {PLATT_METHOD} has a bias per class, "
+                               f"{CALIBRATION_METHOD} none")
+    if not multi_label:
+        if isinstance(t, tuple) or edges is not None or bias is not None:
+            raise ServingFileError(f"{where}: a single-label model's calibration is one temperature, without bias "
+                                   "or calibrated_thresholds")
+        return
+    per_class = {"temperature": t if isinstance(t, tuple) else None, "bias": bias, "calibrated_thresholds": edges}
+    lengths = {name: len(values) for name, values in per_class.items() if values is not None}
+    if len(set(lengths.values())) > 1:
+        raise ServingFileError(f"{where}: calibration's per-class lists differ in length ("
+                               + ", ".join(f"{name} {n}" for name, n in lengths.items()) + ")")
 
 
 def _object(data, where: str, field: str | None) -> dict:

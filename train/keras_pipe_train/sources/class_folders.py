@@ -51,7 +51,8 @@ def with_folder_classes(raw: dict, layout: Paths, channels: dict[str, ChannelCon
     from keras_pipe_train.settings.config import HYPERPARAMETERS
 
     read = dialects.translate(raw, len(resources.hosts)).hyperparameters
-    record_format = HYPERPARAMETERS["record_format"].parse("record_format", read.get("record_format", "tfrecord"))
+    definition = HYPERPARAMETERS["record_format"]
+    record_format = definition.parse("record_format", read.get("record_format", definition.default))
     given = HYPERPARAMETERS["class_names"].parse("class_names", read.get("class_names"))
     if record_format != "class_folders" or given is not None or TRAIN not in channels:
         return raw

@@ -125,7 +125,8 @@ def _kind(role: str, channels: dict[str, ChannelConfig]) -> _Kind | None:
 def _multi_label(raw: dict) -> bool:
     from keras_pipe_train.settings.config import HYPERPARAMETERS
 
-    return HYPERPARAMETERS["multi_label"].parse("multi_label", raw.get("multi_label", "false"))
+    definition = HYPERPARAMETERS["multi_label"]
+    return definition.parse("multi_label", raw.get("multi_label", definition.default))
 
 
 def _given(raw: dict, name: str) -> bool:

@@ -70,6 +70,7 @@ import logging
 
 import numpy as np
 
+from keras_pipe_train.settings import serving_schema
 from keras_pipe_train.settings.serving_schema import ServedCalibration
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ MAX_VALUES = 2 ** 23  # logits kept for the fit (32 MiB of float32): examples = 
 SEARCH_STEPS = 45  # golden-section steps: the interval shrinks by 0.618 each, to 4e-10 of its start
 FIT_ROUNDS = 50  # Newton steps of a fit with a bias (each halved until the NLL falls)
 SIGNIFICANT = 2.0  # standard errors by which a rule with a bias must beat the temperature alone
-TEMPERATURE, PLATT = "temperature scaling", "Platt scaling"
+TEMPERATURE, PLATT = serving_schema.CALIBRATION_METHOD, serving_schema.PLATT_METHOD  # (serving.json's names)
 
 
 @dataclasses.dataclass(frozen=True)
