@@ -163,7 +163,7 @@ def test_past_capacity_a_request_is_answered_503_before_its_body_is_sent(model_d
     try:
         def hold():  # (refused itself while a probe below holds the one place: it retries)
             while (answer := post(server.port, instances([slow_png()] * 30)))[0] == 503:
-                time.sleep(0.1)
+                time.sleep(0.05)
             long_one.append(answer)
 
         holder = threading.Thread(target=hold)
@@ -174,8 +174,9 @@ def test_past_capacity_a_request_is_answered_503_before_its_body_is_sent(model_d
             try:
                 status, headers, body = answer_of(sock)
                 break
-            except TimeoutError:
+            except TimeoutError:  # (let in: the holder's request is not, yet; give it the place, and time to take it)
                 sock.close()
+                time.sleep(1)
         with sock:
             sock.settimeout(10)
             assert status == 503 and headers["retry-after"] == "1", body
