@@ -49,6 +49,12 @@ def sdk2_python() -> Path:
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+try:  # (the kernels the job chooses for the tests' own models, the demo's, before any test imports TensorFlow)
+    from keras_pipe_train.settings.cpu_kernels import choose as choose_cpu_kernels
+
+    choose_cpu_kernels(backbone="mobilenet_v3_small", image_size=32)
+except ImportError:  # the reader's tests, with the reader alone
+    pass
 # moto's request recorder (read when moto is imported): a temp file, not ./moto_recording, and one
 # per process: `make test`'s workers (tests/scheduling.py) each record their own server's requests
 os.environ["MOTO_RECORDER_FILEPATH"] = os.path.join(tempfile.mkdtemp(prefix="moto-"), "recording")

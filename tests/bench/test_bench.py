@@ -117,3 +117,33 @@ def test_the_ece_floor_is_the_expected_ece_of_a_calibrated_model_on_so_many_imag
     # and a bin always right at 1.0 is measured exactly; the floor is the bins' weighted mean
     assert ece_floor([{"examples": 2, "confidence": 0.5}, {"examples": 6, "confidence": 1.0}],
                      draws=200_000) == pytest.approx(0.25 * 2 / 8, abs=0.003)
+
+
+def test_ece_s_sampling_spread_is_its_standard_deviation_over_sets_as_right_as_the_one_measured():
+    from bench.label_errors import ece_spread
+
+    # two images at 0.5, right half the time: measured 0.5 off (1/4), exactly (1/2), 0.5 off (1/4): sd 0.25
+    assert ece_spread([{"examples": 2, "confidence": 0.5, "accuracy": 0.5}], draws=200_000) == pytest.approx(
+        0.25, abs=0.003)
+    # a bin always right is measured the same on every such set
+    assert ece_spread([{"examples": 50, "confidence": 0.9, "accuracy": 1.0}]) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_cpu_kernels_benchmark_measures_each_setting_in_its_own_process_and_compares_their_answers():
+    out = quick_run("cpu_kernels")
+    assert re.search(r"^CPU: .+, \d+ cores; avx2 (yes|no), .*avx512f (yes|no)", out, re.M), out
+    # each setting's process logged TensorFlow's own word on oneDNN: off where the variable is 0
+    assert re.search(r"^  oneDNN=1 +oneDNN custom operations are on$", out, re.M), out
+    assert re.search(r"^  oneDNN=0 +\(none: oneDNN off\)$", out, re.M), out
+    rows = re.findall(r"^tiny \(32 px, 8\) +(default|oneDNN=1|oneDNN=0|XLA|XLA, oneDNN=1) +\|"
+                      r"((?: +[\d.]+ ± *\d+% +[\d.]+(?: \|)?){3})$", out, re.M)
+    settings = [setting for setting, _ in rows]
+    assert settings[:4] == ["default", "oneDNN=1", "oneDNN=0", "XLA"], out
+    # the fifth only where TensorFlow leaves oneDNN off by default, and said when left out
+    assert ("XLA, oneDNN=1" in settings) != ("not measured, as oneDNN is on by default here" in out), out
+    default = [float(x) for x in rows[0][1].replace("|", " ").replace("±", " ").replace("%", " ").split()]
+    assert all(rate > 0 for rate in default[0::3]) and default[2::3] == [1.0, 1.0, 1.0], rows[0]
+    numerics = re.search(r"^tiny: max \|difference\| of a probability, 32 images, same weights .*oneDNN=1 vs "
+                         r"oneDNN=0 ([\d.e+-]+), logits ([\d.e+-]+) \((\d+)% same class\)", out, re.M)
+    assert numerics and float(numerics[1]) < 1e-3 and float(numerics[2]) < 1e-3, out

@@ -4,12 +4,13 @@ serving, with the worker it started with, after all of them."""
 
 import base64
 import json
+import platform
 import re
 
 import numpy as np
 import pytest
 
-from keras_pipe_train.settings import serving_schema
+from keras_pipe_train.settings import cpu_kernels, serving_schema
 from tests.conftest import image_bytes, png_bomb
 from tests.serve.conftest import CLASSES, SERVE, Server
 
@@ -36,6 +37,13 @@ def post(server, body: bytes, content_type: str, **headers) -> tuple[int, dict |
 
 def test_ping_is_200_with_an_empty_body(server):
     assert server.request("GET", "/ping")[:2] == (200, b"")
+
+
+def test_the_worker_runs_the_jobs_cpu_kernels_and_says_so(server):
+    """(settings/cpu_kernels.py: the served answers round as the job's own did)"""
+    x86 = platform.machine() in cpu_kernels.MACHINES
+    said = "CPU kernels: oneDNN on every x86-64 CPU (TF_ENABLE_ONEDNN_OPTS=1" if x86 else "TensorFlow's choice"
+    assert said in server.log.read_text()
 
 
 @pytest.mark.parametrize("content_type, image", [("application/x-image", JPEG), ("image/jpeg", JPEG),

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from keras_pipe_serve.payloads import BadRequest
-from keras_pipe_train.settings import serving_schema
+from keras_pipe_train.settings import cpu_kernels, serving_schema
 from keras_pipe_train.settings.serving_schema import ServingSettings
 from keras_pipe_train.sources import images as image_checks
 
@@ -65,6 +65,7 @@ class Predictor:
         """`threads`: TensorFlow's threads within an op (the convolutions); `inter_threads`: ops
         run at once (a batch's images decode in parallel), `threads` unless given."""
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # (TensorFlow's C++ startup chatter)
+        log.info("%s", cpu_kernels.choose())  # (the job's kernels: served answers round as its own did)
         import tensorflow as tf  # (here: the request parsing above runs without it)
 
         if threads:

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from keras_pipe_train.settings import contract, failure
+    from keras_pipe_train.settings import contract, cpu_kernels, failure
     from pipemode import allocator
 
     allocator.keep_record_memory()
@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"train takes no arguments, got {' '.join(argv)!r}: the job reads its settings "
                             "from /opt/ml/input/config (train --help says more)")
         config, channels, resources = read_job(layout, log)
+        # (before TensorFlow is imported: it reads the choice then)
+        log.info("%s", cpu_kernels.choose(backbone=config.backbone, image_size=config.image_size))
 
         from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
 

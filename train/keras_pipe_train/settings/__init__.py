@@ -7,6 +7,7 @@
     backbones         the backbones a job can choose, and what each needs around it (model/ builds them)
     contract          SageMaker's container contract: /opt/ml, the channels, the resources
     channels          the job's channels: their names, what each holds, the modes each takes
+    cpu_kernels       TensorFlow's CPU kernels (oneDNN's), chosen before TensorFlow is imported
     serving_schema    serving.json's typed, versioned schema (export writes it, serve and predict read it)
     errors            the kinds of error a job can end with
     failure           any failure as SageMaker reports it: /opt/ml/output/failure and the exit code
