@@ -61,6 +61,7 @@ def test_the_aws_comparison_says_how_to_set_up_what_it_lacks(tmp_path):
     assert f"missing {tmp_path}/pmd/bin/python" in out.stderr and "run `bash bench/aws/setup.sh` once" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["batched", "drop-in"])
 @pytest.mark.parametrize("autotune", [False, True], ids=["autotune-off", "autotune-on"])
 def test_the_aws_comparison_times_pipemode_over_a_fifo_fed_by_cat(tmp_path, mode, autotune):
@@ -93,6 +94,7 @@ def test_serve_benchmark_loads_the_server_pings_it_and_compares_it_with_its_ceil
                      r"(200|504) after [\d.]+ s; then /ping 200, a one-image request 200", out), out
 
 
+@pytest.mark.slow
 def test_sources_benchmark_reads_every_source_to_the_same_count():
     out = quick_run("sources")  # (it asserts each source's epoch holds every photo)
     for kind in ("tfrecord-pipe", "tfrecord-file", "class-folders", "manifest-pipe", "mxnet-rec-pipe"):
@@ -102,11 +104,54 @@ def test_sources_benchmark_reads_every_source_to_the_same_count():
 @pytest.mark.slow
 def test_label_errors_benchmark_runs_a_flipped_job_and_agrees_with_cleanlab():
     out = quick_run("label_errors")
-    assert "transfer, 10% flipped" in out and "the job's suspects:" in out
-    assert "the same as cleanlab's on 100.0% of images" in out  # (the same probabilities, the same method)
+    # each digit's look-alike is another digit of 5-9
+    pairs = re.search(r"look-alikes of systematic flips .*: (\d->\d), (\d->\d), (\d->\d), (\d->\d), (\d->\d)$", out, re.M)
+    assert pairs and [p[0] for p in pairs.groups()] == list("56789"), out
+    assert all(p[0] != p[-1] and p[-1] in "56789" for p in pairs.groups()), out
+    assert "transfer, systematic flips, 10%, seed 0: " in out and "the job's suspects:" in out
+    # (the same probabilities, the same method; its suspects are the head of the ranking compared at equal counts)
+    assert re.search(r"the same as cleanlab's on 100.0% of images; the self-confidence ranking's first \d+: yes", out)
+    equal = re.search(r"at equal counts, .*: k = (\d+) \(planted\) ([0-9.]+) / ([0-9.]+), k = (\d+) \(ours\) .*"
+                      r"k = (\d+) \(prune_by_noise_rate's\)", out)
+    assert equal and int(equal[1]) > 0, out
+    assert re.search(r"average precision [0-9.]+ / [0-9.]+; the most recall at P >= 0.6: [0-9.]+ / [0-9.]+", out)
     assert re.search(r"cost: label check [0-9.]+ s / training [0-9.]+ s = \d+%", out)
-    assert re.search(r"calibration \(T = [0-9.]+, 180 validation images\): ECE", out)
+    assert re.search(r"calibration \(T = [0-9.]+, 180 validation images\): ECE [0-9.]+ -> [0-9.]+ \([+-][0-9.]+; "
+                     r"ECE's sampling sd here [0-9.]+ -> [0-9.]+\)", out), out
     assert re.search(r"perfectly calibrated model would measure .*: [0-9.]+ -> [0-9.]+", out)
+    # the seeds' summary: the same figures, in its tables
+    assert re.search(rf"^\| transfer, systematic, 10% \| {equal[1]} \| .* \| P [0-9.]+, R [0-9.]+, {equal[4]} \|", out, re.M)
+    assert re.search(r"^\| transfer, systematic, 10% \| 180 \| [0-9.]+ \| [0-9.]+ -> [0-9.]+ \| [+-][0-9.]+ \|", out, re.M)
+
+
+def test_the_label_errors_benchmark_flips_the_same_images_uniformly_or_to_their_look_alikes():
+    import numpy as np
+
+    from bench.label_errors import flip, look_alikes
+
+    labels = np.arange(1000) % 4
+    uniform, flipped = flip(labels, 4, 0.1, seed=3)
+    systematic, same = flip(labels, 4, 0.1, seed=3, look_alike=np.array([1, 0, 3, 2]))
+    assert (flipped == same).all() and 60 < flipped.sum() < 140
+    assert (uniform[flipped] != labels[flipped]).all() and len(set(uniform[flipped] - labels[flipped])) > 1
+    assert (systematic[flipped] == np.array([1, 0, 3, 2])[labels[flipped]]).all()
+    assert (uniform[~flipped] == labels[~flipped]).all() and (systematic[~flipped] == labels[~flipped]).all()
+    # class 0's images are given 0.3 of class 2, class 2's 0.2 of class 0: 2 is 0's look-alike, and 0 is 2's
+    probabilities = np.array([[0.6, 0.1, 0.3], [0.1, 0.8, 0.1], [0.2, 0.15, 0.65]])
+    assert look_alikes(probabilities, np.array([0, 1, 2])).tolist() == [2, 2, 0]
+
+
+def test_the_label_errors_benchmark_scores_a_ranking_at_every_cut():
+    import numpy as np
+
+    from bench.label_errors import average_precision, precision_at, recall_at_precision
+
+    order, flips = np.array([3, 0, 1, 2]), np.array([False, False, True, True])  # flip, not, not, flip
+    assert precision_at(order, flips, 1) == 1.0 and precision_at(order, flips, 2) == 0.5
+    assert average_precision(order, flips) == pytest.approx((1 + 2 / 4) / 2)
+    assert recall_at_precision(order, flips, 0.5) == 1.0  # (all four: P 0.5)
+    assert recall_at_precision(order, flips, 0.6) == 0.5  # (the first alone)
+    assert recall_at_precision(np.arange(4), flips, 0.6) == 0.0  # (not, not, flip, flip: no cut reaches it)
 
 
 def test_the_ece_floor_is_the_expected_ece_of_a_calibrated_model_on_so_many_images():
