@@ -37,16 +37,12 @@ RUN apt-get update \
       python3 python3-venv ca-certificates tini \
  && rm -rf /var/lib/apt/lists/*
 
-# TF_ENABLE_ONEDNN_OPTS: oneDNN's CPU kernels on every x86-64 CPU, AMD's AVX2 ones included, where
-# TensorFlow would leave them off (keras_pipe_train/settings/cpu_kernels.py, which `train` and `serve`
-# run before TensorFlow loads, `train` by its backbone and image size; here for any other process)
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:/opt/program/container:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     KERAS_HOME=/opt/keras \
-    TF_CPP_MIN_LOG_LEVEL=2 \
-    TF_ENABLE_ONEDNN_OPTS=1
+    TF_CPP_MIN_LOG_LEVEL=2
 
 # Dependencies before code: a code change rebuilds only the last layers, in seconds.
 ARG REQUIREMENTS=requirements.txt

@@ -112,6 +112,9 @@ def test_sdk_v2_sends_the_same_request_as_v3(aws, moto_endpoint, args):
      "a trial these ranges allow would fail (epochs=1, keep_epoch_models=5): "),
     (["--range", "image_size=96:224", "--range", "resize=100:256"],
      "a trial these ranges allow would fail (image_size=224, resize=100): "),
+    # a categorical's middle value, which a pair of ends would not try
+    (["--range", "early_stopping_metric=val_loss,val_auc,val_accuracy", "--range", "epochs=2:4"],
+     "a trial these ranges allow would fail (early_stopping_metric=val_auc): "),
     (["--range", "epochs=1:3", "--max-parallel-jobs", "11"], "--max-parallel-jobs (11) must be 1 to --max-jobs (10)"),
     (["--range", "epochs=1:3", "--strategy", "Grid"], "Grid tries every combination"),
     (["--range", "epochs=1:3", "--tensorboard-s3-uri", "s3://data/tb/"], "tuning jobs have no TensorBoard output"),

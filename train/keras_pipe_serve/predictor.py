@@ -65,7 +65,7 @@ class Predictor:
         """`threads`: TensorFlow's threads within an op (the convolutions); `inter_threads`: ops
         run at once (a batch's images decode in parallel), `threads` unless given."""
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # (TensorFlow's C++ startup chatter)
-        log.info("%s", cpu_kernels.choose())  # (the job's kernels: served answers round as its own did)
+        log.info("%s", cpu_kernels.choose())  # (oneDNN on: the backbone is not known here; cpu_kernels.py)
         import tensorflow as tf  # (here: the request parsing above runs without it)
 
         if threads:

@@ -169,31 +169,38 @@ def _check_against_schema(spec: TuningSpec, static: dict[str, str]) -> None:
                 raise RequestError(f"--range {r.name}: a logarithmic scale needs MIN > 0")
             if r.scale == "ReverseLogarithmic" and (r.kind != "Continuous" or high >= 1):
                 raise RequestError(f"--range {r.name}: reverse-log is for numbers in [0, 1), not {r.kind.lower()}s")
-    for trial in corners(spec.ranges):
+    for trial, which in corners(spec.ranges):
         try:
             hyperparameters.check({**static, **trial})
         except UserError as err:
-            tried = ", ".join(f"{name}={value}" for name, value in trial.items())
-            raise RequestError(f"a trial these ranges allow would fail ({shown(tried)}): {err}") from None
+            raise RequestError(f"a trial these ranges allow would fail ({shown(which)}): {err}") from None
 
 
-def corners(ranges: list) -> list[dict]:
-    """The trials checked before a tuning job is sent: every range at its low end, then every one at
-    its high end (a categorical's first and last value), and each pair of ranges at the four
-    combinations of their ends, the others at their low ends, then at their high ends. The job's
-    rules across fields bind two at a time (epochs against keep_epoch_models, image_size against
-    resize): a pair whose rule fails only at opposite ends is found. (All 2^n combinations would
-    be 10^9 with SageMaker's 30 ranges; these are 3,482.)"""
+def corners(ranges: list) -> list[tuple[dict, str]]:
+    """The trials checked before a tuning job is sent, each with what sets it apart: every range
+    at its low end (a categorical at its first value), then at its high end (last); with the
+    others there, each categorical's other values, and each pair of ranges at their ends'
+    other combinations. The job's rules across fields bind two at a time (epochs against
+    keep_epoch_models, image_size against resize, early_stopping_metric against multi_label):
+    a pair whose rule fails only at opposite ends is found. (All 2^n combinations would be 10^9
+    with SageMaker's 30 ranges; these are at most about 4,400, under a second.)"""
     ends = [(r.values[0], r.values[-1]) for r in ranges]
-    trials = [{r.name: e[side] for r, e in zip(ranges, ends)} for side in (0, 1)]
-    for i, j in itertools.combinations(range(len(ranges)), 2):
-        for rest in (0, 1):
+    trials = []
+    for side, word in ((0, "low"), (1, "high")):
+        base = {r.name: e[side] for r, e in zip(ranges, ends)}
+        rest = f", the others at their {word} ends" if len(ranges) > 2 else ""
+        trials.append((base, f"every range at its {word} end"))
+        for r in ranges:
+            if r.kind == "Categorical":
+                trials += [({**base, r.name: value}, f"{r.name}={value}" + (rest if len(ranges) > 1 else ""))
+                           for value in r.values[1:-1]]
+        for i, j in itertools.combinations(range(len(ranges)), 2):
             for a, b in itertools.product((0, 1), repeat=2):
-                if a == b == rest:
-                    continue  # (the all-low or all-high trial)
-                trial = {r.name: e[rest] for r, e in zip(ranges, ends)}
-                trial[ranges[i].name], trial[ranges[j].name] = ends[i][a], ends[j][b]
-                trials.append(trial)
+                if a == b == side:
+                    continue  # (the trial of every range at this end)
+                first, second = ranges[i].name, ranges[j].name
+                trials.append(({**base, first: ends[i][a], second: ends[j][b]},
+                               f"{first}={ends[i][a]}, {second}={ends[j][b]}{rest}"))
     return trials
 
 

@@ -207,9 +207,35 @@ def test_every_hyperparameter_has_help_and_a_valid_default():
      {"calibration": "true", "mixed_precision": "true", "reinitialize_top_layer": "false", "label_check": True}),
     ({"calibration": "no", "mixed_precision": "0", "reinitialize_top_layer": "NO", "label_check": "off"},
      {"calibration": "false", "mixed_precision": "false", "reinitialize_top_layer": "false", "label_check": False}),
+    ({"augment": "yes"}, {"augment": ("crop", "flip", "color")}), ({"augment": "off"}, {"augment": ()}),
 ])
 def test_the_value_forms_docs_job_md_promises(given, read):
     """docs/job.md, Hyperparameter values: choices in any case; a flag's words for a choice of
     true, false and more; None or null not set, but where none is a value of its own."""
     config = JobConfig.from_hyperparameters({"num_classes": "3", **given})
     assert {name: getattr(config, name) for name in read} == read
+
+
+MXNET = {"num_layers": "18", "num_classes": "3", "num_training_samples": "100"}
+TENSORFLOW = {"class_names": "a,b", "train_only_top_layer": "True"}
+
+
+@pytest.mark.parametrize(("given", "read"), [
+    # not given: the built-in's defaults, not this job's
+    ({**MXNET, "epochs": "None", "learning_rate": "null"}, {"epochs": 30, "learning_rate": 0.1}),
+    ({**MXNET, "multi_label": "None", "mini_batch_size": "null"}, {"multi_label": False, "batch_size": 32}),
+    ({**TENSORFLOW, "record_format": "None", "label_smoothing": "null"},
+     {"record_format": "class_folders", "label_smoothing": 0.1}),
+    ({**TENSORFLOW, "augmentation": "None"}, {"augment": ()}),
+    # MXNet's weights=null is weights=None: from scratch, as use_pretrained_model=0 trains
+    ({**MXNET, "weights": "null"}, {"weights": "none", "epochs": 30, "fine_tune_epochs": 0}),
+    ({"num_classes": "3", "lr_schedule": "None", "lr_scheduler_step": "10,20"}, {"lr_schedule": "step"}),
+])
+def test_a_name_given_none_is_not_given_in_every_dialect(given, read):
+    config = JobConfig.from_hyperparameters(given)
+    assert {name: getattr(config, name) for name in read} == read
+
+
+def test_an_empty_weights_is_refused_not_read_as_none():
+    with pytest.raises(UserError, match="hyperparameter weights must be imagenet, none, pretrained"):
+        JobConfig.from_hyperparameters({"num_classes": "3", "weights": ""})

@@ -376,3 +376,11 @@ def test_auto_never_applies_a_rule_whose_cross_fitted_ece_is_higher():
     assert C._decided("auto", rule, 500, before, {"nll": 0.9, "brier": 0.19, "ece": 0.051}) == (
         False, "calibration=auto: the cross-fitted ECE is higher with it")
     assert C._decided("true", rule, 500, before, {"nll": 1.1, "brier": 0.21, "ece": 0.09}) == (True, "calibration=true")
+
+
+def test_a_pooled_fit_at_the_lower_bound_is_never_served_even_to_some_classes():
+    """Two classes with enough positives and errors fit their own temperatures; a third, with two
+    positives, takes the pooled fit. Pooled at the lower bound, the rule is not served at all."""
+    pooled_at_edge = np.array([1.3, 0.8, C.TEMPERATURE_RANGE[0]])
+    assert C.at_bound(pooled_at_edge) and not C.at_bound(np.array([1.3, 0.8, 0.9]))
+    assert C.at_bound(C.TEMPERATURE_RANGE[0]) and not C.at_bound(1.0)

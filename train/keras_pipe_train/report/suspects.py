@@ -180,8 +180,8 @@ def _unjudged(checked: Checked, found: Suspects, examined: int) -> str:
         names = ", ".join(checked.name(c) for c in found.unjudged_classes[:10])
         more = f" and {len(found.unjudged_classes) - 10:,} more" if len(found.unjudged_classes) > 10 else ""
         said = (f". Not judged: {found.unjudged:,} images of {names}{more}, classes with fewer than the images it "
-                "takes to judge one, or that the model does not tell apart (their images given their own class "
-                "no more than twice as much as the other images are): their threshold would have made half the "
+                "takes to judge one, or that the model does not tell apart (its probability of the class ranks "
+                "their images above the others' less than 4 times in 5): their threshold would have made half the "
                 "other images suspects"
                 + ("; fewer than two classes were left to judge, so none was"
                    if found.unjudged + found.unreadable == examined else ""))

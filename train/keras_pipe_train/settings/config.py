@@ -48,7 +48,6 @@ from keras_pipe_train.settings.parsers import (  # noqa: F401
     ManifestRoles,
     is_none,
     manifest_roles,
-    unquoted,
 )
 
 # Set by SageMaker or its SDKs, not by the user: accepted and ignored. A tuning job adds
@@ -71,12 +70,9 @@ class JobConfig(Hyperparameters):
         if "lr_scheduler_step" in raw and "lr_schedule" not in raw and not is_none(raw["lr_scheduler_step"]):
             raw["lr_schedule"] = "step"
         _check_known(raw)
-        # defaults go through the same parsing as given values ("true" -> all augmentations); None or
-        # null is not set (but for the settings where `none` is a value of their own: NONE_IS_A_VALUE)
-        unset = {name for name, value in raw.items()
-                 if name not in NONE_IS_A_VALUE and is_none(value) and unquoted(value) != ""}  # ("": refused)
-        values = {name: h.parse(name, raw[name] if name in raw and name not in unset else h.default)
-                  for name, h in HYPERPARAMETERS.items()}
+        # defaults go through the same parsing as given values ("true" -> all augmentations); a name
+        # given None or null is not given (dialects.without_unset, in translate)
+        values = {name: h.parse(name, raw.get(name, h.default)) for name, h in HYPERPARAMETERS.items()}
         # class folders name their classes: the job reads them from the train channel (main.py),
         # the launcher checks the rest without them
         deferred = values["record_format"] == "class_folders" and values["class_names"] is None
@@ -98,9 +94,6 @@ class JobConfig(Hyperparameters):
 # The fields a job may change and still resume its checkpoints: the resumable hyperparameters (train
 # longer or shorter, with another global batch, other time limits), and what the log said of the request
 RESUMABLE_CHANGES = (*RESUMABLE, "dialect_notes")
-# (weights=None is Keras' own "no pretrained weights", and augment=None no augmentation: their
-# parsers read it; for every other setting None or null is not set, its default)
-NONE_IS_A_VALUE = ("weights", "augment")
 
 
 def _check_known(raw: dict) -> None:

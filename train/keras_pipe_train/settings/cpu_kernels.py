@@ -5,15 +5,16 @@ TensorFlow reads TF_ENABLE_ONEDNN_OPTS once, at import. Unset, it turns oneDNN o
 with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX (tensorflow/core/util/port.cc): an AMD EPYC of
 SageMaker's m6a/c6a/r6a families (AVX2 alone) and many CI machines get TensorFlow's own kernels.
 Measured side by side (python -m bench.cpu_kernels; docs/speed.md, oneDNN and XLA on CPUs),
-oneDNN trains resnet18 at 32 px 13x faster, mobilenet_v2 at 224 px 1.7x, efficientnet_b0 and
-resnet50 at 224 px 1.5-1.6x, resnet18 at 224 px 1.2x, mobilenet_v3_small at 224 px (the job's
-default) about as fast; but mobilenet_v3_small at 32 px (`make demo`'s, and most tests') 1.7x
-slower, and predicts 1.8-2.9x slower: its many small ops on tiny tensors are where oneDNN's
-overhead outweighs its kernels. So: on, unless the job is that backbone at SMALL_IMAGES px or
-less. Set here, the job runs the same kernels on every x86-64 CPU, whatever the shell that
-started it said. The server, which does not know the backbone, keeps oneDNN on: of the models
-measured, only that one predicts faster without it. The answers differ by 1e-7 or less either
-way. XLA is not chosen: it trains slower than oneDNN on CPUs (the same figures). No TensorFlow here.
+oneDNN trains resnet18 at 32 px 13x faster, efficientnet_b0 at 224 px 1.8x, resnet50 1.6x,
+mobilenet_v2 1.5x, resnet18 1.25x, mobilenet_v3_small (the job's default backbone) 1.1-1.2x; but
+mobilenet_v3_small at 32 px (`make demo`'s, and most tests') 1.85-1.94x slower, at 64 px 1.28x,
+and one image at a time predicts 3.1-3.5x slower there: its many small ops on tiny tensors are
+where oneDNN's per-op overhead outweighs its kernels. So: on, unless the job is that backbone
+at SMALL_IMAGES px or less. Set here, the job runs the same kernels on every x86-64 CPU, whatever
+the shell that started it said. The server, which does not know the backbone, keeps oneDNN on: of
+the models measured, only that one predicts faster without it. A probability differs by 3.2e-6 at
+most either way. XLA is not chosen: it trains slower than oneDNN on CPUs (the same figures). No
+TensorFlow here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ON, OFF = "1", "0"
 # oneDNN there goes through the Arm Compute Library, whose speed was not measured here)
 MACHINES = ("x86_64", "AMD64")
 SMALL_BACKBONES = ("mobilenet_v3_small",)
-SMALL_IMAGES = 64  # px: measured at 32 (oneDNN 0.58x training) and 64 and 224 (docs/speed.md)
+SMALL_IMAGES = 64  # px: oneDNN trains 0.52-0.54x as fast at 32, 0.78x at 64, 1.1-1.2x at 224 (docs/speed.md)
 
 
 def choose(environ=os.environ, backbone: str | None = None, image_size: int | None = None) -> str:

@@ -185,8 +185,21 @@ WHO = {KERAS_PIPE: "this job's own", MXNET: "the built-in MXNet image classifica
        TENSORFLOW: "the built-in TensorFlow image classification algorithm's"}
 
 
+# (weights=None is Keras' own "no pretrained weights", augment=None no augmentation, and the built-in
+# TensorFlow algorithm's augmentation_random_flip=None no flip: their parsers read it. Any other
+# name given None or null is not given: its default is the request's dialect's)
+NONE_IS_A_VALUE = ("weights", "augment", "augmentation_random_flip")
+
+
+def without_unset(raw: dict) -> dict:
+    """The request less the names given None or null ("" is a value, refused where it is wrong)."""
+    return {name: value for name, value in raw.items()
+            if name in NONE_IS_A_VALUE or not parsers.is_unset(value)}
+
+
 def translate(raw: dict, hosts: int = 1) -> Translation:
     """The request in this job's names. `hosts`: how many hosts train (MXNet's batch is per host)."""
+    raw = without_unset(raw)
     dialect = dialect_of(raw)
     own = {MXNET: MXNET_ONLY, TENSORFLOW: TENSORFLOW_ONLY}.get(dialect, ())
     why = "as hyperparameter dialect says" if _text(raw.get("dialect", "auto")).lower() != "auto" else \
@@ -264,7 +277,7 @@ def _mxnet_model(value: dict, weights) -> dict:
                         f"MXNet algorithm's ResNet depths); got {depth}")
     pretrained = _choose(value["use_pretrained_model"], "use_pretrained_model", {"0": False, "1": True})
     if weights is not None:
-        pretrained = _text(weights).lower() != "none"
+        pretrained = parsers.weights("weights", weights) != "none"
     elif pretrained and depth not in IMAGENET_RESNET_DEPTHS:
         raise UserError(f"hyperparameter use_pretrained_model=1 needs a depth with ImageNet weights: num_layers "
                         f"{', '.join(map(str, IMAGENET_RESNET_DEPTHS))}; ResNet-{depth} has none here "

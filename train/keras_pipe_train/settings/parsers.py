@@ -69,6 +69,12 @@ def is_none(value) -> bool:
     return value is None or (isinstance(value, str) and value in ("None", "null", ""))
 
 
+def is_unset(value) -> bool:
+    """None, null or str(None): a request's way of not setting a name (dialects.without_unset)."""
+    value = unquoted(value)
+    return value is None or (isinstance(value, str) and value in ("None", "null"))
+
+
 def literal(text: str):
     """A list or object written as JSON, or as Python's repr of one (str() in the v2 Estimator);
     None when it is neither. Only literals are read: nothing is evaluated."""
@@ -301,7 +307,7 @@ def label_error_folds(name, value) -> int:
 
 @takes(f"{', '.join(WEIGHT_SOURCES)}, or the path of a .h5 file")
 def weights(name, value) -> str:
-    given = "none" if is_none(value) else str(unquoted(value))  # (Keras' weights=None: no weights to start from)
+    given = "none" if is_unset(value) else str(unquoted(value))  # (Keras' weights=None: no weights to start from)
     if given.lower() in WEIGHT_SOURCES:
         return given.lower()
     if given.endswith(".h5"):
@@ -315,11 +321,12 @@ def weights(name, value) -> str:
 @takes(f"true, false, all, or some of {', '.join(AUGMENTATIONS)}")
 def augment(name, value) -> tuple[str, ...]:
     given = unquoted(value)
-    if given is True or str(given).lower() == "true":
+    word = FLAG_WORDS.get(str(given).lower())  # (a flag's words: yes, 1, on; no, 0, off)
+    if given is True or word == "true":
         return DEFAULT_AUGMENTATIONS
     if str(given).lower() == "all":
         return AUGMENTATIONS
-    if given is False or is_none(given) or str(given).lower() in ("false", "none", "[]"):
+    if given is False or word == "false" or is_none(given) or str(given).lower() in ("none", "[]"):
         return ()
     parts = list_of_text(name, value, '["crop", "flip"]')
     if parts is None:

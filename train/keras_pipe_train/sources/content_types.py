@@ -28,6 +28,7 @@ from keras_pipe_train.settings import dialects
 from keras_pipe_train.settings.channels import EXAMPLES, LST_OF, TRAIN, VALIDATION
 from keras_pipe_train.settings.contract import ChannelConfig
 from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.settings.parsers import is_unset
 
 RECORDIO = "application/x-recordio"
 # the built-in's image content types (AWS's page); application/jpeg is what its high-level .lst
@@ -126,7 +127,8 @@ def _multi_label(raw: dict) -> bool:
     from keras_pipe_train.settings.config import HYPERPARAMETERS
 
     definition = HYPERPARAMETERS["multi_label"]
-    return definition.parse("multi_label", raw.get("multi_label", definition.default))
+    given = raw.get("multi_label")
+    return definition.parse("multi_label", definition.default if is_unset(given) else given)
 
 
 def _given(raw: dict, name: str) -> bool:

@@ -242,9 +242,10 @@ def _at_edge(temperature) -> np.ndarray:
 
 
 def at_bound(temperature) -> bool:
-    """Whether a fit (a multi-label model's pooled one, where every class took it) ended at
-    TEMPERATURE_RANGE's lower end."""
-    return bool(np.all(_at_edge(temperature)))
+    """Whether a fit ended at TEMPERATURE_RANGE's lower end: for a multi-label model, any class's
+    (a class's own fit never does, own_classes; the pooled one, that the others take, may: served,
+    it would sharpen their every answer to 0 or 1)."""
+    return bool(np.any(_at_edge(temperature)))
 
 
 def _losses(logits: np.ndarray, labels: np.ndarray, multi_label: bool) -> tuple[np.ndarray, np.ndarray]:
