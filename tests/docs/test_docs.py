@@ -42,6 +42,21 @@ def runnable(document: str) -> tuple[list[doc_blocks.Block], list[doc_blocks.Com
     return blocks, shell
 
 
+def test_no_two_documents_serve_on_the_same_fixed_port():
+    """The documents' tests run two at a time (make test's two workers): a server one document
+    starts on a fixed port must not be one another starts, or its commands talk to the other's
+    (CI once had docs/sagemaker.md's curl reach docs/local.md's MLflow server on 5000)."""
+    owners: dict[str, set[str]] = {}
+    for document in DOCUMENTS:
+        blocks, _ = runnable(document)
+        for block in blocks:
+            if block.lang in ("bash", "python"):
+                for port in re.findall(r"(?:--port[ =]|\s-p )(\d{4,5})\b", block.text):
+                    owners.setdefault(port, set()).add(document)
+    shared = {port: sorted(docs) for port, docs in owners.items() if len(docs) > 1}
+    assert not shared and owners, (shared, owners)
+
+
 def test_every_block_is_one_the_tests_know_how_to_run():
     """bash and python blocks run; other fences (text, tables of files) must say what they are."""
     for document in DOCUMENTS:
