@@ -266,14 +266,17 @@ def run_flips(out: Path, task: dict, kind: str, rate: float, seed: int, quick: b
     started = time.perf_counter()
     probabilities = label_errors.out_of_fold(task["features"], given, len(task["classes"]), FOLDS, seed).probabilities
     heads = time.perf_counter() - started
-    ours = np.zeros(len(given), bool)
-    ours[label_errors.find(probabilities, given).indices] = True
+    found = label_errors.find(probabilities, given)
+    ours, every = np.zeros(len(given), bool), np.zeros(len(given), bool)
+    ours[found.indices] = True
+    # (with every class judged, cleanlab's exactly; find leaves out classes the heads do not tell apart)
+    every[label_errors.suspects_of(probabilities, given, np.ones(len(task["classes"]), bool)).indices] = True
     theirs = find_label_issues(given, probabilities, filter_by="low_self_confidence", n_jobs=1)
     default, noise_order = by_noise_rate(probabilities, given)
     confidence_order = by_self_confidence(probabilities, given)
     f = {"planted": int(flips.sum()), "heads true": float((probabilities.argmax(axis=1) == truth).mean()),
-         "heads given": ran["check"].get("train_heads_accuracy", float("nan")), "same": float((ours == theirs).mean()),
-         "top ours": bool(ours[confidence_order[:ours.sum()]].all())}
+         "heads given": ran["check"].get("train_heads_accuracy", float("nan")), "same": float((every == theirs).mean()),
+         "top ours": bool(every[confidence_order[:every.sum()]].all()), "unjudged": found.unjudged}
     for name, mask in (("job", ran["found"]), ("ours", ours), ("lsc", theirs), ("default", default)):
         f[f"{name} P"], f[f"{name} R"], f[f"{name} n"] = scored(mask, flips)
     for name, order in (("self", confidence_order), ("margin", noise_order)):
@@ -286,9 +289,10 @@ def run_flips(out: Path, task: dict, kind: str, rate: float, seed: int, quick: b
     print(f"{task['name']}, {kind} flips, {rate:.0%}, seed {seed}: {f['planted']} of {len(given)} flipped; heads right "
           f"on the true labels {f['heads true']:.1%}, the job's heads on the labels given {f['heads given']:.1%}\n"
           f"  the job's suspects:           {shown(f['job P'], f['job R'], f['job n'])}\n"
-          f"  same probabilities, ours:     {shown(f['ours P'], f['ours R'], f['ours n'])}; the same as cleanlab's on "
-          f"{f['same']:.1%} of images; the self-confidence ranking's first {f['ours n']}: "
-          f"{'yes' if f['top ours'] else 'NO'}\n"
+          f"  same probabilities, ours:     {shown(f['ours P'], f['ours R'], f['ours n'])}; "
+          f"{f['unjudged']} images of classes not told apart left out\n"
+          f"  every class judged, ours:     the same as cleanlab's on {f['same']:.1%} of images; the self-confidence "
+          f"ranking's first {int(every.sum())}: {'yes' if f['top ours'] else 'NO'}\n"
           f"  cleanlab low_self_confidence: {shown(f['lsc P'], f['lsc R'], f['lsc n'])}\n"
           f"  cleanlab prune_by_noise_rate: {shown(f['default P'], f['default R'], f['default n'])}\n"
           f"  at equal counts, P of the first k (self-confidence / prune_by_noise_rate's ranking): "
