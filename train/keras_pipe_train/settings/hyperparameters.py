@@ -238,7 +238,7 @@ class Hyperparameters:
         0, Integer(0), "every N epochs, that epoch's model is kept in the export's epochs/ folder (0: none), beside "
         "the model exported: the built-in MXNet algorithm's checkpoint_frequency", resumable=True)
     calibration: str = hyperparameter(
-        "auto", Choice(CALIBRATION, {"on": "true", "off": "false", "1": "true", "0": "false"}),
+        "auto", Choice(CALIBRATION),
         "calibrate the served probabilities on the validation set, predictions unchanged: a temperature dividing the "
         "logits (multi_label: one per class, with a bias per class where that does better, Platt scaling); true, "
         "false, or auto (with at least 200 validation examples, when it lowers both their cross-fitted NLL and Brier "

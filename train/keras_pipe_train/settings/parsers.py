@@ -63,16 +63,15 @@ def numeric(value):
     return value
 
 
-def is_none(value) -> bool:
-    """No value: absent, JSON null, or str(None) from the v2 Estimator."""
-    value = unquoted(value)
-    return value is None or (isinstance(value, str) and value in ("None", "null", ""))
-
-
 def is_unset(value) -> bool:
     """None, null or str(None): a request's way of not setting a name (dialects.without_unset)."""
     value = unquoted(value)
     return value is None or (isinstance(value, str) and value in ("None", "null"))
+
+
+def is_none(value) -> bool:
+    """No value: absent, JSON null, str(None) from the v2 Estimator, or empty."""
+    return is_unset(value) or unquoted(value) == ""
 
 
 def literal(text: str):
