@@ -192,3 +192,18 @@ def test_cpu_kernels_benchmark_measures_each_setting_in_its_own_process_and_comp
     numerics = re.search(r"^tiny: max \|difference\| of a probability, 32 images, same weights .*oneDNN=1 vs "
                          r"oneDNN=0 ([\d.e+-]+), logits ([\d.e+-]+) \((\d+)% same class\)", out, re.M)
     assert numerics and float(numerics[1]) < 1e-3 and float(numerics[2]) < 1e-3, out
+
+
+def test_the_calibration_fit_set_benchmark_compares_the_fits_on_wrong_labels():
+    """bench.calibration_fit_set's quick run, and the finding docs/speed.md reports: with 10 % of the
+    labels wrong the job's fit keeps the right temperature where the plain NLL's softens; with none
+    wrong they are the same fit; on a weak model the plain fit on unsuspected images sharpens."""
+    from bench.calibration_fit_set import one
+
+    out = quick_run("calibration_fit_set")
+    assert out.count("| right on ~") == 4, out
+    noisy, clean, weak = one(3.0, 2.0, 0.1, seed=0), one(3.0, 2.0, 0.0, seed=0), one(2.0, 2.0, 0.0, seed=0)
+    assert noisy["job"]["ece"] < 0.02 < 0.1 < noisy["plain"]["ece"] and abs(noisy["label_noise"] - 0.1) < 0.02
+    assert noisy["applied"] and noisy["job"]["T"] == pytest.approx(2.0, rel=0.15)
+    assert clean["job"]["T"] == pytest.approx(clean["plain"]["T"], rel=1e-3) and clean["label_noise"] == 0
+    assert weak["unsuspected"]["ece"] > 0.15 > 0.03 > weak["job"]["ece"]
