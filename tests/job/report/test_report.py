@@ -196,20 +196,3 @@ def test_the_calibration_section_says_the_rule_served_its_bias_and_what_was_left
     plain = C.calibrate(truth * 2, labels, True, "auto", seed=0).as_json()
     text = job_page.calibration_section(tmp_path, {**shown, "calibration": plain})
     assert "bias" not in text and "left out" not in text
-
-
-def test_the_calibration_section_says_what_share_of_labels_the_fit_takes_for_wrong(tmp_path):
-    """A single-label fit that allows for wrong labels (training/calibration.py) says how many it
-    took for wrong, in the page and the log's words; a clean set's says nothing of it."""
-    from bench.calibration_fit_set import flipped, model_logits
-    from keras_pipe_train.training import calibration as C
-
-    rng = np.random.default_rng(1)
-    logits, truth = model_logits(3.0, 2.0, 1000, rng)
-    shown = {"multi_label": False, "classes": [str(c) for c in range(10)]}
-    noisy = C.calibrate(logits, flipped(truth, 0.1, rng), False, "auto", seed=0).as_json()
-    text = job_page.calibration_section(tmp_path, {**shown, "calibration": noisy})
-    assert re.search(r"validation examples, (9|10|11)\.\d% of whose labels it takes for wrong ones", text), text
-    clean = C.calibrate(logits, truth, False, "auto", seed=0).as_json()
-    assert clean["label_noise"] == 0
-    assert "for wrong ones" not in job_page.calibration_section(tmp_path, {**shown, "calibration": clean})

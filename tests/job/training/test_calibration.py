@@ -247,43 +247,17 @@ def misfiled(examples=200, wrong=12, classes=10, seed=1):
     return logits, given
 
 
-def test_wrong_labels_do_not_soften_the_right_answers():
-    """12 labels of 200 filed wrong, the model right on every other image: the plain NLL's
-    temperature softened every right answer to pay for the 12 (T = 4.2; Brier and ECE rose). The
-    fit now takes them for what they are (a share of wrong labels, 0.06), and with no error left
-    it sharpens as far as it may: at the bound, not applied, and said."""
+def test_auto_never_applies_a_temperature_that_raises_the_brier_score():
+    """12 labels of 200 filed wrong, the model right on every other image: the temperature of least
+    NLL softens every right answer to pay for the 12 (NLL 1.07 -> 0.60), and the Brier score and
+    ECE rise (0.120 -> 0.128, 0.059 -> 0.103): auto does not apply it, and says why."""
     logits, labels = misfiled()
     found = C.calibrate(logits, labels, False, "auto", seed=0)
-    assert found.label_noise == pytest.approx(12 / 200, abs=0.01)
-    assert C.at_bound(found.temperature) and not found.applied and found.serving(None) is None
-    assert "lower bound" in found.reason and found.as_json()["label_noise"] == found.label_noise
-
-
-@pytest.mark.parametrize("wrong", [0.0, 0.1])
-def test_the_temperature_is_the_right_one_whatever_the_share_of_wrong_labels(wrong):
-    """bench/calibration_fit_set.py's simulated model, twice overconfident (its right temperature
-    is 2) and right on about 85 % of images, with 0 or 10 % of its labels wrong: the temperature
-    fitted is within 15 % of 2 either way (the plain NLL's was 3.6 with 10 % wrong), and the share
-    of wrong labels is found."""
-    from bench import calibration_fit_set as bench
-
-    rng = np.random.default_rng(3)
-    logits, truth = bench.model_logits(3.0, 2.0, 2000, rng)
-    given = bench.flipped(truth, wrong, rng)
-    found = C.calibrate(logits, given, False, "auto", seed=0)
-    assert found.temperature == pytest.approx(2.0, rel=0.15)
-    assert found.label_noise == pytest.approx((given != truth).mean(), abs=0.015)
-
-
-def test_auto_never_applies_a_rule_that_raises_the_brier_score():
-    """The NLL alone is not enough (the module's docstring): a rule whose cross-fitted NLL is lower
-    but whose Brier score is higher is not applied, and the reason says which."""
-    rule = C.Rule(C.TEMPERATURE, 2.0)
-    applied, reason = C._decided("auto", rule, 200, {"nll": 1.07, "brier": 0.120, "ece": 0.059},
-                                 {"nll": 0.60, "brier": 0.128, "ece": 0.103})
-    assert not applied and reason == "calibration=auto: the cross-fitted Brier score is no lower with it"
-    assert C._decided("auto", rule, 200, {"nll": 1.0, "brier": 0.2, "ece": 0.05},
-                      {"nll": 0.9, "brier": 0.19, "ece": 0.05})[0]
+    assert found.temperature > 2 and found.method == C.TEMPERATURE
+    assert found.after["nll"] < found.before["nll"] - 0.3  # (the NLL alone would have applied it)
+    assert found.after["brier"] > found.before["brier"] and found.after["ece"] > found.before["ece"]
+    assert not found.applied and found.reason == "calibration=auto: the cross-fitted Brier score is no lower with it"
+    assert found.serving(None) is None
 
 
 @pytest.mark.parametrize("examples", [1, 10])
@@ -390,8 +364,7 @@ def test_a_rule_fitted_on_some_examples_is_scored_on_all_of_them():
     assert found.temperature == pytest.approx(2.0, rel=0.1) and found.examples == 1000
     assert found.before == C.scores(logits, noisy, False)
     every = C.calibrate(logits, noisy, False, "true", seed=0)
-    # (the 100 wrong labels do not soften the fit on all: it takes them for wrong labels, 10 %)
-    assert every.temperature == pytest.approx(2.0, rel=0.1) and every.label_noise == pytest.approx(0.1, abs=0.02)
+    assert every.temperature > found.temperature * 1.2  # (the 100 wrong labels soften a fit on all)
 
 
 def test_auto_never_applies_a_rule_whose_cross_fitted_ece_is_higher():

@@ -66,11 +66,9 @@ def calibrate(trained: Trained) -> Calibrated:
                     type(err).__name__, err, exc_info=True)
         return Calibrated(validation=seen if seen is not None and len(seen) else None)
     before, after = found.before, found.after
-    log.info("calibration on %d validation examples%s%s: %s, temperature %s %s (%s); cross-fitted ECE %.4f -> %.4f, "
+    log.info("calibration on %d validation examples%s: %s, temperature %s %s (%s); cross-fitted ECE %.4f -> %.4f, "
              "NLL %.4f -> %.4f, Brier %.4f -> %.4f", found.examples,
-             " (a sample of those read before the pass was cut short)" if found.cut else "",
-             f", {found.label_noise:.1%} of whose labels the fit takes for wrong ones" if found.label_noise else "",
-             found.method,
+             " (a sample of those read before the pass was cut short)" if found.cut else "", found.method,
              _shown(found.temperature), "applied" if found.applied else "not applied", found.reason,
              before["ece"], after["ece"], before["nll"], after["nll"], before["brier"], after["brier"])
     return Calibrated(found, seen)

@@ -146,10 +146,6 @@ def calibration_section(folder: Path, evaluation: dict) -> str:
     served = (f"the served probabilities are those of the logits so calibrated ({same})" if found["applied"]
               else "not applied: the served probabilities are the model's own")
     cut = " (a sample of those read before the pass was cut short)" if found.get("cut") else ""
-    noise = found.get("label_noise")
-    if noise:  # (single-label: the share of wrong labels the fit allowed for, not paid for by every right answer)
-        cut += (f", {noise:.1%} of whose labels it takes for wrong ones (the likeliest share at this temperature: "
-                "a wrong label does not soften every right answer)")
     lines = [pages.note(f"{said}, fitted on {found['examples']:,} validation examples{cut}: {served}. "
                         f"Why: {found['reason']}. 'After' is cross-fitted: each half of the examples calibrated by "
                         "the same rule fitted on the other half, so the gain is measured on examples it was not "

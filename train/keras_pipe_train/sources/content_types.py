@@ -28,7 +28,7 @@ from keras_pipe_train.settings import dialects
 from keras_pipe_train.settings.channels import EXAMPLES, LST_OF, TRAIN, VALIDATION
 from keras_pipe_train.settings.contract import ChannelConfig
 from keras_pipe_train.settings.errors import UserError
-from keras_pipe_train.settings.parsers import is_unset
+from keras_pipe_train.settings.parsers import is_none, is_unset
 
 RECORDIO = "application/x-recordio"
 # the built-in's image content types (AWS's page); application/jpeg is what its high-level .lst
@@ -73,7 +73,7 @@ def from_channels(raw: dict, channels: dict[str, ChannelConfig]) -> Decision:
     if dialects.dialect_of(raw) != dialects.MXNET or TRAIN not in channels:
         return Decision(raw, None)
     decided, says = {}, None
-    if not _given(raw, "record_format") and not _given(raw, "attribute_names"):
+    if is_none(raw.get("record_format")) and is_none(raw.get("attribute_names")):
         kinds = {role: _kind(role, channels) for role in EXAMPLES if role in channels}
         train, validation = kinds[TRAIN], kinds.get(VALIDATION)
         if train is not None and validation is not None and validation.hyperparameters != train.hyperparameters:
@@ -82,7 +82,7 @@ def from_channels(raw: dict, channels: dict[str, ChannelConfig]) -> Decision:
         if train is not None:
             decided, says = dict(train.hyperparameters), train.says
     content = ContentType.parse(channels[TRAIN].content_type or "", TRAIN)
-    if content.label_format and not _given(raw, "label_format") and _multi_label(raw):
+    if content.label_format and is_none(raw.get("label_format")) and _multi_label(raw):
         decided["label_format"] = content.label_format
         says = says or channels[TRAIN].content_type
     if not decided:
@@ -129,9 +129,3 @@ def _multi_label(raw: dict) -> bool:
     definition = HYPERPARAMETERS["multi_label"]
     given = raw.get("multi_label")
     return definition.parse("multi_label", definition.default if is_unset(given) else given)
-
-
-def _given(raw: dict, name: str) -> bool:
-    """Whether the request sets `name` (None, null or nothing: not)."""
-    value = raw.get(name)
-    return value is not None and str(value).strip().strip('"') not in ("", "None", "null")
