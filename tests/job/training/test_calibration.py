@@ -352,21 +352,6 @@ def test_the_cross_fitted_figures_are_those_of_the_rule_served():
         assert 1 / value == pytest.approx(own)
 
 
-def test_a_rule_fitted_on_some_examples_is_scored_on_all_of_them():
-    """calibrate(..., fitted_on=mask): the rule of those examples alone (each half's, of its own
-    among them), the figures of every example."""
-    logits, labels = planted(2.0, examples=1000, seed=2)
-    noisy = labels.copy()
-    noisy[:100] = (labels[:100] + 1) % 10  # (the first 100 filed wrong)
-    kept = np.arange(1000) >= 100
-    found = C.calibrate(logits, noisy, False, "true", seed=0, fitted_on=kept)
-    assert found.temperature == pytest.approx(C.fit_temperature(logits[kept], noisy[kept], False))
-    assert found.temperature == pytest.approx(2.0, rel=0.1) and found.examples == 1000
-    assert found.before == C.scores(logits, noisy, False)
-    every = C.calibrate(logits, noisy, False, "true", seed=0)
-    assert every.temperature > found.temperature * 1.2  # (the 100 wrong labels soften a fit on all)
-
-
 def test_auto_never_applies_a_rule_whose_cross_fitted_ece_is_higher():
     """(issue 70's goal: where calibration is applied, ECE and Brier are never above before)"""
     rule = C.Rule(C.TEMPERATURE, 1.5)
