@@ -34,9 +34,10 @@ demo: $(INSTALLED)
 	$(BIN)/python -m keras_pipe_launch.demo
 
 # The tests run in TEST_WORKERS processes (pytest-xdist; tests/scheduling.py says how they share the
-# work): 2 on CI's two cores, where most of a test's time is TensorFlow's import, tracing, or waiting
-# on a writer, a server or a container. TEST_WORKERS=0 runs them in this one process.
-TEST_WORKERS ?= 2
+# work): 3 on CI's two cores, where much of a test's time is waiting on a writer, a server, a
+# container or a subprocess's start, which a third worker fills (measured: docs/speed.md, Figures
+# behind the code's choices: The suite's workers). TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= 3
 
 # what `make test` installs beside .venv, each part independent of the others and of .venv's packages
 TEST_SETUP_BESIDE := $(SDK2_INSTALLED) $(TOOLKIT_INSTALLED) $(MXNET_INSTALLED) $(WHEELHOUSE_DOWNLOADED)
