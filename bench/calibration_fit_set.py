@@ -4,7 +4,7 @@ on this machine:
 
   plain        the NLL of every validation image's label (the job's fit: calibration.py), and
                "auto": the same, served only where calibration=auto applies it (T = 1 elsewhere),
-               as the job serves it by default;
+               given the label check's suspects, as the job serves it by default;
   unsuspected  the same NLL on the images the label check (label_errors.find, on the uncalibrated
                probabilities) does not suspect: what issue 70 asked to consider;
   noisy        the likelihood of the labels as given, some of them wrong: each label is the
@@ -121,7 +121,7 @@ def one(mu: float, s: float, rate: float, seed: int) -> dict:
     suspected = np.zeros(len(given), bool)
     suspected[label_errors.find(calibration.tempered(logits, 1.0, False), given).indices] = True
     noisy, noise = noisy_fit(logits, given)
-    auto = calibration.calibrate(logits, given, False, "auto", seed)
+    auto = calibration.calibrate(logits, given, False, "auto", seed, suspected=suspected)
     figures = {"accuracy": float((test_logits.argmax(axis=1) == test_truth).mean()), "applied": auto.applied,
                "suspected": int(suspected.sum()), "flipped": int((given != truth).sum()), "label_noise": noise}
     kept = ~suspected

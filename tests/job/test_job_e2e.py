@@ -290,8 +290,14 @@ def test_a_jobs_own_defaults_name_the_validation_images_filed_under_the_wrong_cl
     assert {row["set"] for row in rows} == {"validation"}
     check = json.loads((job.base / "output/data/label_errors.json").read_text())
     assert check["folds"] == 0 and check["train_unchecked"].startswith("label_error_folds=0")
+    assert check["validation_model_accuracy"] >= 0.85  # (beside the suspects: how far to trust them)
     page = (job.base / "output/data/report.html").read_text()
     assert f"Validation images: {len(suspected):,} of 200" in page and "Training images not checked" in page
+    # calibration=auto (the default) does not soften a model whose errors are its labels': the
+    # temperature that pays for the 12 would lower every right answer's probability
+    calibration = json.loads((job.base / "output/data/evaluation.json").read_text())["calibration"]
+    print("calibration:", calibration["reason"])
+    assert not calibration["applied"] and calibration["setting"] == "auto", calibration["reason"]
 
 
 def check_suspects_manifest(job: FakeJob, rows: list[dict], train: list[bytes]) -> None:

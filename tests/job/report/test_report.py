@@ -196,3 +196,13 @@ def test_the_calibration_section_says_the_rule_served_its_bias_and_what_was_left
     plain = C.calibrate(truth * 2, labels, True, "auto", seed=0).as_json()
     text = job_page.calibration_section(tmp_path, {**shown, "calibration": plain})
     assert "bias" not in text and "left out" not in text
+
+
+def test_a_calibration_not_measured_says_why_on_the_page(tmp_path):
+    """The outside review: every logit not finite made the fit fail, and the page said "no
+    validation pass before the export, or a stop request"."""
+    text = job_page.calibration_section(tmp_path, {"calibration": None, "calibration_unmeasured": (
+        "the fit failed (ValueError: none of the 200 validation examples' logits are finite (NaN or infinite)); the "
+        "model is exported as trained")})
+    assert "not measured: the model was not calibrated (the fit failed (ValueError: none of the 200" in text
+    assert "no validation pass before the export" in job_page.calibration_section(tmp_path, {"calibration": None})

@@ -94,6 +94,20 @@ def test_the_heads_held_out_accuracy_and_the_images_not_judged_are_in_the_json_a
     assert "Not judged" not in S.section(found) and "label given for" not in S.section(found)
 
 
+def test_the_models_agreement_with_the_validation_labels_is_in_the_json_and_the_page(tmp_path):
+    """How far to trust the validation suspects (the outside review: a model right on 67 % with no
+    label wrong had 55-92 of 600 images named): the model's agreement with the labels given."""
+    found = checked()
+    validation = S.Checked({"validation": found.sets["train"]}, found.class_names, 0, False, 1.0,
+                           validation_accuracy=0.66666)
+    S.write(tmp_path, validation)
+    assert json.loads((tmp_path / S.JSON_NAME).read_text())["validation_model_accuracy"] == 0.6667
+    page = S.section(validation)
+    assert "the model chose the label given for 66.7% of them (the fewer, the more of the suspects are its own" in page
+    S.write(tmp_path, found)
+    assert "validation_model_accuracy" not in json.loads((tmp_path / S.JSON_NAME).read_text())
+
+
 def test_a_set_examined_as_a_sample_says_of_how_many_images(tmp_path):
     found = checked()
     seen, suspects = found.sets["train"]
@@ -103,3 +117,10 @@ def test_a_set_examined_as_a_sample_says_of_how_many_images(tmp_path):
     assert json.loads((tmp_path / S.JSON_NAME).read_text())["sets"]["train"]["read"] == 1000
     assert "Train images: 5 of 5 (a sample of 1,000)</h3>" in S.section(partial)
     assert partial.summary() == "train: 5 of 5 images suspected (a sample of 1,000)"
+
+
+def test_a_check_not_made_says_why_on_the_page():
+    """The outside review: a check that failed, or a stop request, was said to be label_check=false."""
+    assert "not checked: the check failed (ValueError: boom)" in S.section("the check failed (ValueError: boom)")
+    assert "not checked: a stop request came before it" in S.section("a stop request came before it")
+    assert "not checked: label_check=false" in S.section(None)

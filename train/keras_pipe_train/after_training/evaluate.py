@@ -38,6 +38,8 @@ def evaluate(trained: Trained, final: dict, validated: tuple | None, calibrated:
     try:
         found = evaluation.report(t.trainer.task, t.config.class_names, *validated, final.get("epoch"))
         found["calibration"] = calibrated.calibration.as_json() if calibrated.calibration else None
+        if calibrated.unmeasured:
+            found["calibration_unmeasured"] = calibrated.unmeasured
         evaluation.write(t.layout.output_data, found, t.rows)
     except Exception as err:  # (the model and metrics.json are written: the job's result stands)
         log.warning("could not write evaluation.json (%s: %s)", type(err).__name__, err, exc_info=True)

@@ -28,28 +28,33 @@ HEADS_MIN_S = 60.0
 FEATURES_SHARE = 0.6  # of the chief's budget on several hosts, for the training features' pass
 
 
-def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | None) -> suspects.Checked | None:
-    """The chief's check, within `budget_s` seconds (None: no bound); None when not asked, with
-    nothing to check (no validation, no folds), and for a multi-label job (the check finds one wrong
-    class per image); a check that fails is a warning."""
+def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | None) -> suspects.Checked | str:
+    """The chief's check, within `budget_s` seconds (None: no bound); or why there is none (the
+    report says it): not asked, a stop request, nothing to check (no validation, no folds), a
+    multi-label job (the check finds one wrong class per image), or a check that failed (a warning)."""
     t, folds = trained, trained.config.label_error_folds
-    if not t.config.label_check or t.stop.is_set():
-        return None
+    if not t.config.label_check:
+        return "label_check=false"
+    if t.stop.is_set():
+        return "a stop request came before it"
     if t.config.multi_label:
         log.info("label check: the check finds one wrong class per image; a multi-label job's labels are not checked")
-        return None
+        return "a multi-label job: the check finds one wrong class per image"
     seen = calibrated.validation
     if not folds and (seen is None or not len(seen)):
         log.info("label check: no validation images were read to check (label_error_folds would check the training "
                  "images)")
-        return None
+        return "no validation images were read to check (label_error_folds checks the training images)"
     started = time.perf_counter()
     ends = None if budget_s is None else time.monotonic() + budget_s
     try:
-        sets = {}
+        sets, agreement = {}, None
         if seen is not None and len(seen):
             probabilities = calibration.served_probabilities(seen.outputs, calibrated.served, False)
             sets["validation"] = (seen, label_errors.find(probabilities, seen.labels))
+            finite = np.isfinite(probabilities).all(axis=1)
+            if finite.any():  # (how far to trust the suspects: the report says why)
+                agreement = float((probabilities[finite].argmax(axis=1) == seen.labels[finite]).mean())
         found, accuracy, unchecked = None, None, ("label_error_folds=0 (5, say, checks them too, by cross-validated "
                                                   "heads on the starting backbone's features)")
         if folds:
@@ -65,11 +70,11 @@ def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | Non
                 log.warning("label check: the training images are not checked: %s", unchecked)
         checked = suspects.Checked(sets, t.config.class_names, folds, trained_features=t.start_weights is None,
                                    seconds=time.perf_counter() - started, unchecked=unchecked,
-                                   heads_accuracy=accuracy)
+                                   heads_accuracy=accuracy, validation_accuracy=agreement)
         path = suspects.write(t.layout.output_data, checked, contract.training_job_name())
     except Exception as err:
         log.warning("could not check the labels (%s: %s)", type(err).__name__, err, exc_info=True)
-        return None
+        return f"the check failed ({type(err).__name__}: {err})"
     log.info("label check%s in %.1f s: %s; %s", f" ({folds} folds)" if folds else "", checked.seconds,
              checked.summary(), path)
     return checked

@@ -44,7 +44,7 @@ def gallery(trained: Trained, calibrated: Calibrated) -> job_page.Gallery | None
     return job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
 
 
-def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | None,
+def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | str | None,
           writer) -> None:
     """report.html from the evaluation `found`, the gallery `shown` and the label check's
     `checked`; TensorBoard's pictures when `writer` (the chief's summary writer) is given."""

@@ -50,14 +50,14 @@ class Gallery:
 
 
 def write(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
-          gallery: Gallery | None, checked: suspects.Checked | None = None) -> Path:
+          gallery: Gallery | None, checked: suspects.Checked | str | None = None) -> Path:
     path = folder / NAME
     path.write_text(render(folder, evaluation, rows, settings, job_name, gallery, checked), encoding="utf-8")
     return path
 
 
 def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
-           gallery: Gallery | None, checked: suspects.Checked | None = None) -> str:
+           gallery: Gallery | None, checked: suspects.Checked | str | None = None) -> str:
     multi = evaluation["multi_label"]
     kind = "multi-label" if multi else "single-label"
     subtitle = (f"{kind} classifier of {len(evaluation['classes'])} classes, dialect {settings.get('dialect')}; "
@@ -131,8 +131,9 @@ def calibration_section(folder: Path, evaluation: dict) -> str:
     title = "How far to trust its probabilities"
     found = evaluation.get("calibration")
     if not found:
-        return pages.section(title, pages.note("not measured: the model was not calibrated (no validation pass before "
-                                               "the export, or a stop request)"), anchor="calibration")
+        why = evaluation.get("calibration_unmeasured") or "no validation pass before the export, or a stop request"
+        return pages.section(title, pages.note(f"not measured: the model was not calibrated ({why})"),
+                             anchor="calibration")
     temperature = np.atleast_1d(np.asarray(found["temperature"], np.float64))
     bias = np.asarray(found["bias"], np.float64) if found.get("bias") is not None else None
     said = (f"temperature {temperature[0]:.3g}" if temperature.size == 1 else

@@ -60,6 +60,7 @@ class Checked:
     seconds: float
     unchecked: str = ""  # why the training images were not checked, when they were not
     heads_accuracy: float | None = None  # the training images' heads, on the images each held out
+    validation_accuracy: float | None = None  # the model's, against the validation images' labels as given
 
     def name(self, label: int) -> str:
         return self.class_names[label] if 0 <= label < len(self.class_names) else str(label)
@@ -101,6 +102,8 @@ def write(folder: Path, checked: Checked, job_name: str = "local") -> Path:
                         **({"unreadable": found.unreadable} if found.unreadable else {})}
                  for name, (seen, found) in checked.sets.items()},
         **({"train_heads_accuracy": round(checked.heads_accuracy, 4)} if checked.heads_accuracy is not None else {}),
+        **({"validation_model_accuracy": round(checked.validation_accuracy, 4)}
+           if checked.validation_accuracy is not None else {}),
         **({"train_unchecked": checked.unchecked} if checked.unchecked else {}),
         "manifest": {"suspects": len(in_s3), "without_s3_source": len(rows) - len(in_s3)}}, indent=1) + "\n")
     path = folder / CSV_NAME
@@ -131,17 +134,18 @@ def manifest_line(row: dict, job_name: str, created: str) -> dict:
     }
 
 
-def section(checked: Checked | None) -> str:
+def section(checked: Checked | str | None) -> str:
+    """The report's section: the check's suspects, or (a str) why there is no check."""
     title = "Labels to check first"
-    if checked is None:
-        return pages.section(title, pages.note(
-            "not checked: label_check=false, a multi-label job (the check finds one wrong class per image), or no "
-            "validation images (label_error_folds checks the training images)"),
-            anchor="labels")
+    if not isinstance(checked, Checked):
+        return pages.section(title, pages.note(f"not checked: {checked or 'label_check=false'}"), anchor="labels")
     backbone = ("trained backbone (the job trained from scratch, or continued a previous model: these features "
                 "have seen the labels, so fewer errors are found)" if checked.trained_features
                 else "backbone the job started from")
-    how = {"validation": "from the exported model's probabilities (it never trained on these images)",
+    how = {"validation": "from the exported model's probabilities (it never trained on these images)"
+                         + ("" if checked.validation_accuracy is None else
+                            f"; the model chose the label given for {checked.validation_accuracy:.1%} of them (the "
+                            "fewer, the more of the suspects are its own confident mistakes rather than wrong labels)"),
            "train": (f"from {checked.folds} cross-validated heads on the features of the {backbone}, each head "
                      "predicting the images it did not fit on"
                      + ("" if checked.heads_accuracy is None else
