@@ -206,3 +206,26 @@ def test_a_calibration_not_measured_says_why_on_the_page(tmp_path):
         "model is exported as trained")})
     assert "not measured: the model was not calibrated (the fit failed (ValueError: none of the 200" in text
     assert "no validation pass before the export" in job_page.calibration_section(tmp_path, {"calibration": None})
+
+
+def test_a_single_label_class_offset_shows_beside_its_share_of_the_images(tmp_path):
+    """The outside review: logits offset by class (class_weights=balanced makes such offsets on
+    purpose) are left so by a temperature, which keeps each image's likeliest class; the page now
+    shows each class's mean probability against its share of the validation images, the classes
+    furthest first."""
+    from keras_pipe_train.training import calibration as C
+
+    rng = np.random.default_rng(1)
+    truth = rng.normal(0, 2, (3000, 6))
+    labels = (C.tempered(truth, 1.0, False).cumsum(axis=1) > rng.random((3000, 1))).argmax(axis=1)
+    logits = truth + np.array([0, 0.5, 1.0, 1.5, -1.0, -1.5]) * 2
+    found = C.calibrate(logits, labels, False, "auto", seed=0).as_json()
+    means = found["class_means"]
+    assert means["share"] == pytest.approx(np.bincount(labels, minlength=6) / 3000)
+    assert means["before"] == pytest.approx(C.tempered(logits, 1.0, False).mean(axis=0))
+    shown = {"multi_label": False, "classes": list("abcdef"), "calibration": found}
+    text = job_page.calibration_section(tmp_path, shown)
+    assert "<h3>Each class's mean probability against its share of the images</h3>" in text
+    first = int(np.argmax(np.abs(np.array(means["after"]) - np.array(means["share"]))))
+    rows = re.findall(r"<tr><td>([a-f])</td>", text)
+    assert rows[0] == "abcdef"[first] and len(rows) == 6, rows

@@ -157,16 +157,37 @@ def calibration_section(folder: Path, evaluation: dict) -> str:
     lines.append(pages.table(["", "the model's own", "calibrated"], rows, [False, True, True]))
     lines.append(pages.figure(_picture(folder, "reliability.png"), "reliability: accuracy by confidence"))
     per_class = found.get("per_class_ece")
-    if per_class:
-        order = sorted(range(len(per_class["before"])), key=lambda c: -per_class["before"][c])[:MAX_PAIRS]
+    if per_class:  # (worst before or after: a class calibration made worse is shown too)
+        order = sorted(range(len(per_class["before"])),
+                       key=lambda c: -max(per_class["before"][c], per_class["after"][c]))[:MAX_PAIRS]
         temperatures = np.broadcast_to(temperature, (len(per_class["before"]),))
         biases = np.zeros(len(per_class["before"])) if bias is None else bias
-        lines += ["<h3>The classes worst calibrated</h3>", pages.table(
+        lines += ["<h3>The classes worst calibrated, before or after</h3>", pages.table(
             ["class", "ECE, its own", "temperature", *(["bias"] if bias is not None else []), "ECE, calibrated"],
             [(evaluation["classes"][c], pages.number(per_class["before"][c]), f"{temperatures[c]:.3g}",
               *([f"{biases[c]:+.3g}"] if bias is not None else []), pages.number(per_class["after"][c]))
              for c in order], [False, True, True, *([True] if bias is not None else []), True])]
+    means = found.get("class_means")
+    if means:
+        lines += _class_means(evaluation["classes"], means)
     return pages.section(title, *lines, anchor="calibration")
+
+
+def _class_means(classes: list[str], means: dict) -> list[str]:
+    """Single-label: the classes whose mean probability is furthest from their share of the
+    validation images. A temperature keeps each image's likeliest class, so it cannot move a class
+    as a whole: an offset (class_weights=balanced makes one on purpose) shows here, not in the ECE."""
+    share, before, after = (np.asarray(means[key], np.float64) for key in ("share", "before", "after"))
+    order = np.argsort(-np.abs(after - share), kind="stable")[:MAX_PAIRS]
+    return [
+        "<h3>Each class's mean probability against its share of the images</h3>",
+        pages.note("a temperature keeps each image's likeliest class, so it cannot move a class's probabilities as "
+                   "a whole: a class whose mean probability is far from its share of the validation images is "
+                   "offset (class_weights=balanced shifts them on purpose), and its served probabilities are too "
+                   "high or too low by about that much; the classes furthest first"),
+        pages.table(["class", "share of the images", "mean probability, the model's own", "calibrated"],
+                    [(classes[c], f"{share[c]:.1%}", f"{before[c]:.1%}", f"{after[c]:.1%}") for c in order],
+                    [False, True, True, True])]
 
 
 def confusion_section(folder: Path, evaluation: dict) -> str:

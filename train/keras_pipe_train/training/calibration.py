@@ -374,6 +374,9 @@ class Calibration:
     bias: np.ndarray | None = None  # one per class: z / temperature + bias (None: none)
     method: str = TEMPERATURE
     left_out: int = 0  # examples whose logits were not finite: in neither the fit nor the figures
+    # single-label: each class's share of the examples, and its mean probability before and after
+    # (cross-fitted): a temperature cannot move a class as a whole, and this shows where one is offset
+    class_means: dict | None = None
 
     @property
     def rule(self) -> Rule:
@@ -386,7 +389,8 @@ class Calibration:
                 **({"bias": np.asarray(b).tolist()} if b is not None else {}), "examples": self.examples,
                 "method": f"{self.method}, fitted by NLL on the validation set; after: cross-fitted halves",
                 "cut": self.cut, "left_out": self.left_out, "before": self.before, "after": self.after,
-                **({"per_class_ece": self.per_class_ece} if self.per_class_ece else {})}
+                **({"per_class_ece": self.per_class_ece} if self.per_class_ece else {}),
+                **({"class_means": self.class_means} if self.class_means else {})}
 
     @property
     def served(self) -> ServedCalibration | None:
@@ -433,11 +437,16 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, multi_label: bool, setting
     if left_out:
         reason += (f" ({left_out:,} example{'s' if left_out > 1 else ''} whose logits are not finite left out of "
                    "the fit and the figures)")
-    classes = None
+    classes, means = None, None
     if multi_label:
         classes = {"before": per_class_ece(logits, labels).tolist(), "after": per_class_ece(after, labels).tolist()}
+    else:
+        width = logits.shape[-1]
+        means = {"share": (np.bincount(labels.astype(np.int64), minlength=width)[:width] / len(labels)).tolist(),
+                 "before": tempered(logits, 1.0, False).mean(axis=0).tolist(),
+                 "after": tempered(after, 1.0, False).mean(axis=0).tolist()}
     return Calibration(setting, rule.temperature, applied, reason, len(labels), scored_before, scored_after,
-                       multi_label, cut, classes, rule.bias, rule.method, left_out)
+                       multi_label, cut, classes, rule.bias, rule.method, left_out, means)
 
 
 def _unsuspected(rule: Rule, logits: np.ndarray, labels: np.ndarray, suspected: np.ndarray,
