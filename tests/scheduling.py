@@ -1,8 +1,8 @@
 """How `make test` shares the tests between its worker processes (pytest-xdist, `-n 2`).
 
 Most tests spend their time in things one core cannot speed up: importing TensorFlow, tracing a
-train step, waiting on a writer process, a container or a server: two workers keep CI's two cores
-busy (the whole suite: about 50 minutes on this project's 2-core machine).
+train step, waiting on a writer process, a container or a server: three workers keep CI's two
+cores busier than two (docs/speed.md, Figures behind the code's choices: The suite's workers).
 
 Every test is its own unit of work, handed to whichever worker is free, except the tests that
 need the training image and the Docker Engine (tests/engine.py): those run one after the other on
@@ -31,6 +31,9 @@ SHARED_TRAINING = (
     "tests/job/test_job_e2e.py",  # pretrained_backbone
     "tests/serve/test_builtin_clients.py",  # served
     "tests/builtin/test_full_training_notebooks.py",  # full_training
+    # (CI's durations, 3 workers: `archives` set up on all three, 75, 67 and 52 s; `previous_model` on two)
+    "tests/job/model/test_jumpstart.py",  # archives
+    "tests/job/model/test_incremental.py",  # previous_model
 )
 
 
