@@ -2,7 +2,7 @@
 (label_error_folds=5) and its calibration (calibration=true), measured over several seeds in one
 run on this machine.
 
-    python -m bench.label_errors            # ~25 minutes on 2 CPU cores (27 jobs)
+    python -m bench.label_errors            # ~21 minutes on 2 CPU cores (27 jobs)
     python -m bench.label_errors --quick    # a correctness check: one task, kind, rate and seed, a short job
 
 Two tasks:
