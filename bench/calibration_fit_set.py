@@ -48,16 +48,28 @@ SEEDS = tuple(range(10))
 ACCURACY_MU = {"right on ~60 %": 2.0, "right on ~85 %": 3.0, "right on ~97 %": 4.0, "right on ~99.7 %": 5.0}
 OVERCONFIDENT = (1.0, 2.0)  # s: 1 calibrated, 2 as overconfident as fine-tuned networks often are
 FLIPPED = (0.0, 0.05, 0.10, 0.20)
+# the guard's other side: no label wrong, but a share of images the model is confidently wrong on
+# (their evidence points at another class), as a real network's mistakes often are
+MISTAKEN = (0.05, 0.07, 0.10)
+MISTAKE_LOGIT = 12.0  # (the outside review's case, whose figures docs/speed.md gives)
 MAX_LABEL_NOISE = 0.5  # the noisy fit's most wrong labels: beyond, labels say less than chance
 STEPS = 45  # golden-section steps, as calibration.SEARCH_STEPS
 
 
-def model_logits(mu: float, s: float, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """`count` images' true classes and the logits of the module's simulated model."""
+def model_logits(mu: float, s: float, count: int, rng: np.random.Generator, mistaken: float = 0.0
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """`count` images' true classes and the logits of the module's simulated model; a share
+    `mistaken` of them replaced by confident mistakes: logits N(0, 2), another class's raised by
+    MISTAKE_LOGIT (the model sure of a wrong class, its label right)."""
     truth = rng.integers(0, CLASSES, count)
     evidence = rng.standard_normal((count, CLASSES))
     evidence[np.arange(count), truth] += mu
-    return s * mu * evidence, truth
+    logits = s * mu * evidence
+    if mistaken:
+        wrong = rng.random(count) < mistaken
+        logits[wrong] = rng.standard_normal((int(wrong.sum()), CLASSES)) * 2
+        logits[wrong, (truth[wrong] + rng.integers(1, CLASSES, wrong.sum())) % CLASSES] += MISTAKE_LOGIT
+    return logits, truth
 
 
 def flipped(truth: np.ndarray, rate: float, rng: np.random.Generator) -> np.ndarray:
@@ -112,12 +124,12 @@ def served(temperature: float) -> float:
     return 1.0 if calibration.at_bound(temperature) else float(temperature)
 
 
-def one(mu: float, s: float, rate: float, seed: int) -> dict:
+def one(mu: float, s: float, rate: float, seed: int, mistaken: float = 0.0) -> dict:
     """One model, validation set and test set: each fit's test figures."""
     rng = np.random.default_rng(seed)
-    logits, truth = model_logits(mu, s, VALIDATION, rng)
+    logits, truth = model_logits(mu, s, VALIDATION, rng, mistaken)
     given = flipped(truth, rate, rng)
-    test_logits, test_truth = model_logits(mu, s, TEST, rng)
+    test_logits, test_truth = model_logits(mu, s, TEST, rng, mistaken)
     suspected = np.zeros(len(given), bool)
     suspected[label_errors.find(calibration.tempered(logits, 1.0, False), given).indices] = True
     noisy, noise = noisy_fit(logits, given)
@@ -135,7 +147,7 @@ def one(mu: float, s: float, rate: float, seed: int) -> dict:
     return figures
 
 
-def run(seeds: tuple[int, ...], regimes: dict, overconfident: tuple, rates: tuple) -> None:
+def run(seeds: tuple[int, ...], regimes: dict, overconfident: tuple, rates: tuple, mistaken: tuple) -> None:
     print(f"{CLASSES} classes, {VALIDATION} validation images, {TEST:,} test images; seeds {seeds[0]}-{seeds[-1]}: "
           "the mean (the range)\n")
     fits = ("plain", "auto", "unsuspected", "noisy")
@@ -144,30 +156,31 @@ def run(seeds: tuple[int, ...], regimes: dict, overconfident: tuple, rates: tupl
           "| test NLL: plain / auto / unsuspected / noisy / right "
           "| T served: plain / auto / unsuspected / noisy (right: s) |\n"
           + "|---" * 9 + "|")
-    for regime, mu in regimes.items():
-        for s in overconfident:
-            for rate in rates:
-                runs = [one(mu, s, rate, seed) for seed in seeds]
+    cases = [(regime, mu, s, rate, 0.0) for regime, mu in regimes.items() for s in overconfident for rate in rates]
+    cases += [(f"right on ~97 %, {share:.0%} of images confidently wrong", ACCURACY_MU["right on ~97 %"], 2.0, 0.0,
+               share) for share in mistaken]
+    for regime, mu, s, rate, share in cases:
+        runs = [one(mu, s, rate, seed, share) for seed in seeds]
 
-                def cells(key, names, form=".3f", runs=runs):
-                    values = ([r[name][key] for r in runs] for name in names)
-                    return " / ".join(f"{np.mean(v):{form}} ({min(v):{form}}-{max(v):{form}})" for v in values)
+        def cells(key, names, form=".3f", runs=runs):
+            values = ([r[name][key] for r in runs] for name in names)
+            return " / ".join(f"{np.mean(v):{form}} ({min(v):{form}}-{max(v):{form}})" for v in values)
 
-                print(f"| {regime} (test: {np.mean([r['accuracy'] for r in runs]):.1%}) | {s:g} | {rate:.0%} "
-                      f"| {np.mean([r['suspected'] for r in runs]):.0f} ({np.mean([r['flipped'] for r in runs]):.0f}) "
-                      f"| {np.mean([r['label_noise'] for r in runs]):.1%} "
-                      f"| {sum(r['applied'] for r in runs)} of {len(runs)} "
-                      f"| {cells('ece', ('none', *fits, 'right'))} | {cells('nll', (*fits, 'right'))} "
-                      f"| {cells('T', fits, '.2f')} |", flush=True)
+        print(f"| {regime} (test: {np.mean([r['accuracy'] for r in runs]):.1%}) | {s:g} | {rate:.0%} "
+              f"| {np.mean([r['suspected'] for r in runs]):.0f} ({np.mean([r['flipped'] for r in runs]):.0f}) "
+              f"| {np.mean([r['label_noise'] for r in runs]):.1%} "
+              f"| {sum(r['applied'] for r in runs)} of {len(runs)} "
+              f"| {cells('ece', ('none', *fits, 'right'))} | {cells('nll', (*fits, 'right'))} "
+              f"| {cells('T', fits, '.2f')} |", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     if parser.parse_args(argv).quick:
-        run(SEEDS[:2], dict(list(ACCURACY_MU.items())[::3]), OVERCONFIDENT[1:], FLIPPED[::2])
+        run(SEEDS[:2], dict(list(ACCURACY_MU.items())[::3]), OVERCONFIDENT[1:], FLIPPED[::2], MISTAKEN[1:2])
     else:
-        run(SEEDS, ACCURACY_MU, OVERCONFIDENT, FLIPPED)
+        run(SEEDS, ACCURACY_MU, OVERCONFIDENT, FLIPPED, MISTAKEN)
     return 0
 
 

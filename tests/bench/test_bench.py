@@ -203,7 +203,7 @@ def test_the_calibration_fit_set_benchmark_compares_the_fits_on_wrong_labels():
     from bench.calibration_fit_set import noisy_fit, one
 
     out = quick_run("calibration_fit_set")
-    assert out.count("| right on ~") == 4, out
+    assert out.count("| right on ~") == 5 and "7% of images confidently wrong" in out, out
     noisy, clean, weak = one(3.0, 2.0, 0.1, seed=0), one(3.0, 2.0, 0.0, seed=0), one(2.0, 2.0, 0.0, seed=0)
     assert noisy["noisy"]["ece"] < 0.02 < 0.1 < noisy["plain"]["ece"] and abs(noisy["label_noise"] - 0.1) < 0.02
     assert noisy["noisy"]["T"] == pytest.approx(2.0, rel=0.15) and noisy["plain"]["T"] > 3

@@ -393,10 +393,11 @@ def test_auto_does_not_soften_a_model_whose_errors_are_its_labels():
     assert unguarded.applied and unguarded.temperature > 5
     found = C.calibrate(logits, given, False, "auto", seed=0, suspected=suspects(logits, given))
     assert not found.applied and found.serving(None) is None
-    assert re.fullmatch(r"calibration=auto: 1\d\d of the 600 validation labels are suspected wrong \(label_errors.csv\), "
-                        r"and the model is right on (99\.\d|100\.0)% of the others: its errors are mostly its labels', "
-                        r"and the temperature 6\.\d+, which would soften every answer to pay for them, is not applied",
-                        found.reason), found.reason
+    assert re.fullmatch(r"calibration=auto: the label check suspects 1\d\d of the 600 validation labels the fit was "
+                        r"made on, and the model is right on (99\.\d|100\.0)% of the others: if those labels are wrong, "
+                        r"the temperature 6\.\d+ would soften every answer to pay for them, so it is not applied "
+                        r"\(label_errors.csv names them; if they are right, the model's confident mistakes, "
+                        r"calibration=true applies it\)", found.reason), found.reason
     # (calibration=true is the user's word: applied)
     assert C.calibrate(logits, given, False, "true", seed=0, suspected=suspects(logits, given)).applied
 
@@ -437,10 +438,11 @@ def test_a_multi_label_set_with_no_class_to_fit_applies_nothing_and_says_why():
     logits = rng.normal(0, 2, (300, 3))
     labels = np.zeros((300, 3), np.float32)
     labels[:4, 0] = 1  # (4 positives: no class has 10 of each)
-    found = C.calibrate(logits, labels, True, "true", seed=0)
-    assert not found.applied and found.served is None
-    assert found.reason == ("calibration=true: no class has 10 positives and 10 negatives among the 300 validation "
-                            "examples, with errors to fit on: each keeps the model's own probabilities")
+    for setting in ("true", "auto"):
+        found = C.calibrate(logits, labels, True, setting, seed=0)
+        assert not found.applied and found.served is None
+        assert found.reason == (f"calibration={setting}: no class has 10 positives and 10 negatives among the 300 "
+                                "validation examples, with errors to fit on: each keeps the model's own probabilities")
 
 
 @pytest.mark.parametrize("classes, fitted, kept", [(5, 1_677_721, 100_000), (1000, 8_388, 33_554), (5000, 1_677, 6_710)])

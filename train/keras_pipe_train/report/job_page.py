@@ -169,23 +169,25 @@ def calibration_section(folder: Path, evaluation: dict) -> str:
              for c in order], [False, True, True, *([True] if bias is not None else []), True])]
     means = found.get("class_means")
     if means:
-        lines += _class_means(evaluation["classes"], means)
+        lines += _class_means(evaluation["classes"], means, found["applied"])
     return pages.section(title, *lines, anchor="calibration")
 
 
-def _class_means(classes: list[str], means: dict) -> list[str]:
-    """Single-label: the classes whose mean probability is furthest from their share of the
-    validation images. A temperature keeps each image's likeliest class, so it cannot move a class
-    as a whole: an offset (class_weights=balanced makes one on purpose) shows here, not in the ECE."""
+def _class_means(classes: list[str], means: dict, applied: bool) -> list[str]:
+    """Single-label: the classes whose mean served probability (calibrated where `applied`) is
+    furthest from their share of the validation images. A temperature keeps each image's likeliest
+    class, so it cannot move a class as a whole: an offset (class_weights=balanced makes one on
+    purpose) shows here, not in the ECE."""
     share, before, after = (np.asarray(means[key], np.float64) for key in ("share", "before", "after"))
-    order = np.argsort(-np.abs(after - share), kind="stable")[:MAX_PAIRS]
+    order = np.argsort(-np.abs((after if applied else before) - share), kind="stable")[:MAX_PAIRS]
     return [
         "<h3>Each class's mean probability against its share of the images</h3>",
         pages.note("a temperature keeps each image's likeliest class, so it cannot move a class's probabilities as "
                    "a whole: a class whose mean probability is far from its share of the validation images is "
                    "offset (class_weights=balanced shifts them on purpose), and its served probabilities are too "
                    "high or too low by about that much; the classes furthest first"),
-        pages.table(["class", "share of the images", "mean probability, the model's own", "calibrated"],
+        pages.table(["class", "share of the images", "mean probability, the model's own",
+                     "calibrated" if applied else "calibrated (not served)"],
                     [(classes[c], f"{share[c]:.1%}", f"{before[c]:.1%}", f"{after[c]:.1%}") for c in order],
                     [False, True, True, True])]
 

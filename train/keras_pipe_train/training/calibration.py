@@ -62,13 +62,16 @@ are often confident, and it takes them for wrong labels and sharpens (bench.labe
 transfer task, whose validation labels are right, three runs: cross-fitted ECE 0.074, 0.049 and
 0.065, the plain fit's 0.051, 0.041 and 0.036).
 Wrong labels soften the plain fit, and the given labels cannot tell a confident mistake from a
-wrong label. What can be told: a model right on nearly every image (UNSUSPECTED_RIGHT) but those
-the label check suspects, and they many (SUSPECTED_SHARE), has errors that are mostly its labels'.
+wrong label. A model right on nearly every image (UNSUSPECTED_RIGHT) but those the label check
+suspects, and they many (SUSPECTED_SHARE), may have errors that are its labels':
 calibration=auto does not serve it a temperature that softens (simulated, with 20 % of the labels
 wrong, models right on 98 and 99.8 %: without this condition a temperature of 4.6 to 14 was served
-5 to 8 times in 10, the true ECE 0.14 to 0.21 on average where 0.001 to 0.010 as it is). A model
-both overconfident and often wrong, with many wrong labels, is not told apart, and may be softened
-(docs/speed.md says how much).
+5 to 8 times in 10, the true ECE 0.14 to 0.21 on average where 0.001 to 0.010 as it is). Its
+cost: a model whose suspects are its own confident mistakes, its labels right, is not calibrated
+either (simulated, 7-10 % of such mistakes: ECE 0.079-0.109, where the temperature would give
+0.044-0.063); the reason says so, and calibration=true applies it. Either way nothing served is
+worse than the model's own. A model both overconfident and often wrong, with many wrong labels,
+is not told apart, and may be softened (docs/speed.md says how much).
 
 The figures (each in evaluation.json): ECE (expected calibration error, over ECE_BINS equal-width
 bins of confidence: the top class's probability for a single-label model, as Guo et al.; for a
@@ -428,11 +431,12 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, multi_label: bool, setting
     else:
         rule, after = fit(logits, labels, multi_label, seed)
     scored_before, scored_after = scores(logits, labels, multi_label), scores(after, labels, multi_label)
-    applied, reason = _decided(setting, rule, len(labels), scored_before, scored_after)
-    if applied and multi_label and not own_classes(logits, labels, True).any():
+    if multi_label and setting != "false" and not own_classes(logits, labels, True).any():
         applied, reason = False, (f"calibration={setting}: no class has {MIN_CLASS_SIDE} positives and "
                                   f"{MIN_CLASS_SIDE} negatives among the {len(labels)} validation examples, with "
                                   "errors to fit on: each keeps the model's own probabilities")
+    else:
+        applied, reason = _decided(setting, rule, len(labels), scored_before, scored_after)
     if applied and setting == "auto" and suspected is not None and not multi_label:
         applied, reason = _unsuspected(rule, logits, labels, np.asarray(suspected, bool)[finite], reason)
     if left_out:
@@ -460,10 +464,11 @@ def _unsuspected(rule: Rule, logits: np.ndarray, labels: np.ndarray, suspected: 
     right = float((logits[others].argmax(axis=-1) == labels[others]).mean()) if others.any() else 0.0
     if float(np.max(rule.temperature)) <= 1 or share < SUSPECTED_SHARE or right < UNSUSPECTED_RIGHT:
         return True, reason
-    return False, (f"calibration=auto: {int(suspected.sum())} of the {len(suspected)} validation labels are suspected "
-                   f"wrong (label_errors.csv), and the model is right on {right:.1%} of the others: its errors are "
-                   f"mostly its labels', and the temperature {float(np.max(rule.temperature)):.3g}, which would "
-                   "soften every answer to pay for them, is not applied")
+    return False, (f"calibration=auto: the label check suspects {int(suspected.sum())} of the {len(suspected)} "
+                   f"validation labels the fit was made on, and the model is right on {right:.1%} of the others: if "
+                   f"those labels are wrong, the temperature {float(np.max(rule.temperature)):.3g} would soften every "
+                   "answer to pay for them, so it is not applied (label_errors.csv names them; if they are right, "
+                   "the model's confident mistakes, calibration=true applies it)")
 
 
 def _decided(setting: str, rule: Rule, examples: int, before: dict, after: dict) -> tuple[bool, str]:
