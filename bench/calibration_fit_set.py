@@ -1,6 +1,6 @@
-"""How the temperature should be fitted when some validation labels are wrong. Three ways, on
-simulated models whose true calibration is known, scored on a test set's true labels, in one run
-on this machine:
+"""How the temperature should be fitted when some validation labels are wrong. Three fits, and
+the job's default use of the first, on simulated models whose true calibration is known, scored
+on a test set's true labels, in one run on this machine:
 
   plain        the NLL of every validation image's label (the job's fit: calibration.py), and
                "auto": the same, served only where calibration=auto applies it (T = 1 elsewhere),
@@ -27,9 +27,12 @@ class at random. Each fit is served as the job serves a fit (not at the temperat
 T = 1 there) and scored on TEST fresh images' true labels: ECE, NLL and the temperature served.
 Beside them, the model as it is, and at its right temperature.
 
-What a simulation cannot show: a real network's mistakes are not Gaussian, and some of them are
-confident. The noisy fit takes those for wrong labels too: docs/speed.md ("Which images the
-temperature is fitted on") gives what it did on real jobs, and why the job keeps the plain fit.
+Last, the other side of auto's last condition: the model right on ~97 %, overconfident by 2, no
+label wrong, but MISTAKEN shares of its images replaced by confident mistakes (the label check
+suspects them as it would wrong labels; "the right T" is then no longer s). A real network's
+mistakes are neither all Gaussian nor all of this kind: docs/speed.md ("Which images the
+temperature is fitted on") gives what the noisy fit did on real jobs, and why the job keeps the
+plain fit.
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ SEEDS = tuple(range(10))
 ACCURACY_MU = {"right on ~60 %": 2.0, "right on ~85 %": 3.0, "right on ~97 %": 4.0, "right on ~99.7 %": 5.0}
 OVERCONFIDENT = (1.0, 2.0)  # s: 1 calibrated, 2 as overconfident as fine-tuned networks often are
 FLIPPED = (0.0, 0.05, 0.10, 0.20)
-# the guard's other side: no label wrong, but a share of images the model is confidently wrong on
-# (their evidence points at another class), as a real network's mistakes often are
+# auto's last condition's other side: no label wrong, but a share of images the model is confidently
+# wrong on (model_logits), as a real network's mistakes often are
 MISTAKEN = (0.05, 0.07, 0.10)
 MISTAKE_LOGIT = 12.0  # (the outside review's case, whose figures docs/speed.md gives)
 MAX_LABEL_NOISE = 0.5  # the noisy fit's most wrong labels: beyond, labels say less than chance
