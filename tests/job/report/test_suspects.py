@@ -8,6 +8,7 @@ import datetime
 import json
 
 import numpy as np
+import pytest
 
 from keras_pipe_train.report import suspects as S
 from keras_pipe_train.training.gathered import Gathered
@@ -124,3 +125,11 @@ def test_a_check_not_made_says_why_on_the_page():
     assert "not checked: the check failed (ValueError: boom)" in S.section("the check failed (ValueError: boom)")
     assert "not checked: a stop request came before it" in S.section("a stop request came before it")
     assert "not checked: label_check=false" in S.section(None)
+
+
+def test_the_models_agreement_leaves_out_rows_that_are_not_numbers():
+    from keras_pipe_train.after_training.label_check import agreement_of
+
+    probabilities = np.array([[0.9, 0.1], [0.2, 0.8], [np.nan, np.nan], [0.6, 0.4]])
+    assert agreement_of(probabilities, np.array([0, 0, 1, 0])) == pytest.approx(2 / 3)
+    assert agreement_of(probabilities[2:3], np.array([1])) is None

@@ -52,9 +52,7 @@ def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | Non
         if seen is not None and len(seen):
             probabilities = calibration.served_probabilities(seen.outputs, calibrated.served, False)
             sets["validation"] = (seen, label_errors.find(probabilities, seen.labels))
-            finite = np.isfinite(probabilities).all(axis=1)
-            if finite.any():  # (how far to trust the suspects: the report says why)
-                agreement = float((probabilities[finite].argmax(axis=1) == seen.labels[finite]).mean())
+            agreement = agreement_of(probabilities, seen.labels)
         found, accuracy, unchecked = None, None, ("label_error_folds=0 (5, say, checks them too, by cross-validated "
                                                   "heads on the starting backbone's features)")
         if folds:
@@ -78,6 +76,13 @@ def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | Non
     log.info("label check%s in %.1f s: %s; %s", f" ({folds} folds)" if folds else "", checked.seconds,
              checked.summary(), path)
     return checked
+
+
+def agreement_of(probabilities: np.ndarray, labels: np.ndarray) -> float | None:
+    """How often the model chose the label given (its rows with finite probabilities; None: none
+    is): how far to trust the suspects, which the report says."""
+    finite = np.isfinite(probabilities).all(axis=1)
+    return float((probabilities[finite].argmax(axis=1) == labels[finite]).mean()) if finite.any() else None
 
 
 def training_suspects(trained: Trained, features: gathered.Gathered, ends: float | None
