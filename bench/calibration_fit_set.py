@@ -56,7 +56,6 @@ FLIPPED = (0.0, 0.05, 0.10, 0.20)
 MISTAKEN = (0.05, 0.07, 0.10)
 MISTAKE_LOGIT = 12.0  # (the outside review's case, whose figures docs/speed.md gives)
 MAX_LABEL_NOISE = 0.5  # the noisy fit's most wrong labels: beyond, labels say less than chance
-STEPS = 45  # golden-section steps, as calibration.SEARCH_STEPS
 
 
 def model_logits(mu: float, s: float, count: int, rng: np.random.Generator, mistaken: float = 0.0
@@ -83,20 +82,10 @@ def flipped(truth: np.ndarray, rate: float, rng: np.random.Generator) -> np.ndar
 
 
 def golden(loss, low: float, high: float) -> float:
-    """The point of least `loss` (unimodal) within [low, high]."""
-    ratio = (np.sqrt(5) - 1) / 2
-    c, d = high - ratio * (high - low), low + ratio * (high - low)
-    fc, fd = loss(c), loss(d)
-    for _ in range(STEPS):
-        if fc < fd:
-            high, d, fd = d, c, fc
-            c = high - ratio * (high - low)
-            fc = loss(c)
-        else:
-            low, c, fc = c, d, fd
-            d = low + ratio * (high - low)
-            fd = loss(d)
-    return (low + high) / 2
+    """The point of least `loss` (a scalar's, unimodal) within [low, high]: the job's search."""
+    point = calibration.golden_section(lambda points: np.array([loss(float(x)) for x in points]),
+                                       np.array([low]), np.array([high]))
+    return float(point[0])
 
 
 def noisy_fit(logits: np.ndarray, labels: np.ndarray) -> tuple[float, float]:

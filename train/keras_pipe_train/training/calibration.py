@@ -163,27 +163,30 @@ def _nll_by_inverse(logits: np.ndarray, labels: np.ndarray, beta: np.ndarray, mu
     return (lse - np.take_along_axis(scaled, labels[None, :, None], -1)[..., 0]).mean(axis=1)
 
 
+def golden_section(loss, low: np.ndarray, high: np.ndarray, steps: int = SEARCH_STEPS) -> np.ndarray:
+    """The point of least `loss` within [low, high], for each of an array of independent problems
+    (`loss`: points -> their losses, elementwise), by golden-section search: exact where the loss
+    is unimodal on the interval."""
+    ratio = (np.sqrt(5) - 1) / 2
+    c, d = high - ratio * (high - low), low + ratio * (high - low)
+    fc, fd = loss(c), loss(d)
+    for _ in range(steps):
+        left = fc < fd  # (the minimum lies in [low, d]; else in [c, high])
+        high, low = np.where(left, d, high), np.where(left, low, c)
+        point = np.where(left, high - ratio * (high - low), low + ratio * (high - low))
+        value = loss(point)  # (one new point per step: the other is the previous step's)
+        c, d, fc, fd = (np.where(left, point, d), np.where(left, c, point),
+                        np.where(left, value, fd), np.where(left, fc, value))
+    return (low + high) / 2
+
+
 def _search(logits: np.ndarray, labels: np.ndarray, multi_label: bool, bias=0.0) -> np.ndarray:
     """The temperature of least NLL within TEMPERATURE_RANGE, by a golden-section search on the
     inverse temperature (the NLL is convex in it: a log-sum-exp of it, less a linear term): one, or
     for multi-label one per class."""
     width = logits.shape[1] if multi_label else 1
     low, high = np.full(width, 1 / TEMPERATURE_RANGE[1]), np.full(width, 1 / TEMPERATURE_RANGE[0])
-    ratio = (np.sqrt(5) - 1) / 2
-
-    def nll(beta):
-        return _nll_by_inverse(logits, labels, beta, multi_label, bias)
-
-    c, d = high - ratio * (high - low), low + ratio * (high - low)
-    fc, fd = nll(c), nll(d)
-    for _ in range(SEARCH_STEPS):
-        left = fc < fd  # (the minimum lies in [low, d]; else in [c, high])
-        high, low = np.where(left, d, high), np.where(left, low, c)
-        point = np.where(left, high - ratio * (high - low), low + ratio * (high - low))
-        value = nll(point)  # (one new point per step: the other is the previous step's)
-        c, d, fc, fd = (np.where(left, point, d), np.where(left, c, point),
-                        np.where(left, value, fd), np.where(left, fc, value))
-    return 1 / ((low + high) / 2)
+    return 1 / golden_section(lambda beta: _nll_by_inverse(logits, labels, beta, multi_label, bias), low, high)
 
 
 def own_classes(logits: np.ndarray, labels: np.ndarray, multi_label: bool, temperature=None) -> np.ndarray:
