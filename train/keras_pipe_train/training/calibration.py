@@ -343,12 +343,13 @@ def _beats(better: np.ndarray, than: np.ndarray) -> bool:
     return bool(difference.mean() < -SIGNIFICANT * spread)
 
 
-def fit(logits: np.ndarray, labels: np.ndarray, multi_label: bool, seed: int) -> tuple[Rule, np.ndarray]:
+def fit(logits: np.ndarray, labels: np.ndarray, multi_label: bool, seed: int, own: np.ndarray | None = None
+        ) -> tuple[Rule, np.ndarray]:
     """The rule (the module's docstring: a temperature, or with a bias per class where that is
     shown to do better), and every example's cross-fitted logits by the same rule, its shape
-    decided once."""
+    (`own`: own_classes', unless given) decided once."""
     logits = np.asarray(logits, np.float64)
-    own = own_classes(logits, labels, multi_label)
+    own = own_classes(logits, labels, multi_label) if own is None else own
     methods = [TEMPERATURE] + ([PLATT] if multi_label and own.any() else [])
     crossed = {method: cross_fitted(logits, labels, seed, _fitter(method, own, multi_label))
                for method in methods}
@@ -429,12 +430,13 @@ def calibrate(logits: np.ndarray, labels: np.ndarray, multi_label: bool, setting
     if not finite.any():
         raise ValueError(f"none of the {len(labels)} validation examples' logits are finite (NaN or infinite)")
     logits, labels = logits[finite], labels[finite]
+    own = own_classes(logits, labels, multi_label)  # (a search of its own: made once, for the fit and the check)
     if len(labels) < 2:
-        rule, after = Rule(TEMPERATURE, fit_temperature(logits, labels, multi_label)), logits
+        rule, after = Rule(TEMPERATURE, fit_temperature(logits, labels, multi_label, own)), logits
     else:
-        rule, after = fit(logits, labels, multi_label, seed)
+        rule, after = fit(logits, labels, multi_label, seed, own)
     scored_before, scored_after = scores(logits, labels, multi_label), scores(after, labels, multi_label)
-    if multi_label and setting != "false" and not own_classes(logits, labels, True).any():
+    if multi_label and setting != "false" and not own.any():
         applied, reason = False, (f"calibration={setting}: no class has {MIN_CLASS_SIDE} positives and "
                                   f"{MIN_CLASS_SIDE} negatives among the {len(labels)} validation examples, with "
                                   "errors to fit on: each keeps the model's own probabilities")
