@@ -32,6 +32,9 @@ class Calibrated:
 
     calibration: calibration.Calibration | None = None
     validation: gathered.Gathered | None = None
+    # the label check's suspects among `validation` on the model's own probabilities (auto weighed
+    # them): label_check.py takes them as they are when no calibration is served
+    own_suspects: label_errors.Suspects | None = None
     unmeasured: str = ""  # why there is no calibration, when there is none (evaluation.json and the page say it)
 
     @property
@@ -64,9 +67,10 @@ def calibrate(trained: Trained) -> Calibrated:
             log.warning("no calibration: %s", why)
             return Calibrated(unmeasured=why)
         sample = fit_sample(len(seen), fitted, t.config.seed)
+        suspects = suspects_of(seen) if checks else None
         found = calibration.calibrate(seen.outputs[sample], seen.labels[sample], t.config.multi_label,
                                       t.config.calibration, t.config.seed, seen.cut,
-                                      suspected_of(seen)[sample] if checks else None)
+                                      None if suspects is None else mask_of(suspects, len(seen))[sample])
     except Exception as err:
         log.warning("could not calibrate the model's probabilities (%s: %s): it is exported as trained",
                     type(err).__name__, err, exc_info=True)
@@ -78,7 +82,7 @@ def calibrate(trained: Trained) -> Calibrated:
              " (a sample of those read before the pass was cut short)" if found.cut else "", found.method,
              _shown(found.temperature), "applied" if found.applied else "not applied", found.reason,
              before["ece"], after["ece"], before["nll"], after["nll"], before["brier"], after["brier"])
-    return Calibrated(found, seen)
+    return Calibrated(found, seen, suspects)
 
 
 def kept(classes: int, checks: bool) -> tuple[int, int]:
@@ -96,11 +100,15 @@ def fit_sample(examples: int, most: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).choice(examples, most, replace=False))
 
 
-def suspected_of(seen: gathered.Gathered) -> np.ndarray:
-    """Which validation examples the label check suspects, on the model's own probabilities: what
+def suspects_of(seen: gathered.Gathered) -> label_errors.Suspects:
+    """The validation examples the label check suspects, on the model's own probabilities: what
     calibration=auto weighs (training/calibration.py) before the label check names them."""
-    mask = np.zeros(len(seen), bool)
-    mask[label_errors.find(calibration.tempered(seen.outputs, 1.0, False), seen.labels).indices] = True
+    return label_errors.find(calibration.tempered(seen.outputs, 1.0, False), seen.labels)
+
+
+def mask_of(suspects: label_errors.Suspects, examples: int) -> np.ndarray:
+    mask = np.zeros(examples, bool)
+    mask[suspects.indices] = True
     return mask
 
 

@@ -50,9 +50,8 @@ def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | Non
     try:
         sets, agreement = {}, None
         if seen is not None and len(seen):
-            probabilities = calibration.served_probabilities(seen.outputs, calibrated.served, False)
-            sets["validation"] = (seen, label_errors.find(probabilities, seen.labels))
-            agreement = agreement_of(probabilities, seen.labels)
+            found, agreement = validation_suspects(calibrated)
+            sets["validation"] = (seen, found)
         found, accuracy, unchecked = None, None, ("label_error_folds=0 (5, say, checks them too, by cross-validated "
                                                   "heads on the starting backbone's features)")
         if folds:
@@ -76,6 +75,17 @@ def check_labels(trained: Trained, calibrated: Calibrated, budget_s: float | Non
     log.info("label check%s in %.1f s: %s; %s", f" ({folds} folds)" if folds else "", checked.seconds,
              checked.summary(), path)
     return checked
+
+
+def validation_suspects(calibrated: Calibrated) -> tuple[label_errors.Suspects, float | None]:
+    """The validation images' suspects on the served probabilities (those the calibration step
+    found, when no calibration is served: the same probabilities), and the model's agreement with
+    their labels."""
+    seen = calibrated.validation
+    probabilities = calibration.served_probabilities(seen.outputs, calibrated.served, False)
+    own = calibrated.own_suspects if calibrated.served is None else None
+    found = own if own is not None else label_errors.find(probabilities, seen.labels)
+    return found, agreement_of(probabilities, seen.labels)
 
 
 def agreement_of(probabilities: np.ndarray, labels: np.ndarray) -> float | None:
