@@ -34,6 +34,9 @@ SHARED_TRAINING = (
     # (CI's durations, 3 workers: `archives` set up on all three, 75, 67 and 52 s; `previous_model` on two)
     "tests/job/model/test_jumpstart.py",  # archives
     "tests/job/model/test_incremental.py",  # previous_model
+    # (its MXNet notebooks' tests each start from gluon_resnet18_home, a ResNet-18 built by MXNet and
+    # converted, made once on each worker that ran one of them)
+    "tests/builtin/test_notebooks.py",  # gluon_resnet18_home, keras_home
 )
 
 

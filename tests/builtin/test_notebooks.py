@@ -88,8 +88,8 @@ from keras.src.legacy.saving import legacy_h5_format
 keras.utils.set_random_seed(5)
 rng = np.random.default_rng(5)
 colors = np.array([[230, 25, 25], [25, 230, 25], [25, 25, 230], [230, 230, 25], [25, 230, 230], [230, 25, 230]])
-labels = rng.integers(0, len(colors), 1200)
-images = np.clip(colors[labels][:, None, None, :] + rng.integers(-60, 60, (1200, 32, 32, 3)), 0, 255) / 127.5 - 1
+labels = rng.integers(0, len(colors), 480)
+images = np.clip(colors[labels][:, None, None, :] + rng.integers(-60, 60, (480, 32, 32, 3)), 0, 255) / 127.5 - 1
 backbone = keras.applications.MobileNetV2(include_top=False, weights=None, input_shape=(32, 32, 3))
 model = keras.Sequential([backbone, keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(len(colors))])
 model.compile(keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -100,7 +100,7 @@ model.fit(images.astype("float32"), labels, batch_size=32, epochs=3, verbose=0)
 for layer in backbone.layers:
     if isinstance(layer, keras.layers.BatchNormalization):
         layer.momentum = 0.0
-backbone(images[:512].astype("float32"), training=True)
+backbone(images.astype("float32"), training=True)
 with h5py.File(sys.argv[1], "w") as f:  # the legacy form of Keras' downloaded ImageNet files
     legacy_h5_format.save_weights_to_hdf5_group(f, backbone)
 """
@@ -342,7 +342,7 @@ def test_the_ground_truth_notebooks_job_trains_on_its_augmented_manifest_in_pipe
     RecordIO, Pipe mode; its request (ResNet-18 at 224, 30 epochs of batches of 32 at learning rate
     0.01, lr_scheduler_step 10,20, use_pretrained_model 1). Asked by its cell 61,
     each photo in test_inputs/."""
-    train, validation = labelled(COLORS, 4, 1), labelled(COLORS, 2, 2)
+    train, validation = labelled(COLORS, 2, 1), labelled(COLORS, 1, 2)
     for role, images in (("train", train), ("validation", validation)):
         job.add_channel(role, wrapper="RecordIO", content_type=RECORDIO)
         job.feed(role, [job.write(f"{role}-{i:05d}-{j}", value) for i, line in enumerate(ground_truth_lines(images))
@@ -352,7 +352,7 @@ def test_the_ground_truth_notebooks_job_trains_on_its_augmented_manifest_in_pipe
                                             "manifest, image then label; read as attribute_names=source-ref,label",
                                             "epochs=30", "lr_scheduler_step=(10, 20)",
                                             "batchnorm statistics of epoch 30 recomputed with its final weights on "
-                                            "its last 12 training images"), **gluon_resnet18_home)
+                                            "its last 6 training images"), **gluon_resnet18_home)
     read_as(tmp_path / "audit", [example(image, label) for image, label in train],
             [example(image, label) for image, label in validation])
     asked = asked_files(tmp_path / "test_inputs", COLORS)
