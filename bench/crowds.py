@@ -94,6 +94,7 @@ class Tally:
         self.slowest = {"clients": 0.0, "bad": 0.0}
         self.images = 0
         self.stalls: list[float] = []  # seconds from each stalled upload's sending to its answer
+        self.took: dict[str, list[float]] = {}  # the kept-alive clients' seconds to each answer, by status
 
     def sending(self) -> bool:
         return time.monotonic() < self.until
@@ -103,6 +104,8 @@ class Tally:
         kind = "bad" if bad else "clients"
         self.slowest[kind] = max(self.slowest[kind], now - sent)
         self.statuses[str(status)] += 1
+        if not bad:
+            self.took.setdefault(str(status), []).append(now - sent)
         if status == 200 and image and now < self.until:
             self.images += 1
         return now - sent
@@ -200,7 +203,13 @@ async def crowd(scenario: Scenario, port: int, jpeg: bytes, seconds: float, pati
     return {"statuses": dict(tally.statuses), "images_per_s": tally.images / seconds, "slowest": tally.slowest,
             "stalls": sorted(tally.stalls), "lingered": len(held),
             "closed_by_server": sum(reader.at_eof() for reader, _ in held),
-            "cpu": used.result()}
+            "cpu": used.result(), "took": {status: quantiles(took) for status, took in tally.took.items()}}
+
+
+def quantiles(took: list[float]) -> list[float]:
+    """p50, p99 and the most of `took`."""
+    ordered = sorted(took)
+    return [ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], ordered[-1]]
 
 
 def main() -> None:

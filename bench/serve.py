@@ -3,7 +3,7 @@ image's server, started as the installed `keras-pipe-serve`), against the model 
 process on the same number of TensorFlow threads, its ceiling.
 
     python -m bench.serve            # ~7 minutes on 2 cores: all of it
-    python -m bench.serve --crowds   # ~2 minutes: the crowds and bad clients alone
+    python -m bench.serve --crowds   # ~6 minutes: the crowds, bad clients and bursts beyond capacity alone
     python -m bench.serve --quick    # tiny: a correctness check, not a benchmark (with --crowds too)
 
 The model is the job's export of mobilenet_v3_small at 224x224 (random weights: the cost is the
@@ -37,6 +37,16 @@ leak would show as growth from load to load.
                CPU of the worker and of the clients' process (of a core). The goal: /ping p99
                under 100 ms and max under 2 s, no answer later than SAGEMAKER_MODEL_SERVER_TIMEOUT
                + 1 s (its default, 60 s: printed).
+  overload     bursts beyond capacity, each on a server of its own, of kept-alive clients of single
+               photos the model takes about 0.3 s each (a 48-megapixel PNG: a slow model's pace):
+               300 clients at SAGEMAKER_MODEL_SERVER_TIMEOUT=5, for CROWD_S; and 400 at the
+               default 60 s timeout, for SLOW_OVERLOAD_S, long enough for a first-in, first-out
+               queue to pass its timeout. Before each, 8 clients for CROWD_S on the same server:
+               its capacity. A row each: the answers by status, goodput (images/s answered 200
+               within the time, against the capacity), the 503s' p50/p99/max seconds, the
+               slowest answer, /ping p99. The goal: goodput at least 80 % of the capacity,
+               refusals within 50 ms, no answer later than the timeout + 1 s, /ping p99 under
+               100 ms.
 """
 
 from __future__ import annotations
@@ -67,6 +77,9 @@ PING_P99_GOAL_S = 0.1
 CROWD_S = 25.0  # each crowd's seconds (--quick: QUICK_CROWD_S)
 QUICK_CROWD_S = 3.0
 GRACE_S = 5.0  # a crowd's request unanswered this long past the server's timeout is given up
+SLOW_OVERLOAD_S = 90.0  # the slow photos' burst: past the 60 s a first-in, first-out queue would build
+GOODPUT_GOAL = 0.8
+REFUSAL_GOAL_S = 0.05
 
 
 def exported(folder: Path, quick: bool) -> Path:
@@ -427,10 +440,70 @@ def crowd_notes(scenario: Scenario, result: dict, replaced: bool, log: str) -> s
     return f"{scenario.name}: {'; '.join(notes)}" if notes else ""
 
 
+def slow_png() -> bytes:
+    """A 48-megapixel PNG of one colour: 150 KB to send, about 0.4 s to decode here, the pace of a
+    large model on a CPU instance (tests/serve/test_load.py's slow photo)."""
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (8000, 6000), (200, 30, 60)).save(out, "PNG", optimize=True)
+    return out.getvalue()
+
+
+def overloaded(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
+    """The bursts beyond capacity (module docstring: overload), a server of its own for each."""
+    slow = slow_png()
+    bursts = [("300 clients, timeout 5 s", 300, {"SAGEMAKER_MODEL_SERVER_TIMEOUT": "5"}, slow, CROWD_S),
+              ("400 clients, timeout 60 s", 400, {}, slow, SLOW_OVERLOAD_S)]
+    if quick:
+        bursts = [("40 clients, timeout 1 s", 40, {"SAGEMAKER_MODEL_SERVER_TIMEOUT": "1"}, jpeg, QUICK_CROWD_S)]
+    print("\noverload: capacity (8 clients), then a burst, on a server of its own; a client's next request sent at "
+          "once after any answer")
+    columns = "{:40} | {:>10} | {:>6} {:>6} {:>6} {:>5} | {:>8} | {:>24} | {:>8} | {:>9} | {}"
+    print(columns.format("burst", "capacity", "200", "503", "504", "other", "goodput", "503 p50, p99, max",
+                         "slowest", "/ping p99", "goal"))
+    for name, clients, env, photo, seconds in bursts:
+        (work / "burst.photo").write_bytes(photo)
+        served = Served(model, work / f"serve-burst-{clients}.log", **env)
+        timeout = float(env.get("SAGEMAKER_MODEL_SERVER_TIMEOUT", 60))
+        results = []
+        try:
+            for scenario in (Scenario("capacity", 8), Scenario(name, clients)):
+                crowd = subprocess.Popen([sys.executable, "-m", "bench.crowds", crowd_settings(
+                    scenario, served.port, work / "burst.photo", seconds, timeout + GRACE_S)], stdout=subprocess.PIPE,
+                    text=True)
+                pings = pinged(served.pinger(seconds))
+                result = json.loads(crowd.communicate()[0] or "null")
+                if crowd.returncode or result is None:
+                    raise SystemExit(f"bench.crowds failed on {name!r} (exit code {crowd.returncode})")
+                results.append((result, pings))
+        finally:
+            served.stop()
+        (capacity, _), (burst, pings) = results
+        statuses, refusals = burst["statuses"], burst["took"].get("503", [0.0, 0.0, 0.0])
+        goodput = burst["images_per_s"] / capacity["images_per_s"] if capacity["images_per_s"] else 0.0
+        latest = max(burst["slowest"].values())
+        p99 = ping_figures(pings)[1]
+        missed = [what for what, yes in (("goodput", goodput < GOODPUT_GOAL), ("503s", refusals[1] > REFUSAL_GOAL_S),
+                                         ("slowest", latest > timeout + 1), ("/ping p99", p99 >= PING_P99_GOAL_S))
+                  if yes]
+        other = sum(statuses.values()) - sum(statuses.get(status, 0) for status in ("200", "503", "504"))
+        print(columns.format(name, f"{capacity['images_per_s']:.1f}/s", statuses.get("200", 0),
+                             statuses.get("503", 0), statuses.get("504", 0), other,
+                             f"{goodput:.0%}", ", ".join(ms(t) for t in refusals), f"{latest:.2f} s", ms(p99),
+                             "missed: " + ", ".join(missed) if missed else "met"))
+    print(columns.format("goal", "", "", "", "", "", f">= {GOODPUT_GOAL:.0%}", f"p99 <= {ms(REFUSAL_GOAL_S)}",
+                         "<= t + 1", "< 100 ms", ""))
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny: a correctness check, not a benchmark")
-    parser.add_argument("--crowds", action="store_true", help="only the crowds and bad clients (~2 minutes)")
+    parser.add_argument("--crowds", action="store_true",
+                        help="only the crowds, bad clients and bursts beyond capacity (~6 minutes)")
+    parser.add_argument("--overload", action="store_true", help="only the bursts beyond capacity (~4 minutes)")
     parser.add_argument("--ping", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ping:
@@ -440,9 +513,11 @@ def main(argv=None) -> None:
         jpeg = photo()
         print(f"model: {'one convolution, 32x32' if args.quick else 'mobilenet_v3_small, 224x224'}, "
               f"{len(CLASSES)} classes; images: one {len(jpeg) // 1024} KB JPEG of 500x375; {cores()} cores")
-        if not args.crowds:
+        if not args.crowds and not args.overload:
             throughput(model, Path(work), jpeg, args.quick)
-        under_crowds(model, Path(work), jpeg, args.quick)
+        if not args.overload:
+            under_crowds(model, Path(work), jpeg, args.quick)
+        overloaded(model, Path(work), jpeg, args.quick)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,9 @@ def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes
     clients that send Connection: close and never close their end, past the 100 requests in flight
     this server takes (KERAS_PIPE_MAX_QUEUE): every ping is answered 200
     within SageMaker's 2 s; the crowd is answered 200 or 503 with Retry-After, never later than its
-    timeout and a second; the stalled uploads get 408 once their body stops for 10 s (app.BODY_IDLE_S)."""
+    timeout and a second; the stalled uploads get 408 once their body stops for 10 s (app.BODY_IDLE_S),
+    or 503 at their headers where the model's backlog would not have answered them in time
+    (admission by deadline: on these shared cores, the model's pace may be half a second an image)."""
     server = served(model_dir, tmp_path, SAGEMAKER_MODEL_SERVER_TIMEOUT="15", KERAS_PIPE_MAX_QUEUE="100")
     stop, answers, lingering, stalled = threading.Event(), [], [], []
 
@@ -136,6 +138,9 @@ def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes
         # CI run under load saw the second)
         for sock in stalled:
             status, headers, body = answer_of(sock)
+            if status == 503:
+                assert b"the server is at capacity: " in body and int(headers["retry-after"]) >= 1, body
+                continue
             assert status == 408 and headers.get("connection") == "close", (status, body)
             half = f"{len(JPEG) // 2} bytes of {len(JPEG)}".encode()
             assert (b"the body stopped arriving for 10 s after " + half in body
@@ -150,7 +155,7 @@ def test_pings_are_answered_through_a_crowd_stalled_uploads_and_lingering_closes
     assert len(pings) >= 20 and all(status == 200 and took < PING_LIMIT_S for status, took in pings), pings
     statuses = {status for status, _, _ in answers}
     assert statuses <= {200, 503} and 200 in statuses, statuses
-    assert all(retry == "1" for status, _, retry in answers if status == 503)
+    assert all(int(retry) >= 1 for status, _, retry in answers if status == 503)
     assert max(took for _, took, _ in answers) < 15 + 1, sorted(took for _, took, _ in answers)[-5:]
 
 
@@ -372,8 +377,10 @@ def test_an_image_the_model_cannot_decode_is_named_among_the_request(server):
 def test_each_requests_time_runs_from_its_arrival_not_from_when_the_model_takes_it(model_dir, tmp_path):
     """SAGEMAKER_MODEL_SERVER_TIMEOUT=2 and 12 clients at once, each sending 30 images that take
     the model a third of a second each (seconds of work behind one another): every client has its
-    answer, 200 or 504, within the 2 s and a margin for these shared cores, after it sent its
-    request; none waits for the requests ahead of it to be computed."""
+    answer, 504 or 503, within the 2 s and a margin for these shared cores, after it sent its
+    request; none waits for the requests ahead of it to be computed. (The first are admitted, the
+    model's pace being the warm-up's milliseconds, and time out; once its calls show a third of a
+    second an image, 30 images cannot be answered in time and the rest are refused at once.)"""
     server = served(model_dir, tmp_path, SAGEMAKER_MODEL_SERVER_TIMEOUT="2", KERAS_PIPE_MAX_BATCH="1")
     body, answers = instances([slow_png()] * 30), []
 
@@ -390,7 +397,7 @@ def test_each_requests_time_runs_from_its_arrival_not_from_when_the_model_takes_
             thread.join()
     finally:
         assert server.stop() == 0
-    assert {status for status, _ in answers} == {504}, answers
+    assert {status for status, _ in answers} <= {503, 504} and 504 in {status for status, _ in answers}, answers
     assert max(took for _, took in answers) < 2 + 2, answers
 
 

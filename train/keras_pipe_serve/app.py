@@ -10,11 +10,18 @@ soon as a request's headers are in, before its body is read:
   would go past either (`max_queue` requests; `body_budget` bytes) is answered 503 with
   Retry-After at once; its body is then read and dropped, never parsed, so that its client gets
   the answer (closing on unread bytes makes TCP reset the connection, and the answer can be lost)
-  and a kept-alive connection goes on. The limit is high (512 requests: what a model answers in
-  seconds, well within the timeout), so that a crowd waits its turn instead of being refused and
-  coming back at once: clients resending after each 503 make refusals fast enough to take the
-  loop's time from /ping (docs/speed.md, Figures behind the code's choices: The queue's limit).
-  The same refusal is logged once a second, with how many more there were.
+  and a kept-alive connection goes on. The same refusal is logged once a second, with how many
+  more there were.
+- Admission by deadline: a request comes in only if the images ahead of it (queued, in the
+  model's calls, and one for each request admitted whose images are not queued yet), at the pace
+  the model has kept lately (Batcher.expected_s), leave it time to be answered within
+  ADMIT_SHARE of its timeout, or if nothing is ahead of it; else it is answered 503, Retry-After
+  saying when the queue will have room. Checked again once its images are counted, before the
+  model sees them. A first-in, first-out queue that admits every request serves none in time
+  under a burst beyond capacity: each waits behind more than its timeout's worth (300 clients at
+  a 5 s timeout had 56 answers in 2,124 in time); refused at the door, the rest are served in
+  time. A connection refused again soon after its last refusal has its next one held (Holds):
+  clients that resend at once, Retry-After unheeded, would otherwise keep the loop refusing.
 - Time: a request's `timeout` (SAGEMAKER_MODEL_SERVER_TIMEOUT) runs from its arrival, through its
   body, its parsing, its wait and its model calls: past it, it is answered 504 and its images not
   yet computed are never computed. A body that stops arriving for BODY_IDLE_S is answered 408.
@@ -35,14 +42,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from keras_pipe_serve import payloads
-from keras_pipe_serve.batcher import Batcher, Full
-from keras_pipe_serve.payloads import BadRequest
+from keras_pipe_serve.batcher import Batcher
+from keras_pipe_serve.payloads import BadRequest, Refusal
 from keras_pipe_serve.predictor import ImageError, Predictor
 from keras_pipe_train.report.text import printable
 
@@ -70,27 +78,58 @@ PARSE_THREADS = 2
 WATCH_S = 1.0
 # a worker ended for a stuck model exits with this; gunicorn starts another
 STUCK_EXIT = 70
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 406: "Not Acceptable",
-           408: "Request Timeout", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
-           500: "Internal Server Error", 503: "Service Unavailable", 504: "Gateway Timeout"}
 ROUTES = {"/ping": ("GET", "HEAD"), "/invocations": ("POST",)}
 RETRY_AFTER_S = 1  # a full queue drains in about a model call: the client's retry is soon welcome
+# a request is admitted if the model's recent pace answers it within this share of its timeout: the
+# rest is the margin for what the estimate leaves out (its body, parsing and answer; the call
+# running when it is queued, and its own, each up to a batch of images; a pace that changes).
+# Measured (bench.serve --overload, 0.3 s photos): with 0.75, 300 clients at a 5 s timeout got 56 %
+# of the capacity in time and 52 answers 504; with 0.5, 91 % and none (400 clients at 60 s: 94 %
+# and 83 %, no 504 either way)
+ADMIT_SHARE = 0.5
+# a 503 for want of room is held this long for a connection refused again within REFUSED_AGAIN_S
+# of its last refusal, twice as long each time, up to HOLD_MAX_S: a client that waits as Retry-After
+# says gets its refusals at once; one that resends at once is slowed to a refusal a second. Without
+# it, 300 clients resending at once made 3,242 refusals a second, each read and answered on the
+# loop, and the model served 23 % of its capacity (bench.serve's overload, docs/speed.md)
+HOLD_FIRST_S = 0.05
+HOLD_MAX_S = 1.0
+REFUSED_AGAIN_S = 2.0
 
 
-class Refused(BadRequest):
-    """An answer other than 200, with the headers it needs (Allow, Retry-After)."""
+class Refused(Refusal):
+    """The server's own limits, not the client's mistake: 503 (at capacity, restarting), 504 (past
+    the timeout). `room`: a 503 for want of room, held for a client that resends at once (Holds)."""
 
-    def __init__(self, status: int, message: str, *headers: tuple[str, str]):
-        super().__init__(status, message)
-        self.headers = list(headers)
+    def __init__(self, status: int, message: str, *headers: tuple[str, str], room: bool = False):
+        super().__init__(status, message, *headers)
+        self.room = room
 
 
 class Gone(Exception):
     """The client's connection was reset: nobody is left to answer."""
 
 
-def busy(message: str) -> Refused:
-    return Refused(503, message, ("Retry-After", str(RETRY_AFTER_S)))
+def busy(message: str, retry_after: int = RETRY_AFTER_S, room: bool = False) -> Refused:
+    return Refused(503, message, ("Retry-After", str(retry_after)), room=room)
+
+
+class Holds:
+    """How long to hold each connection's 503 for want of room (HOLD_FIRST_S ...): by the
+    client's address and port, which a kept-alive connection keeps."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self._last: dict = {}  # client -> (when its last refusal was answered, how long it was held)
+
+    def hold_s(self, client) -> float:
+        now = self.clock()
+        when, held = self._last.get(client, (-math.inf, 0.0))
+        hold = min(HOLD_MAX_S, max(HOLD_FIRST_S, 2 * held)) if now - when < REFUSED_AGAIN_S else 0.0
+        self._last[client] = (now + hold, hold)
+        if len(self._last) > 4096:  # (the connections refused lately only)
+            self._last = {key: value for key, value in self._last.items() if now - value[0] < REFUSED_AGAIN_S}
+        return hold
 
 
 @dataclass
@@ -102,6 +141,7 @@ class Door:
     body_budget: int
     requests: int = 0
     body_bytes: int = 0
+    arriving: int = 0  # requests admitted whose images are not in the batcher's queue yet
 
     def full(self, body: int) -> str | None:
         """Why a request with a body of `body` bytes cannot come in now (None: it can)."""
@@ -111,6 +151,29 @@ class Door:
             return (f"bodies of {self.body_bytes} bytes are being read or held, and this one's {body} would pass the "
                     f"{self.body_budget} bytes this worker holds at once (KERAS_PIPE_MAX_BODIES_MB)")
         return None
+
+    def enter(self, body: int) -> Entry:
+        self.requests, self.body_bytes, self.arriving = self.requests + 1, self.body_bytes + body, self.arriving + 1
+        return Entry(self, body)
+
+
+@dataclass
+class Entry:
+    """One request counted at the door, until it leaves."""
+    door: Door
+    body: int
+    queued: bool = False
+
+    def in_queue(self) -> None:
+        """Its images are in the batcher's queue (or never will be): no longer counted as arriving."""
+        if not self.queued:
+            self.queued = True
+            self.door.arriving -= 1
+
+    def leave(self) -> None:
+        self.in_queue()
+        self.door.requests -= 1
+        self.door.body_bytes -= self.body
 
 
 class Refusals:
@@ -141,21 +204,23 @@ class Refusals:
 
 
 class App:
-    def __init__(self, predictor: Predictor, batcher: Batcher, max_body: int, batch: bool = False,
-                 timeout: float = 60.0, max_queue: int = 64, body_budget: int | None = None):
+    def __init__(self, predictor: Predictor, batcher: Batcher, max_body: int, batch: bool, timeout: float,
+                 max_queue: int, body_budget: int):
         """`batch`: serving a batch transform (SAGEMAKER_BATCH), whose default answer may differ
         (payloads.answer_type). `timeout`: the seconds a request may take, from its arrival.
-        `max_queue`, `body_budget`: the door's limits (Door)."""
+        `max_queue`, `body_budget`: the door's limits (Door). (keras_pipe_serve.server gives each
+        its default and its setting.)"""
         self.predictor = predictor
         self.batcher = batcher
         self.max_body = max_body
         self.batch = batch
         self.timeout = timeout
-        self.door = Door(max_queue, body_budget or 4 * max_body)
+        self.door = Door(max_queue, body_budget)
         self._threads = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="request")
         self._watchdog: asyncio.Task | None = None
         self.restarting: str | None = None  # why this worker is ending (a stuck model): /ping says so, as 503
         self.refusals = Refusals()
+        self.holds = Holds()
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -209,26 +274,27 @@ class App:
             cost = self.max_body if length is None else length
             full = self.door.full(cost)
             if full:
-                raise busy(f"the server is at capacity ({full}); retry shortly")
-            self.door.body_bytes += cost
-            self.door.requests += 1
+                raise busy(f"the server is at capacity ({full}); retry shortly", room=True)
+            deadline = arrived + self.timeout
+            self._in_time(deadline, self.door.arriving)
+            entry = self.door.enter(cost)
             try:
-                deadline = arrived + self.timeout
                 body_unread = False
                 if headers.get("expect", "").strip().lower() == "100-continue":  # (curl's, past 1 MB)
                     await send({"type": "http.response.informational", "status": 100, "headers": []})
                 body = await _body(receive, length, self.max_body, deadline, arrived)
-                kind, answer = await self._invocations(headers, body, deadline, receive)
+                kind, answer = await self._invocations(headers, body, deadline, receive, entry)
             finally:
-                self.door.body_bytes -= cost
-                self.door.requests -= 1
+                entry.leave()
             await _respond(send, 200, answer, kind)
-        except BadRequest as refused:
+        except Refusal as refused:
             # every refusal is logged with its reason (the access log has only its status), the
             # same one once a second
             self.refusals.log(refused.status, f"{method} {printable(path, limit=PATH_SHOWN)}: {refused}")
+            if isinstance(refused, Refused) and refused.room and (hold := self.holds.hold_s(scope.get("client"))):
+                await asyncio.sleep(hold)
             await self._refuse(send, receive, refused.status, _error(str(refused)),
-                               body_unread and _drainable(headers), getattr(refused, "headers", []))
+                               body_unread and _drainable(headers), refused.headers)
         except Gone as gone:
             log.warning("%s %s: the client's connection ended before its answer: %s", method,
                         printable(path, limit=PATH_SHOWN), gone)
@@ -266,12 +332,30 @@ class App:
                                   f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
         return length
 
-    async def _invocations(self, headers: dict, body: bytearray, deadline: float, receive) -> tuple[str, bytes]:
+    def _in_time(self, deadline: float, arriving: int, own: int = 1) -> None:
+        """A 503 for a request of `own` images (at the door: one, its body unread) that the model's
+        recent pace would not answer within ADMIT_SHARE of its time left, behind the images queued
+        or in the model's calls and one for each of `arriving` (Door.arriving); Retry-After says
+        when the present backlog will have gone through enough to take it. With nothing ahead it
+        comes in whatever the estimate: it delays nobody, and a pace measured on other images
+        (a burst of large photos, the first call's warm-up) may not be its own."""
+        ahead = self.batcher.backlog() + arriving
+        if not ahead:
+            return
+        expected = self.batcher.expected_s(ahead, own)
+        room = ADMIT_SHARE * (deadline - time.monotonic())
+        if expected > room:
+            raise busy(f"the server is at capacity: {ahead} image(s) ahead of this request's {own} would take about "
+                       f"{expected:.1f} s at the model's recent {self.batcher.per_image_s() * 1000:.0f} ms an image, "
+                       f"past {ADMIT_SHARE:g} of its {self.timeout:g} s (SAGEMAKER_MODEL_SERVER_TIMEOUT); retry "
+                       f"later", max(RETRY_AFTER_S, math.ceil(expected - room)), room=True)
+
+    async def _invocations(self, headers: dict, body: bytearray, deadline: float, receive,
+                           entry: Entry) -> tuple[str, bytes]:
         request, answer, top_k = await self._in_thread(self._parsed, deadline, headers, body)
-        try:
-            job = self.batcher.submit(request.images)
-        except Full as full:
-            raise busy(f"the server is at capacity ({full}); retry shortly") from None
+        entry.in_queue()  # (queued next, or refused: either way no longer arriving)
+        self._in_time(deadline, self.door.arriving, len(request.images))
+        job = self.batcher.submit(request.images, deadline)
         outputs = await self._answered(job, deadline, receive)
         return answer.kind, await self._in_thread(self._rendered, deadline, outputs, top_k, answer, request)
 
@@ -332,7 +416,7 @@ def _route(path: str, method: str) -> None:
         raise BadRequest(404, f"no such path {printable(path, limit=PATH_SHOWN)!r}: this server answers GET /ping "
                               "and POST /invocations")
     if method not in ROUTES[path]:
-        raise Refused(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
+        raise BadRequest(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
 
 
 def _settle(future: asyncio.Future) -> None:
@@ -378,9 +462,10 @@ async def _body(receive, length: int | None, max_body: int, deadline: float, arr
             raise Refused(504, f"the body was still arriving at the request's timeout ({at} bytes of {declared} "
                                f"read)") from None
         if now >= whole_by:
-            raise Refused(408, f"the body came slower than {MIN_BODY_RATE // 1000} KB/s: {at} bytes of {declared} in "
-                               f"{now - arrived:.0f} s") from None
-        raise Refused(408, f"the body stopped arriving for {BODY_IDLE_S:g} s after {at} bytes of {declared}") from None
+            raise BadRequest(408, f"the body came slower than {MIN_BODY_RATE // 1000} KB/s: {at} bytes of {declared} "
+                                  f"in {now - arrived:.0f} s") from None
+        raise BadRequest(408, f"the body stopped arriving for {BODY_IDLE_S:g} s after {at} bytes of "
+                              f"{declared}") from None
 
 
 def _drainable(headers: dict) -> bool:

@@ -15,10 +15,12 @@ themselves never run the model, so a ping never waits behind it (keras_pipe_serv
   it calls the model (TF Serving's batch_timeout_micros). 0, the default: no wait; the requests
   that arrive while the model is busy form the next batch ("natural batching"), which gains
   batching's throughput under load and costs a lone request nothing (docs/speed.md has figures).
-- `max_queue`: requests queued and not yet taken; one more is refused (Full: the server answers 503
-  with Retry-After) instead of the queue, and every request's wait, growing without end.
+- How long the images queued will take: `backlog()` images ahead, at the pace the model has kept
+  over its recent calls (`per_image_s()`, batched as they were): `expected_s()`, by which the door
+  admits a request only if it can be answered within its timeout (keras_pipe_serve.app).
 - A request whose client has gone, or whose time is up, is cancelled: its images not yet taken are
-  never computed.
+  never computed. A request whose deadline passes while it waits is dropped before the model
+  takes it, whatever its request thread has noticed yet.
 - One image that the model cannot decode fails the model's call for the whole batch: the batch is
   then run again request by request, so that only the request holding it gets the error.
 - A cancelled request leaves the queue at once, and lets go of its images: behind a long request,
@@ -44,33 +46,21 @@ STUCK_FACTOR = 20
 # whose history is short, is given time
 STUCK_FLOOR_S = 30.0
 
+# the model's recent pace: each call's seconds and images, the calls before it weighing this much
+# less at each call (about the last ten count): a burst's batched calls set it within a few calls
+RECENT_DECAY = 0.8
+
 # what a model call returns for its images: each one's probabilities, and a multi-label model's 0/1
 # per class (or None): Predictor.run
 Outputs = tuple[list, list | None]
 
 
-class Full(Exception):
-    """The queue holds max_queue requests already."""
-
-
-class Dropped(Exception):
-    """A request given up before its answer came: its message says how many of its images were
-    never computed."""
-
-
-class TimedOut(Dropped):
-    """The request's deadline passed."""
-
-
-class Gone(Dropped):
-    """The request's client closed its connection."""
-
-
 class Job:
     """One request's images and, once computed, their outputs."""
 
-    def __init__(self, images: list[bytes]):
+    def __init__(self, images: list[bytes], deadline: float = float("inf")):
         self.images = images
+        self.deadline = deadline  # (time.monotonic) past it, its images still queued are never computed
         self.taken = 0  # images handed to the model so far
         self.probabilities: list = [None] * len(images)
         self.predicted: list | None = None
@@ -118,13 +108,14 @@ class Job:
 
 class Batcher:
     def __init__(self, run: Callable[[list[bytes]], Outputs], max_batch: int = 32, max_wait: float = 0.0,
-                 max_queue: int = 64, stuck_floor: float = STUCK_FLOOR_S, runners: int = 1):
+                 stuck_floor: float = STUCK_FLOOR_S, runners: int = 1):
         """`stuck_floor`: the fewest seconds after which a call may be called stuck (stuck()).
         `runners`: threads calling the model at once, each on the next batch."""
         self._run = run
         self.stuck_floor = stuck_floor
         self.slowest_per_image = 0.0  # the longest a finished call took, per image: the model's history
-        self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
+        self._recent_s = self._recent_images = 0.0  # the recent calls' seconds and images (RECENT_DECAY)
+        self.max_batch, self.max_wait, self.runners = max_batch, max_wait, runners
         self._queue: deque[Job] = deque()
         self._ready = threading.Condition()
         self._idle = 0  # runners waiting for work
@@ -137,11 +128,11 @@ class Batcher:
             thread.start()
 
     # -- the request threads' side --
-    def submit(self, images: list[bytes]) -> Job:
-        job = Job(images)
+    def submit(self, images: list[bytes], deadline: float = float("inf")) -> Job:
+        """Queues a request's images (the door has bounded how many wait: keras_pipe_serve.app);
+        past `deadline` (time.monotonic) those not yet taken are dropped."""
+        job = Job(images, deadline)
         with self._ready:
-            if len(self._queue) >= self.max_queue:
-                raise Full(f"{len(self._queue)} requests are queued for the model already")
             self._queue.append(job)
             self._ready.notify()
         return job
@@ -169,17 +160,31 @@ class Batcher:
         for job in jobs + list(self._running):
             job.fail(error)
 
-    def wait(self, job: Job, deadline: float, gone: Callable[[], bool] = lambda: False, poll: float = 0.1) -> Outputs:
-        """The job's outputs; TimedOut at `deadline` (time.monotonic), Gone as soon as `gone()` says
-        so (asked every `poll` seconds); or the job's own error. Both cancel it."""
-        while not job.done.wait(max(0.0, min(poll, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                raise TimedOut(self.cancel(job))
-            if gone():
-                raise Gone(self.cancel(job))
-        if job.error is not None:
-            raise job.error
-        return job.probabilities, job.predicted
+    def backlog(self) -> int:
+        """Images the runners have yet to finish: those queued and not taken, and those of the calls
+        running now."""
+        with self._ready:
+            waiting = self._waiting_images()
+        return waiting + sum(count for since, count in zip(list(self.busy_since), list(self.busy_images))
+                             if since is not None)
+
+    def per_image_s(self) -> float:
+        """Seconds an image has taken the model over its recent calls (their seconds over their
+        images, batched as they came: under load, full batches), on one runner; 0 before any. A
+        call running now that has taken longer an image already counts at once: images slower
+        than the model's history (larger photos, a busier host) slow the estimate before the call
+        ends."""
+        pace = self._recent_s / self._recent_images if self._recent_images else 0.0
+        now = time.monotonic()
+        for since, count in zip(list(self.busy_since), list(self.busy_images)):
+            if since is not None and count:
+                pace = max(pace, (now - since) / count)
+        return pace
+
+    def expected_s(self, ahead: int, own: int = 1) -> float:
+        """Seconds until a request of `own` images, queued behind `ahead` images, has its answer at
+        the model's recent pace, the runners sharing the work."""
+        return self.per_image_s() * (ahead + own) / self.runners
 
     def problem(self) -> str | None:
         """Why the model cannot answer now (None: it can): what /ping says. A slow call is not one:
@@ -208,6 +213,8 @@ class Batcher:
         call gives the first)."""
         if images:
             self.slowest_per_image = max(self.slowest_per_image, seconds / images)
+            self._recent_s = RECENT_DECAY * self._recent_s + seconds
+            self._recent_images = RECENT_DECAY * self._recent_images + images
 
     # -- the model thread's side --
     def _serve(self, runner: int) -> None:
@@ -254,9 +261,11 @@ class Batcher:
             return batch
 
     def _live(self) -> bool:
-        """Whether a job is queued that is still wanted (the cancelled ones at its head are dropped)."""
-        while self._queue and self._queue[0].cancelled:
-            self._queue.popleft()
+        """Whether a job is queued that is still wanted (those at its head that are cancelled, or
+        past their deadline, are dropped: the request thread answers 504 at the deadline)."""
+        now = time.monotonic()
+        while self._queue and (self._queue[0].cancelled or self._queue[0].deadline <= now):
+            self._queue.popleft().cancelled = True
         return bool(self._queue)
 
     def _waiting_images(self) -> int:

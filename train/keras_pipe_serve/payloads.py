@@ -75,12 +75,18 @@ ANSWERS = {KERAS_PIPE: "application/json or application/jsonlines",
            TENSORFLOW: "application/json, application/json;verbose or application/jsonlines"}
 
 
-class BadRequest(Exception):
-    """A request the server refuses: `status` (4xx) and the message the client gets."""
+class Refusal(Exception):
+    """A request answered with no predictions: `status`, the message the client gets, and the
+    headers the answer needs (Allow, Retry-After)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, *headers: tuple[str, str]):
         super().__init__(message)
         self.status = status
+        self.headers = list(headers)
+
+
+class BadRequest(Refusal):
+    """The client's mistake (a 4xx): its request cannot be answered as it is."""
 
 
 @dataclass(frozen=True)

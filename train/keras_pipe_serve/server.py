@@ -55,7 +55,10 @@ and this server's own:
   KERAS_PIPE_MAX_QUEUE            requests in flight per worker, from their headers to their
                                   answer; one more is answered 503 with Retry-After on its headers
                                   (512, or twice the cores where more: `keras-pipe transform`
-                                  sends as many requests at once as the instance's cores)
+                                  sends as many requests at once as the instance's cores). Within
+                                  it, a request the model would not answer within half the
+                                  timeout, at its recent pace behind the images ahead, is
+                                  answered 503 too, Retry-After saying when it would
   KERAS_PIPE_MAX_BODIES_MB        the bodies a worker reads or holds at once, by their declared
                                   length; a body that would pass it is answered 503 likewise (four
                                   of the largest allowed, at least 256 MB, at most a quarter of the
@@ -106,8 +109,9 @@ BODIES_MB = 256
 # seconds a connection may wait for its next request: above the 60 s idle timeout of AWS's load
 # balancers, which close theirs first (KERAS_PIPE_KEEPALIVE_S)
 KEEPALIVE_S = 75
-# requests in flight per worker (KERAS_PIPE_MAX_QUEUE): a crowd waits its turn rather than being
-# refused and coming back at once (keras_pipe_serve.app says why, with figures)
+# requests in flight per worker (KERAS_PIPE_MAX_QUEUE): a bound on what a worker holds, high enough
+# that a crowd the model can answer in time waits its turn; who is answered in time is decided by
+# the requests' deadlines (keras_pipe_serve.app: admission by deadline)
 MAX_QUEUE = 512
 # how far below the request threads the model's threads run (KERAS_PIPE_MODEL_NICENESS; 0: level)
 MODEL_NICENESS = 5
@@ -234,8 +238,8 @@ def loaded_app(config: dict, chosen: Plan):
 
     def model():
         predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
-        batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], config["max_queue"],
-                          stuck_floor=config["stuck_floor"], runners=chosen.runners)
+        batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], stuck_floor=config["stuck_floor"],
+                          runners=chosen.runners)
         batcher.timed(1, predictor.warm_up())
         return predictor, batcher
 
