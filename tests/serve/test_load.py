@@ -25,6 +25,7 @@ from keras_pipe_serve.app import HOLD_MAX_S
 from tests.conftest import image_bytes
 from tests.serve.conftest import CLASSES, Server
 from tests.serve.test_server import signature_answers
+from tests.timeouts import wait_s
 
 pytestmark = pytest.mark.slow
 
@@ -225,7 +226,7 @@ def test_a_burst_beyond_capacity_is_served_in_time_and_the_rest_refused_at_once(
     photo, answers = slow_png(), []
     try:
         for _ in range(3):
-            assert post(server.port, photo, "image/png")[0] == 200
+            assert post(server.port, photo, "image/png", timeout=wait_s(60))[0] == 200
         until = time.monotonic() + 8
 
         def client():
