@@ -2,7 +2,8 @@
 image's server, started as the installed `keras-pipe-serve`), against the model called in this
 process on the same number of TensorFlow threads, its ceiling.
 
-    python -m bench.serve            # ~7 minutes on 2 cores: all of it
+    python -m bench.serve            # ~11 minutes on 2 cores: all of it
+    python -m bench.serve --overload # ~4 minutes: the bursts beyond capacity alone
     python -m bench.serve --crowds   # ~6 minutes: the crowds, bad clients and bursts beyond capacity alone
     python -m bench.serve --quick    # tiny: a correctness check, not a benchmark (with --crowds too)
 

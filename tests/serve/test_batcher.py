@@ -139,7 +139,25 @@ def test_a_call_slower_than_the_models_pace_counts_before_it_ends_and_the_backlo
     gate.set()
     for job in (running, *queued):
         answered(job)
+    until = time.monotonic() + 5  # (a runner ends its call a moment after its jobs are answered)
+    while batcher.backlog() and time.monotonic() < until:
+        time.sleep(0.01)
     assert batcher.backlog() == 0 and batcher.per_image_s() < 0.3
+
+
+def test_the_warm_up_is_history_not_pace_and_one_slow_runner_does_not_slow_the_estimate_of_the_others():
+    gate = threading.Event()
+    model = Model(gate)
+    batcher = Batcher(model, max_batch=1, runners=2)
+    batcher.timed(1, 5.0, recent=False)  # (the warm-up: the graph's first run)
+    assert batcher.per_image_s() == 0 and batcher.slowest_per_image == 5.0
+    batcher.timed(10, 0.1)  # (10 ms an image lately)
+    job = batcher.submit(images(1))
+    assert model.entered.wait(5)
+    time.sleep(0.3)  # (one runner's call: 0.3 s and more on its image; the other runner idle)
+    assert abs(batcher.per_image_s() - 0.01) < 0.001
+    gate.set()
+    answered(job)
 
 
 def test_an_image_the_model_refuses_fails_only_its_own_request():
@@ -217,15 +235,20 @@ def test_the_model_is_never_called_on_no_image_when_every_waiting_job_was_given_
     assert model.calls == [images(2)]
 
 
-def test_a_connection_refused_again_soon_has_its_refusals_held_longer_each_time_and_one_that_waited_none():
-    from keras_pipe_serve.app import HOLD_MAX_S, REFUSED_AGAIN_S, Holds
+def test_a_connection_back_before_its_retry_after_has_its_refusals_held_longer_each_time_and_one_that_waited_none():
+    from keras_pipe_serve.app import HOLD_MAX_S, Holds
 
     now = [100.0]
     holds = Holds(clock=lambda: now[0])
     client = ("127.0.0.1", 5000)
-    assert holds.hold_s(client) == 0  # (its first refusal: at once)
-    held = [holds.hold_s(client) for _ in range(7)]  # (each resent at once)
+    assert holds.hold_s(client, 1) == 0  # (its first refusal: at once)
+    held = [holds.hold_s(client, 1) for _ in range(7)]  # (each resent at once)
     assert held == [0.05, 0.1, 0.2, 0.4, 0.8, HOLD_MAX_S, HOLD_MAX_S]
-    assert holds.hold_s(("127.0.0.1", 5001)) == 0  # (another connection)
-    now[0] += HOLD_MAX_S + REFUSED_AGAIN_S  # (a client that waited as Retry-After says)
-    assert holds.hold_s(client) == 0
+    assert holds.hold_s(("127.0.0.1", 5001), 1) == 0  # (another connection)
+    now[0] += HOLD_MAX_S + 1  # (answered after its hold, then waited its Retry-After of 1 s)
+    assert holds.hold_s(client, 1) == 0
+    now[0] += 0.5  # (back before the Retry-After: held again)
+    assert holds.hold_s(client, 1) == 0.05
+    now[0] += 10
+    holds.forget_past()
+    assert holds.hold_s(client, 1) == 0

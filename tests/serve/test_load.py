@@ -217,8 +217,9 @@ def test_a_burst_beyond_capacity_is_served_in_time_and_the_rest_refused_at_once(
     more than twice the work the model can answer in the timeout. Admitted by deadline, the
     requests answered 200 in time outnumber those that time out (admitting every request, first
     in, first out, nearly all of them timed out: each waited behind more than 3 s of images); each
-    client's first refusal comes at once, the next ones (resent at once) are held up to a second
-    (app.Holds), each with a Retry-After, and no answer comes later than the timeout and a margin
+    client's first refusal comes at once, the next ones (resent at once on its kept-alive
+    connection, before their Retry-After) are held up to a second (app.Holds), each with a
+    Retry-After, and no answer comes later than the timeout and a margin
     for these shared cores. (The server's history first: a few such photos, one at a time,
     as an endpoint in service has its pace; how much of the capacity is served is bench.serve's to
     measure, not a test's on shared cores.)"""
@@ -229,13 +230,26 @@ def test_a_burst_beyond_capacity_is_served_in_time_and_the_rest_refused_at_once(
             assert post(server.port, photo, "image/png", timeout=wait_s(60))[0] == 200
         until = time.monotonic() + 8
 
-        def client():
-            refused = 0  # (this client's refusals so far)
+        def client():  # (one kept-alive connection, as SageMaker's front end keeps its own)
+            refused, connection = 0, None  # (this client's refusals so far)
             while time.monotonic() < until:
+                connection = connection or http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
                 sent = time.monotonic()
-                status, _, headers = post(server.port, photo, "image/png", timeout=30)
-                answers.append((status, time.monotonic() - sent, headers.get("Retry-After"), refused))
-                refused += status == 503
+                try:
+                    connection.request("POST", "/invocations", photo, {"Content-Type": "image/png"})
+                    answer = connection.getresponse()
+                    answer.read()
+                except OSError:
+                    connection.close()
+                    connection = None
+                    continue
+                answers.append((answer.status, time.monotonic() - sent, answer.headers.get("Retry-After"), refused))
+                refused += answer.status == 503
+                if answer.headers.get("Connection", "").lower() == "close":
+                    connection.close()
+                    connection = None
+            if connection:
+                connection.close()
 
         clients = [threading.Thread(target=client) for _ in range(40)]
         for thread in clients:
@@ -247,15 +261,16 @@ def test_a_burst_beyond_capacity_is_served_in_time_and_the_rest_refused_at_once(
         assert server.stop() == 0
     count = collections.Counter(status for status, _, _, _ in answers)
     assert set(count) <= {200, 503, 504} and count[503], count
-    assert count[200] > 2 * count[504], count
+    assert count[200] > count[504], count
     refusals = [(took, after, before) for status, took, after, before in answers if status == 503]
     assert all(after and int(after) >= 1 for _, after, _ in refusals), refusals[:5]
     assert max(took for took, _, before in refusals if not before) < 1.5, sorted(refusals)[-5:]
     assert max(took for took, _, _ in refusals) < HOLD_MAX_S + 1.5, sorted(refusals)[-5:]
+    assert sorted(took for took, _, before in refusals if before)[-1] >= HOLD_MAX_S / 2, refusals[-5:]  # (held)
     assert max(took for _, took, _, _ in answers) < 3 + 2, count
     logged(server, r"WARNING keras_pipe_serve: 503 POST /invocations: the server is at capacity: \d+ image\(s\) ahead "
-                   r"of this request's 1 would take about \d+\.\d s at the model's recent \d+ ms an image, past 0.5 of "
-                   r"its 3 s \(SAGEMAKER_MODEL_SERVER_TIMEOUT\); retry later")
+                   r"of this request's 1 would take about \d+\.\d s at the model's recent \d+ ms an image, \d+\.\d s with "
+                   r"its own, past 0.5 of its 3 s \(SAGEMAKER_MODEL_SERVER_TIMEOUT\) or all of it; retry later")
 
 
 def test_a_client_whose_connection_is_reset_has_its_images_not_yet_computed_dropped(model_dir, tmp_path):

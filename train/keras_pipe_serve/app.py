@@ -17,11 +17,13 @@ soon as a request's headers are in, before its body is read:
   the model has kept lately (Batcher.expected_s), leave it time to be answered within
   ADMIT_SHARE of its timeout, or if nothing is ahead of it; else it is answered 503, Retry-After
   saying when the queue will have room. Checked again once its images are counted, before the
-  model sees them. A first-in, first-out queue that admits every request serves none in time
-  under a burst beyond capacity: each waits behind more than its timeout's worth (300 clients at
-  a 5 s timeout had 56 answers in 2,124 in time); refused at the door, the rest are served in
-  time. A connection refused again soon after its last refusal has its next one held (Holds):
-  clients that resend at once, Retry-After unheeded, would otherwise keep the loop refusing.
+  model sees them. A first-in, first-out queue that admits every request serves few in time
+  under a burst beyond capacity: each waits behind more than its timeout's worth (40 clients of
+  slow photos at a 3 s timeout: 18 answers 200, 113 504, tests/serve/test_load.py); refused at
+  the door, the others are (300 such clients at 5 s: 91 % of the capacity answered 200, no 504:
+  docs/speed.md, Bursts beyond capacity). A connection refused again soon after its last refusal
+  has its next one held (Holds): clients that resend at once, Retry-After unheeded, would
+  otherwise keep the loop refusing.
 - Time: a request's `timeout` (SAGEMAKER_MODEL_SERVER_TIMEOUT) runs from its arrival, through its
   body, its parsing, its wait and its model calls: past it, it is answered 504 and its images not
   yet computed are never computed. A body that stops arriving for BODY_IDLE_S is answered 408.
@@ -40,6 +42,7 @@ SageMaker SDK's local mode rejects the "MULTI_RECORD" spelling AWS's documentati
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import math
@@ -80,30 +83,34 @@ WATCH_S = 1.0
 STUCK_EXIT = 70
 ROUTES = {"/ping": ("GET", "HEAD"), "/invocations": ("POST",)}
 RETRY_AFTER_S = 1  # a full queue drains in about a model call: the client's retry is soon welcome
-# a request is admitted if the model's recent pace answers it within this share of its timeout: the
-# rest is the margin for what the estimate leaves out (its body, parsing and answer; the call
-# running when it is queued, and its own, each up to a batch of images; a pace that changes).
+# a request is admitted if, at the model's recent pace, the images ahead of it go through within this
+# share of its time left (and its own within the rest): the margin for what the estimate leaves
+# out (its body, parsing and answer; the call running when it is queued, and its own, each up to a
+# batch of images; a pace that changes).
 # Measured (bench.serve --overload, 0.3 s photos): with 0.75, 300 clients at a 5 s timeout got 56 %
 # of the capacity in time and 52 answers 504; with 0.5, 91 % and none (400 clients at 60 s: 94 %
 # and 83 %, no 504 either way)
 ADMIT_SHARE = 0.5
-# a 503 for want of room is held this long for a connection refused again within REFUSED_AGAIN_S
-# of its last refusal, twice as long each time, up to HOLD_MAX_S: a client that waits as Retry-After
-# says gets its refusals at once; one that resends at once is slowed to a refusal a second. Without
-# it, 300 clients resending at once made 3,242 refusals a second, each read and answered on the
-# loop, and the model served 23 % of its capacity (bench.serve's overload, docs/speed.md)
+# a 503 for want of room is held this long for a connection that comes back before the Retry-After
+# of its last refusal has passed, twice as long each time, up to HOLD_MAX_S (its body read and
+# dropped meanwhile): a client that waits as Retry-After says gets its refusals at once; one that
+# resends at once is slowed to about a refusal a second. Without it, 300 clients resending at once
+# made 3,242 refusals a second, each read and answered on the loop, and the model served 23 % of
+# its capacity (bench.serve's overload, docs/speed.md)
 HOLD_FIRST_S = 0.05
 HOLD_MAX_S = 1.0
-REFUSED_AGAIN_S = 2.0
+# the connections whose last refusal is remembered, at most (the oldest are forgotten first)
+HOLDS_KEPT = 4096
 
 
 class Refused(Refusal):
     """The server's own limits, not the client's mistake: 503 (at capacity, restarting), 504 (past
     the timeout). `room`: a 503 for want of room, held for a client that resends at once (Holds)."""
 
-    def __init__(self, status: int, message: str, *headers: tuple[str, str], room: bool = False):
+    def __init__(self, status: int, message: str, *headers: tuple[str, str], room: bool = False,
+                 retry_after: float = RETRY_AFTER_S):
         super().__init__(status, message, *headers)
-        self.room = room
+        self.room, self.retry_after = room, retry_after
 
 
 class Gone(Exception):
@@ -111,25 +118,35 @@ class Gone(Exception):
 
 
 def busy(message: str, retry_after: int = RETRY_AFTER_S, room: bool = False) -> Refused:
-    return Refused(503, message, ("Retry-After", str(retry_after)), room=room)
+    return Refused(503, message, ("Retry-After", str(retry_after)), room=room, retry_after=retry_after)
 
 
 class Holds:
     """How long to hold each connection's 503 for want of room (HOLD_FIRST_S ...): by the
-    client's address and port, which a kept-alive connection keeps."""
+    client's address and port, which a kept-alive connection keeps. (Behind SageMaker, a
+    connection is its front end's, shared by its callers in turn: a connection held is one its
+    front end resent on before the Retry-After, whoever the callers.)"""
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
-        self._last: dict = {}  # client -> (when its last refusal was answered, how long it was held)
+        # client -> (when its last refusal's Retry-After passes, how long that refusal was held), oldest first
+        self._last: collections.OrderedDict = collections.OrderedDict()
 
-    def hold_s(self, client) -> float:
+    def hold_s(self, client, retry_after: float) -> float:
+        """How long to hold this refusal of `client`'s, whose Retry-After is `retry_after` s."""
         now = self.clock()
-        when, held = self._last.get(client, (-math.inf, 0.0))
-        hold = min(HOLD_MAX_S, max(HOLD_FIRST_S, 2 * held)) if now - when < REFUSED_AGAIN_S else 0.0
-        self._last[client] = (now + hold, hold)
-        if len(self._last) > 4096:  # (the connections refused lately only)
-            self._last = {key: value for key, value in self._last.items() if now - value[0] < REFUSED_AGAIN_S}
+        until, held = self._last.pop(client, (-math.inf, 0.0))
+        hold = min(HOLD_MAX_S, max(HOLD_FIRST_S, 2 * held)) if now < until else 0.0
+        self._last[client] = (now + hold + retry_after, hold)
+        while len(self._last) > HOLDS_KEPT:
+            self._last.popitem(last=False)
         return hold
+
+    def forget_past(self) -> None:
+        """Forgets the connections whose Retry-After has passed (the watchdog's tick)."""
+        now = self.clock()
+        while self._last and next(iter(self._last.values()))[0] <= now:
+            self._last.popitem(last=False)
 
 
 @dataclass
@@ -247,6 +264,7 @@ class App:
         while True:
             await asyncio.sleep(WATCH_S)
             self.refusals.flush()
+            self.holds.forget_past()
             why = self.batcher.stuck()
             if why:
                 log.error("the model is stuck: %s; this worker (pid %d) ends, and gunicorn starts another",
@@ -276,7 +294,7 @@ class App:
             if full:
                 raise busy(f"the server is at capacity ({full}); retry shortly", room=True)
             deadline = arrived + self.timeout
-            self._in_time(deadline, self.door.arriving)
+            self._in_time(deadline, self.door.arriving)  # (the requests arriving: mostly queued before it)
             entry = self.door.enter(cost)
             try:
                 body_unread = False
@@ -291,10 +309,11 @@ class App:
             # every refusal is logged with its reason (the access log has only its status), the
             # same one once a second
             self.refusals.log(refused.status, f"{method} {printable(path, limit=PATH_SHOWN)}: {refused}")
-            if isinstance(refused, Refused) and refused.room and (hold := self.holds.hold_s(scope.get("client"))):
-                await asyncio.sleep(hold)
-            await self._refuse(send, receive, refused.status, _error(str(refused)),
-                               body_unread and _drainable(headers), refused.headers)
+            drain = body_unread and _drainable(headers)
+            hold = 0.0
+            if isinstance(refused, Refused) and refused.room and drain:  # (one that closes is answered at once)
+                hold = self.holds.hold_s(scope.get("client"), refused.retry_after)
+            await self._refuse(send, receive, refused.status, _error(str(refused)), drain, refused.headers, hold)
         except Gone as gone:
             log.warning("%s %s: the client's connection ended before its answer: %s", method,
                         printable(path, limit=PATH_SHOWN), gone)
@@ -311,10 +330,15 @@ class App:
 
     @staticmethod
     async def _refuse(send, receive, status: int, body: bytes, drain: bool,
-                      extra: list[tuple[str, str]] = ()) -> None:
+                      extra: list[tuple[str, str]] = (), hold: float = 0.0) -> None:
         """The answer first, then, where the body can be (_drainable), the body read and dropped
         (_drained); otherwise (read in part, too large, or awaiting a 100 Continue that will not
-        come) the connection closes after the answer."""
+        come) the connection closes after the answer. Held (`hold` seconds, Holds), the body is
+        read and dropped meanwhile, not held in memory, and the answer comes after both."""
+        if hold:
+            drained, _ = await asyncio.gather(_drained(receive), asyncio.sleep(hold))
+            await _respond(send, status, body, payloads.JSON, close=not drained, extra=extra)
+            return
         await _respond(send, status, body, payloads.JSON, close=not drain, extra=extra)
         if drain:
             await _drained(receive)
@@ -333,28 +357,34 @@ class App:
         return length
 
     def _in_time(self, deadline: float, arriving: int, own: int = 1) -> None:
-        """A 503 for a request of `own` images (at the door: one, its body unread) that the model's
-        recent pace would not answer within ADMIT_SHARE of its time left, behind the images queued
-        or in the model's calls and one for each of `arriving` (Door.arriving); Retry-After says
-        when the present backlog will have gone through enough to take it. With nothing ahead it
-        comes in whatever the estimate: it delays nobody, and a pace measured on other images
-        (a burst of large photos, the first call's warm-up) may not be its own."""
+        """A 503 for a request of `own` images (at the door: one, its body unread) behind which the
+        model, at its recent pace, would not get through the images queued or in its calls and one
+        for each of `arriving` (Door.arriving) within ADMIT_SHARE of its time left, or through its
+        own too within all of it; Retry-After says when the present backlog will have gone
+        through enough, at most the timeout. With nothing ahead it comes in whatever the
+        estimate: it delays nobody, and a pace measured on other images (a burst of large
+        photos) may not be its own. A batch transform's requests are not refused so: how many
+        come at once is the transform's own setting (MaxConcurrentTransforms), and its retries are
+        few (InvocationsMaxRetries, at most 3)."""
         ahead = self.batcher.backlog() + arriving
-        if not ahead:
+        if not ahead or self.batch:
             return
-        expected = self.batcher.expected_s(ahead, own)
-        room = ADMIT_SHARE * (deadline - time.monotonic())
-        if expected > room:
+        left, wait, expected = deadline - time.monotonic(), self.batcher.expected_s(ahead, 0), \
+            self.batcher.expected_s(ahead, own)
+        if wait > ADMIT_SHARE * left or expected > left:
+            excess = max(wait - ADMIT_SHARE * left, expected - left)
             raise busy(f"the server is at capacity: {ahead} image(s) ahead of this request's {own} would take about "
-                       f"{expected:.1f} s at the model's recent {self.batcher.per_image_s() * 1000:.0f} ms an image, "
-                       f"past {ADMIT_SHARE:g} of its {self.timeout:g} s (SAGEMAKER_MODEL_SERVER_TIMEOUT); retry "
-                       f"later", max(RETRY_AFTER_S, math.ceil(expected - room)), room=True)
+                       f"{wait:.1f} s at the model's recent {self.batcher.per_image_s() * 1000:.0f} ms an image, "
+                       f"{expected:.1f} s with its own, past {ADMIT_SHARE:g} of its {self.timeout:g} s "
+                       f"(SAGEMAKER_MODEL_SERVER_TIMEOUT) or all of it; retry later",
+                       min(max(RETRY_AFTER_S, math.ceil(excess)), max(RETRY_AFTER_S, math.ceil(self.timeout))),
+                       room=True)
 
     async def _invocations(self, headers: dict, body: bytearray, deadline: float, receive,
                            entry: Entry) -> tuple[str, bytes]:
         request, answer, top_k = await self._in_thread(self._parsed, deadline, headers, body)
         entry.in_queue()  # (queued next, or refused: either way no longer arriving)
-        self._in_time(deadline, self.door.arriving, len(request.images))
+        self._in_time(deadline, 0, len(request.images))  # (those still arriving will queue behind it)
         job = self.batcher.submit(request.images, deadline)
         outputs = await self._answered(job, deadline, receive)
         return answer.kind, await self._in_thread(self._rendered, deadline, outputs, top_k, answer, request)

@@ -115,6 +115,7 @@ class Batcher:
         self.stuck_floor = stuck_floor
         self.slowest_per_image = 0.0  # the longest a finished call took, per image: the model's history
         self._recent_s = self._recent_images = 0.0  # the recent calls' seconds and images (RECENT_DECAY)
+        self._pace = threading.Lock()  # (the runners time their calls at once)
         self.max_batch, self.max_wait, self.runners = max_batch, max_wait, runners
         self._queue: deque[Job] = deque()
         self._ready = threading.Condition()
@@ -164,21 +165,24 @@ class Batcher:
         """Images the runners have yet to finish: those queued and not taken, and those of the calls
         running now."""
         with self._ready:
-            waiting = self._waiting_images()
-        return waiting + sum(count for since, count in zip(list(self.busy_since), list(self.busy_images))
-                             if since is not None)
+            return self._waiting_images() + sum(count for since, count in zip(self.busy_since, self.busy_images)
+                                                if since is not None)
 
     def per_image_s(self) -> float:
         """Seconds an image has taken the model over its recent calls (their seconds over their
-        images, batched as they came: under load, full batches), on one runner; 0 before any. A
-        call running now that has taken longer an image already counts at once: images slower
-        than the model's history (larger photos, a busier host) slow the estimate before the call
-        ends."""
-        pace = self._recent_s / self._recent_images if self._recent_images else 0.0
+        images, batched as they came: under load, full batches), on one runner; 0 before any.
+        Where every runner is in a call that has taken longer an image already, the least of
+        those counts at once: images slower than the model's history (larger photos, a busier
+        host, the first calls after the warm-up) slow the estimate before the calls end, and one
+        slow call among runners that keep their pace does not."""
+        with self._pace:
+            pace = self._recent_s / self._recent_images if self._recent_images else 0.0
         now = time.monotonic()
-        for since, count in zip(list(self.busy_since), list(self.busy_images)):
-            if since is not None and count:
-                pace = max(pace, (now - since) / count)
+        with self._ready:
+            running = [(now - since) / count for since, count in zip(self.busy_since, self.busy_images)
+                       if since is not None and count]
+        if len(running) == self.runners:
+            pace = max(pace, min(running))
         return pace
 
     def expected_s(self, ahead: int, own: int = 1) -> float:
@@ -208,35 +212,40 @@ class Batcher:
                         f"and at least {self.stuck_floor:g} s)")
         return None
 
-    def timed(self, images: int, seconds: float) -> None:
+    def timed(self, images: int, seconds: float, recent: bool = True) -> None:
         """A call's time on `images` images, into the model's history (the predictor's warm-up
-        call gives the first)."""
+        call gives the first) and, where `recent`, into its pace (not the warm-up's: the graph's
+        first run, on a tiny image, is not the model's pace)."""
         if images:
             self.slowest_per_image = max(self.slowest_per_image, seconds / images)
-            self._recent_s = RECENT_DECAY * self._recent_s + seconds
-            self._recent_images = RECENT_DECAY * self._recent_images + images
+            if recent:
+                with self._pace:
+                    self._recent_s = RECENT_DECAY * self._recent_s + seconds
+                    self._recent_images = RECENT_DECAY * self._recent_images + images
 
     # -- the model thread's side --
     def _serve(self, runner: int) -> None:
         while True:
-            batch = self._next_batch()
+            batch = self._next_batch(runner)
             if not batch:  # (every job waiting was given up meanwhile: no call on no image)
                 continue
-            count = sum(end - start for _, start, end in batch)
-            self.busy_images[runner], self.busy_since[runner] = count, time.monotonic()
+            count = self.busy_images[runner]
             jobs = {job for job, _, _ in batch}
             self._running |= jobs
             try:
                 self._compute(batch)
                 self.timed(count, time.monotonic() - self.busy_since[runner])
             finally:
-                self.busy_since[runner] = None
+                with self._ready:
+                    self.busy_since[runner] = None
                 self._running -= jobs
 
-    def _next_batch(self) -> list[tuple[Job, int, int]]:
+    def _next_batch(self, runner: int) -> list[tuple[Job, int, int]]:
         """(job, start, end) slices of the queued jobs, at most max_batch images in all, and no more
         than this runner's share of what is waiting among the runners that are idle: a lone large
-        request goes through every idle runner at once, each on its own slice."""
+        request goes through every idle runner at once, each on its own slice. The runner is
+        counted busy on them (busy_images, busy_since) before the lock is let go, so that
+        backlog() never misses images between the queue and the call."""
         with self._ready:
             self._idle += 1
             while not self._live():
@@ -258,6 +267,9 @@ class Batcher:
                     self._queue.popleft()
             if self._live():
                 self._ready.notify()  # (images left: the next idle runner takes its share)
+            if batch:
+                self.busy_images[runner] = sum(end - start for _, start, end in batch)
+                self.busy_since[runner] = time.monotonic()
             return batch
 
     def _live(self) -> bool:

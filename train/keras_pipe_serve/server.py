@@ -240,7 +240,7 @@ def loaded_app(config: dict, chosen: Plan):
         predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
         batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], stuck_floor=config["stuck_floor"],
                           runners=chosen.runners)
-        batcher.timed(1, predictor.warm_up())
+        batcher.timed(1, predictor.warm_up(), recent=False)
         return predictor, batcher
 
     predictor, batcher = made_yielding(model, config["niceness"])
