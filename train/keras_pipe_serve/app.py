@@ -87,9 +87,10 @@ RETRY_AFTER_S = 1  # a full queue drains in about a model call: the client's ret
 # share of its time left (and its own within the rest): the margin for what the estimate leaves
 # out (its body, parsing and answer; the call running when it is queued, and its own, each up to a
 # batch of images; a pace that changes).
-# Measured (bench.serve --overload, 0.3 s photos): with 0.75, 300 clients at a 5 s timeout got 56 %
-# of the capacity in time and 52 answers 504; with 0.5, 91 % and none (400 clients at 60 s: 94 %
-# and 83 %, no 504 either way)
+# Measured (bench.serve --overload, 0.3 s photos), when the share bounded the request's own images
+# too: with 0.75, 300 clients at a 5 s timeout got 56 % of the capacity in time and 52 answers 504;
+# with 0.5, 91 % and none (400 clients at 60 s: 94 % and 83 %, no 504 either way). As it is now,
+# 0.5: 85 % and 83 %, no 504 (docs/speed.md)
 ADMIT_SHARE = 0.5
 # a 503 for want of room is held this long for a connection that comes back before the Retry-After
 # of its last refusal has passed, twice as long each time, up to HOLD_MAX_S (its body read and
