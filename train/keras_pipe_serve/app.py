@@ -311,10 +311,8 @@ class App:
             # same one once a second
             self.refusals.log(refused.status, f"{method} {printable(path, limit=PATH_SHOWN)}: {refused}")
             drain = body_unread and _drainable(headers)
-            hold = 0.0
-            if isinstance(refused, Refused) and refused.room and drain:  # (one that closes is answered at once)
-                hold = self.holds.hold_s(scope.get("client"), refused.retry_after)
-            await self._refuse(send, receive, refused.status, _error(str(refused)), drain, refused.headers, hold)
+            await self._refuse(send, receive, refused.status, _error(str(refused)), drain, refused.headers,
+                               self._hold_s(refused, scope, drain))
         except Gone as gone:
             log.warning("%s %s: the client's connection ended before its answer: %s", method,
                         printable(path, limit=PATH_SHOWN), gone)
@@ -322,6 +320,13 @@ class App:
             log.exception("500 %s %s: an unexpected error", method, printable(path, limit=PATH_SHOWN))
             await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
                                body_unread and _drainable(headers))
+
+    def _hold_s(self, refused: Refusal, scope: dict, drain: bool) -> float:
+        """How long to hold this refusal (Holds): a 503 for want of room whose body can be read and
+        dropped meanwhile; any other, 0 (one that closes the connection is answered at once)."""
+        if not (isinstance(refused, Refused) and refused.room and drain):
+            return 0.0
+        return self.holds.hold_s(tuple(scope.get("client") or ()), refused.retry_after)  # (ASGI: a list or a tuple)
 
     async def _ping(self, send) -> None:
         problem = self.restarting or self.batcher.problem()
