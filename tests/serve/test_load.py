@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from keras_pipe_serve.app import HOLD_MAX_S
 
+from bench import serve as bench_serve
 from tests.conftest import image_bytes
 from tests.serve.conftest import CLASSES, Server
 from tests.serve.test_server import signature_answers
@@ -48,15 +49,9 @@ def slow_jpeg() -> bytes:
     return out.getvalue()
 
 
-@cache
-def slow_png() -> bytes:
-    """A 48-megapixel PNG of one colour: 150 KB to send, a third of a second to decode (a PNG,
-    unlike a JPEG, cannot be decoded straight to a smaller size)."""
-    from PIL import Image
-
-    out = io.BytesIO()
-    Image.new("RGB", (8000, 6000), (200, 30, 60)).save(out, "PNG", optimize=True)
-    return out.getvalue()
+# a 48-megapixel PNG of one colour: 150 KB to send, a third of a second to decode (a PNG, unlike a
+# JPEG, cannot be decoded straight to a smaller size): bench.serve's slow photo, made once here
+slow_png = cache(bench_serve.slow_png)
 
 
 def instances(images: list[bytes]) -> bytes:
