@@ -43,10 +43,12 @@ def engine_problem() -> str | None:
 def image():
     """The training image, built from this checkout on the local base (docs/image.md);
     skipped with the reason where no container engine works."""
+    # (.ci/run builds the base and the image in the background as the tests start: wait for it)
+    subprocess.run([str(REPO / ".ci" / "image-lock"), "true"], check=True, timeout=wait_s(1800))
     problem = engine_problem()
     if problem:
         pytest.skip(f"container tests skipped: {problem}")
-    # (.ci/run has built it already, while the virtualenvs installed: then every layer is cached)
+    # (after .ci/run's build, every layer is cached)
     build = subprocess.run([str(REPO / ".ci" / "build-image"), TAG], env={**os.environ, "LAUNCH_ENGINE": ENGINE,
                                                                           "LOCAL_BASE_IMAGE": BASE},
                            capture_output=True, text=True, timeout=wait_s(1800))
