@@ -379,6 +379,19 @@ def test_an_image_the_model_cannot_decode_is_named_among_the_request(server):
     assert json.loads(answer)["error"].startswith("item 3 cannot be decoded: "), answer[:300]
 
 
+def test_a_refusal_after_the_body_is_read_whole_keeps_the_connection_for_the_next_request(server):
+    """A request refused once its body is in (an image that is not one: 400 from the parser) leaves
+    nothing unread: the connection carries the client's next request, as it would after a 200."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        body = b"not an image at all"
+        sock.sendall(request_head(len(body)) + body)
+        status, headers, answer = answer_of(sock)
+        assert status == 400 and "connection" not in headers, (status, headers, answer[:300])
+        sock.sendall(request_head(len(JPEG)) + JPEG)
+        status, headers, answer = answer_of(sock)
+        assert status == 200 and json.loads(answer)["predicted_label"] in CLASSES, answer[:300]
+
+
 def test_each_requests_time_runs_from_its_arrival_not_from_when_the_model_takes_it(model_dir, tmp_path):
     """SAGEMAKER_MODEL_SERVER_TIMEOUT=2 and 12 clients at once, each sending 30 images that take
     the model a third of a second each (seconds of work behind one another): every client has its

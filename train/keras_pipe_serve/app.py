@@ -282,6 +282,7 @@ class App:
         path, method = scope.get("path", ""), scope.get("method", "")
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
         body_unread = True  # (a refusal before the body is read drops it after answering: _drained)
+        body_whole = False  # (a refusal once it is read whole keeps the connection for the next request)
         try:
             _route(path, method)
             if path == "/ping":
@@ -302,6 +303,7 @@ class App:
                 if headers.get("expect", "").strip().lower() == "100-continue":  # (curl's, past 1 MB)
                     await send({"type": "http.response.informational", "status": 100, "headers": []})
                 body = await _body(receive, length, self.max_body, deadline, arrived)
+                body_whole = True
                 kind, answer = await self._invocations(headers, body, deadline, receive, entry)
             finally:
                 entry.leave()
@@ -312,14 +314,14 @@ class App:
             self.refusals.log(refused.status, f"{method} {printable(path, limit=PATH_SHOWN)}: {refused}")
             drain = body_unread and _drainable(headers)
             await self._refuse(send, receive, refused.status, _error(str(refused)), drain, refused.headers,
-                               self._hold_s(refused, scope, drain))
+                               self._hold_s(refused, scope, drain), read=body_whole)
         except Gone as gone:
             log.warning("%s %s: the client's connection ended before its answer: %s", method,
                         printable(path, limit=PATH_SHOWN), gone)
         except Exception:  # a bug here, not the client's fault: logged whole, the worker kept alive
             log.exception("500 %s %s: an unexpected error", method, printable(path, limit=PATH_SHOWN))
             await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
-                               body_unread and _drainable(headers))
+                               body_unread and _drainable(headers), read=body_whole)
 
     def _hold_s(self, refused: Refusal, scope: dict, drain: bool) -> float:
         """How long to hold this refusal (Holds): a 503 for want of room whose body can be read and
@@ -336,16 +338,18 @@ class App:
 
     @staticmethod
     async def _refuse(send, receive, status: int, body: bytes, drain: bool,
-                      extra: list[tuple[str, str]] = (), hold: float = 0.0) -> None:
+                      extra: list[tuple[str, str]] = (), hold: float = 0.0, read: bool = False) -> None:
         """The answer first, then, where the body can be (_drainable), the body read and dropped
-        (_drained); otherwise (read in part, too large, or awaiting a 100 Continue that will not
-        come) the connection closes after the answer. Held (`hold` seconds, Holds), the body is
-        read and dropped meanwhile, not held in memory, and the answer comes after both."""
+        (_drained); `read`: the body was read whole already (a refusal after it: a request that
+        cannot be parsed, the second look at capacity), and the connection stays open; otherwise
+        (read in part, too large, or awaiting a 100 Continue that will not come) the connection
+        closes after the answer. Held (`hold` seconds, Holds), the body is read and dropped
+        meanwhile, not held in memory, and the answer comes after both."""
         if hold:
             drained, _ = await asyncio.gather(_drained(receive), asyncio.sleep(hold))
             await _respond(send, status, body, payloads.JSON, close=not drained, extra=extra)
             return
-        await _respond(send, status, body, payloads.JSON, close=not drain, extra=extra)
+        await _respond(send, status, body, payloads.JSON, close=not (drain or read), extra=extra)
         if drain:
             await _drained(receive)
 
@@ -375,12 +379,12 @@ class App:
         ahead = self.batcher.backlog() + arriving
         if not ahead or self.batch:
             return
-        left, wait, expected = deadline - time.monotonic(), self.batcher.expected_s(ahead, 0), \
-            self.batcher.expected_s(ahead, own)
+        pace, left = self.batcher.per_image_s(), deadline - time.monotonic()
+        wait, expected = self.batcher.expected_s(ahead, 0, pace), self.batcher.expected_s(ahead, own, pace)
         if wait > ADMIT_SHARE * left or expected > left:
             excess = max(wait - ADMIT_SHARE * left, expected - left)
             raise busy(f"the server is at capacity: {ahead} image(s) ahead of this request's {own} would take about "
-                       f"{wait:.1f} s at the model's recent {self.batcher.per_image_s() * 1000:.0f} ms an image, "
+                       f"{wait:.1f} s at the model's recent {pace * 1000:.0f} ms an image, "
                        f"{expected:.1f} s with its own, past {ADMIT_SHARE:g} of its {self.timeout:g} s "
                        f"(SAGEMAKER_MODEL_SERVER_TIMEOUT) or all of it; retry later",
                        min(max(RETRY_AFTER_S, math.ceil(excess)), max(RETRY_AFTER_S, math.ceil(self.timeout))),

@@ -185,10 +185,11 @@ class Batcher:
             pace = max(pace, min(running))
         return pace
 
-    def expected_s(self, ahead: int, own: int = 1) -> float:
+    def expected_s(self, ahead: int, own: int = 1, pace: float | None = None) -> float:
         """Seconds until a request of `own` images, queued behind `ahead` images, has its answer at
-        the model's recent pace, the runners sharing the work."""
-        return self.per_image_s() * (ahead + own) / self.runners
+        the model's recent pace (or `pace`, per_image_s() read once for several estimates), the
+        runners sharing the work."""
+        return (self.per_image_s() if pace is None else pace) * (ahead + own) / self.runners
 
     def problem(self) -> str | None:
         """Why the model cannot answer now (None: it can): what /ping says. A slow call is not one:
