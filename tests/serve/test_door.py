@@ -392,6 +392,28 @@ def test_a_refusal_after_the_body_is_read_whole_keeps_the_connection_for_the_nex
         assert status == 200 and json.loads(answer)["predicted_label"] in CLASSES, answer[:300]
 
 
+def test_gunicorns_c_parser_installed_beside_it_is_not_taken(model_dir, tmp_path):
+    """gunicorn takes its C parser (gunicorn-h1c, `pip install gunicorn[fast]`) wherever it can
+    import it; the server's connections work on gunicorn's Python parser, and ask for it. Here a
+    stand-in gunicorn_h1c, importable by the server, says so if it is ever imported or used."""
+    fake = tmp_path / "site"
+    (fake / "gunicorn_h1c").mkdir(parents=True)
+    marker = tmp_path / "h1c-imported"
+    (fake / "gunicorn_h1c" / "__init__.py").write_text(
+        f"open({str(marker)!r}, 'a').write('imported')\n"
+        "class LimitRequestLine(Exception): pass\n"
+        "class LimitRequestHeaders(Exception): pass\n"
+        "class H1CProtocol:\n"
+        "    def __init__(self, *args, **kwargs): raise RuntimeError('the C parser was taken')\n")
+    server = served(model_dir, tmp_path, PYTHONPATH=str(fake))
+    try:
+        status, answer, _ = post(server.port, JPEG, "image/jpeg", timeout=30)
+        assert status == 200, answer[:300]
+    finally:
+        assert server.stop() == 0
+    assert not marker.exists(), server.log.read_text()[-3000:]
+
+
 def test_each_requests_time_runs_from_its_arrival_not_from_when_the_model_takes_it(model_dir, tmp_path):
     """SAGEMAKER_MODEL_SERVER_TIMEOUT=2 and 12 clients at once, each sending 30 images that take
     the model a third of a second each (seconds of work behind one another): every client has its

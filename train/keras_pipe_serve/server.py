@@ -194,6 +194,9 @@ def gunicorn_settings(config: dict, chosen: Plan, gpu_count: int) -> dict:
     settings_ = {
         "bind": [config["bind"]], "workers": chosen.workers,
         "worker_class": "keras_pipe_serve.connections.Worker",  # (gunicorn's ASGI worker: connections.py says why)
+        # gunicorn's own parser, always: connections.Protocol reads and refills its buffer, which the C
+        # parser gunicorn takes by default wherever gunicorn-h1c is installed (gunicorn[fast]) has not
+        "http_parser": "python",
         "asgi_loop": "asyncio", "asgi_lifespan": "on",  # (the lifespan starts the app's watchdog)
         # (the heartbeat: the event loop beats every second unless it is blocked, which nothing in
         # it does for long; a request's own time, and a stuck model, are the app's to end)
