@@ -72,7 +72,9 @@ RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/outpu
  && python3 -c "import keras_pipe_train.main, keras_pipe_serve.server, gunicorn, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance" \
  && test -x /opt/program/container/train && test -x /opt/program/container/serve
 
-# SageMaker's hosting honours this label: it may then set SAGEMAKER_BIND_TO_PORT (inference pipelines)
-LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
+# SageMaker's hosting honours these labels: it may then set SAGEMAKER_BIND_TO_PORT (inference
+# pipelines), and host the image on a multi-model endpoint (SAGEMAKER_MULTI_MODEL=true: keras_pipe_serve.models)
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true \
+      com.amazonaws.sagemaker.capabilities.multi-models=true
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["train"]

@@ -162,3 +162,13 @@ def test_the_images_reader_runs_its_compiled_part(image):
     pure = subprocess.run([*shlex.split(ENGINE), "run", "--rm", *shlex.split(RUN_ARGS), "-e", "PIPEMODE_PURE_PYTHON=1",
                            TAG, "python3", "-c", probe], capture_output=True, text=True, timeout=300)
     assert pure.stdout.split()[0] == "None", pure.stdout + pure.stderr[-2000:]
+
+
+def test_the_image_says_what_sagemakers_hosting_may_do_with_it(image):
+    """Its labels: SAGEMAKER_BIND_TO_PORT may be set (inference pipelines), and it may be hosted on a
+    multi-model endpoint (AWS's guide to bringing a container to one asks for this label)."""
+    out = subprocess.run([*shlex.split(ENGINE), "image", "inspect", "--format", "{{json .Config.Labels}}", TAG],
+                         capture_output=True, text=True, timeout=60)
+    labels = json.loads(out.stdout)
+    assert labels["com.amazonaws.sagemaker.capabilities.accept-bind-to-port"] == "true", labels
+    assert labels["com.amazonaws.sagemaker.capabilities.multi-models"] == "true", labels

@@ -24,12 +24,15 @@ _ports = itertools.count(40000)
 def app(model_dir):
     from keras_pipe_serve.app import App
     from keras_pipe_serve.batcher import Batcher
+    from keras_pipe_serve.models import Models
     from keras_pipe_serve.predictor import Predictor
 
     predictor = Predictor(model_dir)
     batcher = Batcher(predictor.run, max_batch=4)
     batcher.timed(1, predictor.warm_up(), recent=False)
-    return App(predictor, batcher, max_body=1 << 20, batch=False, timeout=3.0, max_queue=24, body_budget=8 << 20)
+    models = Models(load=None, multi=False)
+    models.serve_default(predictor, batcher, str(model_dir))
+    return App(models, max_body=1 << 20, batch=False, timeout=3.0, max_queue=24, body_budget=8 << 20)
 
 
 async def call(app, body: bytes, kind: str = "image/jpeg", leaves: bool = False, length: int | None = None) -> int:
@@ -67,7 +70,7 @@ def test_every_request_counted_in_is_counted_out_whatever_its_end(app):
         )
 
     first = asyncio.run(burst())
-    door, batcher = app.door, app.batcher
+    door, batcher = app.door, app.models.default().batcher
     assert (door.requests, door.body_bytes, door.arriving, batcher.backlog()) == (0, 0, 0, 0), (door, first)
     assert first[:3] == [400, 413, 400] and None in first[3:6], first
     assert 200 in first[6:] and 503 in first[6:], first

@@ -1,4 +1,5 @@
-"""The ASGI application SageMaker's inference contract asks for: GET /ping, POST /invocations.
+"""The ASGI application SageMaker's inference contract asks for: GET /ping, POST /invocations; on a
+multi-model endpoint, its contract's /models paths too (keras_pipe_serve.models).
 
 Everything is decided at the door, in the worker's event loop (keras_pipe_serve.connections), as
 soon as a request's headers are in, before its body is read:
@@ -48,11 +49,13 @@ import logging
 import math
 import os
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from keras_pipe_serve import payloads
 from keras_pipe_serve.batcher import Batcher
+from keras_pipe_serve.models import LOAD_BODY_BYTES, Models, Served
 from keras_pipe_serve.payloads import BadRequest, Refusal
 from keras_pipe_serve.predictor import ImageError, Predictor
 from keras_pipe_train.report.text import printable
@@ -81,7 +84,10 @@ PARSE_THREADS = 2
 WATCH_S = 1.0
 # a worker ended for a stuck model exits with this; gunicorn starts another
 STUCK_EXIT = 70
-ROUTES = {"/ping": ("GET", "HEAD"), "/invocations": ("POST",)}
+# path -> (what it asks, the methods it takes); a multi-model endpoint's by method
+ROUTES = {"/ping": ("ping", ("GET", "HEAD")), "/invocations": ("invoke", ("POST",))}
+MODELS_ROUTE = ({"GET": "list", "POST": "load"}, ("GET", "POST"))
+MODEL_ROUTE = ({"GET": "describe", "DELETE": "unload"}, ("GET", "DELETE"))
 RETRY_AFTER_S = 1  # a full queue drains in about a model call: the client's retry is soon welcome
 # a request is admitted if, at the model's recent pace, the images ahead of it go through within this
 # share of its time left (and its own within the rest): the margin for what the estimate leaves
@@ -194,6 +200,13 @@ class Entry:
         self.door.body_bytes -= self.body
 
 
+@dataclass
+class _Read:
+    """How much of a request's body is read, which decides what a refusal does with its connection."""
+    unread: bool = True  # nothing yet: a refusal reads the body and drops it (_drained) where it can
+    whole: bool = False  # all of it: a refusal keeps the connection for the next request
+
+
 class Refusals:
     """The refusals' log lines: each status's first in a second logged whole, the rest of that
     second counted and said in one line after it (a crowd turned away at the door would otherwise
@@ -222,19 +235,19 @@ class Refusals:
 
 
 class App:
-    def __init__(self, predictor: Predictor, batcher: Batcher, max_body: int, batch: bool, timeout: float,
-                 max_queue: int, body_budget: int):
-        """`batch`: serving a batch transform (SAGEMAKER_BATCH), whose default answer may differ
+    def __init__(self, models: Models, max_body: int, batch: bool, timeout: float, max_queue: int, body_budget: int):
+        """`models`: the endpoint's model, or a multi-model endpoint's (keras_pipe_serve.models).
+        `batch`: serving a batch transform (SAGEMAKER_BATCH), whose default answer may differ
         (payloads.answer_type). `timeout`: the seconds a request may take, from its arrival.
         `max_queue`, `body_budget`: the door's limits (Door). (keras_pipe_serve.server gives each
         its default and its setting.)"""
-        self.predictor = predictor
-        self.batcher = batcher
+        self.models = models
         self.max_body = max_body
         self.batch = batch
         self.timeout = timeout
         self.door = Door(max_queue, body_budget)
         self._threads = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="request")
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="model-load")  # (one load at a time: its memory)
         self._watchdog: asyncio.Task | None = None
         self.restarting: str | None = None  # why this worker is ending (a stuck model): /ping says so, as 503
         self.refusals = Refusals()
@@ -266,12 +279,13 @@ class App:
             await asyncio.sleep(WATCH_S)
             self.refusals.flush()
             self.holds.forget_past()
-            why = self.batcher.stuck()
+            why = next(filter(None, (served.batcher.stuck() for served in self.models.all())), None)
             if why:
                 log.error("the model is stuck: %s; this worker (pid %d) ends, and gunicorn starts another",
                           why, os.getpid())
                 self.restarting = f"the model was stuck ({why}); it is being restarted"
-                self.batcher.fail_all(busy(f"{self.restarting}: retry shortly"))
+                for served in self.models.all():
+                    served.batcher.fail_all(busy(f"{self.restarting}: retry shortly"))
                 await asyncio.sleep(0.5)  # (the answers go out)
                 logging.shutdown()
                 os._exit(STUCK_EXIT)
@@ -281,47 +295,77 @@ class App:
         arrived = time.monotonic()
         path, method = scope.get("path", ""), scope.get("method", "")
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope.get("headers", [])}
-        body_unread = True  # (a refusal before the body is read drops it after answering: _drained)
-        body_whole = False  # (a refusal once it is read whole keeps the connection for the next request)
+        read = _Read()
         try:
-            _route(path, method)
-            if path == "/ping":
+            action, name = _route(path, method, self.models.multi)
+            if action == "ping":
                 await self._ping(send)
                 return
             if self.restarting:
                 raise busy(f"{self.restarting}: retry shortly")
-            length = self._length(headers)
-            cost = self.max_body if length is None else length
-            full = self.door.full(cost)
-            if full:
-                raise busy(f"the server is at capacity ({full}); retry shortly", room=True)
-            deadline = arrived + self.timeout
-            self._in_time(deadline, self.door.arriving)  # (the requests arriving: mostly queued before it)
-            entry = self.door.enter(cost)
-            try:
-                body_unread = False
-                if headers.get("expect", "").strip().lower() == "100-continue":  # (curl's, past 1 MB)
-                    await send({"type": "http.response.informational", "status": 100, "headers": []})
-                body = await _body(receive, length, self.max_body, deadline, arrived)
-                body_whole = True
-                kind, answer = await self._invocations(headers, body, deadline, receive, entry)
-            finally:
-                entry.leave()
-            await _respond(send, 200, answer, kind)
+            if action == "invoke":
+                await self._invoke(name, headers, receive, send, arrived, read)
+            else:
+                await self._manage(action, name, scope, headers, receive, send, arrived, read)
         except Refusal as refused:
             # every refusal is logged with its reason (the access log has only its status), the
             # same one once a second
             self.refusals.log(refused.status, f"{method} {printable(path, limit=PATH_SHOWN)}: {refused}")
-            drain = body_unread and _drainable(headers)
+            drain = read.unread and _drainable(headers)
             await self._refuse(send, receive, refused.status, _error(str(refused)), drain, refused.headers,
-                               self._hold_s(refused, scope, drain), read=body_whole)
+                               self._hold_s(refused, scope, drain), read=read.whole)
         except Gone as gone:
             log.warning("%s %s: the client's connection ended before its answer: %s", method,
                         printable(path, limit=PATH_SHOWN), gone)
         except Exception:  # a bug here, not the client's fault: logged whole, the worker kept alive
             log.exception("500 %s %s: an unexpected error", method, printable(path, limit=PATH_SHOWN))
             await self._refuse(send, receive, 500, _error("the server failed on this request (see its log)"),
-                               body_unread and _drainable(headers), read=body_whole)
+                               read.unread and _drainable(headers), read=read.whole)
+
+    async def _invoke(self, name: str | None, headers: dict, receive, send, arrived: float, read: _Read) -> None:
+        """POST /invocations (`name` None: the endpoint's model) or /models/NAME/invoke: admitted at
+        the door (its room, and its model's pace), then its body read, parsed, computed, answered."""
+        served = self.models.named(name) if name is not None else self.models.default()
+        length = self._length(headers)
+        cost = self.max_body if length is None else length
+        full = self.door.full(cost)
+        if full:
+            raise busy(f"the server is at capacity ({full}); retry shortly", room=True)
+        deadline = arrived + self.timeout
+        self._in_time(served.batcher, deadline, self.door.arriving)  # (those arriving: mostly queued before it)
+        entry = self.door.enter(cost)
+        try:
+            read.unread = False
+            if headers.get("expect", "").strip().lower() == "100-continue":  # (curl's, past 1 MB)
+                await send({"type": "http.response.informational", "status": 100, "headers": []})
+            body = await _body(receive, length, self.max_body, deadline, arrived)
+            read.whole = True
+            kind, answer = await self._invocations(served, headers, body, deadline, receive, entry)
+        finally:
+            entry.leave()
+        await _respond(send, 200, answer, kind)
+
+    async def _manage(self, action: str, name: str | None, scope: dict, headers: dict, receive, send,
+                      arrived: float, read: _Read) -> None:
+        """A multi-model endpoint's own requests (keras_pipe_serve.models): list, describe, load, unload."""
+        if action == "load":
+            length = self._length(headers)
+            if length is not None and length > LOAD_BODY_BYTES:
+                raise BadRequest(413, f"the body of POST /models is {length} bytes; it takes at most {LOAD_BODY_BYTES}")
+            read.unread = False
+            body = await _body(receive, length, LOAD_BODY_BYTES, arrived + self.timeout, arrived)
+            read.whole = True
+            loop = asyncio.get_running_loop()
+            answer = (await loop.run_in_executor(self._loader, self.models.load, bytes(body))).described()
+        elif action == "list":
+            query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
+            answer = self.models.page(query.get("next_page_token", [None])[0])
+        elif action == "describe":
+            answer = self.models.named(name).described()
+        else:
+            self.models.unload(name)
+            answer = {"modelName": name, "unloaded": True}
+        await _respond(send, 200, json.dumps(answer).encode(), payloads.JSON)
 
     def _hold_s(self, refused: Refusal, scope: dict, drain: bool) -> float:
         """How long to hold this refusal (Holds): a 503 for want of room whose body can be read and
@@ -331,7 +375,8 @@ class App:
         return self.holds.hold_s(tuple(scope.get("client") or ()), refused.retry_after)  # (ASGI: a list or a tuple)
 
     async def _ping(self, send) -> None:
-        problem = self.restarting or self.batcher.problem()
+        problems = (served.batcher.problem() for served in self.models.all())
+        problem = self.restarting or next(filter(None, problems), None)
         if problem:
             raise Refused(503, f"the model cannot answer: {problem}")
         await _respond(send, 200, b"", "text/plain")
@@ -366,7 +411,7 @@ class App:
                                   f"(SAGEMAKER_MAX_PAYLOAD_IN_MB, 6 MB unless set)")
         return length
 
-    def _in_time(self, deadline: float, arriving: int, own: int = 1) -> None:
+    def _in_time(self, batcher: Batcher, deadline: float, arriving: int, own: int = 1) -> None:
         """A 503 for a request of `own` images (at the door: one, its body unread) behind which the
         model, at its recent pace, would not get through the images queued or in its calls and one
         for each of `arriving` (Door.arriving) within ADMIT_SHARE of its time left, or through its
@@ -376,11 +421,11 @@ class App:
         photos) may not be its own. A batch transform's requests are not refused so: how many
         come at once is the transform's own setting (MaxConcurrentTransforms), and its retries are
         few (InvocationsMaxRetries, at most 3)."""
-        ahead = self.batcher.backlog() + arriving
+        ahead = batcher.backlog() + arriving
         if not ahead or self.batch:
             return
-        pace, left = self.batcher.per_image_s(), deadline - time.monotonic()
-        wait, expected = self.batcher.expected_s(ahead, 0, pace), self.batcher.expected_s(ahead, own, pace)
+        pace, left = batcher.per_image_s(), deadline - time.monotonic()
+        wait, expected = batcher.expected_s(ahead, 0, pace), batcher.expected_s(ahead, own, pace)
         if wait > ADMIT_SHARE * left or expected > left:
             excess = max(wait - ADMIT_SHARE * left, expected - left)
             raise busy(f"the server is at capacity: {ahead} image(s) ahead of this request's {own} would take about "
@@ -390,30 +435,32 @@ class App:
                        min(max(RETRY_AFTER_S, math.ceil(excess)), max(RETRY_AFTER_S, math.ceil(self.timeout))),
                        room=True)
 
-    async def _invocations(self, headers: dict, body: bytearray, deadline: float, receive,
+    async def _invocations(self, served: Served, headers: dict, body: bytearray, deadline: float, receive,
                            entry: Entry) -> tuple[str, bytes]:
-        request, answer, top_k = await self._in_thread(self._parsed, deadline, headers, body)
+        request, answer, top_k = await self._in_thread(self._parsed, deadline, served.predictor, headers, body)
         entry.in_queue()  # (queued next, or refused: either way no longer arriving)
-        self._in_time(deadline, 0, len(request.images))  # (those still arriving will queue behind it)
-        job = self.batcher.submit(request.images, deadline)
-        outputs = await self._answered(job, deadline, receive)
-        return answer.kind, await self._in_thread(self._rendered, deadline, outputs, top_k, answer, request)
+        self._in_time(served.batcher, deadline, 0, len(request.images))  # (those still arriving queue behind it)
+        job = served.batcher.submit(request.images, deadline)
+        outputs = await self._answered(served.batcher, job, deadline, receive)
+        return answer.kind, await self._in_thread(self._rendered, deadline, served.predictor, outputs, top_k, answer,
+                                                  request)
 
-    def _parsed(self, headers: dict, body: bytearray):
+    def _parsed(self, predictor: Predictor, headers: dict, body: bytearray):
         """(in a request thread) The request's images, how to answer and top_k: Accept, top_k and
         each image's header are checked before the model runs, so that a request that cannot be
         answered costs nothing. The answer is in the model's dialect; top_k shapes only this
         project's."""
         request = payloads.parse(headers.get("content-type"), body)
-        answer = payloads.answer_type(headers.get("accept"), request, self.predictor.dialect, self.batch)
+        answer = payloads.answer_type(headers.get("accept"), request, predictor.dialect, self.batch)
         top_k = None
         if answer.form == payloads.RICH_FORM:
-            top_k = payloads.top_k_of(headers.get("x-amzn-sagemaker-custom-attributes"), self.predictor.default_top_k)
-        self.predictor.check(request.images)
+            top_k = payloads.top_k_of(headers.get("x-amzn-sagemaker-custom-attributes"), predictor.default_top_k)
+        predictor.check(request.images)
         return request, answer, top_k
 
-    def _rendered(self, outputs, top_k, answer, request) -> bytes:
-        return payloads.render(self.predictor.predictions(*outputs, top_k), answer, request)
+    @staticmethod
+    def _rendered(predictor: Predictor, outputs, top_k, answer, request) -> bytes:
+        return payloads.render(predictor.predictions(*outputs, top_k), answer, request)
 
     async def _in_thread(self, work, deadline: float, *args):
         """work(*args) in a request thread, given up (504) at the deadline."""
@@ -423,7 +470,7 @@ class App:
         except TimeoutError:
             raise self._late("the request was still being read or answered") from None
 
-    async def _answered(self, job, deadline: float, receive):
+    async def _answered(self, batcher: Batcher, job, deadline: float, receive):
         """The job's outputs, once the model has them; 504 at the deadline, Gone once the client's
         connection is reset: either gives the job up (Batcher.cancel)."""
         count = len(job.images)
@@ -438,8 +485,8 @@ class App:
             reset.cancel()
         if done not in finished:
             if reset in finished:
-                raise Gone(self.batcher.cancel(job))
-            raise self._late(self.batcher.cancel(job))
+                raise Gone(batcher.cancel(job))
+            raise self._late(batcher.cancel(job))
         if isinstance(job.error, ImageError):
             raise BadRequest(400, job.error.named(count))
         if job.error is not None:
@@ -450,13 +497,26 @@ class App:
         return Refused(504, f"no answer within {self.timeout:g} s (SAGEMAKER_MODEL_SERVER_TIMEOUT): {what}")
 
 
-def _route(path: str, method: str) -> None:
-    """A 404 or 405 for what this server does not answer."""
-    if path not in ROUTES:
+def _route(path: str, method: str, multi: bool) -> tuple[str, str | None]:
+    """(what the request asks, the model it names or None), or a 404 or 405 for what this server
+    does not answer. A multi-model endpoint's paths are answered only on one (multi)."""
+    name = None
+    if path in ROUTES:
+        action, allowed = ROUTES[path]
+    elif multi and path == "/models":
+        action, allowed = MODELS_ROUTE
+    elif multi and path.startswith("/models/") and path.endswith("/invoke") and len(path) > len("/models//invoke"):
+        name, (action, allowed) = path[len("/models/"):-len("/invoke")], ROUTES["/invocations"]
+    elif multi and path.startswith("/models/") and len(path) > len("/models/"):
+        name, (action, allowed) = path[len("/models/"):], MODEL_ROUTE
+    else:
+        models = ", GET and POST /models, GET and DELETE /models/<name>, POST /models/<name>/invoke" if multi else ""
         raise BadRequest(404, f"no such path {printable(path, limit=PATH_SHOWN)!r}: this server answers GET /ping "
-                              "and POST /invocations")
-    if method not in ROUTES[path]:
-        raise BadRequest(405, f"{path} takes {' or '.join(ROUTES[path])}", ("Allow", ", ".join(ROUTES[path])))
+                              f"and POST /invocations{models}")
+    if method not in allowed:
+        raise BadRequest(405, f"{printable(path, limit=PATH_SHOWN)} takes {' or '.join(allowed)}",
+                         ("Allow", ", ".join(allowed)))
+    return (action[method] if isinstance(action, dict) else action), name
 
 
 def _settle(future: asyncio.Future) -> None:

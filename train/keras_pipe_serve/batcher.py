@@ -121,6 +121,7 @@ class Batcher:
         self._ready = threading.Condition()
         self._idle = 0  # runners waiting for work
         self._running: set[Job] = set()  # jobs with a slice in a call now
+        self._closed = False  # (close(): the runners end once the queue is empty)
         self.busy_since: list[float | None] = [None] * runners  # when each runner's call now running began
         self.busy_images = [0] * runners  # and on how many images
         self._threads = [threading.Thread(target=self._serve, args=(i,), name=f"model-{i}", daemon=True)
@@ -224,10 +225,19 @@ class Batcher:
                     self._recent_s = RECENT_DECAY * self._recent_s + seconds
                     self._recent_images = RECENT_DECAY * self._recent_images + images
 
+    def close(self) -> None:
+        """No more jobs will come (the model is unloaded): the runners end once those queued are
+        done, letting go of the model."""
+        with self._ready:
+            self._closed = True
+            self._ready.notify_all()
+
     # -- the model thread's side --
     def _serve(self, runner: int) -> None:
         while True:
             batch = self._next_batch(runner)
+            if batch is None:  # (closed, and nothing left to do)
+                return
             if not batch:  # (every job waiting was given up meanwhile: no call on no image)
                 continue
             count = self.busy_images[runner]
@@ -241,15 +251,19 @@ class Batcher:
                     self.busy_since[runner] = None
                 self._running -= jobs
 
-    def _next_batch(self, runner: int) -> list[tuple[Job, int, int]]:
+    def _next_batch(self, runner: int) -> list[tuple[Job, int, int]] | None:
         """(job, start, end) slices of the queued jobs, at most max_batch images in all, and no more
         than this runner's share of what is waiting among the runners that are idle: a lone large
         request goes through every idle runner at once, each on its own slice. The runner is
         counted busy on them (busy_images, busy_since) before the lock is let go, so that
-        backlog() never misses images between the queue and the call."""
+        backlog() never misses images between the queue and the call. None: the batcher is
+        closed and nothing is queued."""
         with self._ready:
             self._idle += 1
             while not self._live():
+                if self._closed:
+                    self._idle -= 1
+                    return None
                 self._ready.wait()
             if self.max_wait:
                 until = time.monotonic() + self.max_wait

@@ -46,6 +46,8 @@ Settings, from the environment as SageMaker and its SDKs set them:
                                   default is 600 s, and a model of the MXNet built-in's dialect
                                   answers JSON Lines by default, as that built-in did
                                   (keras_pipe_serve.payloads)
+  SAGEMAKER_MULTI_MODEL           "true": a multi-model endpoint, no model until SageMaker loads one,
+                                  by its contract (keras_pipe_serve.models), into one worker
   SM_MODEL_DIR                    the model (default: model/ under the job's base folder, where the
                                   training job writes it: /opt/ml/model, or under $SAGEMAKER_BASE_DIR)
 and this server's own:
@@ -80,9 +82,11 @@ and TensorFlow's own, where set: TF_NUM_INTRAOP_THREADS (threads within an op), 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -141,10 +145,11 @@ def settings(argv: list[str] | None = None) -> dict:
     if (args.workers is not None and args.workers < 1) or not 0 < args.port < 65536:
         parser.error("--workers must be at least 1 and --port in 1..65535")
     batch = os.environ.get("SAGEMAKER_BATCH", "").strip().lower() == "true"
+    multi = os.environ.get("SAGEMAKER_MULTI_MODEL", "").strip().lower() == "true"
     return dict(model_dir=Path(args.model_dir), bind=f"{args.host}:{args.port}", workers=args.workers,
                 timeout=_positive("SAGEMAKER_MODEL_SERVER_TIMEOUT", BATCH_TIMEOUT_S if batch else 60, float),
                 max_body=int(_positive("SAGEMAKER_MAX_PAYLOAD_IN_MB", DEFAULT_PAYLOAD_MB, float, zero=True) * 2**20),
-                batch=batch,
+                batch=batch, multi=multi,
                 bodies=_positive("KERAS_PIPE_MAX_BODIES_MB", None, float),
                 stuck_floor=_positive("KERAS_PIPE_STUCK_AFTER_S", STUCK_FLOOR_S, float),
                 max_batch=_positive("KERAS_PIPE_MAX_BATCH", 32),
@@ -154,6 +159,18 @@ def settings(argv: list[str] | None = None) -> dict:
                 inter=_positive("TF_NUM_INTEROP_THREADS", None),
                 niceness=_positive("KERAS_PIPE_MODEL_NICENESS", MODEL_NICENESS, zero=True),
                 keepalive=_positive("KERAS_PIPE_KEEPALIVE_S", KEEPALIVE_S))
+
+
+def multi_model_plan(config: dict, gpu_count: int) -> Plan:
+    """A multi-model endpoint's: one worker, which holds every model loaded (keras_pipe_serve.models),
+    with the registry of those loaded, for a worker that replaces it, in a folder of the server's."""
+    chosen = plan(cpus(), gpu_count, config["memory"], 0, 1, config["intra"], config["inter"])
+    if config["workers"] not in (None, 1):
+        log.warning("SAGEMAKER_MODEL_SERVER_WORKERS=%d: a multi-model endpoint is served by one worker, which holds "
+                    "the models SageMaker loads", config["workers"])
+    config["registry"] = Path(tempfile.mkdtemp(prefix="keras-pipe-models-")) / "models.json"
+    why = tuple(w for w in chosen.why if not w.startswith("SAGEMAKER_MODEL_SERVER_WORKERS"))
+    return dataclasses.replace(chosen, why=(*why, "a multi-model endpoint: one worker holds the models"))
 
 
 def made_yielding(make: Callable[[], T], niceness: int) -> T:
@@ -234,36 +251,47 @@ def body_budget(max_body: int, memory: int | None, workers: int, asked_mb: float
 
 def loaded_app(config: dict, chosen: Plan):
     """What a worker serves: the model loaded and warmed up, its batcher's threads started (both
-    below the request threads' priority: made_yielding), the ASGI app on them."""
+    below the request threads' priority: made_yielding), the ASGI app on them. On a multi-model
+    endpoint, no model until SageMaker loads one (keras_pipe_serve.models), but those loaded
+    before this worker started."""
     from keras_pipe_serve.app import App
     from keras_pipe_serve.batcher import Batcher
+    from keras_pipe_serve.models import Models
     from keras_pipe_serve.predictor import Predictor
 
-    def model():
-        predictor = Predictor(config["model_dir"], threads=chosen.intra, inter_threads=chosen.inter)
+    def model(folder: Path):
+        predictor = Predictor(folder, threads=chosen.intra, inter_threads=chosen.inter)
         batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], stuck_floor=config["stuck_floor"],
                           runners=chosen.runners)
         batcher.timed(1, predictor.warm_up(), recent=False)
         return predictor, batcher
 
-    predictor, batcher = made_yielding(model, config["niceness"])
+    models = Models(lambda folder: made_yielding(lambda: model(folder), config["niceness"]), config["multi"],
+                    config.get("registry"))
+    if config["multi"]:
+        models.reload_registered()
+    else:
+        models.serve_default(*made_yielding(lambda: model(config["model_dir"]), config["niceness"]),
+                             str(config["model_dir"]))
     budget = body_budget(config["max_body"], config["memory"], chosen.workers, config["bodies"])
     # (SAGEMAKER_MAX_PAYLOAD_IN_MB=0, a transform's "arbitrarily large" bodies: the worker's budget bounds each)
-    return App(predictor, batcher, config["max_body"] or budget, config["batch"], config["timeout"],
-               config["max_queue"], budget)
+    return App(models, config["max_body"] or budget, config["batch"], config["timeout"], config["max_queue"], budget)
 
 
 def run(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config = settings(sys.argv[1:] if argv is None else argv)
-    try:
-        served = saved_model_dir(config["model_dir"])  # a missing model said once, before any worker starts
-    except ModelError as err:
-        raise SystemExit(f"serve: {err}") from None
     gpu_count = gpus()
     config["memory"] = memory_limit()  # (read once, in the master: the workers' body budget weighs it too)
-    chosen = plan(cpus(), gpu_count, config["memory"], model_bytes(served), config["workers"], config["intra"],
-                  config["inter"])
+    if config["multi"]:
+        chosen = multi_model_plan(config, gpu_count)
+    else:
+        try:
+            served = saved_model_dir(config["model_dir"])  # a missing model said once, before any worker starts
+        except ModelError as err:
+            raise SystemExit(f"serve: {err}") from None
+        chosen = plan(cpus(), gpu_count, config["memory"], model_bytes(served), config["workers"], config["intra"],
+                      config["inter"])
 
     from gunicorn.app.base import BaseApplication
 
@@ -279,7 +307,8 @@ def run(argv: list[str] | None = None) -> None:
 
     log.info("serving %s on %s: %d worker(s) (%s), each calling its model from %d thread(s), TensorFlow on %d "
              "thread(s) within an op and %d ops at once; up to %d images a model call, %g ms wait for more, %d "
-             "requests in flight per worker; requests end after %g s; bodies up to %s bytes%s", config["model_dir"],
+             "requests in flight per worker; requests end after %g s; bodies up to %s bytes%s",
+             "the models SageMaker loads (a multi-model endpoint)" if config["multi"] else config["model_dir"],
              config["bind"], chosen.workers, "; ".join(chosen.why), chosen.runners, chosen.intra, chosen.inter,
              config["max_batch"], config["max_wait"] * 1000, config["max_queue"], config["timeout"],
              config["max_body"] or "the worker's body budget's (SAGEMAKER_MAX_PAYLOAD_IN_MB=0)",

@@ -29,6 +29,7 @@ limit, and the server says what it chose (Plan.why).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -107,6 +108,22 @@ def memory_limit(cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_
     limits += [_integer(_read(folder / "memory.limit_in_bytes")) for folder in v1]
     limits = [limit for limit in limits if limit is not None and 0 < limit < UNLIMITED]
     return min(limits, default=None)
+
+
+def memory_available(cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP,
+                     meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """Bytes of memory the process can still take: the least, over the cgroups that limit it (v2's
+    memory.max less memory.current, v1's memory.limit_in_bytes less memory.usage_in_bytes), and
+    the host's MemAvailable; None where neither can be read."""
+    v2, v1 = _cgroup_dirs(cgroup_root, proc_self_cgroup, "memory")
+    left = [(_integer(_read(folder / "memory.max")), _integer(_read(folder / "memory.current"))) for folder in v2]
+    left += [(_integer(_read(folder / "memory.limit_in_bytes")), _integer(_read(folder / "memory.usage_in_bytes")))
+             for folder in v1]
+    room = [limit - used for limit, used in left if limit is not None and used is not None and 0 < limit < UNLIMITED]
+    found = re.search(r"^MemAvailable:\s+(\d+) kB", _read(meminfo) or "", re.M)
+    if found:
+        room.append(int(found[1]) * 1024)
+    return max(0, min(room)) if room else None
 
 
 def _cgroup_dirs(cgroup_root: Path, proc_self_cgroup: Path, controller: str) -> tuple[list[Path], list[Path]]:
