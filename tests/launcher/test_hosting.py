@@ -18,6 +18,8 @@ DEPLOYS = {
     "instances": [*MODEL, "--instance-type", "ml.c5.2xlarge", "--instance-count", "2",
                   "--env", "SAGEMAKER_MODEL_SERVER_WORKERS=4", "--tag", "team=vision", "--network-isolation"],
     "serverless": [*MODEL, "--serverless-memory", "3072", "--max-concurrency", "10"],
+    "multi-model": ["--image-uri", IMAGE, "--role", ROLE, "--model-data", "s3://data/models/", "--multi-model",
+                    "--instance-type", "ml.c5.2xlarge"],
 }
 TRANSFORMS = {
     "prefix": [*MODEL, "--input", "s3://data/photos/", "--output-path", "s3://data/predictions/"],
@@ -45,7 +47,8 @@ def through_sdk(command: str, args: list[str], name: str, env: dict, moto_endpoi
 # (v2 and v3 go through the same adapter, each SDK's Session and Transformer: v2 twice, not four times)
 @pytest.mark.slow
 @pytest.mark.parametrize("sdk, command, case", [("v3", "deploy", c) for c in DEPLOYS] + [
-    ("v3", "transform", c) for c in TRANSFORMS] + [("v2", "deploy", "instances"), ("v2", "transform", "manifest")])
+    ("v3", "transform", c) for c in TRANSFORMS] + [("v2", "deploy", "instances"), ("v2", "deploy", "multi-model"),
+                                                    ("v2", "transform", "manifest")])
 def test_each_sdk_sends_exactly_the_dry_run_requests(aws, moto_endpoint, sdk, command, case):
     args = (DEPLOYS if command == "deploy" else TRANSFORMS)[case]
     name = f"{command}-{case}-{sdk}"
@@ -66,6 +69,9 @@ def test_the_requests_say_what_was_asked():
          "InstanceType": "ml.c5.2xlarge"}]
     assert deploy["CreateEndpoint"] == {"EndpointName": "n1", "EndpointConfigName": "n1",
                                         "Tags": [{"Key": "team", "Value": "vision"}]}
+    multi = dry_run_request("deploy", *DEPLOYS["multi-model"])["CreateModel"]["PrimaryContainer"]
+    assert multi == {"Image": IMAGE, "Mode": "MultiModel", "ModelDataUrl": "s3://data/models/",
+                     "Environment": {"SAGEMAKER_MULTI_MODEL": "true"}}  # (what the image's serve reads)
     serverless = dry_run_request("deploy", *DEPLOYS["serverless"])["CreateEndpointConfig"]["ProductionVariants"]
     assert serverless == [{"VariantName": "AllTraffic", "ModelName": serverless[0]["ModelName"],
                            "InitialVariantWeight": 1, "ServerlessConfig": {"MemorySizeInMB": 3072, "MaxConcurrency": 10}}]
@@ -111,6 +117,10 @@ transform = functools.partial(launch_cli, "transform")
     ("deploy", ["--model-data", "s3://data/jobs/digits-1/output/"], "--model-data s3://data/jobs/digits-1/output/: "
                                                                     "expected a training job's model.tar.gz"),
     ("deploy", ["--model-data", "s3:/x/model.tar.gz"], "--model-data: 's3:/x/model.tar.gz' is not an S3 URI"),
+    ("deploy", ["--multi-model"], "--model-data s3://data/jobs/digits-1/output/model.tar.gz with --multi-model: "
+                                  "expected the S3 prefix (ending in /)"),
+    ("deploy", ["--model-data", "s3://data/models/", "--multi-model", "--serverless-memory", "2048"],
+     "SageMaker hosts multi-model endpoints on instances only"),
     ("deploy", ["--instance-type", "ml.g5.xxlarge"], "--instance-type 'ml.g5.xxlarge' is not a SageMaker hosting instance type"),
     ("deploy", ["--instance-type", "ml.inf2.xlarge"], "AWS Inferentia/Trainium do not run this TensorFlow image"),
     ("deploy", ["--instance-count", "0"], "--instance-count must be >= 1"),

@@ -15,6 +15,13 @@ class's probability, the top classes and the predicted one (docs/image.md, "Serv
 --dry-run prints the CreateModel, CreateEndpointConfig and CreateEndpoint requests, checked against
 botocore's model of the API, and contacts nothing; the installed SageMaker SDK (v3 or v2) sends them.
 An endpoint is billed until deleted: `aws sagemaker delete-endpoint --endpoint-name NAME`.
+
+--multi-model hosts many models on one endpoint (Mode MultiModel): --model-data is then an S3
+prefix, each model.tar.gz under it loaded on the first request that names it, and unloaded when
+memory runs short (docs/image.md, "Serving the model"):
+
+    aws sagemaker-runtime invoke-endpoint --endpoint-name NAME --target-model customer-a/model.tar.gz \
+        --content-type application/x-image --body fileb://photo.jpg answer.json
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ def add_parser(subparsers) -> None:
                              f"{', '.join(map(str, hosting.SERVERLESS_MEMORY_MB))}")
     parser.add_argument("--max-concurrency", type=int, default=5,
                         help="serverless: requests at once (1 to 200, default 5)")
+    parser.add_argument("--multi-model", action="store_true",
+                        help="a multi-model endpoint: --model-data is an S3 prefix of many model.tar.gz, each "
+                             "loaded when a request first names it (InvokeEndpoint's TargetModel, relative to it)")
     parser.set_defaults(run=run)
 
 

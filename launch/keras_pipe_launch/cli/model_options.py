@@ -39,9 +39,13 @@ def add_model_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def model_spec_from(args: argparse.Namespace) -> ModelSpec:
+    multi_model = getattr(args, "multi_model", False)
+    environment = key_values(args.env, "--env")
+    if multi_model:  # (the image serves SageMaker's multi-model contract only when told: keras_pipe_serve.models)
+        environment = {**environment, "SAGEMAKER_MULTI_MODEL": "true"}
     return ModelSpec(image_uri=args.image_uri, role=args.role, model_data=args.model_data,
-                     model_package=args.model_package,
-                     environment=tuple(key_values(args.env, "--env").items()),
+                     model_package=args.model_package, multi_model=multi_model,
+                     environment=tuple(environment.items()),
                      tags=tuple(key_values(args.tag, "--tag").items()), network_isolation=args.network_isolation,
                      base_name=args.base_name, name=args.name).named()
 

@@ -55,6 +55,8 @@ class ModelSpec:
     base_name: str = "keras-pipe"
     name: str | None = None  # default: base_name-YYYYmmddHHMMSS
     model_package: str | None = None  # a model package's ARN, instead of image_uri and model_data
+    # a multi-model endpoint's model (Mode MultiModel): model_data is the S3 prefix of many model.tar.gz
+    multi_model: bool = False
 
     def named(self) -> ModelSpec:
         """This spec with its name fixed (now, unless given)."""
@@ -121,7 +123,7 @@ def validate_model(spec: ModelSpec) -> list[str]:
         if not spec.image_uri:
             raise RequestError("--image-uri: the image that serves --model-data (or give --model-package)")
         check_image_and_role(spec.image_uri, spec.role)
-        _check_model_data(spec.model_data)
+        _check_model_data(spec.model_data, spec.multi_model)
     if not _BASE_NAME.match(spec.base_name):
         raise RequestError(f"--base-name {spec.base_name!r}: 1-48 letters, digits and hyphens")
     if spec.name is not None and not JOB_NAME.match(spec.name):
@@ -133,8 +135,14 @@ def validate_model(spec: ModelSpec) -> list[str]:
     return []
 
 
-def _check_model_data(model_data: str) -> None:
+def _check_model_data(model_data: str, multi_model: bool = False) -> None:
     _s3("--model-data", model_data)
+    if multi_model:
+        if not model_data.endswith("/"):
+            raise RequestError(f"--model-data {model_data} with --multi-model: expected the S3 prefix (ending in /) "
+                               "under which the models' model.tar.gz lie, each named by InvokeEndpoint's TargetModel "
+                               "relative to it, e.g. s3://bucket/models/")
+        return
     if not model_data.endswith(".tar.gz"):
         raise RequestError(f"--model-data {model_data}: expected a training job's model.tar.gz (SageMaker "
                            "unpacks it into /opt/ml/model), e.g. s3://bucket/jobs/JOB/output/model.tar.gz")
@@ -142,7 +150,12 @@ def _check_model_data(model_data: str) -> None:
 
 def validate_endpoint(spec: EndpointSpec) -> list[str]:
     found = validate_model(spec.model)
+    if spec.model.multi_model and spec.model.model_package is not None:
+        raise RequestError("--multi-model takes --model-data, an S3 prefix of models: a model package is one model")
     if spec.serverless_memory_mb is not None:
+        if spec.model.multi_model:
+            raise RequestError("--multi-model with --serverless-memory: SageMaker hosts multi-model endpoints on "
+                               "instances only")
         if spec.serverless_memory_mb not in SERVERLESS_MEMORY_MB:
             raise RequestError(f"--serverless-memory {spec.serverless_memory_mb}: one of "
                                f"{', '.join(map(str, SERVERLESS_MEMORY_MB))} MB")
@@ -226,7 +239,8 @@ def container(spec: ModelSpec) -> dict:
     """The model's container: the image and its model data, or the model package that names them."""
     if spec.model_package is not None:
         return {"ModelPackageName": spec.model_package, "Environment": dict(spec.environment)}
-    return {"Image": spec.image_uri, "ModelDataUrl": spec.model_data, "Environment": dict(spec.environment)}
+    mode = {"Mode": "MultiModel"} if spec.multi_model else {}
+    return {"Image": spec.image_uri, **mode, "ModelDataUrl": spec.model_data, "Environment": dict(spec.environment)}
 
 
 def endpoint_requests(spec: EndpointSpec) -> dict[str, dict]:

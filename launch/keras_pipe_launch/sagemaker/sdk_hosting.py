@@ -75,7 +75,8 @@ def _create_model(sdk: _Sdk, spec: ModelSpec) -> None:
     # (a model package's container: the SDKs' container_def wants an image; their create_model sends
     # the dict as given)
     definition = (container(spec) if spec.model_package is not None
-                  else sdk.container_def(spec.image_uri, spec.model_data, env=dict(spec.environment)))
+                  else sdk.container_def(spec.image_uri, spec.model_data, env=dict(spec.environment),
+                                         container_mode="MultiModel" if spec.multi_model else None))
     sdk.session.create_model(spec.name, role=spec.role, container_defs=definition, tags=_tags(spec),
                              enable_network_isolation=spec.network_isolation)
 
