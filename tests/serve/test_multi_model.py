@@ -13,12 +13,13 @@ import pytest
 
 from tests.conftest import image_bytes
 from tests.serve.conftest import CLASSES, Server
+from tests.timeouts import wait_s
 
 JPEG = image_bytes("JPEG", 40, 30)
 
 
 def call(server: Server, method: str, path: str, body: bytes | None = None, **headers: str) -> tuple[int, dict]:
-    status, answer, _ = server.request(method, path, body, timeout=120, **headers)
+    status, answer, _ = server.request(method, path, body, timeout=wait_s(120), **headers)
     return status, json.loads(answer) if answer else {}
 
 
