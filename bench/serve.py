@@ -4,6 +4,7 @@ process on the same number of TensorFlow threads, its ceiling.
 
     python -m bench.serve            # ~11 minutes on 2 cores: all of it
     python -m bench.serve --overload # ~4 minutes: the bursts beyond capacity alone
+    python -m bench.serve --multi-model  # ~2 minutes: a multi-model endpoint alone
     python -m bench.serve --crowds   # ~6 minutes: the crowds, bad clients and bursts beyond capacity alone
     python -m bench.serve --quick    # tiny: a correctness check, not a benchmark (with --crowds too)
 
@@ -22,6 +23,9 @@ back to back by each client over a kept-alive connection, as SageMaker's front e
                set to the cores) instead of one worker calling its model from a thread per core
 And the workers' PSS (each one's own memory plus its share of what it shares) after each load: a
 leak would show as growth from load to load.
+  multi-model  SAGEMAKER_MULTI_MODEL=true: the model loaded under 1, 4 and 8 names (POST /models,
+               timed), 8 single-image clients each asking one of them in turn: as `server` rows,
+               with the worker's PSS; then DELETE of each, timed
   crowds       crowds and bad clients (bench.crowds: one event loop in a process of its own)
                against one server with its defaults, each scenario for CROWD_S, /ping polled as
                above: 100, then 300 kept-alive single-image clients; 80 stalled uploads (headers
@@ -57,6 +61,7 @@ import base64
 import http.client
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -185,18 +190,19 @@ class Served:
         return subprocess.Popen([sys.executable, "-m", "bench.serve", "--ping", str(self.port), str(seconds)],
                                 stdout=subprocess.PIPE, text=True)
 
-    def load(self, body: bytes, kind: str, clients: int, seconds: float) -> dict:
-        """`clients` connections sending `body` back to back for `seconds`, /ping polled meanwhile:
-        requests/s and the latencies of requests and pings."""
+    def load(self, body: bytes, kind: str, clients: int, seconds: float, paths: tuple[str, ...] = ("/invocations",)
+             ) -> dict:
+        """`clients` connections sending `body` back to back for `seconds` (client i to paths[i], in
+        turn), /ping polled meanwhile: requests/s and the latencies of requests and pings."""
         latencies: list[float] = []
         failures: list[str] = []
         stop = threading.Event()
 
-        def client():
+        def client(path: str):
             connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
             while not stop.is_set():
                 started = time.perf_counter()
-                connection.request("POST", "/invocations", body, {"Content-Type": kind})
+                connection.request("POST", path, body, {"Content-Type": kind})
                 answer = connection.getresponse()
                 text = answer.read()
                 if answer.status != 200:
@@ -205,7 +211,7 @@ class Served:
                 latencies.append(time.perf_counter() - started)
             connection.close()
 
-        threads = [threading.Thread(target=client) for _ in range(clients)]
+        threads = [threading.Thread(target=client, args=(paths[i % len(paths)],)) for i in range(clients)]
         pinger = self.pinger(seconds)
         started = time.perf_counter()
         for thread in threads:
@@ -220,6 +226,16 @@ class Served:
         if failures:
             raise SystemExit(f"/invocations failed: {failures[0]}; log: {self.log.read_text()[-2000:]}")
         return {"rate": count / elapsed, "latencies": latencies, "pings": pings}
+
+    def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, float]:
+        """(status, seconds) of one request on a new connection."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        started = time.perf_counter()
+        connection.request(method, path, body, {"Content-Type": "application/json"} if body else {})
+        answer = connection.getresponse()
+        answer.read()
+        connection.close()
+        return answer.status, time.perf_counter() - started
 
     def workers(self) -> list[str]:
         return subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
@@ -501,12 +517,45 @@ def overloaded(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
                          "<= t + 1", "< 100 ms", ""))
 
 
+def multi_model(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
+    """A multi-model endpoint (SAGEMAKER_MULTI_MODEL=true): the same model loaded under 1, then 4,
+    then 8 names (POST /models, each load timed), and 8 single-image clients, client i asking model
+    i mod N: images/s, latency and /ping beside the worker's memory; then each unloaded (DELETE)."""
+    seconds, counts, clients = (0.75, (1, 2), 4) if quick else (8.0, (1, 4, 8), 8)
+    (work / "mme-none").mkdir()
+    served = Served(work / "mme-none", work / "serve-mme.log", SAGEMAKER_MULTI_MODEL="true")
+    loads, names = [], []
+    try:
+        for count in counts:
+            while len(names) < count:
+                name = f"model-{len(names)}"
+                folder = work / "models" / name / "model"
+                shutil.copytree(model, folder)
+                asked = json.dumps({"model_name": name, "url": str(folder)}).encode()
+                status, took = served.call("POST", "/models", asked)
+                if status != 200:
+                    raise SystemExit(f"POST /models answered {status}: {served.log.read_text()[-2000:]}")
+                loads.append(took)
+                names.append(name)
+            paths = tuple(f"/models/{name}/invoke" for name in names)
+            served.load(jpeg, "application/x-image", clients, seconds / 4, paths)  # (warm)
+            result = served.load(jpeg, "application/x-image", clients, seconds, paths)
+            print(row(f"multi-model, {count} model(s), {clients} single-image clients", result, 1)
+                  + f"; the worker's PSS {sum(served.worker_pss_mb()):.0f} MB")
+        unloads = [served.call("DELETE", f"/models/{name}")[1] for name in names]
+    finally:
+        code = served.stop()
+    print(f"multi-model: POST /models took {ms(statistics.median(loads))} (median of {len(loads)}; max "
+          f"{ms(max(loads))}), DELETE {ms(statistics.median(unloads))}; SIGTERM: exit code {code}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny: a correctness check, not a benchmark")
     parser.add_argument("--crowds", action="store_true",
                         help="only the crowds, bad clients and bursts beyond capacity (~6 minutes)")
     parser.add_argument("--overload", action="store_true", help="only the bursts beyond capacity (~4 minutes)")
+    parser.add_argument("--multi-model", action="store_true", help="only the multi-model endpoint (~2 minutes)")
     parser.add_argument("--ping", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ping:
@@ -516,8 +565,11 @@ def main(argv=None) -> None:
         jpeg = photo()
         print(f"model: {'one convolution, 32x32' if args.quick else 'mobilenet_v3_small, 224x224'}, "
               f"{len(CLASSES)} classes; images: one {len(jpeg) // 1024} KB JPEG of 500x375; {cores()} cores")
+        if args.multi_model:
+            return multi_model(model, Path(work), jpeg, args.quick)
         if not args.crowds and not args.overload:
             throughput(model, Path(work), jpeg, args.quick)
+            multi_model(model, Path(work), jpeg, args.quick)
         if not args.overload:
             under_crowds(model, Path(work), jpeg, args.quick)
         overloaded(model, Path(work), jpeg, args.quick)

@@ -93,6 +93,9 @@ def test_serve_benchmark_loads_the_server_pings_it_and_compares_it_with_its_ceil
     assert "8 single-image clients:" in out and "x one image at a time in-process" in out
     assert re.search(r"a request of 100 images, one a model call, past SAGEMAKER_MODEL_SERVER_TIMEOUT=1: answered "
                      r"(200|504) after [\d.]+ s; then /ping 200, a one-image request 200", out), out
+    for count in (1, 2):  # (the multi-model endpoint: --quick loads 2)
+        assert re.search(rf"multi-model, {count} model\(s\), 4 single-image clients: +[\d.]+ requests/s", out), out
+    assert re.search(r"multi-model: POST /models took [\d.]+ m?s .*; SIGTERM: exit code 0", out), out
     burst = re.search(r"40 clients, timeout 1 s +\| +[\d.]+/s \| +(\d+) +(\d+) +(\d+) +(\d+) \| +\d+% \|", out)
     assert burst and int(burst[1]) > 0 and int(burst[4]) == 0, out  # (200s; no status but 200, 503, 504)
 

@@ -19,8 +19,8 @@ NAME is opaque: not necessarily the TargetModel the caller gave, which comes as 
 X-Amzn-SageMaker-Target-Model header (logged, never used to choose). Each model is served as the
 endpoint's one model is: its own batcher, the door's admission by its own pace.
 
-Memory: a load is refused with 507, before anything is read, when the model's files times
-LOAD_FACTOR, plus LOAD_MB, exceed the memory left (the container's limit less what it uses, cgroup
+Memory: a load is refused with 507, before anything is read, when the model's SavedModel's size times
+LOAD_FACTOR, plus LOAD_MB, exceeds the memory left (the container's limit less what it uses, cgroup
 v2 or v1, else the host's MemAvailable); and when TensorFlow runs out while loading.
 
 One worker holds the models: SageMaker loads each model once per instance, through whichever
@@ -46,8 +46,9 @@ from keras_pipe_serve.sizing import memory_available, model_bytes
 
 log = logging.getLogger("keras_pipe_serve")
 
-# a loaded model's memory, as a multiple of its files' size (the SavedModel's variables held once by
-# TensorFlow, its graph and the functions traced from it), and a floor for the smallest
+# a loaded model's memory, as a multiple of its SavedModel's size (its variables held once by
+# TensorFlow, its graph and the functions traced from it), and a floor for the smallest: bench.serve's
+# MobileNetV3-Small took about 57 MB a model, its SavedModel 8.7 MB: 90 MB asked (docs/speed.md)
 LOAD_FACTOR = 3
 LOAD_MB = 64
 # models listed in one page of GET /models
@@ -155,7 +156,7 @@ class Models:
             folder = saved_model_dir(Path(url))
         except (ModelError, OSError) as err:
             raise BadRequest(404, f"model {name[:200]!r} cannot be loaded from {url[:300]!r}: {err}") from None
-        need = model_bytes(Path(url)) * LOAD_FACTOR + (LOAD_MB << 20)
+        need = model_bytes(folder) * LOAD_FACTOR + (LOAD_MB << 20)  # (the SavedModel: what TensorFlow loads)
         left = self._available()
         if left is not None and need > left:
             raise InsufficientStorage(f"model {name[:200]!r} needs about {need >> 20} MB ({LOAD_FACTOR} times its "
