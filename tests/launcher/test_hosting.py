@@ -121,6 +121,8 @@ transform = functools.partial(launch_cli, "transform")
                                   "expected the S3 prefix (ending in /)"),
     ("deploy", ["--model-data", "s3://data/models/", "--multi-model", "--serverless-memory", "2048"],
      "SageMaker hosts multi-model endpoints on instances only"),
+    ("deploy", ["--model-data", "s3://data/models/", "--multi-model", "--instance-type", "ml.g5.xlarge"],
+     "SageMaker hosts multi-model endpoints on GPU instances only with its Triton container"),
     ("deploy", ["--instance-type", "ml.g5.xxlarge"], "--instance-type 'ml.g5.xxlarge' is not a SageMaker hosting instance type"),
     ("deploy", ["--instance-type", "ml.inf2.xlarge"], "AWS Inferentia/Trainium do not run this TensorFlow image"),
     ("deploy", ["--instance-count", "0"], "--instance-count must be >= 1"),

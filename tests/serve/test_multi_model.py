@@ -92,8 +92,9 @@ class Loaded:
     def __init__(self):
         self.closed = False
 
-    def close(self):
+    def close(self, wait_s: float = 0.0) -> bool:
         self.closed = True
+        return True
 
 
 def registry(tmp_path, available=None, **options):
@@ -197,3 +198,62 @@ def test_a_closed_batcher_ends_its_runners_once_its_queue_is_done():
     for thread in batcher._threads:
         thread.join(10)
         assert not thread.is_alive()
+
+
+def test_a_model_that_cannot_be_served_is_a_400_saying_why_and_not_left_loading(tmp_path):
+    from keras_pipe_serve.models import Models
+    from keras_pipe_serve.predictor import ModelError
+
+    folder = model_folder(tmp_path, "m")
+
+    def load(path):
+        raise ModelError(f"{path} has no serving_default signature")
+
+    models = Models(load, multi=True, available=lambda: None)
+    for _ in range(2):  # (and again: a failed load leaves nothing behind)
+        with pytest.raises(Exception) as refused:
+            models.load(asked("m", folder))
+        assert refused.value.status == 400 and "has no serving_default signature" in str(refused.value)
+
+
+def test_a_second_load_of_a_name_being_loaded_waits_for_it_and_answers_409(tmp_path):
+    import threading
+
+    from keras_pipe_serve.models import Models
+
+    folder, started, release = model_folder(tmp_path, "m"), threading.Event(), threading.Event()
+
+    def load(path):
+        started.set()
+        release.wait(10)
+        return object(), Loaded()
+
+    models = Models(load, multi=True, available=lambda: None)
+    first = threading.Thread(target=models.load, args=(asked("m", folder),))
+    first.start()
+    assert started.wait(10)
+    answers = []
+
+    def second():
+        try:
+            models.load(asked("m", folder))
+        except Exception as err:
+            answers.append(err.status)
+
+    waiting = threading.Thread(target=second)
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # (it waits for the first load, not a 409 before the model is in)
+    release.set()
+    first.join(10)
+    waiting.join(10)
+    assert answers == [409] and [s.name for s in models.all()] == ["m"]
+
+
+def test_a_batcher_closed_takes_no_more_jobs():
+    from keras_pipe_serve.batcher import Batcher, Closed
+
+    batcher = Batcher(lambda images: ([[1.0]] * len(images), None))
+    assert batcher.close(10)
+    with pytest.raises(Closed):
+        batcher.submit([b"x"])

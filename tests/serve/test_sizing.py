@@ -6,7 +6,7 @@ exception for a file it cannot make sense of."""
 import os
 
 import pytest
-from keras_pipe_serve.sizing import Cpus, cpus, memory_limit, plan
+from keras_pipe_serve.sizing import Cpus, cpus, memory_available, memory_limit, plan
 
 MB = 2**20
 V1_NO_LIMIT = "9223372036854771712\n"  # (what cgroup v1 writes for none)
@@ -71,6 +71,39 @@ V2_POD = "0::/kubepods/pod1/ctr\n"
 def test_the_memory_limit_is_the_smallest_along_the_cgroup_v2_path(tmp_path, files, limit):
     root, proc = cgroups(tmp_path, V2_POD, files)
     assert memory_limit(root, proc) == limit
+
+
+@pytest.mark.parametrize("files, meminfo, left", [
+    # v2: the limit less what is used but for the page cache the kernel can drop (a multi-model
+    # endpoint's 507: keras_pipe_serve.models)
+    ({"kubepods/pod1/ctr/memory.max": "1073741824\n", "kubepods/pod1/ctr/memory.current": "629145600\n",
+      "kubepods/pod1/ctr/memory.stat": "anon 314572800\ninactive_file 209715200\nactive_file 1\n"}, None,
+     (1024 - 600 + 200) * MB),
+    # the pod's limit binds tighter than the container's
+    ({"kubepods/pod1/ctr/memory.max": "max\n", "kubepods/pod1/ctr/memory.current": "1\n",
+      "kubepods/pod1/memory.max": "536870912\n", "kubepods/pod1/memory.current": "419430400\n"}, None, 112 * MB),
+    # no limit: the host's MemAvailable
+    ({"kubepods/pod1/ctr/memory.max": "max\n", "kubepods/pod1/ctr/memory.current": "1\n"},
+     "MemTotal: 8000000 kB\nMemAvailable:    2048000 kB\n", 2000 * MB),
+    # both: the least
+    ({"kubepods/pod1/ctr/memory.max": "4294967296\n", "kubepods/pod1/ctr/memory.current": "0\n"},
+     "MemAvailable: 1024000 kB\n", 1000 * MB),
+    ({}, None, None),  # nothing to read
+])
+def test_the_memory_left_is_the_least_of_the_cgroups_room_and_the_hosts(tmp_path, files, meminfo, left):
+    root, proc = cgroups(tmp_path, V2_POD, files)
+    info = tmp_path / "meminfo"
+    if meminfo is not None:
+        info.write_text(meminfo)
+    assert memory_available(root, proc, info) == left
+
+
+def test_the_memory_left_under_cgroup_v1_counts_its_page_cache_as_room(tmp_path):
+    root, proc = cgroups(tmp_path, "4:memory:/docker/abc\n", {
+        "memory/docker/abc/memory.limit_in_bytes": "1073741824\n", "memory/docker/abc/memory.usage_in_bytes": "943718400\n",
+        "memory/docker/abc/memory.stat": "cache 500\ntotal_inactive_file 314572800\n",
+        "memory/memory.limit_in_bytes": V1_NO_LIMIT, "memory/memory.usage_in_bytes": "1\n"})
+    assert memory_available(root, proc, tmp_path / "no-meminfo") == (1024 - 900 + 300) * MB
 
 
 @pytest.mark.parametrize("files, expected", [

@@ -54,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from keras_pipe_serve import payloads
-from keras_pipe_serve.batcher import Batcher
+from keras_pipe_serve.batcher import Batcher, Closed
 from keras_pipe_serve.models import LOAD_BODY_BYTES, Models, Served
 from keras_pipe_serve.payloads import BadRequest, Refusal
 from keras_pipe_serve.predictor import ImageError, Predictor
@@ -356,14 +356,17 @@ class App:
             body = await _body(receive, length, LOAD_BODY_BYTES, arrived + self.timeout, arrived)
             read.whole = True
             loop = asyncio.get_running_loop()
-            answer = (await loop.run_in_executor(self._loader, self.models.load, bytes(body))).described()
+            target = headers.get("x-amzn-sagemaker-target-model")
+            answer = (await loop.run_in_executor(self._loader, self.models.load, bytes(body), target)).described()
         elif action == "list":
             query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
             answer = self.models.page(query.get("next_page_token", [None])[0])
         elif action == "describe":
             answer = self.models.named(name).described()
         else:
-            self.models.unload(name)
+            self.models.named(name)  # (404 at once for one not loaded)
+            await asyncio.get_running_loop().run_in_executor(None, self.models.unload, name,
+                                                             headers.get("x-amzn-sagemaker-target-model"))
             answer = {"modelName": name, "unloaded": True}
         await _respond(send, 200, json.dumps(answer).encode(), payloads.JSON)
 
@@ -440,7 +443,10 @@ class App:
         request, answer, top_k = await self._in_thread(self._parsed, deadline, served.predictor, headers, body)
         entry.in_queue()  # (queued next, or refused: either way no longer arriving)
         self._in_time(served.batcher, deadline, 0, len(request.images))  # (those still arriving queue behind it)
-        job = served.batcher.submit(request.images, deadline)
+        try:
+            job = served.batcher.submit(request.images, deadline)
+        except Closed:
+            raise BadRequest(404, f"model {served.name[:200]!r} was unloaded while this request was read") from None
         outputs = await self._answered(served.batcher, job, deadline, receive)
         return answer.kind, await self._in_thread(self._rendered, deadline, served.predictor, outputs, top_k, answer,
                                                   request)

@@ -106,11 +106,17 @@ class Job:
             self._finish()
 
 
+class Closed(Exception):
+    """The batcher takes no more jobs: its model was unloaded (keras_pipe_serve.models)."""
+
+
 class Batcher:
     def __init__(self, run: Callable[[list[bytes]], Outputs], max_batch: int = 32, max_wait: float = 0.0,
-                 stuck_floor: float = STUCK_FLOOR_S, runners: int = 1):
+                 stuck_floor: float = STUCK_FLOOR_S, runners: int = 1, calls: threading.Semaphore | None = None):
         """`stuck_floor`: the fewest seconds after which a call may be called stuck (stuck()).
-        `runners`: threads calling the model at once, each on the next batch."""
+        `runners`: threads calling the model at once, each on the next batch. `calls`: slots shared
+        with other batchers (a multi-model endpoint's models), one taken for each model call, so
+        that the models' calls at once are no more than the cores (and their memory) allow."""
         self._run = run
         self.stuck_floor = stuck_floor
         self.slowest_per_image = 0.0  # the longest a finished call took, per image: the model's history
@@ -122,6 +128,7 @@ class Batcher:
         self._idle = 0  # runners waiting for work
         self._running: set[Job] = set()  # jobs with a slice in a call now
         self._closed = False  # (close(): the runners end once the queue is empty)
+        self._calls = calls
         self.busy_since: list[float | None] = [None] * runners  # when each runner's call now running began
         self.busy_images = [0] * runners  # and on how many images
         self._threads = [threading.Thread(target=self._serve, args=(i,), name=f"model-{i}", daemon=True)
@@ -135,6 +142,8 @@ class Batcher:
         past `deadline` (time.monotonic) those not yet taken are dropped."""
         job = Job(images, deadline)
         with self._ready:
+            if self._closed:
+                raise Closed("the model was unloaded")
             self._queue.append(job)
             self._ready.notify()
         return job
@@ -225,12 +234,16 @@ class Batcher:
                     self._recent_s = RECENT_DECAY * self._recent_s + seconds
                     self._recent_images = RECENT_DECAY * self._recent_images + images
 
-    def close(self) -> None:
-        """No more jobs will come (the model is unloaded): the runners end once those queued are
-        done, letting go of the model."""
+    def close(self, wait_s: float = 0.0) -> bool:
+        """Takes no more jobs (submit raises Closed: the model is unloaded); the runners end once
+        those queued are done, letting go of the model. Whether they had ended within `wait_s`."""
         with self._ready:
             self._closed = True
             self._ready.notify_all()
+        deadline = time.monotonic() + wait_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(thread.is_alive() for thread in self._threads)
 
     # -- the model thread's side --
     def _serve(self, runner: int) -> None:
@@ -244,7 +257,15 @@ class Batcher:
             jobs = {job for job, _, _ in batch}
             self._running |= jobs
             try:
-                self._compute(batch)
+                if self._calls is not None:
+                    self._calls.acquire()  # (a call of another model's may be running: the call starts after it)
+                    with self._ready:
+                        self.busy_since[runner] = time.monotonic()
+                try:
+                    self._compute(batch)
+                finally:
+                    if self._calls is not None:
+                        self._calls.release()
                 self.timed(count, time.monotonic() - self.busy_since[runner])
             finally:
                 with self._ready:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import weakref
 
 from gunicorn.asgi.protocol import ASGIProtocol
@@ -206,6 +207,10 @@ class _KeepingParser:
 class Worker(gasgi.ASGIWorker):
     """gunicorn's ASGI worker serving each connection with Protocol."""
 
+    def _alive_until(self, done: threading.Event) -> None:
+        while not done.wait(self.timeout / 4 if self.timeout else 5.0):
+            self.notify()
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.connections: weakref.WeakSet[Protocol] = weakref.WeakSet()
@@ -225,7 +230,15 @@ class Worker(gasgi.ASGIWorker):
         super().init_process()
 
     def load_wsgi(self) -> None:
-        super().load_wsgi()
+        # (loading may outlast gunicorn's timeout, the models a multi-model endpoint had loaded
+        # loaded again: the worker tells the master it is alive meanwhile, as its loop will after)
+        loaded = threading.Event()
+        alive = threading.Thread(target=self._alive_until, args=(loaded,), name="loading-heartbeat", daemon=True)
+        alive.start()
+        try:
+            super().load_wsgi()
+        finally:
+            loaded.set()
         # the model's millions of Python objects (TensorFlow's, the graph's) out of the collector's
         # reach: a full collection walks them all, a pause of the loop, and of /ping, each time a
         # crowd's garbage sets one off (docs/speed.md, Figures behind the code's choices: gc.freeze())

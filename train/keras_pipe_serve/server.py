@@ -259,11 +259,15 @@ def loaded_app(config: dict, chosen: Plan):
     from keras_pipe_serve.models import Models
     from keras_pipe_serve.predictor import Predictor
 
+    # a multi-model endpoint's models share the runners' slots: no more calls at once than one model's
+    calls = threading.Semaphore(chosen.runners) if config["multi"] else None
+
     def model(folder: Path):
         predictor = Predictor(folder, threads=chosen.intra, inter_threads=chosen.inter)
+        warm_up = predictor.warm_up()  # (before the batcher's threads start: a model that fails here holds none)
         batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], stuck_floor=config["stuck_floor"],
-                          runners=chosen.runners)
-        batcher.timed(1, predictor.warm_up(), recent=False)
+                          runners=chosen.runners, calls=calls)
+        batcher.timed(1, warm_up, recent=False)
         return predictor, batcher
 
     models = Models(lambda folder: made_yielding(lambda: model(folder), config["niceness"]), config["multi"],

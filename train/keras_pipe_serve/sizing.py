@@ -113,17 +113,32 @@ def memory_limit(cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_
 def memory_available(cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP,
                      meminfo: Path = Path("/proc/meminfo")) -> int | None:
     """Bytes of memory the process can still take: the least, over the cgroups that limit it (v2's
-    memory.max less memory.current, v1's memory.limit_in_bytes less memory.usage_in_bytes), and
-    the host's MemAvailable; None where neither can be read."""
+    memory.max less memory.current, v1's memory.limit_in_bytes less memory.usage_in_bytes, each
+    usage less the page cache the kernel can drop, inactive_file, as the working set of `docker
+    stats` and the kubelet counts), and the host's MemAvailable; None where neither can be read."""
     v2, v1 = _cgroup_dirs(cgroup_root, proc_self_cgroup, "memory")
-    left = [(_integer(_read(folder / "memory.max")), _integer(_read(folder / "memory.current"))) for folder in v2]
-    left += [(_integer(_read(folder / "memory.limit_in_bytes")), _integer(_read(folder / "memory.usage_in_bytes")))
+    left = [(_integer(_read(folder / "memory.max")),
+             _less(_integer(_read(folder / "memory.current")), _stat(folder / "memory.stat", "inactive_file")))
+            for folder in v2]
+    left += [(_integer(_read(folder / "memory.limit_in_bytes")),
+              _less(_integer(_read(folder / "memory.usage_in_bytes")),
+                    _stat(folder / "memory.stat", "total_inactive_file")))
              for folder in v1]
     room = [limit - used for limit, used in left if limit is not None and used is not None and 0 < limit < UNLIMITED]
     found = re.search(r"^MemAvailable:\s+(\d+) kB", _read(meminfo) or "", re.M)
     if found:
         room.append(int(found[1]) * 1024)
     return max(0, min(room)) if room else None
+
+
+def _stat(path: Path, key: str) -> int:
+    """A memory.stat file's value for `key` (0 where it is not there)."""
+    found = re.search(rf"^{key} (\d+)$", _read(path) or "", re.M)
+    return int(found[1]) if found else 0
+
+
+def _less(used: int | None, droppable: int) -> int | None:
+    return None if used is None else max(0, used - droppable)
 
 
 def _cgroup_dirs(cgroup_root: Path, proc_self_cgroup: Path, controller: str) -> tuple[list[Path], list[Path]]:

@@ -41,7 +41,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 def model_spec_from(args: argparse.Namespace) -> ModelSpec:
     multi_model = getattr(args, "multi_model", False)
     environment = key_values(args.env, "--env")
-    if multi_model:  # (the image serves SageMaker's multi-model contract only when told: keras_pipe_serve.models)
+    if multi_model:  # (SageMaker sets it on such an endpoint itself; said here too, so the request shows it)
         environment = {**environment, "SAGEMAKER_MULTI_MODEL": "true"}
     return ModelSpec(image_uri=args.image_uri, role=args.role, model_data=args.model_data,
                      model_package=args.model_package, multi_model=multi_model,

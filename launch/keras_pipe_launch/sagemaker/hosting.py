@@ -164,6 +164,9 @@ def validate_endpoint(spec: EndpointSpec) -> list[str]:
                                f"{SERVERLESS_MAX_CONCURRENCY}")
         return found + ["a serverless endpoint takes requests of at most 4 MB and has no GPU"]
     _check_instances(spec.instance_type, spec.instance_count, "ProductionVariantInstanceType", "hosting")
+    if spec.model.multi_model and re.match(r"ml\.(g|p)\d", spec.instance_type):
+        raise RequestError(f"--multi-model on {spec.instance_type}: SageMaker hosts multi-model endpoints on GPU "
+                           "instances only with its Triton container; choose a CPU instance type (ml.m5, ml.c5 ...)")
     return found
 
 
