@@ -12,9 +12,12 @@ EDITABLE := -e train/pipemode -e train -e launch
 COMPILED := train/pipemode/setup.py train/pipemode/pipemode/_framing.c
 INSTALLED := $(VENV)/.installed
 # The installer of every virtualenv: uv's `pip install`, the same pinned packages as pip's (their
-# `pip freeze` compared equal), in 120 s for all four where pip took 196 s from empty caches on 2
-# cores: one download and cache for the TensorFlow all but .venv-mxnet install, and no bytecode
-# compiled up front. uv itself comes from PyPI into .venv, by the pip that `venv` gives it.
+# `pip freeze` compared equal), in 62 s for all four where pip took 196 s from empty caches on 2
+# cores (without --compile-bytecode: one download and cache for the TensorFlow all but .venv-mxnet
+# install). Their bytecode is compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is
+# set (these machines set it), nothing writes it later, and every process that imports TensorFlow
+# would compile its 1,847 files again (a CI run went twice as slow so). uv itself comes from PyPI
+# into .venv, by the pip that `venv` gives it.
 UV := $(BIN)/uv
 # SageMaker SDK v2 beside v3: `keras-pipe submit` must send the same request through both
 SDK2 := .venv-sdk2
@@ -102,10 +105,10 @@ $(UV): | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==0.13.9
 
 $(INSTALLED): $(REQUIREMENTS) $(PROJECTS) $(COMPILED) Makefile | $(UV)
-	$(UV) pip install --quiet --python $(BIN)/python -r requirements/dev.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements/dev.txt
 	# the project's three distributions, editable (their dependencies are pinned above): the
 	# reader (pipemode), the job (keras_pipe_train), the launcher (keras_pipe_launch, `keras-pipe`)
-	$(UV) pip install --quiet --python $(BIN)/python --no-deps $(EDITABLE)
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps $(EDITABLE)
 	touch $@
 
 # the local Debian base image the container tests build on (podman, debootstrap; run as root)
@@ -114,8 +117,8 @@ container-base:
 
 $(SDK2_INSTALLED): requirements/sdk2.txt requirements/launch.txt $(PROJECTS) $(COMPILED) Makefile | $(UV)
 	$(PYTHON) -m venv $(SDK2)
-	$(UV) pip install --quiet --python $(SDK2)/bin/python -r requirements/sdk2.txt
-	$(UV) pip install --quiet --python $(SDK2)/bin/python --no-deps $(EDITABLE)
+	$(UV) pip install --quiet --compile-bytecode --python $(SDK2)/bin/python -r requirements/sdk2.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(SDK2)/bin/python --no-deps $(EDITABLE)
 	touch $@
 
 $(WHEELHOUSE_DOWNLOADED): $(REQUIREMENTS) train/pipemode/pyproject.toml Makefile | $(BIN)/python
@@ -126,12 +129,12 @@ $(WHEELHOUSE_DOWNLOADED): $(REQUIREMENTS) train/pipemode/pyproject.toml Makefile
 
 $(TOOLKIT_INSTALLED): requirements/toolkit.txt Makefile | $(UV)
 	$(PYTHON) -m venv $(TOOLKIT)
-	$(UV) pip install --quiet --python $(TOOLKIT)/bin/python -r requirements/toolkit.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(TOOLKIT)/bin/python -r requirements/toolkit.txt
 	touch $@
 
 $(MXNET_INSTALLED): requirements/mxnet-reference.txt Makefile | $(UV)
 	$(PYTHON) -m venv $(MXNET)
-	$(UV) pip install --quiet --python $(MXNET)/bin/python -r requirements/mxnet-reference.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(MXNET)/bin/python -r requirements/mxnet-reference.txt
 	touch $@
 
 clean:
