@@ -172,8 +172,8 @@ def checkout_venv(tmp_path_factory) -> Path:
                          cwd=source, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     # the commands of the pinned requirements the documents run, which `make venv` installs into .venv/bin
-    # (the .pth file above shows their packages, not their commands)
-    for command in ("mlflow", "aws"):
+    # (the .pth file above shows their packages, not their commands), and uv, the Makefile's installer
+    for command in ("mlflow", "aws", "uv"):
         (venv / "bin" / command).symlink_to(REPO / ".venv" / "bin" / command)
     (venv / ".installed").touch()
     return venv
@@ -364,8 +364,9 @@ def follow(document: str, checkout: Path, env: dict, moto_endpoint: str, request
 
 
 def make_demo_installs_first(checkout: Path, env: dict) -> None:
-    """The README's `make demo` in a fresh clone (no .venv) creates .venv and installs the pinned
-    requirements and the project into it, then runs the demo: what make plans there (`make -n`).
+    """The README's `make demo` in a fresh clone (no .venv) creates .venv, installs uv into it and,
+    with uv, the pinned requirements and the project, then runs the demo: what make plans there
+    (`make -n`).
     The install itself is not run again here: it is the very rule (Makefile: $(INSTALLED)) that CI's
     setup runs on its clean clone before the tests (.ci/run: `make test-setup`), online as a user's
     is; run again here, offline from the wheelhouse, it took 89 s. The checkout then gets
@@ -383,8 +384,10 @@ def make_demo_installs_first(checkout: Path, env: dict) -> None:
     finally:
         venv.symlink_to(installed)
     assert steps == ["python3 -m venv .venv",
-                     ".venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt",
-                     ".venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "
+                     ".venv/bin/python -m pip install --quiet --disable-pip-version-check uv==0.13.9",
+                     ".venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python "
+                     "-r requirements/dev.txt",
+                     ".venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python --no-deps "
                      "-e train/pipemode -e train -e launch",
                      "touch .venv/.installed",
                      ".venv/bin/python -m keras_pipe_launch.demo"], steps
