@@ -270,13 +270,14 @@ def loaded_app(config: dict, chosen: Plan):
         batcher.timed(1, warm_up, recent=False)
         return predictor, batcher
 
-    models = Models(lambda folder: made_yielding(lambda: model(folder), config["niceness"]), config["multi"],
-                    config.get("registry"))
+    def load(folder: Path):
+        return made_yielding(lambda: model(folder), config["niceness"])
+
+    models = Models(load, config["multi"], config.get("registry"))
     if config["multi"]:
         models.reload_registered()
     else:
-        models.serve_default(*made_yielding(lambda: model(config["model_dir"]), config["niceness"]),
-                             str(config["model_dir"]))
+        models.serve_default(*load(config["model_dir"]), str(config["model_dir"]))
     budget = body_budget(config["max_body"], config["memory"], chosen.workers, config["bodies"])
     # (SAGEMAKER_MAX_PAYLOAD_IN_MB=0, a transform's "arbitrarily large" bodies: the worker's budget bounds each)
     return App(models, config["max_body"] or budget, config["batch"], config["timeout"], config["max_queue"], budget)
