@@ -13,7 +13,8 @@
 #                 requirements/cpu.txt (tensorflow-cpu, smaller: for CPU instances and tests)
 #   BAKE_WEIGHTS  comma-separated backbones whose ImageNet weights to download into the image, so
 #                 that weights=imagenet works in jobs without internet access (resnet18 and resnet34:
-#                 MXNet Gluon's model zoo files, checked by SHA-1 and converted to Keras)
+#                 MXNet Gluon's model zoo files, checked by SHA-1 and converted to Keras); keras-hub
+#                 presets and handles (dinov2_small, hf://timm/...) are saved whole in /opt/keras/presets
 ARG BASE_IMAGE=nvidia/cuda:12.8.0-base-ubuntu24.04
 
 # The reader's compiled part (pipemode._framing: TFRecord framing and CRCs in C) is built here, in a
@@ -48,8 +49,10 @@ ENV VIRTUAL_ENV=/opt/venv \
 ARG REQUIREMENTS=requirements.txt
 COPY requirements.txt /opt/program/requirements.txt
 COPY requirements/ /opt/program/requirements/
+# (keras-hub without its declared dependencies: requirements/hub.txt says why)
 RUN python3 -m venv /opt/venv \
- && pip install --no-cache-dir --disable-pip-version-check -r /opt/program/${REQUIREMENTS}
+ && pip install --no-cache-dir --disable-pip-version-check -r /opt/program/${REQUIREMENTS} \
+ && pip install --no-cache-dir --disable-pip-version-check --no-deps -r /opt/program/requirements/hub.txt
 
 # The reader (its wheel, built above with its compiled part) and the job, installed (not run from
 # the source folder): their dependencies are already pinned above, hence --no-deps. The launcher too, for its prepare code: a Processing job
@@ -69,7 +72,7 @@ ARG BAKE_WEIGHTS=""
 RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
 
 RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
- && python3 -c "import keras_pipe_train.main, keras_pipe_serve.server, gunicorn, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance" \
+ && python3 -c "import keras_pipe_train.main, keras_pipe_serve.server, gunicorn, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance, keras_hub" \
  && test -x /opt/program/container/train && test -x /opt/program/container/serve
 
 # SageMaker's hosting honours these labels: it may then set SAGEMAKER_BIND_TO_PORT (inference

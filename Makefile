@@ -5,7 +5,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt requirements/duplicates.txt
+REQUIREMENTS := requirements/dev.txt requirements/cpu.txt requirements/base.txt requirements/launch.txt requirements/duplicates.txt \
+	requirements/hub.txt
 PROJECTS := train/pipemode/pyproject.toml train/pyproject.toml launch/pyproject.toml
 EDITABLE := -e train/pipemode -e train -e launch
 # the reader's optional compiled part: the editable install builds it in place (setup.py)
@@ -107,8 +108,9 @@ $(UV): | $(BIN)/python
 $(INSTALLED): $(REQUIREMENTS) $(PROJECTS) $(COMPILED) Makefile | $(UV)
 	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python -r requirements/dev.txt
 	# the project's three distributions, editable (their dependencies are pinned above): the
-	# reader (pipemode), the job (keras_pipe_train), the launcher (keras_pipe_launch, `keras-pipe`)
-	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps $(EDITABLE)
+	# reader (pipemode), the job (keras_pipe_train), the launcher (keras_pipe_launch, `keras-pipe`);
+	# and keras-hub, whose declared dependencies would replace tensorflow-cpu (requirements/hub.txt)
+	$(UV) pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps -r requirements/hub.txt $(EDITABLE)
 	touch $@
 
 # the local Debian base image the container tests build on (podman, debootstrap; run as root)

@@ -388,7 +388,7 @@ def make_demo_installs_first(checkout: Path, env: dict) -> None:
                      ".venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python "
                      "-r requirements/dev.txt",
                      ".venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python --no-deps "
-                     "-e train/pipemode -e train -e launch",
+                     "-r requirements/hub.txt -e train/pipemode -e train -e launch",
                      "touch .venv/.installed",
                      ".venv/bin/python -m keras_pipe_launch.demo"], steps
     assert planned() == [".venv/bin/python -m keras_pipe_launch.demo"]

@@ -75,3 +75,23 @@ def audited(audit_file):
 def trained_records(epoch) -> list[str]:
     """The records of the batches this run trained on (prefetched batches beyond are not)."""
     return [d for index, digests in epoch["batches"].items() if index < epoch["trained"] for d in digests]
+
+
+def served_probabilities(model_dir, validation_file, size: int = 32) -> tuple:
+    """(the exported SavedModel's probabilities, model.keras' own) on the validation JPEGs at `size` px."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_pipe_train.sources import preprocess
+
+    serve = tf.saved_model.load(str(model_dir / "1")).signatures["serving_default"]
+    model = keras.saving.load_model(model_dir / "model.keras")
+    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
+    served, own = [], []
+    for batch in tf.data.TFRecordDataset(str(validation_file)).batch(100):
+        encoded = tf.io.parse_example(batch, features)["image/encoded"]
+        served.append(serve(image_bytes=encoded)["probabilities"].numpy())
+        images = preprocess.batch_of(lambda x: preprocess.for_eval(x, size, None, "bilinear"), encoded, size)
+        own.append(model(images, training=False).numpy())
+    return np.concatenate(served), np.concatenate(own)

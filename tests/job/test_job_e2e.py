@@ -24,7 +24,7 @@ from keras_pipe_train.settings import cpu_kernels
 from pipemode import tfrecord
 from tests.browser import open_page, painted
 from tests.conftest import FakeJob, png_bomb
-from tests.job.conftest import file_channel, run_train, write_hyperparameters
+from tests.job.conftest import file_channel, run_train, served_probabilities, write_hyperparameters
 from tests.timeouts import wait_s
 
 # (the first test to use pretrained_backbone pays for its training, a job of its own, in its setup:
@@ -172,25 +172,6 @@ def test_pipe_mode_job_learns_and_its_export_serves_jpegs(job, digit_records, pr
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
     pictures, area = painted(page, tmp_path / "browser")
     assert pictures >= 1 and area >= pictures * 40 * 40, (pictures, area)
-
-
-def served_probabilities(model_dir, validation_file) -> tuple:
-    """(the exported SavedModel's probabilities, model.keras' own) on the validation JPEGs."""
-    import keras
-    import tensorflow as tf
-
-    from keras_pipe_train.sources import preprocess
-
-    serve = tf.saved_model.load(str(model_dir / "1")).signatures["serving_default"]
-    model = keras.saving.load_model(model_dir / "model.keras")
-    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
-    served, own = [], []
-    for batch in tf.data.TFRecordDataset(str(validation_file)).batch(100):
-        encoded = tf.io.parse_example(batch, features)["image/encoded"]
-        served.append(serve(image_bytes=encoded)["probabilities"].numpy())
-        images = preprocess.batch_of(lambda x: preprocess.for_eval(x, 32, None, "bilinear"), encoded, 32)
-        own.append(model(images, training=False).numpy())
-    return np.concatenate(served), np.concatenate(own)
 
 
 def flipped_labels(records: list[bytes], labels: list[int], rate: float, seed: int,

@@ -14,7 +14,6 @@ from keras_pipe_train.after_training import calibrate, evaluate, label_check, re
 from keras_pipe_train.after_training.trained import LABEL_CHECK_SHARE, Trained
 from keras_pipe_train.model import incremental, jumpstart
 from keras_pipe_train.model.classifier import (
-    build_backbone,
     build_classifier,
     freeze,
     prepare_from_scratch,
@@ -22,7 +21,7 @@ from keras_pipe_train.model.classifier import (
     unfreeze_top,
 )
 from keras_pipe_train.model.export import export
-from keras_pipe_train.model.starting_point import starting_point
+from keras_pipe_train.model.starting_point import build_backbone, starting_point
 from keras_pipe_train.report import tracking
 from keras_pipe_train.report.epoch_log import EpochLog
 from keras_pipe_train.settings import channels as job_channels
@@ -185,12 +184,11 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     check_validation(config, validation)
     rule = Rule.of(config, validated=validation is not None)
     with cluster.strategy.scope():
-        backbone = (jumpstart.build_backbone(pretrained, config.image_size, batchnorm_trains) if pretrained
-                    else build_backbone(config.backbone, config.image_size, weights))
+        backbone, scaling = build_backbone(config, pretrained, weights, batchnorm_trains, layout, channels)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  batchnorm_frozen=not batchnorm_trains, l2=config.regularizers_l2,
                                  activation="sigmoid" if config.multi_label else "softmax",
-                                 scaling=pretrained.scaling if pretrained else None)
+                                 scaling=scaling, image_size=config.image_size)
         if previous:
             incremental.continue_from(previous, model, config.backbone, config.class_names, config.multi_label,
                                       config.reinitialize_top_layer)

@@ -1,8 +1,9 @@
-"""Backbone weights into $KERAS_HOME/models, where weights=imagenet finds them:
+"""Backbone weights into $KERAS_HOME/models (keras-hub presets into $KERAS_HOME/presets), where the job finds them:
 
   python -m keras_pipe_train.model --download-imagenet NAME[,NAME...]
       downloads those backbones' ImageNet weights (Keras' applications', or MXNet Gluon's model zoo's,
-      converted, for resnet18 and resnet34): the Dockerfile's BAKE_WEIGHTS bakes them so
+      converted, for resnet18 and resnet34), or keras-hub presets (names or handles, saved whole):
+      the Dockerfile's BAKE_WEIGHTS bakes them so
   python -m keras_pipe_train.model --import-gluon FILE.params
       converts a Gluon resnet18_v1 or resnet34_v1 file you bring (the model zoo's
       resnet18_v1-a0666292.params, copied onto a machine without internet)

@@ -9,14 +9,14 @@ Training runs in two phases (https://keras.io/guides/transfer_learning/):
 from __future__ import annotations
 
 import logging
-import warnings
 from pathlib import Path
 
 import keras
 import numpy as np
 
-from keras_pipe_train.model import jumpstart, resnets
-from keras_pipe_train.settings.backbones import BACKBONES, IMAGENET_RESNET_DEPTHS
+from keras_pipe_train.model import hub, jumpstart, resnets
+from keras_pipe_train.model.weights_file import load_backbone_weights
+from keras_pipe_train.settings.backbones import BACKBONES, IMAGENET_RESNET_DEPTHS, is_hub
 from keras_pipe_train.settings.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 # Each family's input scaling, as Keras' preprocess_input does it ("caffe", "tf", "torch"), for
 # the families whose application does not scale its input itself: (channel order, scale, offset)
 # with output channel c = input[order[c]] * scale[c] + offset[c], from [0, 255] RGB
+Scaling = tuple[tuple[float, ...], tuple[float, ...]]  # (scale, offset) per RGB channel: a keras-hub preset's
 _IMAGENET_MEAN_RGB, _IMAGENET_STD_RGB = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 _CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
 _SCALING = {
@@ -92,40 +93,18 @@ def converted_imagenet_weights(name: str) -> Path:
     return path
 
 
-def load_backbone_weights(backbone: keras.Model, path: Path, name: str) -> None:
-    """Loads a .weights.h5 file, or a legacy .h5 one (such as Keras' downloaded ImageNet files)."""
-    if not path.is_file():
-        raise UserError(f"backbone weights file {path} does not exist")
-    problem = None
-    # Keras can load part of a mismatched file, only warning that the rest "will retain their
-    # freshly-initialized weights": that would train on random features unnoticed, so any
-    # warning while loading counts as a mismatch.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            backbone.load_weights(str(path))
-        except Exception as err:  # Keras raises ValueError, KeyError or h5py errors on a mismatch
-            problem = f"{type(err).__name__}: {err}"
-    # (not a ResourceWarning: the garbage collector raises those from any object it happens to
-    # finalise meanwhile, unrelated to the file)
-    problem = problem or next((str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)), None)
-    if problem:
-        raise UserError(
-            f"weights file {path} does not fit backbone {name} ({problem[:300]}); it must hold "
-            f"the weights of a {name} backbone without its classifier (include_top=False), "
-            "such as a previous job's model/backbone.weights.h5"
-        )
-    log.info("loaded backbone weights from %s", path)
-
-
-def input_scaling(name: str, mode: str | None = None) -> keras.layers.Layer | None:
+def input_scaling(name: str, mode: str | Scaling | None = None) -> keras.layers.Layer | None:
     """The backbone's input scaling from [0, 255] RGB (None when its application does it itself),
     as a fixed 1x1 convolution: a plain Keras layer, so the saved .keras model loads without this
-    project's code (a custom layer would not). `mode`: one of _SCALING's, in place of the backbone's."""
+    project's code (a custom layer would not). `mode`: one of _SCALING's, in place of the backbone's,
+    or a keras-hub preset's (scale, offset) per RGB channel (model/hub.py)."""
     mode = mode or BACKBONES[name].preprocessing
     if mode == "builtin":
         return None
-    order, scale, offset = _SCALING[mode]
+    if isinstance(mode, tuple):
+        (scale, offset), order, mode = mode, (0, 1, 2), "preset"
+    else:
+        order, scale, offset = _SCALING[mode]
     kernel = np.zeros((1, 1, 3, 3), np.float32)
     for out, source in enumerate(order):
         kernel[0, 0, source, out] = scale[out]
@@ -137,12 +116,12 @@ def input_scaling(name: str, mode: str | None = None) -> keras.layers.Layer | No
 
 def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int, dropout: float,
                      *, batchnorm_frozen: bool = True, l2: float = 0.0, activation: str = "softmax",
-                     scaling: str | None = None) -> keras.Model:
+                     scaling: str | Scaling | None = None, image_size: int | None = None) -> keras.Model:
     """The backbone with a new head: pooling (of a feature map), dropout and a dense layer giving
     each class's probability (`activation`: softmax over the classes, or sigmoid, each class on its
     own). `batchnorm_frozen`: the backbone's BatchNorm layers always in inference mode. `scaling`:
     the input scaling's mode, in place of the backbone's (input_scaling)."""
-    size = backbone.input_shape[1]
+    size = hub.image_size_of(backbone) or image_size  # (a convolutional keras-hub backbone takes any size)
     images = keras.Input((size, size, 3), name="images")
     scaling = input_scaling(backbone_name, scaling)
     x = scaling(images) if scaling else images
@@ -154,16 +133,16 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # (a SavedModel backbone takes Keras' own flag: it knows its BatchNorm's rule, and trains its
     # weights' regularization in any case: jumpstart.SavedModelFeatures)
     frozen = batchnorm_frozen and not jumpstart.is_savedmodel_backbone(backbone)
-    x = backbone(x, training=False if frozen else None)
-    if len(x.shape) == 4:  # (a SavedModel's backbone may give its features pooled already)
-        x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    # (a SavedModel's backbone may give its features pooled already; a keras-hub transformer's are tokens)
+    x = hub.pooled(backbone, hub.call(backbone, x, training=False if frozen else None))
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
     # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)
     regularizer = keras.regularizers.L2(l2) if l2 else None
     probabilities = keras.layers.Dense(num_classes, activation=activation, dtype="float32", name="classifier",
                                        kernel_regularizer=regularizer)(x)
-    return keras.Model(images, probabilities, name=f"{backbone_name}_classifier")
+    name = hub.NAME if is_hub(backbone_name) else backbone_name
+    return keras.Model(images, probabilities, name=f"{name}_classifier")
 
 
 def logits_of(model: keras.Model):
@@ -224,11 +203,14 @@ def unfreeze_top(backbone: keras.Model, count: int, batchnorm: bool = False) -> 
 
 def download_imagenet_weights(names: list[str]) -> None:
     """Fetches the ImageNet weights of these backbones into $KERAS_HOME (the image bakes them in
-    with BAKE_WEIGHTS, for jobs that run without internet access): Keras' own, or Gluon's
-    converted for the ResNets built here."""
+    with BAKE_WEIGHTS, for jobs that run without internet access): Keras' own, Gluon's converted
+    for the ResNets built here, or a keras-hub preset (model/hub.py)."""
     from keras_pipe_train.model import gluon_weights
 
     for name in names:
+        if is_hub(name):
+            print(f"saved the keras-hub preset {name} in {hub.bake(name)}")
+            continue
         if name not in BACKBONES:
             raise SystemExit(f"unknown backbone {name!r}; known: {', '.join(BACKBONES)}")
         if not BACKBONES[name].imagenet_weights:

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import keras
 
-from keras_pipe_train.model import jumpstart
+from keras_pipe_train.model import hub, jumpstart
 from keras_pipe_train.model.classifier import backbone_of
-from keras_pipe_train.settings.backbones import BACKBONES
-from keras_pipe_train.settings.channels import MODEL
+from keras_pipe_train.settings.backbones import BACKBONES, is_hub
+from keras_pipe_train.settings.channels import MODEL, PRETRAINED
 from keras_pipe_train.settings.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ class Previous:
     @property
     def backbone_name(self) -> str | None:
         name = self.model.name.removesuffix("_classifier")
-        return name if name in BACKBONES and self.model.name.endswith("_classifier") else None
+        known = name in BACKBONES or name == hub.NAME  # (a keras-hub backbone's: refused in continue_from)
+        return name if known and self.model.name.endswith("_classifier") else None
 
     @property
     def multi_label(self) -> bool:
@@ -175,6 +176,10 @@ def continue_from(previous: Previous, model: keras.Model, backbone_name: str, cl
                   multi_label: bool, reinitialize_top_layer: str) -> bool:
     """Copies the previous model's weights into `model` (built for this job): the backbone's, and
     the classifier's unless it is replaced. Returns whether the head was kept."""
+    if is_hub(backbone_name) or previous.model.name == f"{hub.NAME}_classifier":
+        raise UserError(f"channel '{MODEL}': a keras-hub backbone's model is not continued from this channel: give "
+                        f"the previous job's backbone.weights.h5 in a '{PRETRAINED}' channel with weights=pretrained "
+                        "and the same backbone (its classifier then trains anew)")
     if previous.backbone_name != backbone_name:
         raise UserError(f"channel '{MODEL}': the previous model's backbone is {previous.backbone_name}, and "
                         f"this job's is {backbone_name}: set hyperparameter backbone={previous.backbone_name} to "

@@ -36,15 +36,14 @@ import inspect
 import json
 import logging
 import shutil
-import tarfile
 import tempfile
 import weakref
-import zlib
 from pathlib import Path, PurePosixPath
 
 import keras
 import tensorflow as tf
 
+from keras_pipe_train.model.archives import unpack
 from keras_pipe_train.settings.channels import MODEL
 from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.settings.serving_schema import FILE_NAME as SERVING_FILE
@@ -56,7 +55,6 @@ MODEL_INFO = "__model_info__.json"  # (JumpStart's constants.MODEL_INFO_FILE_NAM
 MODEL_INFOS = (MODEL_INFO, "__models_info__.json")
 SAVED_MODEL = "saved_model.pb"
 NAME = "jumpstart"  # the backbone's name: the model is "jumpstart_classifier"
-MAX_BYTES = 8 << 30  # (a bound on what is unpacked; TF Hub's largest image models, BiT's, hold a few GB)
 # JumpStart's pixel_scaling_method -> the input scaling from [0, 255] of the same effect
 # (model/classifier.py's modes): normalize x/255; center 2x/255 - 1; ImageNet's mean and deviation
 SCALINGS = {"normalize": "unit", "center": "tf", "standardize_on_imagenet": "torch"}
@@ -100,7 +98,7 @@ def from_archive(archive: Path, folder: Path) -> Pretrained:
     """The pretrained model in a model.tar.gz, unpacked into a temporary folder kept with it."""
     work = Path(tempfile.mkdtemp(prefix="jumpstart-"))
     try:
-        _unpack(archive, work)
+        unpack(archive, work, CHANNEL)
         return _pretrained(work, str(archive.relative_to(folder)), work)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
@@ -156,36 +154,6 @@ def _info(path: Path | None, source: str) -> dict:
     if not isinstance(info.get("finetuned", False), bool):
         raise UserError(f"channel '{CHANNEL}': {source}'s {MODEL_INFO} finetuned must be true or false")
     return info
-
-
-def _unpack(archive: Path, work: Path) -> None:
-    """The archive's regular files and folders, at most MAX_BYTES in all: a member's name never
-    writes outside `work` (absolute, or with ..), and links and devices are refused, not followed."""
-    total = 0
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            for member in tar:
-                parts = PurePosixPath(member.name).parts
-                if member.name.startswith("/") or ".." in parts:
-                    raise UserError(f"channel '{CHANNEL}': {archive.name} has a member named {member.name!r}, "
-                                    "outside the archive's folder")
-                if member.isdir():
-                    continue
-                if not member.isreg():
-                    raise UserError(f"channel '{CHANNEL}': {archive.name}'s {member.name} is a link or a device, "
-                                    "not a file: a pretrained model's archive holds files only")
-                total += member.size
-                if total > MAX_BYTES:
-                    raise UserError(f"channel '{CHANNEL}': {archive.name} unpacks to more than {MAX_BYTES >> 30} GB")
-                target = work.joinpath(*[p for p in parts if p != "."])
-                target.parent.mkdir(parents=True, exist_ok=True)
-                with tar.extractfile(member) as source, open(target, "wb") as out:
-                    shutil.copyfileobj(source, out)
-            while tar.fileobj.read(1 << 20):  # (to the end of the gzip stream: its CRC checked)
-                pass
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
-        raise UserError(f"channel '{CHANNEL}': {archive.name} cannot be read as a model's .tar.gz "
-                        f"({type(err).__name__}: {err})") from err
 
 
 class SavedModelFeatures(keras.layers.Layer):

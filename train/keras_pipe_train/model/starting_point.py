@@ -7,7 +7,8 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from keras_pipe_train.model import incremental, jumpstart
+from keras_pipe_train.model import classifier, hub, incremental, jumpstart
+from keras_pipe_train.settings.backbones import is_hub
 from keras_pipe_train.settings.channels import MODEL, PRETRAINED
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths
@@ -41,6 +42,18 @@ def starting_point(config: JobConfig, layout: Paths, channels: dict[str, Channel
     return config, previous, pretrained, weights
 
 
+def build_backbone(config: JobConfig, pretrained: jumpstart.Pretrained | None, weights: str | None,
+                   batchnorm_trains: bool, layout: Paths, channels: dict[str, ChannelConfig]):
+    """(the backbone the job fine-tunes, its input scaling in place of its name's: None, or
+    classifier.input_scaling's mode): JumpStart's SavedModel, a keras-hub preset, or a Keras application."""
+    if pretrained:
+        return jumpstart.build_backbone(pretrained, config.image_size, batchnorm_trains), pretrained.scaling
+    if is_hub(config.backbone):
+        channel = layout.input_data / PRETRAINED if PRETRAINED in channels else None
+        return hub.build_backbone(config.backbone, config.image_size, weights, channel)
+    return classifier.build_backbone(config.backbone, config.image_size, weights), None
+
+
 def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layout: Paths) -> str | None:
     """The backbone weights to load: "imagenet", None (random) or a file path."""
     if MODEL in channels and config.weights not in ("imagenet", "none"):
@@ -51,8 +64,11 @@ def resolve_weights(config: JobConfig, channels: dict[str, ChannelConfig], layou
     if config.weights != PRETRAINED:
         return config.weights
     if PRETRAINED not in channels:
-        raise UserError(f"hyperparameter weights=pretrained needs a '{PRETRAINED}' channel holding the weights file")
+        raise UserError(f"hyperparameter weights=pretrained needs a '{PRETRAINED}' channel holding the weights file"
+                        f"{' or the keras-hub preset' if is_hub(config.backbone) else ''}")
     folder = layout.input_data / PRETRAINED
+    if is_hub(config.backbone) and hub.channel_preset(folder):
+        return PRETRAINED  # (the preset's own weights: model/hub.py)
     found = sorted(str(p) for p in Path(folder).rglob("*.h5")) if folder.is_dir() else []
     if len(found) != 1:
         raise UserError(

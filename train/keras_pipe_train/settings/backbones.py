@@ -98,3 +98,61 @@ BACKBONES: dict[str, Backbone] = {b.name: b for b in [
 RESNET_DEPTHS: dict[int, str] = {depth: f"resnet{depth}" for depth in (18, 34, 50, 101, 152, 200, 20, 32, 44, 56, 110)}
 # The depths whose backbone has ImageNet weights: Keras' ResNet50, ResNet101, ResNet152, and Gluon's ResNet-18 and 34
 IMAGENET_RESNET_DEPTHS = tuple(depth for depth, name in RESNET_DEPTHS.items() if BACKBONES[name].imagenet_weights)
+
+# keras-hub's image backbones (model/hub.py): the presets of its image families, by family, as keras-hub 0.32
+# registers them (tests/job/model/test_hub.py checks this list against keras-hub's own). A job names one of
+# them, a handle keras-hub loads (kaggle://, hf://, modelscope://: a timm or transformers checkpoint is
+# converted on load), or the absolute path of a preset folder in the image (what save_to_preset writes).
+# The preset brings its own input scaling (its image converter's scale and offset), which the model holds
+# as it holds the applications' (model/classifier.py).
+HUB_FAMILIES: dict[str, tuple[str, ...]] = {
+    "ViT": ("vit_base_patch16_224_imagenet", "vit_base_patch16_384_imagenet", "vit_large_patch16_224_imagenet",
+            "vit_large_patch16_384_imagenet", "vit_base_patch32_384_imagenet", "vit_large_patch32_384_imagenet",
+            "vit_base_patch16_224_imagenet21k", "vit_base_patch32_224_imagenet21k", "vit_huge_patch14_224_imagenet21k",
+            "vit_large_patch16_224_imagenet21k", "vit_large_patch32_224_imagenet21k"),
+    "DeiT": ("deit_tiny_distilled_patch16_224_imagenet", "deit_small_distilled_patch16_224_imagenet",
+             "deit_base_distilled_patch16_224_imagenet", "deit_base_distilled_patch16_384_imagenet"),
+    "DINOv2": ("dinov2_small", "dinov2_base", "dinov2_large", "dinov2_giant", "dinov2_with_registers_small",
+               "dinov2_with_registers_base", "dinov2_with_registers_large", "dinov2_with_registers_giant"),
+    "DINOv3": ("dinov3_vit_small_lvd1689m", "dinov3_vit_small_plus_lvd1689m", "dinov3_vit_base_lvd1689m",
+               "dinov3_vit_large_lvd1689m", "dinov3_vit_huge_plus_lvd1689m", "dinov3_vit_7b_lvd1689m",
+               "dinov3_vit_large_sat493m", "dinov3_vit_7b_sat493m"),
+    "SigLIP": ("siglip_base_patch16_224", "siglip_base_patch16_256", "siglip_base_patch16_384",
+               "siglip_base_patch16_512", "siglip_large_patch16_256", "siglip_large_patch16_384",
+               "siglip_so400m_patch14_224", "siglip_so400m_patch14_384", "siglip_so400m_patch16_256_i18n",
+               "siglip_base_patch16_256_multilingual", "siglip2_base_patch16_224", "siglip2_base_patch16_256",
+               "siglip2_base_patch32_256", "siglip2_base_patch16_384", "siglip2_large_patch16_256",
+               "siglip2_large_patch16_384", "siglip2_large_patch16_512", "siglip2_giant_opt_patch16_256",
+               "siglip2_giant_opt_patch16_384", "siglip2_so400m_patch14_224", "siglip2_so400m_patch14_384",
+               "siglip2_so400m_patch16_256", "siglip2_so400m_patch16_384", "siglip2_so400m_patch16_512",
+               "medsiglip_900m_448"),
+    "Swin": ("swin_tiny_patch4_window7_224", "swin_small_patch4_window7_224", "swin_base_patch4_window7_224",
+             "swin_base_patch4_window12_384", "swin_large_patch4_window7_224", "swin_large_patch4_window12_384"),
+    "EfficientNet (timm)": (
+        "efficientnet_b0_ra_imagenet", "efficientnet_b0_ra4_e3600_r224_imagenet", "efficientnet_b1_ft_imagenet",
+        "efficientnet_b1_ra4_e3600_r240_imagenet", "efficientnet_b2_ra_imagenet", "efficientnet_b3_ra2_imagenet",
+        "efficientnet_b4_ra2_imagenet", "efficientnet_b5_sw_imagenet", "efficientnet_b5_sw_ft_imagenet",
+        "efficientnet_el_ra_imagenet", "efficientnet_em_ra2_imagenet", "efficientnet_es_ra_imagenet",
+        "efficientnet2_rw_m_agc_imagenet", "efficientnet2_rw_s_ra2_imagenet", "efficientnet2_rw_t_ra2_imagenet",
+        "efficientnet_lite0_ra_imagenet"),
+    "MobileNetV3 (timm)": ("mobilenet_v3_small_050_imagenet", "mobilenet_v3_small_100_imagenet",
+                           "mobilenet_v3_large_100_imagenet", "mobilenet_v3_large_100_imagenet_21k"),
+    "ResNet (timm)": ("resnet_18_imagenet", "resnet_50_imagenet", "resnet_101_imagenet", "resnet_152_imagenet",
+                      "resnet_v2_50_imagenet", "resnet_v2_101_imagenet", "resnet_vd_18_imagenet",
+                      "resnet_vd_34_imagenet", "resnet_vd_50_imagenet", "resnet_vd_50_ssld_imagenet",
+                      "resnet_vd_50_ssld_v2_imagenet", "resnet_vd_50_ssld_v2_fix_imagenet",
+                      "resnet_vd_101_imagenet", "resnet_vd_101_ssld_imagenet", "resnet_vd_152_imagenet",
+                      "resnet_vd_200_imagenet"),
+    "HGNetV2": ("hgnetv2_b4_ssld_stage2_ft_in1k", "hgnetv2_b5_ssld_stage1_in22k_in1k", "hgnetv2_b5_ssld_stage2_ft_in1k",
+                "hgnetv2_b6_ssld_stage1_in22k_in1k", "hgnetv2_b6_ssld_stage2_ft_in1k"),
+    "CSPNet": ("csp_darknet_53_ra_imagenet", "csp_resnext_50_ra_imagenet", "csp_resnet_50_ra_imagenet",
+               "darknet_53_imagenet"),
+    "DenseNet (timm)": ("densenet_121_imagenet", "densenet_169_imagenet", "densenet_201_imagenet"),
+}
+HUB_PRESETS: dict[str, str] = {name: family for family, names in HUB_FAMILIES.items() for name in names}
+HUB_SCHEMES = ("kaggle://", "hf://", "modelscope://")
+
+
+def is_hub(name: str) -> bool:
+    """Whether a backbone's name is keras-hub's: one of its presets, a handle, or a preset folder's path."""
+    return name in HUB_PRESETS or name.startswith(HUB_SCHEMES) or name.startswith("/")

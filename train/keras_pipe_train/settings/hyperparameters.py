@@ -22,6 +22,7 @@ from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.settings.parsers import (
     DEFAULT_AUGMENTATIONS,
     RESIZE_ORIGINAL,
+    BackboneName,
     Choice,
     Integer,
     Number,
@@ -118,8 +119,10 @@ class Hyperparameters:
         1e-3, Number(0, 10), "learning rate of phase 1 (the head; the whole network with weights=none)")
     fine_tune_learning_rate: float = hyperparameter(1e-5, Number(0, 10), "learning rate of phase 2 (fine-tuning)")
     backbone: str = hyperparameter(
-        "mobilenet_v3_small", Choice(BACKBONES), "the Keras application fine-tuned, in snake case: "
-        "mobilenet_v3_small, efficientnet_v2_s, convnext_tiny, resnet50 ... (docs/job.md, Backbones)")
+        "mobilenet_v3_small", BackboneName(BACKBONES), "the backbone fine-tuned: a Keras application in snake case "
+        "(mobilenet_v3_small, efficientnet_v2_s, convnext_tiny, resnet50 ...), a keras-hub preset (dinov2_small, "
+        "vit_base_patch16_224_imagenet ...), a keras-hub handle (kaggle://, hf://) or a preset folder's absolute "
+        "path (docs/job.md, Backbones)")
     weights: str = hyperparameter("imagenet", parsers.weights, "the backbone's weights to start from (pretrained: a "
                                   "weights file in the 'pretrained' channel)")
     image_size: int = hyperparameter(224, Integer(min(b.min_size for b in BACKBONE_TABLE.values()), 1024),
@@ -361,8 +364,8 @@ class Hyperparameters:
                             f"{self.top_k} hold every class; got {self.top_k}")
 
     def check_image_size(self) -> None:
-        backbone = BACKBONE_TABLE[self.backbone]
-        if self.image_size < backbone.min_size:
+        backbone = BACKBONE_TABLE.get(self.backbone)  # (a keras-hub preset's sizes are checked as it loads)
+        if backbone and self.image_size < backbone.min_size:
             # (named as the request named it: MXNet's image_shape is image_size here)
             size = "image_shape's height and width" if self.dialect == MXNET else "image_size"
             raise UserError(f"hyperparameter {size} must be at least {backbone.min_size} for backbone "

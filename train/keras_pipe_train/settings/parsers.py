@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from keras_pipe_train.settings.backbones import HUB_PRESETS, HUB_SCHEMES, is_hub
 from keras_pipe_train.settings.errors import UserError
 
 Parse = Callable[[str, Any], Any]
@@ -200,6 +201,34 @@ class Choice:
     @property
     def accepts(self) -> str:
         return ", ".join(self.options) if len(self.options) <= self.LISTED else f"one of {len(self.options)} names"
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneName(Choice):
+    """One of `options` (the applications', any case), or a keras-hub image backbone (backbones.is_hub):
+    one of its presets (any case), or a handle or a folder's path, kept as written (a Hugging Face
+    handle or a path is case-sensitive)."""
+
+    def __call__(self, name, value) -> str:
+        text = str(unquoted(value)).strip()
+        if text.lower() in HUB_PRESETS:
+            return text.lower()
+        if is_hub(text):
+            if text.startswith(HUB_SCHEMES) and not text.split("://", 1)[1].strip("/"):
+                raise UserError(f"hyperparameter {name}: the handle {text!r} names no model")
+            return text
+        if text.lower() in self.options:
+            return text.lower()
+        raise UserError(
+            f"hyperparameter {name} must be one of {', '.join(self.options)}; or a keras-hub image preset "
+            f"({', '.join(list(HUB_PRESETS)[:3])} ...), a keras-hub handle "
+            f"({', '.join(s + '...' for s in HUB_SCHEMES)}) or the absolute path of a preset folder (docs/job.md, "
+            f"Backbones); got {value!r}")
+
+    @property
+    def accepts(self) -> str:
+        return (f"one of {len(self.options)} Keras applications, one of {len(HUB_PRESETS)} keras-hub presets, a "
+                f"keras-hub handle ({', '.join(HUB_SCHEMES)}) or a preset folder's absolute path")
 
 
 class _Or:

@@ -1,0 +1,240 @@
+"""keras-hub's image backbones as the job's backbone: ViT, DeiT, DINOv2 and v3, SigLIP's vision tower,
+Swin, and timm's EfficientNets, MobileNets and ResNets (settings/backbones.py lists their presets).
+
+Where the preset comes from, first found:
+  1. the `pretrained` channel, holding a preset folder (config.json, metadata.json, model.weights.h5,
+     image_converter.json: what `save_to_preset` writes), as files or as one .tar.gz. It is used whatever
+     handle `backbone` names: the way to train without internet access (network isolation);
+  2. a folder in the image: `backbone` as its absolute path, or a preset baked into the image
+     (docker build --build-arg BAKE_WEIGHTS=<preset or handle>: $KERAS_HOME/presets, baked_folder);
+  3. keras-hub's download of the preset or handle (Kaggle, Hugging Face, ModelScope), cached in
+     KAGGLEHUB_CACHE / HF_HOME.
+
+What the job takes from it: the backbone (the vision tower of a two-tower model such as SigLIP), its
+weights unless weights=none (or a .h5 file's: a previous job's backbone.weights.h5, weights=pretrained),
+and its image converter's scale and offset, which the classifier holds as a fixed 1x1 convolution
+(model/classifier.py), so training, validation, the exported SavedModel and serving all scale as the
+preset does. The converter's resizing is not used: the input pipeline resizes (resize,
+resize_interpolation), as for every backbone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_pipe_train.model.archives import unpack
+from keras_pipe_train.model.weights_file import load_backbone_weights
+from keras_pipe_train.settings.backbones import HUB_PRESETS
+from keras_pipe_train.settings.channels import PRETRAINED
+from keras_pipe_train.settings.errors import UserError
+
+log = logging.getLogger(__name__)
+
+PRESET_FILES = ("config.json", "metadata.json")  # (what keras-hub's loader needs of a preset folder)
+NAME = "hub"  # the classifier's name: "hub_classifier" (a handle holds characters Keras refuses in names)
+
+
+@functools.cache  # (an archive is unpacked once: the weights' resolution and the build both ask)
+def channel_preset(folder: Path) -> Path | None:
+    """The preset folder in the `pretrained` channel's `folder`: its files, or one .tar.gz of them
+    (unpacked into a temporary folder, removed at exit). None when it holds neither (a .h5 file)."""
+    if not folder.is_dir():
+        return None
+    found = _preset_folders(folder)
+    if len(found) > 1:
+        raise UserError(f"channel '{PRETRAINED}' holds {len(found)} keras-hub presets "
+                        f"({', '.join(str(f.relative_to(folder)) or '.' for f in found)}): give it one")
+    if found:
+        return found[0]
+    archives = sorted(p for p in folder.rglob("*") if p.is_file() and p.name.endswith((".tar.gz", ".tgz")))
+    if not archives:
+        return None
+    if len(archives) > 1:
+        raise UserError(f"channel '{PRETRAINED}' holds {len(archives)} archives "
+                        f"({', '.join(p.name for p in archives)}): give it one keras-hub preset")
+    work = Path(tempfile.mkdtemp(prefix="hub-preset-"))
+    _removed_at_exit(work)
+    unpack(archives[0], work, PRETRAINED)
+    found = _preset_folders(work)
+    if len(found) != 1:
+        raise UserError(f"channel '{PRETRAINED}': {archives[0].name} must hold one keras-hub preset (a folder with "
+                        f"{' and '.join(PRESET_FILES)}, as save_to_preset writes); it holds {len(found)}")
+    return found[0]
+
+
+def _preset_folders(root: Path) -> list[Path]:
+    return sorted(p.parent for p in root.rglob(PRESET_FILES[0])
+                  if all((p.parent / name).is_file() for name in PRESET_FILES))
+
+
+def _removed_at_exit(folder: Path) -> None:
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
+def build_backbone(name: str, image_size: int, weights: str | None,
+                   channel: Path | None = None) -> tuple[keras.Model, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """(the backbone: images in its own scaling -> features, its scaling from [0, 255] RGB as
+    (scale, offset) per channel). `weights`: "imagenet" or "pretrained" (the preset's own), None
+    (its architecture, randomly initialised) or a .h5 file; `channel`: the `pretrained` channel's folder."""
+    keras_hub = _keras_hub()
+    preset = channel_preset(channel) if channel is not None else None
+    if weights == "pretrained" and preset is None:
+        raise UserError(f"hyperparameter weights=pretrained with backbone {name}: channel '{PRETRAINED}' must hold "
+                        "its keras-hub preset (a folder, or a .tar.gz, with config.json, metadata.json and "
+                        "model.weights.h5) or one .h5 weights file of it")
+    baked = baked_folder(name)
+    source = str(preset) if preset else str(baked) if baked.is_dir() else name
+    if preset:
+        log.info("backbone %s: the keras-hub preset in channel '%s' (%s), in place of downloading it", name,
+                 PRETRAINED, preset.name)
+    elif baked.is_dir():
+        log.info("backbone %s: the keras-hub preset baked into the image (%s), in place of downloading it", name,
+                 baked)
+    elif name.startswith("/") and not Path(name).is_dir():
+        raise UserError(f"hyperparameter backbone={name}: no such folder in the image (a keras-hub preset folder, "
+                        f"with {' and '.join(PRESET_FILES)})")
+    from_file = weights not in (None, "imagenet", "pretrained")
+    load_weights = weights is not None and not from_file
+    backbone = _loaded(keras_hub, source, name, load_weights)
+    backbone = getattr(backbone, "vision_encoder", None) or backbone  # (SigLIP, CLIP: their image tower)
+    backbone = _at_size(keras_hub, backbone, source, name, image_size, load_weights)
+    if from_file:
+        load_backbone_weights(backbone, Path(weights), name)
+    return backbone, _scaling(keras_hub, source, name)
+
+
+def baked_folder(name: str) -> Path:
+    """Where the image keeps a preset baked in (docker build --build-arg BAKE_WEIGHTS=NAME):
+    $KERAS_HOME/presets/<the name, its / and : as _>, beside the applications' ImageNet files."""
+    home = Path(os.environ.get("KERAS_HOME") or Path.home() / ".keras")
+    return home / "presets" / re.sub(r"[^A-Za-z0-9_.-]", "_", name.strip("/"))
+
+
+def bake(name: str) -> Path:
+    """Downloads the preset `name` (a preset name, a handle, or a folder) and saves it, its image
+    converter beside it, where the job finds it first (baked_folder)."""
+    keras_hub = _keras_hub()
+    folder = baked_folder(name)
+    backbone = _loaded(keras_hub, name, name, load_weights=True)
+    try:
+        converter = keras_hub.layers.ImageConverter.from_preset(name)
+    except Exception as err:
+        raise UserError(f"backbone {name}: its preset has no image converter ({type(err).__name__}: {err})") from err
+    folder.mkdir(parents=True, exist_ok=True)
+    backbone.save_to_preset(str(folder))
+    converter.save_to_preset(str(folder))
+    return folder
+
+
+def _keras_hub():
+    try:
+        import keras_hub
+    except ImportError as err:  # (a launcher-only install: the job's image has it)
+        raise UserError(f"a keras-hub backbone needs the keras-hub package, which is not installed here ({err})"
+                        ) from err
+    return keras_hub
+
+
+def _loaded(keras_hub, source: str, name: str, load_weights: bool, **overrides) -> keras.Model:
+    # (a preset's config names its dtype, float32, which would keep it out of the job's mixed precision:
+    # the job's policy, set before the model is built, is passed in its place)
+    policy = keras.config.dtype_policy().name
+    try:
+        return keras_hub.models.Backbone.from_preset(source, load_weights=load_weights, dtype=policy, **overrides)
+    except Exception as err:  # keras-hub raises ValueError, FileNotFoundError or network errors
+        raise UserError(_unreachable(name, source, err)) from err
+
+
+def _unreachable(name: str, source: str, err: Exception) -> str:
+    said = f"{type(err).__name__}: {str(err)[:400]}"
+    if source != name:
+        return f"backbone {name}: the keras-hub preset at {source} could not be loaded ({said})"
+    known = "" if name in HUB_PRESETS or "://" in name or name.startswith("/") else " (not a preset keras-hub lists)"
+    return (f"backbone {name}{known}: keras-hub could not load it ({said}). Without internet access (network "
+            f"isolation), or to pin it, put its preset in a '{PRETRAINED}' channel: the folder (or a .tar.gz of it) "
+            "that keras_hub.models.Backbone.from_preset(...).save_to_preset(folder) writes, with the image "
+            f"converter's beside it; or bake it into the image (docker build --build-arg BAKE_WEIGHTS={name}: it "
+            f"is kept in {baked_folder(name).parent}, where the job looks first). Kaggle handles may also need "
+            "KAGGLE_USERNAME and KAGGLE_KEY, and gated Hugging Face models HF_TOKEN")
+
+
+def _at_size(keras_hub, backbone: keras.Model, source: str, name: str, image_size: int,
+             load_weights: bool) -> keras.Model:
+    """The backbone taking image_size x image_size images. Convolutional ones take any size; a
+    transformer's position embeddings are for its preset's grid: DINOv2 and v3 interpolate them
+    (rebuilt at the job's size), the others take their preset's size only."""
+    shape = _image_shape(backbone)
+    if shape[0] in (None, image_size):
+        return backbone
+    config = backbone.get_config()
+    if "position_embedding_shape" in config and not hasattr(backbone, "vision_encoder"):
+        return _loaded(keras_hub, source, name, load_weights, image_shape=(image_size, image_size, 3))
+    raise UserError(f"backbone {name} takes {shape[0]} x {shape[1]} images only (its position embeddings are for "
+                    f"that grid of patches): set hyperparameter image_size={shape[0]}; got {image_size}")
+
+
+def _image_shape(backbone: keras.Model) -> tuple:
+    inputs = backbone.input
+    tensor = inputs["images"] if isinstance(inputs, dict) else inputs
+    return tuple(tensor.shape[1:3])
+
+
+def image_size_of(backbone: keras.Model) -> int | None:
+    """The side of the images the backbone takes; None when any size will do."""
+    return _image_shape(backbone)[0]
+
+
+def _scaling(keras_hub, source: str, name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    try:
+        converter = keras_hub.layers.ImageConverter.from_preset(source)
+    except Exception as err:
+        raise UserError(f"backbone {name}: its preset has no image converter (image_converter.json) to say how it "
+                        f"scales its input ({type(err).__name__}: {str(err)[:300]}); save the preset with its "
+                        "converter (ImageConverter.save_to_preset into the same folder)") from err
+
+    def per_channel(value, default: float) -> tuple[float, ...]:
+        array = np.broadcast_to(np.asarray(default if value is None else value, np.float64).reshape(-1), (3,))
+        return tuple(float(v) for v in array)
+
+    scale, offset = per_channel(converter.scale, 1.0), per_channel(converter.offset, 0.0)
+    log.info("backbone %s scales its input as its preset does: x * %s + %s", name,
+             [round(v, 6) for v in scale], [round(v, 6) for v in offset])
+    return scale, offset
+
+
+def pooled(backbone: keras.Model, features):
+    """The backbone's features as one vector an image, as keras-hub's own classifiers pool them: a
+    feature map averaged; a transformer's tokens by their class token where it has one (ViT, DeiT,
+    DINOv2/v3: the first), else averaged; a vector (SigLIP's attention-pooled head) as it is. Plain
+    Keras layers, so a saved .keras model loads without this project."""
+    if len(features.shape) == 4:
+        return keras.layers.GlobalAveragePooling2D(name="pool")(features)
+    if len(features.shape) == 3:
+        if _has_class_token(backbone):
+            tokens = features.shape[1]
+            first = keras.layers.Cropping1D((0, tokens - 1), name="class_token")(features)
+            return keras.layers.Flatten(name="pool")(first)
+        return keras.layers.GlobalAveragePooling1D(name="pool")(features)
+    return features
+
+
+def _has_class_token(backbone: keras.Model) -> bool:
+    config = backbone.get_config()
+    if "use_class_token" in config:
+        return bool(config["use_class_token"])
+    return type(backbone).__name__.startswith(("DINO", "DeiT"))
+
+
+def call(backbone: keras.Model, images, **kwargs):
+    """The backbone on `images` (a two-tower model's vision encoder takes them by name)."""
+    return backbone({"images": images} if isinstance(backbone.input, dict) else images, **kwargs)
