@@ -140,6 +140,15 @@ def test_the_backbone_table_of_the_docs_is_the_jobs():
     assert listed == {b.name: (b.family, b.min_size, b.default_size) for b in BACKBONES.values()}
 
 
+def test_the_keras_hub_presets_of_the_docs_are_the_jobs():
+    from keras_pipe_train.settings.backbones import HUB_FAMILIES
+
+    section = (REPO / "docs/job.md").read_text().split("\n### keras-hub's backbones\n", 1)[1].split("\n## ", 1)[0]
+    table = section.split("| family | presets |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| (.+?) \| (`.*`) \|$", table, re.M)
+    assert {family: tuple(re.findall(r"`(\w+)`", names)) for family, names in rows} == HUB_FAMILIES
+
+
 # --- running a document ---------------------------------------------------------------------------
 
 def copy_checkout(folder: Path) -> Path:

@@ -184,7 +184,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     check_validation(config, validation)
     rule = Rule.of(config, validated=validation is not None)
     with cluster.strategy.scope():
-        backbone, scaling = build_backbone(config, pretrained, weights, batchnorm_trains, layout, channels)
+        backbone, scaling = build_backbone(config, previous, pretrained, weights, batchnorm_trains, layout,
+                                           channels)
         model = build_classifier(config.backbone, backbone, config.num_classes, config.dropout,
                                  batchnorm_frozen=not batchnorm_trains, l2=config.regularizers_l2,
                                  activation="sigmoid" if config.multi_label else "softmax",

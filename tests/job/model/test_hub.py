@@ -19,7 +19,7 @@ import pytest
 from keras_pipe_train.settings.backbones import HUB_FAMILIES, HUB_PRESETS
 from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.settings.hyperparameters import HYPERPARAMETERS
-from tests.conftest import FakeJob
+from tests.conftest import FakeJob, model_tar_gz
 from tests.job.conftest import failed, file_channel, run_train, served_probabilities, write_hyperparameters
 from tests.job.model import hub_presets
 from tests.timeouts import wait_s
@@ -137,7 +137,8 @@ def test_a_job_fine_tunes_a_preset_from_its_own_weights_and_serves_as_it_trained
     else:
         backbone = str(preset)
     # (the steps after training too: calibration, the label check on the training images as well, the report)
-    more = ({"weights": "pretrained"} if way == "channel .tar.gz" else
+    # (and MixUp and CutMix, in a whole job)
+    more = ({"weights": "pretrained", "mixup_alpha": 0.8, "cutmix_alpha": 1.0} if way == "channel .tar.gz" else
             {"calibration": "true", "label_error_folds": 2} if way == "channel files" else {})
     write_hyperparameters(job, backbone=backbone, num_classes=10, image_size=hub_presets.SIZE, epochs=1,
                           batch_size=32, **more)
@@ -169,6 +170,32 @@ def test_a_job_fine_tunes_a_preset_from_its_own_weights_and_serves_as_it_trained
         assert checked["sets"]["train"]["examined"] == 160, checked
     np.testing.assert_allclose(served, own, atol=1e-5)
     assert (job.base / "output" / "data" / "report.html").is_file()
+    if way == "image folder":
+        continue_the_model(tmp_path, model_dir, examples, saved)
+
+
+def continue_the_model(tmp_path, model_dir, examples, first_backbone):
+    """A second job continues the first's model from the `model` channel (incremental training): its
+    backbone rebuilt from that model, so no preset is needed, whatever handle `backbone` names."""
+    import keras
+
+    job = FakeJob(tmp_path / "second" / "opt_ml")
+    file_channel(job, "train", examples[:96])
+    job.add_channel("model", mode="File")
+    (job.data_dir / "model").mkdir()
+    model_tar_gz(model_dir, job.data_dir / "model" / "model.tar.gz")
+    write_hyperparameters(job, backbone="hf://google/vit-base-patch16-224", num_classes=10,
+                          image_size=hub_presets.SIZE, epochs=1, batch_size=32, learning_rate=1e-9)
+    out = run_train(job, **NO_ROUTE)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert "incremental training: continuing model.tar.gz" in out.stdout + out.stderr
+    # (at a learning rate of 1e-9 the model stays the first's, backbone and head)
+    first = keras.saving.load_model(model_dir / "model.keras")
+    second = keras.saving.load_model(job.base / "model" / "model.keras")
+    for a, b in zip(first.weights, second.weights, strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    assert len(first_backbone.weights) < len(second.weights)
+
 
 
 @pytest.mark.slow

@@ -101,14 +101,15 @@ def input_scaling(name: str, mode: str | Scaling | None = None) -> keras.layers.
     mode = mode or BACKBONES[name].preprocessing
     if mode == "builtin":
         return None
+    name = f"{mode}_preprocessing"
     if isinstance(mode, tuple):
-        (scale, offset), order, mode = mode, (0, 1, 2), "preset"
+        (scale, offset), order, name = mode, (0, 1, 2), hub.SCALING_LAYER
     else:
         order, scale, offset = _SCALING[mode]
     kernel = np.zeros((1, 1, 3, 3), np.float32)
     for out, source in enumerate(order):
         kernel[0, 0, source, out] = scale[out]
-    layer = keras.layers.Conv2D(3, 1, name=f"{mode}_preprocessing", trainable=False)
+    layer = keras.layers.Conv2D(3, 1, name=name, trainable=False)
     layer.build((None, None, None, 3))
     layer.set_weights([kernel, np.array(offset, np.float32)])
     return layer

@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 import keras
@@ -41,6 +42,7 @@ from keras_pipe_train.settings.errors import UserError
 log = logging.getLogger(__name__)
 
 PRESET_FILES = ("config.json", "metadata.json")  # (what keras-hub's loader needs of a preset folder)
+SCALING_LAYER = "preset_preprocessing"  # (model/classifier.py's input_scaling names it so for a preset's)
 NAME = "hub"  # the classifier's name: "hub_classifier" (a handle holds characters Keras refuses in names)
 
 
@@ -238,3 +240,32 @@ def _has_class_token(backbone: keras.Model) -> bool:
 def call(backbone: keras.Model, images, **kwargs):
     """The backbone on `images` (a two-tower model's vision encoder takes them by name)."""
     return backbone({"images": images} if isinstance(backbone.input, dict) else images, **kwargs)
+
+
+def rebuilt(model: keras.Model, image_size: int) -> tuple[keras.Model, tuple[tuple[float, ...], tuple[float, ...]]]:
+    """The keras-hub backbone of a previous job's model (incremental training), rebuilt from its own
+    config (no preset needed: its weights are copied in after, incremental.continue_from), and the
+    scaling that model holds."""
+    previous = next(layer for layer in model.layers if isinstance(layer, keras.Model))
+    config = {**previous.get_config(), "dtype": keras.config.dtype_policy().name}
+    size = image_size_of(previous)
+    if size not in (None, image_size):
+        if "position_embedding_shape" not in config:
+            raise UserError(f"the previous model in channel 'model' takes {size} x {size} images only (its "
+                            f"backbone's position embeddings are for that grid): set hyperparameter image_size={size}")
+        config["image_shape"] = (image_size, image_size, 3)
+    backbone = type(previous).from_config(config)
+    kernel, offset = model.get_layer(SCALING_LAYER).get_weights()
+    return backbone, (tuple(float(v) for v in np.diag(kernel[0, 0])), tuple(float(v) for v in offset))
+
+
+def register_if_named(model_file: Path) -> None:
+    """Imports keras-hub before a saved .keras model that names its classes is loaded (Keras finds
+    them only once they are registered), and only then: it takes seconds to import."""
+    try:
+        with zipfile.ZipFile(model_file) as archive:
+            named = b"keras_hub" in archive.read("config.json")
+    except (OSError, KeyError, zipfile.BadZipFile):
+        return  # (Keras' own load says what is wrong with the file)
+    if named:
+        _keras_hub()

@@ -29,7 +29,7 @@ import keras
 from keras_pipe_train.model import hub, jumpstart
 from keras_pipe_train.model.classifier import backbone_of
 from keras_pipe_train.settings.backbones import BACKBONES, is_hub
-from keras_pipe_train.settings.channels import MODEL, PRETRAINED
+from keras_pipe_train.settings.channels import MODEL
 from keras_pipe_train.settings.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ class Previous:
     @property
     def backbone_name(self) -> str | None:
         name = self.model.name.removesuffix("_classifier")
-        known = name in BACKBONES or name == hub.NAME  # (a keras-hub backbone's: refused in continue_from)
+        known = name in BACKBONES or name == hub.NAME
         return name if known and self.model.name.endswith("_classifier") else None
 
     @property
@@ -85,6 +85,7 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
             model_path, classes_path = models[0], models[0].with_name(CLASSES_FILE)
         source = str(found[0].relative_to(folder))
         try:
+            hub.register_if_named(model_path)
             model = keras.saving.load_model(model_path, compile=False, safe_mode=True)
         except Exception as err:  # (Keras raises ValueError, TypeError, zipfile and h5py errors)
             raise UserError(f"channel '{MODEL}': {source} holds a {MODEL_FILE} that Keras cannot load "
@@ -176,15 +177,15 @@ def continue_from(previous: Previous, model: keras.Model, backbone_name: str, cl
                   multi_label: bool, reinitialize_top_layer: str) -> bool:
     """Copies the previous model's weights into `model` (built for this job): the backbone's, and
     the classifier's unless it is replaced. Returns whether the head was kept."""
-    if is_hub(backbone_name) or previous.model.name == f"{hub.NAME}_classifier":
-        raise UserError(f"channel '{MODEL}': a keras-hub backbone's model is not continued from this channel: give "
-                        f"the previous job's backbone.weights.h5 in a '{PRETRAINED}' channel with weights=pretrained "
-                        "and the same backbone (its classifier then trains anew)")
+    # (a keras-hub backbone's model is named for no handle: the weights' shapes tell a mismatch below)
+    backbone_name = hub.NAME if is_hub(backbone_name) else backbone_name
     if previous.backbone_name != backbone_name:
-        raise UserError(f"channel '{MODEL}': the previous model's backbone is {previous.backbone_name}, and "
-                        f"this job's is {backbone_name}: set hyperparameter backbone={previous.backbone_name} to "
-                        "continue it")
-    if not BACKBONES[backbone_name].loads_weight_files:
+        wanted = ("backbone to the keras-hub preset or handle it was trained from" if previous.backbone_name == hub.NAME
+                  else f"backbone={previous.backbone_name}")
+        described = "a keras-hub backbone" if previous.backbone_name == hub.NAME else previous.backbone_name
+        raise UserError(f"channel '{MODEL}': the previous model's backbone is {described}, and this job's is "
+                        f"{backbone_name}: set hyperparameter {wanted} to continue it")
+    if backbone_name in BACKBONES and not BACKBONES[backbone_name].loads_weight_files:
         raise UserError(f"channel '{MODEL}': backbone {backbone_name} cannot be continued from a model's weights "
                         "(its application builds its input scaling differently for ImageNet weights); train it anew")
     try:

@@ -42,12 +42,15 @@ def starting_point(config: JobConfig, layout: Paths, channels: dict[str, Channel
     return config, previous, pretrained, weights
 
 
-def build_backbone(config: JobConfig, pretrained: jumpstart.Pretrained | None, weights: str | None,
-                   batchnorm_trains: bool, layout: Paths, channels: dict[str, ChannelConfig]):
+def build_backbone(config: JobConfig, previous: incremental.Previous | None, pretrained: jumpstart.Pretrained | None,
+                   weights: str | None, batchnorm_trains: bool, layout: Paths, channels: dict[str, ChannelConfig]):
     """(the backbone the job fine-tunes, its input scaling in place of its name's: None, or
-    classifier.input_scaling's mode): JumpStart's SavedModel, a keras-hub preset, or a Keras application."""
+    classifier.input_scaling's mode): JumpStart's SavedModel, a keras-hub preset (or the previous
+    model's, continued), or a Keras application."""
     if pretrained:
         return jumpstart.build_backbone(pretrained, config.image_size, batchnorm_trains), pretrained.scaling
+    if is_hub(config.backbone) and previous is not None and previous.backbone_name == hub.NAME:
+        return hub.rebuilt(previous.model, config.image_size)
     if is_hub(config.backbone):
         channel = layout.input_data / PRETRAINED if PRETRAINED in channels else None
         return hub.build_backbone(config.backbone, config.image_size, weights, channel)

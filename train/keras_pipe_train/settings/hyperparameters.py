@@ -210,6 +210,18 @@ class Hyperparameters:
     label_smoothing: float = hyperparameter(
         0.0, Number(0, 0.99, open_low=False), "training loss against labels of 1 - s + s/classes and s/classes "
         "elsewhere")
+    mixup_alpha: float = hyperparameter(
+        0.0, Number(0, 10, open_low=False), "MixUp: each training image blended with another of its batch, in a "
+        "share drawn from Beta(alpha, alpha), and the loss taken against both labels in those shares (timm's "
+        "ImageNet setting: 0.8); 0: off")
+    cutmix_alpha: float = hyperparameter(
+        0.0, Number(0, 10, open_low=False), "CutMix: a box of another image of the batch pasted into each training "
+        "image, its area drawn from Beta(alpha, alpha), the loss shared by area (timm's ImageNet setting: 1.0); 0: off")
+    mixup_prob: float = hyperparameter(
+        1.0, Number(0, 1), "the share of training batches mixed when mixup_alpha or cutmix_alpha is set")
+    mixup_switch_prob: float = hyperparameter(
+        0.5, Number(0, 1, open_low=False), "with both mixup_alpha and cutmix_alpha set: the share of mixed batches "
+        "that CutMix (the others MixUp)")
     gradient_clip_norm: float = hyperparameter(
         0.0, Number(0, 1e6, open_low=False), "largest global norm of each step's gradient, summed over replicas (0: "
         "no clipping)")

@@ -148,6 +148,7 @@ class Trainer:
     def _make_step(self, train: bool, detailed: bool = False):
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
         scale, clip, l2 = self.mixed_precision, self.loss.clip_norm, self.loss.l2_decay
+        mixing = self.loss.mixing if train and self.loss.mixing.on else None
 
         def replica_step(images, labels):
             count = tf.shape(labels)[0]
@@ -158,9 +159,16 @@ class Trainer:
             images, labels, weight = self._never_empty(images, labels, count)
             if train:
                 task.observe(labels[:count], examples, context)
+            if mixing:  # (seeded by the step count, which checkpoints hold: a resumed job mixes alike)
+                replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
+                images, share = mixing.mix(images, tf.stack([mixing.seed * 1_000_003 + replica,
+                                                             tf.cast(optimizer.iterations, tf.int64)]))
             with tf.GradientTape() as tape:
                 probabilities = model(images, training=train)
                 per_example = task.per_example_loss(train, labels, probabilities)
+                if mixing:  # (both losses are linear in their targets: this is the loss of the mixed labels)
+                    partners = task.per_example_loss(train, mixing.partner_of(labels), probabilities)
+                    per_example = share * per_example + (1 - share) * partners
                 loss_sum = tf.reduce_sum(per_example) * weight
                 loss = loss_sum / tf.maximum(global_examples, 1.0)
                 if train and model.losses:  # the kernel's L2 penalty: the same on every replica,

@@ -15,6 +15,7 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train.settings.config import JobConfig
+from keras_pipe_train.training.mixing import Mixing
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
 
 ADAMW_DEFAULT_DECAY = 0.004  # Keras' own default for AdamW, used when weight_decay is not set
@@ -136,12 +137,15 @@ class Loss:
     # weight's gradient, the gradient of l2_decay/2 x |w|^2: it goes through the momentum (MXNet's
     # weight decay for sgd and nag), where Keras' decoupled decay does not
     l2_decay: float = 0.0
+    mixing: Mixing = Mixing()  # MixUp and CutMix: training images mixed, the loss shared (mixing.py)
 
     @classmethod
     def of(cls, config: JobConfig) -> Loss:
         l2 = weight_decay(config) if config.weight_decay_style == "l2" else 0.0
+        mixing = Mixing(config.mixup_alpha, config.cutmix_alpha, config.mixup_prob, config.mixup_switch_prob,
+                        config.seed)
         return cls(config.label_smoothing, config.class_weights, config.gradient_clip_norm, config.top_k,
-                   config.multi_label, config.multi_label_threshold, config.use_weighted_loss, l2)
+                   config.multi_label, config.multi_label_threshold, config.use_weighted_loss, l2, mixing)
 
     def task(self, num_classes: int) -> SingleLabel | MultiLabel:
         if self.multi_label:
