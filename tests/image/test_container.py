@@ -172,3 +172,22 @@ def test_the_image_says_what_sagemakers_hosting_may_do_with_it(image):
     labels = json.loads(out.stdout)
     assert labels["com.amazonaws.sagemaker.capabilities.accept-bind-to-port"] == "true", labels
     assert labels["com.amazonaws.sagemaker.capabilities.multi-models"] == "true", labels
+
+
+def test_a_keras_hub_preset_in_the_pretrained_channel_trains_in_the_image_without_a_network(image, digit_folders,
+                                                                                          tmp_path):
+    """keras-hub is in the image, and a preset given in the `pretrained` channel is used in place of
+    the download its handle names (the container has no network: a download would fail)."""
+    from tests.job.model import hub_presets
+
+    hub_presets.make("vit", str(tmp_path / "vit"))
+    hps = ["backbone=kaggle://keras/vit/keras/vit_base_patch16_224_imagenet", "num_classes=10",
+           f"image_size={hub_presets.SIZE}", "batch_size=32", "epochs=1"]
+    command, options = in_container("--train", "train", "--pretrained", str(tmp_path / "vit"),
+                                    *[a for hp in hps for a in ("--hp", hp)], "--job-dir", "job", cwd=digit_folders)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=900, **options)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "the keras-hub preset in channel 'pretrained' (" in out.stdout and "in place of downloading it" in out.stdout
+    assert "algo-1 | metrics: epoch=1" in out.stdout
+    model = digit_folders / "job" / "algo-1" / "model"
+    assert (model / "1" / "saved_model.pb").is_file() and (model / "backbone.weights.h5").is_file()

@@ -36,7 +36,8 @@ _OPTIONS = {"input-mode": "input_mode", "record-wrapper": "record_wrapper", "com
 
 
 # the job's channels a user gives by an option of their own (settings/channels.py), as the user has them
-CHANNEL_OPTIONS = {TRAIN: "TFRecords", VALIDATION: "TFRecords", PRETRAINED: "a backbone weights file",
+CHANNEL_OPTIONS = {TRAIN: "TFRecords", VALIDATION: "TFRecords",
+                   PRETRAINED: "a backbone weights file, or a keras-hub preset: its folder or a .tar.gz of it",
                    MODEL: "a previous job's model.tar.gz, continued: incremental training"}
 
 

@@ -137,9 +137,10 @@ def test_a_job_fine_tunes_a_preset_from_its_own_weights_and_serves_as_it_trained
     else:
         backbone = str(preset)
     # (the steps after training too: calibration, the label check on the training images as well, the report)
-    # (and MixUp and CutMix, in a whole job)
+    # (and MixUp and CutMix, TrivialAugment and RandAugment, in whole jobs)
     more = ({"weights": "pretrained", "mixup_alpha": 0.8, "cutmix_alpha": 1.0} if way == "channel .tar.gz" else
-            {"calibration": "true", "label_error_folds": 2} if way == "channel files" else {})
+            {"calibration": "true", "label_error_folds": 2} if way == "channel files" else
+            {"augment": "crop,flip,trivial"} if way == "baked into the image" else {"augment": "flip,randaugment"})
     write_hyperparameters(job, backbone=backbone, num_classes=10, image_size=hub_presets.SIZE, epochs=1,
                           batch_size=32, **more)
     out = run_train(job, **env)

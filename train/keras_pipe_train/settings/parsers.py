@@ -22,8 +22,9 @@ from keras_pipe_train.settings.errors import UserError
 
 Parse = Callable[[str, Any], Any]
 
-AUGMENTATIONS = ("crop", "flip", "color", "rotate", "zoom", "aspect", "shear")
-DEFAULT_AUGMENTATIONS = ("crop", "flip", "color")  # augment=true; all: every one
+AUGMENTATIONS = ("crop", "flip", "color", "rotate", "zoom", "aspect", "shear", "trivial", "randaugment")
+DEFAULT_AUGMENTATIONS = ("crop", "flip", "color")  # augment=true
+ALL_AUGMENTATIONS = AUGMENTATIONS[:7]  # augment=all: every one but the policies (sources/auto_augment.py)
 WEIGHT_SOURCES = ("imagenet", "none", "pretrained")  # or a path to a weights file
 RESIZE_ORIGINAL = "original"  # (sources/preprocess.py's ORIGINAL: the images at their own scale)
 MAX_LABEL_ERROR_FOLDS = 20  # (each fold is one more head fitted: cleanlab's default is 5, more gains little)
@@ -353,7 +354,7 @@ def augment(name, value) -> tuple[str, ...]:
     if given is True or word == "true":
         return DEFAULT_AUGMENTATIONS
     if str(given).lower() == "all":
-        return AUGMENTATIONS
+        return ALL_AUGMENTATIONS
     if given is False or word == "false" or is_none(given) or str(given).lower() in ("none", "[]"):
         return ()
     parts = list_of_text(name, value, '["crop", "flip"]')

@@ -30,7 +30,7 @@ from keras_pipe_train.settings.channels import TRAIN, VALIDATION
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.settings.errors import DataError, UserError
-from keras_pipe_train.sources import class_folders, example, lst, manifest, mxnet_records, preprocess
+from keras_pipe_train.sources import auto_augment, class_folders, example, lst, manifest, mxnet_records, preprocess
 from keras_pipe_train.sources.class_folders import ClassFolderReader
 from keras_pipe_train.sources.recent_images import RecentImages
 from pipemode import PipeReader, pipe_dataset
@@ -331,8 +331,9 @@ class EpochInput:
             start = tf.constant([seed, context.input_pipeline_id], tf.int64)
             dataset = dataset.enumerate(start=first - again).map(
                 lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
-            dataset = decoded(dataset, config, lambda x, s: preprocess.for_train(x, size, augment, s, geometry,
-                                                                                 resize_to, interpolation), seeded=True)
+            policy = auto_augment.Policy(config.randaugment_ops, config.randaugment_magnitude)
+            dataset = decoded(dataset, config, lambda x, s: preprocess.for_train(
+                x, size, augment, s, geometry, resize_to, interpolation, policy), seeded=True)
             if not self.recent:
                 return dataset
             return self.recent.tap(dataset).skip(again).prefetch(AUTOTUNE)

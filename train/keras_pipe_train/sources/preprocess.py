@@ -29,6 +29,7 @@ import math
 import tensorflow as tf
 
 from keras_pipe_train.settings.parsers import RESIZE_ORIGINAL
+from keras_pipe_train.sources import auto_augment
 
 # Random-resized-crop bounds. Inception's ImageNet recipe keeps 8-100 % of the area; fine-tuning
 # on small datasets of centred objects loses the object too often at 8 %, so crops keep >= 25 %.
@@ -304,7 +305,7 @@ def random_color(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 
 def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.Tensor,
               geometry: Geometry = Geometry(), resize_to: int | str | None = None,
-              interpolation: str = "bilinear") -> tf.Tensor:
+              interpolation: str = "bilinear", policy: auto_augment.Policy | None = None) -> tf.Tensor:
     """The training path; `seed` (int64 [2]) decides every random choice for this image. The crop
     is decoded (fused with the JPEG decoder: only the window, at a reduced scale); the geometric
     changes then apply to the small, resized image, in one resampling. `resize_to`: None, the
@@ -335,6 +336,12 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.
         image = random_flip(image, flip, geometry.flip)
     if "color" in augment:
         image = random_color(image, color)
+    # (the policies last, on the image as the others left it, each with a seed of its own)
+    if "trivial" in augment:
+        image = auto_augment.trivial(image, tf.random.experimental.stateless_fold_in(seed, 101))
+    if "randaugment" in augment:
+        image = auto_augment.randaugment(image, tf.random.experimental.stateless_fold_in(seed, 102),
+                                         policy or auto_augment.Policy())
     return image
 
 
