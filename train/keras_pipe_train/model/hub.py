@@ -87,7 +87,13 @@ def build_backbone(name: str, image_size: int, weights: str | None,
                    channel: Path | None = None) -> tuple[keras.Model, tuple[tuple[float, ...], tuple[float, ...]]]:
     """(the backbone: images in its own scaling -> features, its scaling from [0, 255] RGB as
     (scale, offset) per channel). `weights`: "imagenet" or "pretrained" (the preset's own), None
-    (its architecture, randomly initialised) or a .h5 file; `channel`: the `pretrained` channel's folder."""
+    (its architecture, randomly initialised) or a .h5 file; `channel`: the `pretrained` channel's folder.
+
+    The classifier calls it in inference mode (classifier.py), its dropout and stochastic depth off,
+    as every pretrained backbone here. (keras-hub 0.32's DINOv2 and DINOv3 stochastic depth cannot
+    run in training anyway: their DropPath adds its uniform draw to the keep probability without
+    flooring it, so it scales instead of dropping, and builds its noise shape from the static batch
+    size, None in a model, which fails.)"""
     keras_hub = _keras_hub()
     preset = channel_preset(channel) if channel is not None else None
     if weights == "pretrained" and preset is None:
@@ -107,9 +113,10 @@ def build_backbone(name: str, image_size: int, weights: str | None,
                         f"with {' and '.join(PRESET_FILES)})")
     from_file = weights not in (None, "imagenet", "pretrained")
     load_weights = weights is not None and not from_file
-    backbone = _loaded(keras_hub, source, name, load_weights)
-    backbone = getattr(backbone, "vision_encoder", None) or backbone  # (SigLIP, CLIP: their image tower)
-    backbone = _at_size(keras_hub, backbone, source, name, image_size, load_weights)
+    backbone = _vision(_loaded(keras_hub, source, name, load_weights))
+    overrides = _overrides(backbone, name, image_size)
+    if overrides:  # (built again as asked: the preset's config, these values in place of its own)
+        backbone = _vision(_loaded(keras_hub, source, name, load_weights, **overrides))
     if from_file:
         load_backbone_weights(backbone, Path(weights), name)
     return backbone, _scaling(keras_hub, source, name)
@@ -170,19 +177,22 @@ def _unreachable(name: str, source: str, err: Exception) -> str:
             "KAGGLE_USERNAME and KAGGLE_KEY, and gated Hugging Face models HF_TOKEN")
 
 
-def _at_size(keras_hub, backbone: keras.Model, source: str, name: str, image_size: int,
-             load_weights: bool) -> keras.Model:
-    """The backbone taking image_size x image_size images. Convolutional ones take any size; a
-    transformer's position embeddings are for its preset's grid: DINOv2 and v3 interpolate them
-    (rebuilt at the job's size), the others take their preset's size only."""
+def _vision(backbone: keras.Model) -> keras.Model:
+    """A two-tower model's image tower (SigLIP, CLIP), else the backbone itself."""
+    return getattr(backbone, "vision_encoder", None) or backbone
+
+
+def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
+    """What the preset's config must say otherwise for this job: its image size. Convolutional
+    backbones take any; a transformer's position embeddings are for its preset's grid: DINOv2 and
+    v3 interpolate them (built at the job's size), the others take their preset's size only."""
     shape = _image_shape(backbone)
     if shape[0] in (None, image_size):
-        return backbone
-    config = backbone.get_config()
-    if "position_embedding_shape" in config and not hasattr(backbone, "vision_encoder"):
-        return _loaded(keras_hub, source, name, load_weights, image_shape=(image_size, image_size, 3))
-    raise UserError(f"backbone {name} takes {shape[0]} x {shape[1]} images only (its position embeddings are for "
-                    f"that grid of patches): set hyperparameter image_size={shape[0]}; got {image_size}")
+        return {}
+    if "position_embedding_shape" not in backbone.get_config():
+        raise UserError(f"backbone {name} takes {shape[0]} x {shape[1]} images only (its position embeddings are "
+                        f"for that grid of patches): set hyperparameter image_size={shape[0]}; got {image_size}")
+    return {"image_shape": (image_size, image_size, 3)}
 
 
 def _image_shape(backbone: keras.Model) -> tuple:
