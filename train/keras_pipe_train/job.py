@@ -89,6 +89,8 @@ class Training:
         state = {"best": self.best} if self.best else {}
         if self.trainer.task.state is not None:
             state["task"] = self.trainer.task.state
+        if self.trainer.average is not None:
+            state["average"] = self.trainer.average
         return state
 
     def save(self, phase: Phase, epoch: int, steps: int) -> None:
@@ -195,7 +197,7 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                                       config.reinitialize_top_layer)
         best = BestWeights(model) if rule else None
     trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution),
-                      Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate))
+                      Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate), config.ema_decay)
     checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
                               checkpoint_settings(config, channels, resources, mixed_precision))
     checkpoints.check_writable(checkpoint_bytes(model, copies=4 if best else 3))
@@ -241,6 +243,9 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
     started = time.perf_counter()
     t.trainer.set_epoch_factor(epoch_factor(t.config, phase.start, phase.end, epoch))
     results, steps = train_pass(t, phase, epoch, step)
+    average = t.trainer.average
+    if average:  # (the epoch's model, from here to its checkpoint: the weights' average)
+        average.swap(t.model)
     if t.precise_bn and phase.name != "head":  # (the head's phase leaves a pretrained backbone's as they are)
         t.precise_bn.recompute_after(epoch)
     if t.validation:
@@ -251,6 +256,8 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
                           whole=not jumpstart.is_savedmodel_backbone(t.backbone))
     following = (early_stopping.after_epoch(t.early_stopping, t.best, t.model, t.epochs.rows, phase, epoch)
                  if t.early_stopping else epoch + 1)
+    if average and following >= phase.end:  # (the phase's result is the model the next one starts from)
+        average.settle(t.model)
     t.save(phase, following, 0)
     # After the last epoch a stop changes nothing: training is done, and the export (which a stop
     # must not cut short) is the job's result. (Every worker knows it is the last.)
@@ -262,6 +269,8 @@ def train_epoch(training: Training, phase: Phase, epoch: int, step: int) -> int:
 def train_pass(training: Training, phase: Phase, epoch: int, step: int) -> tuple[dict, int]:
     """Trains on the epoch's pass from step `step`: (its metrics, the steps of the epoch done)."""
     t, config = training, training.config
+    if t.trainer.average:  # (the trained weights back, after the last epoch's end swapped the average in)
+        t.trainer.average.train_again(t.model)
     recent = t.precise_bn.recent if t.precise_bn else None
     if recent:
         recent.clear()  # (the statistics are of this epoch's images: a pass's at most)

@@ -214,6 +214,10 @@ class Hyperparameters:
     label_smoothing: float = hyperparameter(
         0.0, Number(0, 0.99, open_low=False), "training loss against labels of 1 - s + s/classes and s/classes "
         "elsewhere")
+    ema_decay: float = hyperparameter(
+        0.0, Number(0, 0.99999, open_low=False), "an exponential moving average of the weights, updated at every "
+        "step, is the model each epoch is validated, kept and exported as (timm's model EMA; its nth update decays by "
+        "min(ema_decay, (1 + n) / (10 + n))); 0.999 suits a few thousand steps; 0: off")
     mixup_alpha: float = hyperparameter(
         0.0, Number(0, 10, open_low=False), "MixUp: each training image blended with another of its batch, in a "
         "share drawn from Beta(alpha, alpha), and the loss taken against both labels in those shares (timm's "

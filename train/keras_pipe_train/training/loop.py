@@ -23,6 +23,7 @@ import tensorflow as tf
 from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.training.distribute import Cluster
 from keras_pipe_train.training.recipe import LearningRate, Loss, l2_decayed
+from keras_pipe_train.training.weight_average import WeightAverage
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_STEPS = 10
@@ -75,7 +76,7 @@ class Call:
 class Trainer:
     def __init__(self, model: keras.Model, cluster: Cluster, mixed_precision: bool,
                  stop: threading.Event | None = None, steps_per_execution: int = 1, loss: Loss | None = None,
-                 make_optimizer=keras.optimizers.Adam):
+                 make_optimizer=keras.optimizers.Adam, ema_decay: float = 0.0):
         self.model, self.cluster, self.mixed_precision = model, cluster, mixed_precision
         self.steps_per_execution = steps_per_execution
         self.stop = stop or threading.Event()
@@ -83,6 +84,8 @@ class Trainer:
         with cluster.strategy.scope():  # (its variables, if any, mirrored as the model's)
             self.task = self.loss.task(model.output_shape[-1])
             self.task.build()
+            # the weights' moving average (ema_decay), updated by every training step
+            self.average = WeightAverage(model, ema_decay) if ema_decay else None
         self.make_optimizer = make_optimizer  # learning rate (a schedule) -> a Keras optimizer
         self.optimizer = None
         self.learning_rate = None
@@ -189,8 +192,12 @@ class Trainer:
                 counts = tf.concat([counts, task.detail_counts(labels, probabilities) * weight], 0)
             return tf.concat([tf.stack([tf.cast(loss_sum, tf.float32), examples]), counts], 0)
 
+        average = self.average if train else None
+
         def step(batch):
             outputs = strategy.run(replica_step, args=batch)
+            if average is not None:  # (after the optimizer's update, on every replica's copy)
+                average.update(model)
             return strategy.reduce("sum", outputs, axis=None)
 
         return step
