@@ -116,7 +116,7 @@ class Training:
                      layers[0] if layers else "-", layers[-1] if layers else "-", count,
                      ", BatchNorm included (train_batchnorm)" if self.config.train_batchnorm else "")
         # after: the optimizer is built for the trainable weights
-        self.trainer.start_phase(phase.learning_rate, self.config.warmup_steps)
+        self.trainer.start_phase(phase.learning_rate, self.config.warmup_steps, phase.start)
 
 
 def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,

@@ -3,7 +3,7 @@
 in place of a download (the tests never reach the internet). Each has an image converter whose
 scale and offset differ per channel, so a job that ignored them would be seen.
 
-    python -m tests.job.model.hub_presets FAMILY FOLDER     # vit, mobilenet_v3, resnet, dinov2, siglip
+    python -m tests.job.model.hub_presets FAMILY FOLDER     # vit, mobilenet_v3, resnet, dinov2, dinov3, hgnetv2, siglip
 """
 
 from __future__ import annotations
@@ -42,6 +42,17 @@ def backbone_and_converter(family: str):
                                       stackwise_num_filters=[64, 32], stackwise_num_blocks=[1, 1],
                                       stackwise_num_strides=[1, 2], block_type="basic_block"),
                 layers.ResNetImageConverter(image_size=(SIZE, SIZE), scale=SCALE, offset=OFFSET))
+    if family == "hgnetv2":  # (its features: a dict of its stages' maps)
+        stages = [[32, 16, 64, 1, 1, 3], [64, 32, 128, 1, 1, 3]]
+        return (models.HGNetV2Backbone(embedding_size=32, stem_channels=[3, 16, 32], hidden_act="relu",
+                                       use_learnable_affine_block=False, depths=[1, 1], hidden_sizes=[64, 128],
+                                       stackwise_stage_filters=stages, apply_downsample=[False, True],
+                                       use_lightweight_conv_block=[False, False], image_shape=(SIZE, SIZE, 3)),
+                layers.HGNetV2ImageConverter(image_size=(SIZE, SIZE), scale=SCALE, offset=OFFSET))
+    if family == "dinov3":  # (its input: a dict keyed pixel_values; rotary position embeddings)
+        return (models.DINOV3Backbone(patch_size=16, num_layers=1, hidden_dim=16, num_heads=2, intermediate_dim=32,
+                                      num_register_tokens=4, image_shape=(SIZE, SIZE, 3)),
+                layers.DINOV3ImageConverter(image_size=(SIZE, SIZE), scale=SCALE, offset=OFFSET))
     if family == "siglip":
         vision = models.SigLIPVisionEncoder(patch_size=8, hidden_dim=16, num_layers=2, num_heads=2,
                                             intermediate_dim=32, image_shape=(SIZE, SIZE, 3))

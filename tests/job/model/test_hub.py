@@ -76,6 +76,14 @@ def test_a_backbone_that_is_none_of_them_is_refused_naming_the_ways(given, said)
         HYPERPARAMETERS["backbone"].parse("backbone", given)
 
 
+def keras_hub_weights(preset):
+    """The preset's image tower's weights, as keras-hub loads them."""
+    import keras_hub
+
+    backbone = keras_hub.models.Backbone.from_preset(str(preset))
+    return [np.asarray(w) for w in getattr(backbone, "vision_encoder", backbone).weights]
+
+
 def preset_weights(preset):
     import keras_hub
 
@@ -215,12 +223,14 @@ def test_an_unreachable_handle_fails_before_training_naming_the_ways_to_provide_
 def test_a_transformer_takes_its_presets_size_only_and_dinov2_any(tmp_path):
     from keras_pipe_train.model import hub
 
-    for family in ("vit", "dinov2"):
+    for family in ("vit", "dinov2", "dinov3"):
         make_preset(family, tmp_path / family)
     with pytest.raises(UserError, match=f"set hyperparameter image_size={hub_presets.SIZE}; got 48"):
         hub.build_backbone(str(tmp_path / "vit"), 48, "imagenet")
     backbone, _ = hub.build_backbone(str(tmp_path / "dinov2"), 48, "imagenet")
     assert backbone.input_shape[1:3] == (48, 48)
+    backbone, _ = hub.build_backbone(str(tmp_path / "dinov3"), 64, "imagenet")  # (rotary: any multiple of 16)
+    assert hub.image_size_of(backbone) == 64
 
 
 def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
@@ -230,7 +240,8 @@ def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
     from keras_pipe_train.model.classifier import build_classifier, logits_of
 
     images = np.random.default_rng(0).uniform(0, 255, (2, hub_presets.SIZE, hub_presets.SIZE, 3)).astype("float32")
-    for family, pooling in (("dinov2", "Flatten"), ("siglip", None), ("mobilenet_v3", "GlobalAveragePooling2D")):
+    for family, pooling in (("dinov2", "Flatten"), ("dinov3", "Flatten"), ("siglip", None),
+                            ("mobilenet_v3", "GlobalAveragePooling2D"), ("hgnetv2", "GlobalAveragePooling2D")):
         make_preset(family, tmp_path / family)
         backbone, scaling = hub.build_backbone(str(tmp_path / family), hub_presets.SIZE, "imagenet")
         model = build_classifier(str(tmp_path / family), backbone, 3, 0.0, scaling=scaling,
@@ -239,7 +250,8 @@ def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
         assert [type(layer).__name__ for layer in pooled] == ([pooling] if pooling else []), family
         scaled = images * np.asarray(scaling[0], "float32") + np.asarray(scaling[1], "float32")
         features = np.asarray(hub.call(backbone, scaled, training=False))
-        vector = features[:, 0] if family == "dinov2" else features.mean(axis=(1, 2)) if features.ndim == 4 else features
+        vector = (features[:, 0] if family.startswith("dino") else features.mean(axis=(1, 2)) if features.ndim == 4
+                  else features)
         head = model.get_layer("classifier")
         expected = vector @ np.asarray(head.kernel) + np.asarray(head.bias)
         np.testing.assert_allclose(np.asarray(logits_of(model)(images)), expected, rtol=1e-4, atol=1e-4)
@@ -251,12 +263,40 @@ def test_under_mixed_precision_a_preset_computes_in_float16_and_its_weights_stay
 
     from keras_pipe_train.model import hub
 
+    for family in ("vit", "siglip"):  # (SigLIP: its image tower's own saved dtype replaced too)
+        make_preset(family, tmp_path / family)
+        keras.config.set_dtype_policy("mixed_float16")
+        try:
+            backbone, _ = hub.build_backbone(str(tmp_path / family), hub_presets.SIZE, "imagenet")
+        finally:
+            keras.config.set_dtype_policy("float32")
+        assert backbone.compute_dtype == "float16", family
+        assert {w.dtype for w in backbone.weights if "float" in w.dtype} == {"float32"}, family
+        assert all(layer.compute_dtype == "float16" for layer in backbone.layers[1:]), family
+        expected = keras_hub_weights(tmp_path / family)
+        for a, b in zip(expected, backbone.weights, strict=True):
+            np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_without_an_image_converter_the_checkpoints_own_preprocessing_is_used_or_the_job_says_what_is_missing(
+        tmp_path):
+    """keras-hub converts a transformers checkpoint's weights but, for most families, not its
+    preprocessing: the checkpoint's preprocessor_config.json says it (rescale, then mean and
+    deviation). Without either, a clear error. The packages keras-hub's converters import are here."""
+    import importlib
+
+    from keras_pipe_train.model import hub
+
     make_preset("vit", tmp_path / "vit")
-    keras.config.set_dtype_policy("mixed_float16")
-    try:
-        backbone, _ = hub.build_backbone(str(tmp_path / "vit"), hub_presets.SIZE, "imagenet")
-    finally:
-        keras.config.set_dtype_policy("float32")
-    assert backbone.compute_dtype == "float16"
-    assert {w.dtype for w in backbone.weights} == {"float32"}
-    assert backbone.layers[-1].compute_dtype == "float16"
+    (tmp_path / "vit" / "image_converter.json").unlink()
+    with pytest.raises(UserError, match="says nothing of how it scales its input"):
+        hub.build_backbone(str(tmp_path / "vit"), hub_presets.SIZE, "imagenet")
+    (tmp_path / "vit" / "preprocessor_config.json").write_text(json.dumps(
+        {"do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": [0.5, 0.4, 0.3],
+         "image_std": [0.2, 0.25, 0.5]}))
+    _, (scale, offset) = hub.build_backbone(str(tmp_path / "vit"), hub_presets.SIZE, "imagenet")
+    np.testing.assert_allclose(scale, [1 / 51, 1 / 63.75, 1 / 127.5])
+    np.testing.assert_allclose(offset, [-2.5, -1.6, -0.6])
+    for module in ("safetensors", "keras_hub.src.utils.transformers.preset_loader",
+                   "keras_hub.src.utils.timm.preset_loader"):
+        importlib.import_module(module)

@@ -122,7 +122,8 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     each class's probability (`activation`: softmax over the classes, or sigmoid, each class on its
     own). `batchnorm_frozen`: the backbone's BatchNorm layers always in inference mode. `scaling`:
     the input scaling's mode, in place of the backbone's (input_scaling)."""
-    size = hub.image_size_of(backbone) or image_size  # (a convolutional keras-hub backbone takes any size)
+    # (a convolutional keras-hub backbone takes any size: the job's)
+    size = (hub.image_size_of(backbone) if is_hub(backbone_name) else backbone.input_shape[1]) or image_size
     images = keras.Input((size, size, 3), name="images")
     scaling = input_scaling(backbone_name, scaling)
     x = scaling(images) if scaling else images
@@ -134,8 +135,13 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # (a SavedModel backbone takes Keras' own flag: it knows its BatchNorm's rule, and trains its
     # weights' regularization in any case: jumpstart.SavedModelFeatures)
     frozen = batchnorm_frozen and not jumpstart.is_savedmodel_backbone(backbone)
-    # (a SavedModel's backbone may give its features pooled already; a keras-hub transformer's are tokens)
-    x = hub.pooled(backbone, hub.call(backbone, x, training=False if frozen else None))
+    training = False if frozen else None
+    if is_hub(backbone_name):  # (a keras-hub transformer's features are tokens; some backbones take a dict)
+        x = hub.pooled(backbone, hub.call(backbone, x, training=training))
+    else:
+        x = backbone(x, training=training)
+        if len(x.shape) == 4:  # (a SavedModel's backbone may give its features pooled already)
+            x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
     # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)

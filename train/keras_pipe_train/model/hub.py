@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import logging
 import os
 import re
@@ -135,13 +136,10 @@ def bake(name: str) -> Path:
     keras_hub = _keras_hub()
     folder = baked_folder(name)
     backbone = _loaded(keras_hub, name, name, load_weights=True)
-    try:
-        converter = keras_hub.layers.ImageConverter.from_preset(name)
-    except Exception as err:
-        raise UserError(f"backbone {name}: its preset has no image converter ({type(err).__name__}: {err})") from err
+    scale, offset = _scaling(keras_hub, name, name)  # (its converter's, or its checkpoint's preprocessing)
     folder.mkdir(parents=True, exist_ok=True)
     backbone.save_to_preset(str(folder))
-    converter.save_to_preset(str(folder))
+    keras_hub.layers.ImageConverter(scale=list(scale), offset=list(offset)).save_to_preset(str(folder))
     return folder
 
 
@@ -166,6 +164,10 @@ def _loaded(keras_hub, source: str, name: str, load_weights: bool, **overrides) 
 
 def _unreachable(name: str, source: str, err: Exception) -> str:
     said = f"{type(err).__name__}: {str(err)[:400]}"
+    if isinstance(err, ImportError):  # (not the network: this checkpoint's format needs a package)
+        return (f"backbone {name}: keras-hub needs a package this installation lacks to load it ({said}); "
+                "keras-hub's Keras presets and timm's and transformers' checkpoints of the architectures it converts "
+                "load with what the image has")
     if source != name:
         return f"backbone {name}: the keras-hub preset at {source} could not be loaded ({said})"
     known = "" if name in HUB_PRESETS or "://" in name or name.startswith("/") else " (not a preset keras-hub lists)"
@@ -178,18 +180,31 @@ def _unreachable(name: str, source: str, err: Exception) -> str:
 
 
 def _vision(backbone: keras.Model) -> keras.Model:
-    """A two-tower model's image tower (SigLIP, CLIP), else the backbone itself."""
-    return getattr(backbone, "vision_encoder", None) or backbone
+    """A two-tower model's image tower (SigLIP, CLIP), else the backbone itself. The tower keeps the
+    dtype its saved config names (keras-hub passes the one asked for to the towers only where their
+    config has none, and a saved preset's has): it is built again under the job's dtype policy."""
+    tower = getattr(backbone, "vision_encoder", None)
+    if tower is None:
+        return backbone
+    policy = keras.config.dtype_policy().name
+    if tower.dtype_policy.name != policy:
+        rebuilt = type(tower).from_config({**tower.get_config(), "dtype": policy})
+        rebuilt.set_weights(tower.get_weights())
+        tower = rebuilt
+    return tower
 
 
 def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
     """What the preset's config must say otherwise for this job: its image size. Convolutional
-    backbones take any; a transformer's position embeddings are for its preset's grid: DINOv2 and
-    v3 interpolate them (built at the job's size), the others take their preset's size only."""
+    backbones take any; a transformer's position embeddings are for its preset's grid: DINOv2
+    interpolates them and DINOv3's are rotary (each built at the job's size), the others take
+    their preset's size only."""
     shape = _image_shape(backbone)
     if shape[0] in (None, image_size):
         return {}
-    if "position_embedding_shape" not in backbone.get_config():
+    config = backbone.get_config()
+    # (DINOv2 interpolates its position embeddings; DINOv3's are rotary (RoPE): any multiple of its patch)
+    if "position_embedding_shape" not in config and not type(backbone).__name__.startswith("DINOV3"):
         raise UserError(f"backbone {name} takes {shape[0]} x {shape[1]} images only (its position embeddings are "
                         f"for that grid of patches): set hyperparameter image_size={shape[0]}; got {image_size}")
     return {"image_shape": (image_size, image_size, 3)}
@@ -197,7 +212,7 @@ def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
 
 def _image_shape(backbone: keras.Model) -> tuple:
     inputs = backbone.input
-    tensor = inputs["images"] if isinstance(inputs, dict) else inputs
+    tensor = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs
     return tuple(tensor.shape[1:3])
 
 
@@ -207,21 +222,52 @@ def image_size_of(backbone: keras.Model) -> int | None:
 
 
 def _scaling(keras_hub, source: str, name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The preset's input scaling (scale, offset per channel): its image converter's, or, where
+    keras-hub gives none (it converts a transformers checkpoint's weights but, for most families,
+    not its preprocessing), the checkpoint's own preprocessor_config.json."""
+    why = "keras-hub gives none for it"
     try:
         converter = keras_hub.layers.ImageConverter.from_preset(source)
-    except Exception as err:
-        raise UserError(f"backbone {name}: its preset has no image converter (image_converter.json) to say how it "
-                        f"scales its input ({type(err).__name__}: {str(err)[:300]}); save the preset with its "
-                        "converter (ImageConverter.save_to_preset into the same folder)") from err
-
-    def per_channel(value, default: float) -> tuple[float, ...]:
-        array = np.broadcast_to(np.asarray(default if value is None else value, np.float64).reshape(-1), (3,))
-        return tuple(float(v) for v in array)
-
-    scale, offset = per_channel(converter.scale, 1.0), per_channel(converter.offset, 0.0)
+    except Exception as err:  # (no image_converter.json: keras-hub raises FileNotFoundError or ValueError)
+        converter, why = None, f"{type(err).__name__}: {str(err)[:300]}"
+    if converter is not None:
+        scale, offset = _per_channel(converter.scale, 1.0), _per_channel(converter.offset, 0.0)
+    else:
+        found = _transformers_preprocessing(source)
+        if found is None:
+            raise UserError(f"backbone {name}: its preset says nothing of how it scales its input: no image converter "
+                            f"(image_converter.json: {why}) and no preprocessor_config.json; save the preset with its "
+                            "converter (ImageConverter.save_to_preset into the same folder)")
+        scale, offset = found
     log.info("backbone %s scales its input as its preset does: x * %s + %s", name,
              [round(v, 6) for v in scale], [round(v, 6) for v in offset])
     return scale, offset
+
+
+def _per_channel(value, default: float) -> tuple[float, ...]:
+    array = np.broadcast_to(np.asarray(default if value is None else value, np.float64).reshape(-1), (3,))
+    return tuple(float(v) for v in array)
+
+
+def _transformers_preprocessing(source: str):
+    """(scale, offset) from a transformers checkpoint's preprocessor_config.json (do_rescale with
+    rescale_factor, then do_normalize with image_mean and image_std), in a folder or on Hugging
+    Face; None without one."""
+    try:
+        if source.startswith("hf://"):
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(source.removeprefix("hf://").strip("/"), "preprocessor_config.json"))
+        else:
+            path = Path(source) / "preprocessor_config.json"
+        config = json.loads(path.read_text())
+    except Exception:  # (none there, or unreadable: the caller says what is missing)
+        return None
+    rescale = float(config.get("rescale_factor", 1 / 255)) if config.get("do_rescale", True) else 1.0
+    normalize = config.get("do_normalize", True)
+    mean = _per_channel(config.get("image_mean") if normalize else None, 0.0)
+    std = _per_channel(config.get("image_std") if normalize else None, 1.0)
+    return tuple(rescale / s for s in std), tuple(-m / s for m, s in zip(mean, std))
 
 
 def pooled(backbone: keras.Model, features):
@@ -244,12 +290,21 @@ def _has_class_token(backbone: keras.Model) -> bool:
     config = backbone.get_config()
     if "use_class_token" in config:
         return bool(config["use_class_token"])
-    return type(backbone).__name__.startswith(("DINO", "DeiT"))
+    # (DeiT's first token is its class token, the second its distillation token: the first is read,
+    # as keras-hub's DeiTImageClassifier reads it; CLIP's and MetaCLIP 2's towers put theirs first too)
+    return type(backbone).__name__.startswith(("DINO", "DeiT", "CLIP", "MetaCLIP"))
 
 
 def call(backbone: keras.Model, images, **kwargs):
-    """The backbone on `images` (a two-tower model's vision encoder takes them by name)."""
-    return backbone({"images": images} if isinstance(backbone.input, dict) else images, **kwargs)
+    """The backbone's features of `images`. Some take them by name in a dict (SigLIP's vision tower:
+    "images"; DINOv3: "pixel_values"); some give a dict of their stages' feature maps (HGNetV2), of
+    which keras-hub's own classifier reads the last stage's, as here."""
+    inputs = backbone.input
+    features = backbone({next(iter(inputs)): images} if isinstance(inputs, dict) else images, **kwargs)
+    if isinstance(features, dict):
+        stages = getattr(backbone, "stage_names", None) or list(features)
+        features = features[stages[-1]]
+    return features
 
 
 def rebuilt(model: keras.Model, image_size: int) -> tuple[keras.Model, tuple[tuple[float, ...], tuple[float, ...]]]:

@@ -101,8 +101,9 @@ IMAGENET_RESNET_DEPTHS = tuple(depth for depth, name in RESNET_DEPTHS.items() if
 
 # keras-hub's image backbones (model/hub.py): the presets of its image families, by family, as keras-hub 0.32
 # registers them (tests/job/model/test_hub.py checks this list against keras-hub's own). A job names one of
-# them, a handle keras-hub loads (kaggle://, hf://, modelscope://: a timm or transformers checkpoint is
-# converted on load), or the absolute path of a preset folder in the image (what save_to_preset writes).
+# them, a handle keras-hub loads (kaggle://, or hf://: a timm or transformers checkpoint of an
+# architecture keras-hub converts is converted on load), or the absolute path of a preset folder in the
+# image (what save_to_preset writes).
 # The preset brings its own input scaling (its image converter's scale and offset), which the model holds
 # as it holds the applications' (model/classifier.py).
 HUB_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -150,7 +151,7 @@ HUB_FAMILIES: dict[str, tuple[str, ...]] = {
     "DenseNet (timm)": ("densenet_121_imagenet", "densenet_169_imagenet", "densenet_201_imagenet"),
 }
 HUB_PRESETS: dict[str, str] = {name: family for family, names in HUB_FAMILIES.items() for name in names}
-HUB_SCHEMES = ("kaggle://", "hf://", "modelscope://")
+HUB_SCHEMES = ("kaggle://", "hf://")  # (not modelscope://: its package is not installed)
 
 
 def is_hub(name: str) -> bool:

@@ -166,7 +166,8 @@ class Hyperparameters:
         "operations drawn at random)")
     randaugment_ops: int = hyperparameter(2, Integer(1, 14), "augment randaugment: the operations an image")
     randaugment_magnitude: float = hyperparameter(
-        9.0, Number(0, 10, open_low=False), "augment randaugment: their strength, out of 10 (timm's rand-m9-n2: 9)")
+        9.0, Number(0, 10, open_low=False), "augment randaugment: their strength, out of 10 as timm counts it (9: "
+        "the m of timm's rand-m9-n2)")
     augmentation_random_rotation: float = hyperparameter(
         0.03, Number(0, 0.5, open_low=False), "augment rotate: the largest turn either way, as a fraction of a full "
         "turn (Keras' RandomRotation factor; the default is about 11 degrees)")

@@ -1,21 +1,29 @@
 """RandAugment and TrivialAugment: image operations drawn at random, each at a drawn or given
 strength, as timm and torchvision apply them to ImageNet training images.
 
-  randaugment  `randaugment_ops` operations a image (2 by default), each drawn from the 14 below, at
-               `randaugment_magnitude` out of 10 (9 by default: timm's rand-m9-n2), each op applied
-               with probability 0.5 as timm's RandAugment does. Cubuk et al., NeurIPS 2020.
-  trivial      one operation an image, at a strength drawn uniformly, over the wider ranges of
-               TrivialAugment Wide (torchvision's TrivialAugmentWide). Müller and Hutter, ICCV 2021;
-               the augmentation AutoGluon's maintainers found best.
+  trivial      TrivialAugment Wide, as torchvision's TrivialAugmentWide: one operation an image, at a
+               strength drawn uniformly over its wide ranges. Müller and Hutter, ICCV 2021; the
+               augmentation AutoGluon's maintainers found best.
+  randaugment  RandAugment (Cubuk et al., NeurIPS 2020) with torchvision's operations and ranges,
+               `randaugment_ops` of them an image (2 by default), each applied with probability 0.5
+               as timm applies them, at `randaugment_magnitude` out of 10 as timm counts it (9 by
+               default, the m of timm's rand-m9-n2). Not exactly either library's: timm's own list
+               has Invert and SolarizeAdd and no Identity, and at m9 its default variant enhances
+               by a fixed 1.72, solarizes above 230 and keeps 3 bits (its -inc1 variant's
+               enhancements and solarize grow with the magnitude as here); torchvision's own counts
+               the magnitude out of 30 and applies every operation drawn.
 
-The 14 operations are PIL's, as both policies define them: identity, auto-contrast, equalize,
-rotate, solarize, color, posterize, contrast, brightness, sharpness, shear x and y, translate x
-and y. They work here on float images in [0, 255] with TensorFlow ops, each image drawn from its
-own stateless seed (preprocess.for_train's), so a resumed job augments every image as the
-uninterrupted one did. Geometric ones fill what they uncover with grey (128), as timm does.
-Torchvision's ranges at full strength (TrivialAugment Wide / RandAugment's at magnitude 10):
-shear 0.99 / 0.3, translate 32 px at 224 (a seventh of the side) / 45 % of the side, rotate 135 / 30 degrees, the four
-enhancements 0.99 / 0.9, posterize to 2 / 4 bits, solarize down to a threshold of 0 / 0.
+The 14 operations are PIL's, as torchvision defines both policies: identity, auto-contrast,
+equalize, rotate, solarize, color, posterize, contrast, brightness, sharpness, shear x and y,
+translate x and y. They work here on float images in [0, 255] with TensorFlow ops, checked against
+PIL's own (tests/job/sources/test_auto_augment.py), each image drawn from its own stateless seed
+(preprocess.for_train's), so a resumed job augments every image as the uninterrupted one did.
+Rotation is about the image's centre, shears about its top-left corner, as PIL's calls in both
+libraries; nearest-neighbour; uncovered pixels grey (128: timm's fill without a dataset mean;
+torchvision's is black). Full strength (TrivialAugment Wide / RandAugment at magnitude 10): shear
+0.99 / 0.3, translate 32 px at 224 (a seventh of the side; torchvision's is 32 px at any size) /
+45 % of the side, rotate 135 / 30 degrees, the four enhancements 1 +- 0.99 / 0.9, posterize to 2 /
+4 bits, solarize down to a threshold of 0 / 0.
 """
 
 from __future__ import annotations
@@ -85,17 +93,17 @@ def apply(image: tf.Tensor, op, level, sign, ranges: Ranges) -> tf.Tensor:
         lambda: image,
         lambda: auto_contrast(image),
         lambda: equalize(image),
-        lambda: affine(image, rotate=sign * level * ranges.rotate * math.pi / 180),
+        lambda: rotate(image, sign * level * ranges.rotate),
         lambda: solarize(image, 255.0 - level * (255.0 - ranges.solarize)),
         lambda: color(image, 1.0 + sign * level * ranges.enhance),
         lambda: posterize(image, tf.cast(tf.round(8.0 - level * (8.0 - ranges.posterize_bits)), tf.int32)),
         lambda: contrast(image, 1.0 + sign * level * ranges.enhance),
         lambda: brightness(image, 1.0 + sign * level * ranges.enhance),
         lambda: sharpness(image, 1.0 + sign * level * ranges.enhance),
-        lambda: affine(image, shear_x=sign * level * ranges.shear),
-        lambda: affine(image, shear_y=sign * level * ranges.shear),
-        lambda: affine(image, translate_x=sign * level * ranges.translate * size),
-        lambda: affine(image, translate_y=sign * level * ranges.translate * size),
+        lambda: shear(image, x=sign * level * ranges.shear),
+        lambda: shear(image, y=sign * level * ranges.shear),
+        lambda: translate(image, x=sign * level * ranges.translate * size),
+        lambda: translate(image, y=sign * level * ranges.translate * size),
     ]
     out = tf.switch_case(tf.cast(op, tf.int32), branches)
     return tf.reshape(tf.clip_by_value(out, 0.0, 255.0), tf.shape(image))
@@ -170,18 +178,33 @@ def equalize(image):
     return tf.cast(tf.stack(channels, axis=-1), tf.float32)
 
 
-def affine(image, rotate=0.0, shear_x=0.0, shear_y=0.0, translate_x=0.0, translate_y=0.0):
-    """One of PIL's affine transforms about the image's centre (rotation, a shear along one axis, a
-    shift in pixels), what it uncovers filled with FILL; nearest-neighbour, as the policies use PIL."""
+def rotate(image, degrees):
+    """PIL's Image.rotate: counter-clockwise about the image's centre."""
     shape = tf.shape(image)
-    height, width = tf.cast(shape[0], tf.float32), tf.cast(shape[1], tf.float32)
-    cx, cy = (width - 1) / 2, (height - 1) / 2
-    cos, sin = tf.cos(rotate), tf.sin(rotate)
-    # output -> input, about the centre (one of the four at a time: the policies apply them apart)
-    a0, a1, b0, b1 = cos, -sin + shear_x, sin + shear_y, cos
-    a2 = cx - a0 * cx - a1 * cy + translate_x
-    b2 = cy - b0 * cx - b1 * cy + translate_y
-    transform = tf.reshape(tf.stack([a0, a1, a2, b0, b1, b2, 0.0, 0.0]), [1, 8])
-    out = tf.raw_ops.ImageProjectiveTransformV3(images=image[None], transforms=transform, output_shape=shape[:2],
-                                                fill_value=FILL, interpolation="NEAREST", fill_mode="CONSTANT")
+    cx, cy = tf.cast(shape[1], tf.float32) / 2, tf.cast(shape[0], tf.float32) / 2
+    angle = tf.cast(degrees, tf.float32) * math.pi / 180
+    a, b, d, e = tf.cos(angle), -tf.sin(angle), tf.sin(angle), tf.cos(angle)
+    return _transform(image, a, b, cx - a * cx - b * cy, d, e, cy - d * cx - e * cy)
+
+
+def shear(image, x=0.0, y=0.0):
+    """timm's and torchvision's shear: about the top-left corner (PIL's (1, x, 0, y, 1, 0))."""
+    return _transform(image, 1.0, x, 0.0, y, 1.0, 0.0)
+
+
+def translate(image, x=0.0, y=0.0):
+    """The image moved left by x pixels and up by y (each output pixel samples x, y further on)."""
+    return _transform(image, 1.0, 0.0, x, 0.0, 1.0, y)
+
+
+def _transform(image, a, b, c, d, e, f):
+    """PIL's AFFINE transform (output pixel centre (x, y) samples the input at (a x + b y + c,
+    d x + e y + f)), nearest-neighbour as the policies' PIL calls, uncovered pixels FILL. Pixel
+    centres lie at +0.5 in PIL's coordinates and at the integers in TensorFlow's, hence the shift."""
+    a, b, c, d, e, f = (tf.cast(v, tf.float32) for v in (a, b, c, d, e, f))
+    c, f = c + 0.5 * (a + b) - 0.5, f + 0.5 * (d + e) - 0.5
+    transform = tf.reshape(tf.stack([a, b, c, d, e, f, 0.0, 0.0]), [1, 8])
+    out = tf.raw_ops.ImageProjectiveTransformV3(images=image[None], transforms=transform,
+                                                output_shape=tf.shape(image)[:2], fill_value=FILL,
+                                                interpolation="NEAREST", fill_mode="CONSTANT")
     return out[0]

@@ -90,11 +90,14 @@ class Trainer:
         self.optimizer = None
         self.learning_rate = None
         self.schedule: LearningRate | None = None
+        self.first_epoch = 0  # (the phase's: start_phase)
         self._functions: list = []
 
-    def start_phase(self, learning_rate: float, warmup_steps: int = 0) -> None:
+    def start_phase(self, learning_rate: float, warmup_steps: int = 0, first_epoch: int = 0) -> None:
         """A fresh optimizer for the model's current trainable weights, and step functions traced
-        for them (unfreezing layers changes what a step updates)."""
+        for them (unfreezing layers changes what a step updates). `first_epoch`: the phase's, which
+        seeds its draws apart from another phase's (MixUp's: its optimizer counts steps from 0 again)."""
+        self.first_epoch = first_epoch
         with self.cluster.strategy.scope():
             self.schedule = LearningRate(learning_rate, warmup_steps)
             optimizer = self.make_optimizer(self.schedule)
@@ -151,7 +154,7 @@ class Trainer:
     def _make_step(self, train: bool, detailed: bool = False):
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
         scale, clip, l2 = self.mixed_precision, self.loss.clip_norm, self.loss.l2_decay
-        mixing = self.loss.mixing if train and self.loss.mixing.on else None
+        mixing, first_epoch = (self.loss.mixing if train and self.loss.mixing.on else None), self.first_epoch
 
         def replica_step(images, labels):
             count = tf.shape(labels)[0]
@@ -162,16 +165,13 @@ class Trainer:
             images, labels, weight = self._never_empty(images, labels, count)
             if train:
                 task.observe(labels[:count], examples, context)
-            if mixing:  # (seeded by the step count, which checkpoints hold: a resumed job mixes alike)
-                replica = tf.cast(context.replica_id_in_sync_group, tf.int64)
-                images, share = mixing.mix(images, tf.stack([mixing.seed * 1_000_003 + replica,
-                                                             tf.cast(optimizer.iterations, tf.int64)]))
+            if mixing:  # (seeded by the phase and the step count, which checkpoints hold: a resumed job mixes alike)
+                images, share = mixing.mix(images, mixing.step_seed(context.replica_id_in_sync_group, first_epoch,
+                                                                    optimizer.iterations))
             with tf.GradientTape() as tape:
                 probabilities = model(images, training=train)
-                per_example = task.per_example_loss(train, labels, probabilities)
-                if mixing:  # (both losses are linear in their targets: this is the loss of the mixed labels)
-                    partners = task.per_example_loss(train, mixing.partner_of(labels), probabilities)
-                    per_example = share * per_example + (1 - share) * partners
+                per_example = (mixing.per_example_loss(task, labels, share, probabilities) if mixing
+                               else task.per_example_loss(train, labels, probabilities))
                 loss_sum = tf.reduce_sum(per_example) * weight
                 loss = loss_sum / tf.maximum(global_examples, 1.0)
                 if train and model.losses:  # the kernel's L2 penalty: the same on every replica,
@@ -180,12 +180,7 @@ class Trainer:
                 if scale:
                     loss = optimizer.scale_loss(loss)
             if train:
-                gradients = tape.gradient(loss, model.trainable_variables)
-                if clip:
-                    gradients = self._clipped(gradients, context)
-                if l2:
-                    gradients = self._with_l2_decay(gradients, context)
-                optimizer.apply(gradients, model.trainable_variables)  # summed over replicas
+                self._update(tape.gradient(loss, model.trainable_variables), context, clip, l2)
             # (the reported loss is the examples' own: without the L2 penalty, comparable with val_loss)
             counts = task.counts(labels, probabilities) * weight
             if detailed:
@@ -201,6 +196,15 @@ class Trainer:
             return strategy.reduce("sum", outputs, axis=None)
 
         return step
+
+    def _update(self, gradients, context, clip: float, l2: float) -> None:
+        """The optimizer's step on the replica's gradients (summed over replicas), clipped and with
+        the L2 decay when asked."""
+        if clip:
+            gradients = self._clipped(gradients, context)
+        if l2:
+            gradients = self._with_l2_decay(gradients, context)
+        self.optimizer.apply(gradients, self.model.trainable_variables)
 
     def _never_empty(self, images, labels, count):
         """(images, labels, the weight of their loss): with several workers, one whose share of the

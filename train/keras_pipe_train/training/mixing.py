@@ -63,6 +63,19 @@ class Mixing:
         """The labels of each image's partner (the batch reversed)."""
         return tf.reverse(labels, [0])
 
+    def step_seed(self, replica, first_epoch: int, step) -> tf.Tensor:
+        """The stateless seed of one replica's batch: the job's seed, the phase (its first epoch:
+        each phase's optimizer counts its steps from 0), the replica, the step."""
+        seed = tf.constant([self.seed % (1 << 62), first_epoch], tf.int64)
+        seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(replica, tf.int64))
+        return tf.random.experimental.stateless_fold_in(seed, tf.cast(step, tf.int64))
+
+    def per_example_loss(self, task, labels: tf.Tensor, share: tf.Tensor, probabilities: tf.Tensor) -> tf.Tensor:
+        """λ x the loss against each image's labels + (1 - λ) x against its partner's: both losses
+        are linear in their targets, so this is the loss against the mixed labels."""
+        own = task.per_example_loss(True, labels, probabilities)
+        return share * own + (1 - share) * task.per_example_loss(True, self.partner_of(labels), probabilities)
+
 
 def _beta(alpha: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     """One draw of Beta(alpha, alpha), as X / (X + Y) of two Gamma(alpha) draws (1 where alpha is 0:
