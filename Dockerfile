@@ -69,7 +69,9 @@ COPY container/ /opt/program/container/
 WORKDIR /opt/program
 
 ARG BAKE_WEIGHTS=""
-RUN if [ -n "${BAKE_WEIGHTS}" ]; then python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}"; fi
+# (keras-hub's downloads are cached outside the image's layers: each preset is kept once, saved in /opt/keras/presets)
+RUN if [ -n "${BAKE_WEIGHTS}" ]; then KAGGLEHUB_CACHE=/tmp/hub-cache HF_HOME=/tmp/hub-cache \
+      python3 -m keras_pipe_train.model --download-imagenet "${BAKE_WEIGHTS}" && rm -rf /tmp/hub-cache; fi
 
 RUN mkdir -p /opt/ml/input/config /opt/ml/input/data /opt/ml/model /opt/ml/output/data /opt/ml/checkpoints \
  && python3 -c "import keras_pipe_train.main, keras_pipe_serve.server, gunicorn, pipemode._framing, google_crc32c, keras_pipe_launch.prepare.instance, keras_hub" \
