@@ -114,7 +114,7 @@ def build_backbone(name: str, image_size: int, weights: str | None,
                         f"with {' and '.join(PRESET_FILES)})")
     from_file = weights not in (None, "imagenet", "pretrained")
     load_weights = weights is not None and not from_file
-    backbone = _vision(_loaded(keras_hub, source, name, load_weights))
+    backbone = _vision(_loaded(keras_hub, source, name, load_weights, **_sized_from_its_config(source, image_size)))
     overrides = _overrides(backbone, name, image_size)
     if overrides:  # (built again as asked: the preset's config, these values in place of its own)
         backbone = _vision(_loaded(keras_hub, source, name, load_weights, **overrides))
@@ -192,6 +192,19 @@ def _vision(backbone: keras.Model) -> keras.Model:
         rebuilt.set_weights(tower.get_weights())
         tower = rebuilt
     return tower
+
+
+def _sized_from_its_config(source: str, image_size: int) -> dict:
+    """For a DINOv2 or DINOv3 preset in a folder (the channel's, a baked one), its image size set from
+    its config.json before it loads, so that it loads once: their presets are 518 or 224 px, and a
+    job's size other than that would otherwise load it twice (_overrides)."""
+    try:
+        saved = json.loads((Path(source) / PRESET_FILES[0]).read_text())
+        shape = saved["config"]["image_shape"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    resizable = saved.get("class_name") in ("DINOV2Backbone", "DINOV3Backbone")
+    return {"image_shape": (image_size, image_size, 3)} if resizable and shape[0] != image_size else {}
 
 
 def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
@@ -312,14 +325,9 @@ def rebuilt(model: keras.Model, image_size: int) -> tuple[keras.Model, tuple[tup
     config (no preset needed: its weights are copied in after, incremental.continue_from), and the
     scaling that model holds."""
     previous = next(layer for layer in model.layers if isinstance(layer, keras.Model))
-    config = {**previous.get_config(), "dtype": keras.config.dtype_policy().name}
-    size = image_size_of(previous)
-    if size not in (None, image_size):
-        if "position_embedding_shape" not in config:
-            raise UserError(f"the previous model in channel 'model' takes {size} x {size} images only (its "
-                            f"backbone's position embeddings are for that grid): set hyperparameter image_size={size}")
-        config["image_shape"] = (image_size, image_size, 3)
-    backbone = type(previous).from_config(config)
+    overrides = _overrides(previous, f"{previous.name} (the previous model's, in channel 'model')", image_size)
+    backbone = type(previous).from_config({**previous.get_config(), "dtype": keras.config.dtype_policy().name,
+                                           **overrides})
     kernel, offset = model.get_layer(SCALING_LAYER).get_weights()
     return backbone, (tuple(float(v) for v in np.diag(kernel[0, 0])), tuple(float(v) for v in offset))
 
