@@ -200,7 +200,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
                       Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate), config.ema_decay)
     checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
                               checkpoint_settings(config, channels, resources, mixed_precision))
-    checkpoints.check_writable(checkpoint_bytes(model, copies=4 if best else 3))
+    # (the model, its optimizer's two moments, early stopping's best and the weights' average)
+    checkpoints.check_writable(checkpoint_bytes(model, copies=3 + bool(best) + bool(config.ema_decay)))
     audit_dir = contract.audit_dir()
     audit = datasets.Audit(audit_dir, resources.current_host) if audit_dir else None
     precise_bn = (PreciseBatchNorm(model, cluster, config.batch_size,
