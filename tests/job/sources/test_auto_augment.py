@@ -15,6 +15,10 @@ from PIL import Image, ImageEnhance, ImageOps
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.sources import auto_augment, preprocess
 
+# RandAugment as a job with the definitions' defaults (randaugment_ops, randaugment_magnitude) runs it
+_DEFAULTS = JobConfig.from_hyperparameters({"num_classes": 3})
+POLICY = auto_augment.Policy(_DEFAULTS.randaugment_ops, _DEFAULTS.randaugment_magnitude)
+
 
 def photo(size=24, seed=0) -> np.ndarray:
     """An image with structure (gradients and a square) and noise, as uint8 RGB."""
@@ -82,7 +86,7 @@ def test_trivial_augment_draws_each_operation_and_strength_the_same_again_from_a
 
 def test_randaugment_applies_its_operations_at_the_magnitude_given():
     image = tf.constant(photo(), tf.float32)
-    changed = [not np.array_equal(auto_augment.randaugment(image, tf.constant([1, i], tf.int64)).numpy(), photo())
+    changed = [not np.array_equal(auto_augment.randaugment(image, tf.constant([1, i], tf.int64), POLICY).numpy(), photo())
                for i in range(200)]
     # (2 operations, each applied with probability 0.5, one in 14 the identity: about 71 % change it)
     assert 0.6 < np.mean(changed) < 0.82, np.mean(changed)
@@ -101,6 +105,6 @@ def test_augment_names_a_policy_and_the_training_images_get_it(policy):
     assert "trivial" not in JobConfig.from_hyperparameters({"num_classes": 3, "augment": "all"}).augment
     encoded = tf.io.encode_png(photo(32)).numpy()
     plain = [preprocess.for_train(encoded, 32, ("flip",), tf.constant([0, i], tf.int64)).numpy() for i in range(20)]
-    mixed = [preprocess.for_train(encoded, 32, ("flip", policy), tf.constant([0, i], tf.int64)).numpy()
+    mixed = [preprocess.for_train(encoded, 32, ("flip", policy), tf.constant([0, i], tf.int64), policy=POLICY).numpy()
              for i in range(20)]
     assert sum(not np.array_equal(a, b) for a, b in zip(plain, mixed)) >= 10

@@ -5,9 +5,9 @@ strength, as timm and torchvision apply them to ImageNet training images.
                strength drawn uniformly over its wide ranges. Müller and Hutter, ICCV 2021; the
                augmentation AutoGluon's maintainers found best.
   randaugment  RandAugment (Cubuk et al., NeurIPS 2020) with torchvision's operations and ranges,
-               `randaugment_ops` of them an image (2 by default), each applied with probability 0.5
-               as timm applies them, at `randaugment_magnitude` out of 10 as timm counts it (9 by
-               default, the m of timm's rand-m9-n2). Not exactly either library's: timm's own list
+               `randaugment_ops` of them an image, each applied with probability 0.5 as timm
+               applies them, at `randaugment_magnitude` out of 10 as timm counts it (the m of
+               timm's rand-m9-n2). Not exactly either library's: timm's own list
                has Invert and SolarizeAdd and no Identity, and at m9 its default variant enhances
                by a fixed 1.72, solarizes above 230 and keeps 3 bits (its -inc1 variant's
                enhancements and solarize grow with the magnitude as here); torchvision's own counts
@@ -56,8 +56,10 @@ STANDARD = Ranges(shear=0.3, translate=0.45, rotate=30.0, enhance=0.9, posterize
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    ops: int = 2  # randaugment: operations an image
-    magnitude: float = 9.0  # randaugment: out of 10
+    """RandAugment's hyperparameters' values (their defaults are theirs: settings/hyperparameters.py)."""
+
+    ops: int  # randaugment_ops: operations an image
+    magnitude: float  # randaugment_magnitude: out of 10
 
 
 def trivial(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -68,7 +70,7 @@ def trivial(image: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     return apply(image, op, level, _sign(sign), WIDE)
 
 
-def randaugment(image: tf.Tensor, seed: tf.Tensor, policy: Policy = Policy()) -> tf.Tensor:
+def randaugment(image: tf.Tensor, seed: tf.Tensor, policy: Policy) -> tf.Tensor:
     """RandAugment: `policy.ops` operations, each drawn uniformly and applied with probability 0.5,
     at the magnitude given."""
     level = policy.magnitude / 10.0

@@ -310,7 +310,7 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.
     is decoded (fused with the JPEG decoder: only the window, at a reduced scale); the geometric
     changes then apply to the small, resized image, in one resampling. `resize_to`: None, the
     shorter side's length before the crop, or ORIGINAL (for_eval); `interpolation`: every resize's
-    method."""
+    method; `policy`: RandAugment's settings, with augment randaugment."""
     _check_resize(size, resize_to)
     crop, flip, color = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     if resize_to is None:
@@ -340,8 +340,7 @@ def for_train(encoded: tf.Tensor, size: int, augment: tuple[str, ...], seed: tf.
     if "trivial" in augment:
         image = auto_augment.trivial(image, tf.random.experimental.stateless_fold_in(seed, 101))
     if "randaugment" in augment:
-        image = auto_augment.randaugment(image, tf.random.experimental.stateless_fold_in(seed, 102),
-                                         policy or auto_augment.Policy())
+        image = auto_augment.randaugment(image, tf.random.experimental.stateless_fold_in(seed, 102), policy)
     return image
 
 

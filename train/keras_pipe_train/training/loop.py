@@ -154,7 +154,7 @@ class Trainer:
     def _make_step(self, train: bool, detailed: bool = False):
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
         scale, clip, l2 = self.mixed_precision, self.loss.clip_norm, self.loss.l2_decay
-        mixing, first_epoch = (self.loss.mixing if train and self.loss.mixing.on else None), self.first_epoch
+        mixing, first_epoch = self.loss.mixing if train and self.loss.mixes else None, self.first_epoch
 
         def replica_step(images, labels):
             count = tf.shape(labels)[0]

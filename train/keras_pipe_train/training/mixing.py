@@ -23,11 +23,13 @@ import tensorflow as tf
 
 @dataclasses.dataclass(frozen=True)
 class Mixing:
-    mixup_alpha: float = 0.0  # 0: no MixUp
-    cutmix_alpha: float = 0.0  # 0: no CutMix
-    probability: float = 1.0  # the share of batches mixed at all
-    switch_probability: float = 0.5  # with both: the share of mixed batches that CutMix
-    seed: int = 0
+    """The hyperparameters' values (their defaults are theirs: settings/hyperparameters.py)."""
+
+    mixup_alpha: float  # 0: no MixUp
+    cutmix_alpha: float  # 0: no CutMix
+    probability: float  # the share of batches mixed at all
+    switch_probability: float  # with both: the share of mixed batches that CutMix
+    seed: int
 
     @property
     def on(self) -> bool:

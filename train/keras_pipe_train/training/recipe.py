@@ -137,7 +137,12 @@ class Loss:
     # weight's gradient, the gradient of l2_decay/2 x |w|^2: it goes through the momentum (MXNet's
     # weight decay for sgd and nag), where Keras' decoupled decay does not
     l2_decay: float = 0.0
-    mixing: Mixing = Mixing()  # MixUp and CutMix: training images mixed, the loss shared (mixing.py)
+    mixing: Mixing | None = None  # MixUp and CutMix: training images mixed, the loss shared (mixing.py)
+
+    @property
+    def mixes(self) -> bool:
+        """Whether training images are mixed (MixUp or CutMix)."""
+        return self.mixing is not None and self.mixing.on
 
     @classmethod
     def of(cls, config: JobConfig) -> Loss:
