@@ -136,20 +136,17 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     # weights' regularization in any case: jumpstart.SavedModelFeatures)
     frozen = batchnorm_frozen and not jumpstart.is_savedmodel_backbone(backbone)
     training = False if frozen else None
-    if is_hub(backbone_name):  # (a keras-hub transformer's features are tokens; some backbones take a dict)
-        x = hub.pooled(backbone, hub.call(backbone, x, training=training))
-    else:
-        x = backbone(x, training=training)
-        if len(x.shape) == 4:  # (a SavedModel's backbone may give its features pooled already)
-            x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    # (some keras-hub backbones take their images in a dict; a SavedModel's backbone may give its
+    # features pooled already, a keras-hub transformer's are tokens: hub.pooled)
+    features = hub.call(backbone, x, training=training) if is_hub(backbone_name) else backbone(x, training=training)
+    x = hub.pooled(backbone, features)
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     # float32 output even under mixed precision: softmax and loss in float16 lose accuracy
     # (an L2 penalty, as the built-in TensorFlow algorithm's regularizers_l2, on the new head only)
     regularizer = keras.regularizers.L2(l2) if l2 else None
     probabilities = keras.layers.Dense(num_classes, activation=activation, dtype="float32", name="classifier",
                                        kernel_regularizer=regularizer)(x)
-    name = hub.NAME if is_hub(backbone_name) else backbone_name
-    return keras.Model(images, probabilities, name=f"{name}_classifier")
+    return keras.Model(images, probabilities, name=f"{hub.classifier_prefix(backbone_name)}_classifier")
 
 
 def logits_of(model: keras.Model):

@@ -36,7 +36,7 @@ import numpy as np
 
 from keras_pipe_train.model.archives import unpack
 from keras_pipe_train.model.weights_file import load_backbone_weights
-from keras_pipe_train.settings.backbones import HUB_PRESETS
+from keras_pipe_train.settings.backbones import HUB_PRESETS, is_hub
 from keras_pipe_train.settings.channels import PRETRAINED
 from keras_pipe_train.settings.errors import UserError
 
@@ -48,6 +48,12 @@ NAME = "hub"  # the classifier's name: "hub_classifier" (a handle holds characte
 
 
 @functools.cache  # (an archive is unpacked once: the weights' resolution and the build both ask)
+def classifier_prefix(backbone: str) -> str:
+    """The name a classifier of backbone `backbone` is given before "_classifier": the backbone's, or
+    NAME for any keras-hub one (a handle holds characters Keras refuses in names)."""
+    return NAME if is_hub(backbone) else backbone
+
+
 def channel_preset(folder: Path) -> Path | None:
     """The preset folder in the `pretrained` channel's `folder`: its files, or one .tar.gz of them
     (unpacked into a temporary folder, removed at exit). None when it holds neither (a .h5 file)."""
@@ -203,8 +209,14 @@ def _sized_from_its_config(source: str, image_size: int) -> dict:
         shape = saved["config"]["image_shape"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
-    resizable = saved.get("class_name") in ("DINOV2Backbone", "DINOV3Backbone")
+    resizable = _resizable(saved.get("class_name", ""), saved["config"])
     return {"image_shape": (image_size, image_size, 3)} if resizable and shape[0] != image_size else {}
+
+
+def _resizable(class_name: str, config: dict) -> bool:
+    """Whether a transformer takes images of other sizes than its preset's: DINOv2 interpolates its
+    position embeddings (position_embedding_shape), DINOv3's are rotary (RoPE): any multiple of its patch."""
+    return "position_embedding_shape" in config or class_name.startswith("DINOV3")
 
 
 def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
@@ -215,9 +227,7 @@ def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
     shape = _image_shape(backbone)
     if shape[0] in (None, image_size):
         return {}
-    config = backbone.get_config()
-    # (DINOv2 interpolates its position embeddings; DINOv3's are rotary (RoPE): any multiple of its patch)
-    if "position_embedding_shape" not in config and not type(backbone).__name__.startswith("DINOV3"):
+    if not _resizable(type(backbone).__name__, backbone.get_config()):
         raise UserError(f"backbone {name} takes {shape[0]} x {shape[1]} images only (its position embeddings are "
                         f"for that grid of patches): set hyperparameter image_size={shape[0]}; got {image_size}")
     return {"image_shape": (image_size, image_size, 3)}
@@ -284,10 +294,10 @@ def _transformers_preprocessing(source: str):
 
 
 def pooled(backbone: keras.Model, features):
-    """The backbone's features as one vector an image, as keras-hub's own classifiers pool them: a
+    """Any backbone's features as one vector an image, as keras-hub's own classifiers pool them: a
     feature map averaged; a transformer's tokens by their class token where it has one (ViT, DeiT,
-    DINOv2/v3: the first), else averaged; a vector (SigLIP's attention-pooled head) as it is. Plain
-    Keras layers, so a saved .keras model loads without this project."""
+    DINOv2/v3: the first), else averaged; a vector (SigLIP's attention-pooled head, a SavedModel's
+    pooled features) as it is. Plain Keras layers, so a saved .keras model loads without this project."""
     if len(features.shape) == 4:
         return keras.layers.GlobalAveragePooling2D(name="pool")(features)
     if len(features.shape) == 3:

@@ -28,7 +28,7 @@ import keras
 
 from keras_pipe_train.model import hub, jumpstart
 from keras_pipe_train.model.classifier import backbone_of
-from keras_pipe_train.settings.backbones import BACKBONES, is_hub
+from keras_pipe_train.settings.backbones import BACKBONES
 from keras_pipe_train.settings.channels import MODEL
 from keras_pipe_train.settings.errors import UserError
 
@@ -178,7 +178,7 @@ def continue_from(previous: Previous, model: keras.Model, backbone_name: str, cl
     """Copies the previous model's weights into `model` (built for this job): the backbone's, and
     the classifier's unless it is replaced. Returns whether the head was kept."""
     # (a keras-hub backbone's model is named for no handle: the weights' shapes tell a mismatch below)
-    backbone_name = hub.NAME if is_hub(backbone_name) else backbone_name
+    backbone_name = hub.classifier_prefix(backbone_name)
     if previous.backbone_name != backbone_name:
         wanted = ("backbone to the keras-hub preset or handle it was trained from" if previous.backbone_name == hub.NAME
                   else f"backbone={previous.backbone_name}")
