@@ -31,7 +31,7 @@ from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceCon
 from keras_pipe_train.settings.errors import ClusterError, UserError
 from keras_pipe_train.sources import datasets, manifest
 from keras_pipe_train.sources.recent_images import RecentImages
-from keras_pipe_train.training import distribute, early_stopping, epoch_models
+from keras_pipe_train.training import distribute, early_stopping, epoch_models, layer_decay
 from keras_pipe_train.training.checkpoints import Checkpoints, Progress
 from keras_pipe_train.training.devices import steps_per_execution, use_mixed_precision
 from keras_pipe_train.training.early_stopping import BestWeights, Rule
@@ -196,8 +196,13 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
             incremental.continue_from(previous, model, config.backbone, config.class_names, config.multi_label,
                                       config.reinitialize_top_layer)
         best = BestWeights(model) if rule else None
+    scales = None
+    if config.layer_decay < 1:
+        scales, how = layer_decay.scales(backbone, config.layer_decay)
+        log.info("%s", how)
     trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution),
-                      Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate), config.ema_decay)
+                      Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate, scales),
+                      config.ema_decay)
     checkpoints = Checkpoints(layout.checkpoints, cluster.is_chief, contract.training_job_name(),
                               checkpoint_settings(config, channels, resources, mixed_precision))
     # (the model, its optimizer's two moments, early stopping's best and the weights' average)

@@ -193,11 +193,15 @@ def continue_the_model(tmp_path, model_dir, examples, first_backbone):
     job.add_channel("model", mode="File")
     (job.data_dir / "model").mkdir()
     model_tar_gz(model_dir, job.data_dir / "model" / "model.tar.gz")
+    # (and a phase 2 with layer-wise learning-rate decay: the ViT's blocks read from its weights' paths)
     write_hyperparameters(job, backbone="hf://google/vit-base-patch16-224", num_classes=10,
-                          image_size=hub_presets.SIZE, epochs=1, batch_size=32, learning_rate=1e-9)
+                          image_size=hub_presets.SIZE, epochs=1, batch_size=32, learning_rate=1e-9,
+                          fine_tune_epochs=1, fine_tune_learning_rate=1e-9, fine_tune_layers=1000, layer_decay=0.75)
     out = run_train(job, **NO_ROUTE)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert "incremental training: continuing model.tar.gz" in out.stdout + out.stderr
+    assert ("layer_decay=0.75: the backbone's 2 blocks named in its weights' paths (vit_encoder/transformer_block_1 "
+            "... vit_encoder/transformer_block_2); its stem at 0.422 x") in out.stdout + out.stderr
     # (at a learning rate of 1e-9 the model stays the first's, backbone and head)
     first = keras.saving.load_model(model_dir / "model.keras")
     second = keras.saving.load_model(job.base / "model" / "model.keras")

@@ -15,14 +15,18 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train.settings.config import JobConfig
+from keras_pipe_train.training import layer_decay
 from keras_pipe_train.training.mixing import Mixing
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
 
 ADAMW_DEFAULT_DECAY = 0.004  # Keras' own default for AdamW, used when weight_decay is not set
 
 
-def make_optimizer(config: JobConfig, learning_rate) -> keras.optimizers.Optimizer:
-    """The optimizer `config.optimizer` names, with the settings the built-ins give it.
+def make_optimizer(config: JobConfig, learning_rate,
+                   layer_scales: dict[int, float] | None = None) -> keras.optimizers.Optimizer:
+    """The optimizer `config.optimizer` names, with the settings the built-ins give it;
+    `layer_scales` ({id(weight): scale}, layer_decay.scales): each weight's step at the learning
+    rate x its scale.
 
     Gradient clipping is not passed to Keras: Keras 3 clips each replica's share of the gradient
     before summing them (base_optimizer.apply, then _all_reduce_sum_gradients), so with several
@@ -32,22 +36,30 @@ def make_optimizer(config: JobConfig, learning_rate) -> keras.optimizers.Optimiz
     gradient instead (Loss.l2_decay)."""
     name = config.optimizer
     decay = weight_decay(config) if config.weight_decay_style == "decoupled" else 0.0
-    if name == "adamw":  # (AdamW takes a float, 0.0 included; None is refused)
-        return keras.optimizers.AdamW(learning_rate, decay,
-                                      beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon)
     common = {"learning_rate": learning_rate, "weight_decay": decay or None}
-    if name == "adam":
-        return keras.optimizers.Adam(beta_1=config.beta_1, beta_2=config.beta_2, epsilon=config.epsilon, **common)
-    if name in ("sgd", "nesterov"):
-        return keras.optimizers.SGD(momentum=config.momentum, nesterov=name == "nesterov", **common)
-    if name == "rmsprop":
-        return keras.optimizers.RMSprop(rho=config.rho, momentum=config.momentum, epsilon=config.epsilon, **common)
-    if name == "adagrad":
-        return keras.optimizers.Adagrad(initial_accumulator_value=config.initial_accumulator_value,
-                                        epsilon=config.epsilon, **common)
-    if name == "adadelta":
-        return keras.optimizers.Adadelta(rho=config.rho, epsilon=config.epsilon, **common)
-    raise ValueError(f"unknown optimizer {name!r}")  # (config.OPTIMIZERS lets none other through)
+    if name == "adamw":  # (AdamW takes a float, 0.0 included; None is refused)
+        kind, settings = keras.optimizers.AdamW, dict(common, weight_decay=decay, beta_1=config.beta_1,
+                                                      beta_2=config.beta_2, epsilon=config.epsilon)
+    elif name == "adam":
+        kind, settings = keras.optimizers.Adam, dict(common, beta_1=config.beta_1, beta_2=config.beta_2,
+                                                     epsilon=config.epsilon)
+    elif name in ("sgd", "nesterov"):
+        kind, settings = keras.optimizers.SGD, dict(common, momentum=config.momentum, nesterov=name == "nesterov")
+    elif name == "rmsprop":
+        kind, settings = keras.optimizers.RMSprop, dict(common, rho=config.rho, momentum=config.momentum,
+                                                        epsilon=config.epsilon)
+    elif name == "adagrad":
+        kind, settings = keras.optimizers.Adagrad, dict(
+            common, initial_accumulator_value=config.initial_accumulator_value, epsilon=config.epsilon)
+    elif name == "adadelta":
+        kind, settings = keras.optimizers.Adadelta, dict(common, rho=config.rho, epsilon=config.epsilon)
+    else:
+        raise ValueError(f"unknown optimizer {name!r}")  # (config.OPTIMIZERS lets none other through)
+    if not layer_scales:
+        return kind(**settings)
+    optimizer = layer_decay.decayed(kind)(**settings)
+    optimizer.layer_scales = layer_scales
+    return optimizer
 
 
 def weight_decay(config: JobConfig) -> float:
