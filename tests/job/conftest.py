@@ -77,8 +77,10 @@ def trained_records(epoch) -> list[str]:
     return [d for index, digests in epoch["batches"].items() if index < epoch["trained"] for d in digests]
 
 
-def served_probabilities(model_dir, validation_file, size: int = 32) -> tuple:
-    """(the exported SavedModel's probabilities, model.keras' own) on the validation JPEGs at `size` px."""
+def served_probabilities(model_dir, validation_file, size: int = 32, flip: bool = False) -> tuple:
+    """(the exported SavedModel's probabilities, model.keras' own) on the validation JPEGs at `size` px;
+    `flip`: model.keras' own averaged with the mirror images' (test_time_flip), computed here from
+    its classifier's logits."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -93,5 +95,22 @@ def served_probabilities(model_dir, validation_file, size: int = 32) -> tuple:
         encoded = tf.io.parse_example(batch, features)["image/encoded"]
         served.append(serve(image_bytes=encoded)["probabilities"].numpy())
         images = preprocess.batch_of(lambda x: preprocess.for_eval(x, size, None, "bilinear"), encoded, size)
-        own.append(model(images, training=False).numpy())
+        own.append(flipped(model, images.numpy()) if flip else model(images, training=False).numpy())
     return np.concatenate(served), np.concatenate(own)
+
+
+def flipped(model, images):
+    """A classifier's probabilities for `images` (NHWC), from the mean of their logits and their
+    mirror images' (test_time_flip), in numpy from the head's kernel and bias."""
+    import keras
+    import numpy as np
+
+    head = model.get_layer("classifier")
+    features = keras.Model(model.input, head.input)
+    kernel, bias = (np.asarray(w, np.float64) for w in head.get_weights())
+    logits = sum(np.asarray(features(x, training=False), np.float64) @ kernel + bias
+                 for x in (images, images[:, :, ::-1])) / 2
+    if head.activation is keras.activations.sigmoid:
+        return 1 / (1 + np.exp(-logits))
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)

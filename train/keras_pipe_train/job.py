@@ -380,7 +380,8 @@ def export_model(trained: Trained, calibrated: calibrate.Calibrated) -> None:
     threshold = config.multi_label_threshold if config.multi_label else None
     serving_dir = export(t.model, config.class_names, config.image_size, t.layout.model, config.max_image_pixels,
                          threshold, dialect=config.dialect, resize_to=serving_resize(config),
-                         interpolation=config.resize_interpolation, calibration=calibrated.serving(threshold))
+                         interpolation=config.resize_interpolation, calibration=calibrated.serving(threshold),
+                         flip=config.test_time_flip)
     keras_file = t.layout.model / "model.keras"
     log.info("exported the model to %s (serving)%s", serving_dir, f" and {keras_file}" if keras_file.is_file() else "")
 

@@ -148,7 +148,8 @@ def test_a_job_fine_tunes_a_preset_from_its_own_weights_and_serves_as_it_trained
     # (and MixUp and CutMix, TrivialAugment and RandAugment, in whole jobs)
     more = ({"weights": "pretrained", "mixup_alpha": 0.8, "cutmix_alpha": 1.0} if way == "channel .tar.gz" else
             {"calibration": "true", "label_error_folds": 2} if way == "channel files" else
-            {"augment": "crop,flip,trivial"} if way == "baked into the image" else {"augment": "flip,randaugment"})
+            {"augment": "crop,flip,trivial", "test_time_flip": "true"} if way == "baked into the image" else
+            {"augment": "flip,randaugment"})
     write_hyperparameters(job, backbone=backbone, num_classes=10, image_size=hub_presets.SIZE, epochs=1,
                           batch_size=32, **more)
     out = run_train(job, **env)
@@ -167,9 +168,18 @@ def test_a_job_fine_tunes_a_preset_from_its_own_weights_and_serves_as_it_trained
     converter = json.loads((preset / "image_converter.json").read_text())["config"]
     np.testing.assert_allclose(np.diag(scaling[0][0, 0]), np.broadcast_to(converter["scale"], (3,)), rtol=1e-6)
     np.testing.assert_allclose(scaling[1], np.broadcast_to(converter["offset"], (3,)), rtol=1e-6)
+    # (test_time_flip: served, each image's logits averaged with its mirror image's)
     served, own = served_probabilities(model_dir, job.data_dir / "validation" / "part-00000.tfrecord",
-                                       hub_presets.SIZE)
+                                       hub_presets.SIZE, flip=way == "baked into the image")
     assert served.shape == (100, 10)
+    if way == "baked into the image":  # (and evaluation.json judged that model, the epoch's own kept beside)
+        evaluated = json.loads((job.base / "output" / "data" / "evaluation.json").read_text())
+        truth = np.array(digit_records[1][160:260])
+        assert evaluated["metrics"]["val_accuracy"] == pytest.approx((served.argmax(axis=1) == truth).mean(),
+                                                                     abs=0.011), evaluated
+        final = json.loads((job.base / "output" / "data" / "metrics.json").read_text())["final"]
+        assert evaluated["test_time_flip"]["without_flip"]["val_loss"] == pytest.approx(final["val_loss"]), evaluated
+        assert "test_time_flip: the exported model, each image's logits averaged" in out.stdout + out.stderr
     if way == "channel files":  # (served calibrated: the model's own probabilities over the temperature)
         temperature = json.loads((model_dir / "serving.json").read_text())["calibration"]["temperature"]
         own = np.exp(np.log(np.maximum(own, 1e-30)) / temperature)

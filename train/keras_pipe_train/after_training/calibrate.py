@@ -60,7 +60,7 @@ def calibrate(trained: Trained) -> Calibrated:
         make = t.examples(t.validation, examined=LABEL_THUMBNAIL if checks else 0)
         classes = t.model.output_shape[-1]
         fitted, limit = kept(classes, checks)
-        seen = gathered.gather(tf.function(logits_of(t.model), reduce_retracing=True),
+        seen = gathered.gather(tf.function(logits_of(t.model, t.config.test_time_flip), reduce_retracing=True),
                                make(tf.distribute.InputContext()), classes, limit, t.stop, t.budget(PASS_SHARE))
         if t.stop.is_set() or not len(seen):
             why = "a stop request came during its pass" if len(seen) else "the validation pass read nothing"

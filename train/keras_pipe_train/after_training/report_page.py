@@ -30,7 +30,7 @@ def gallery(trained: Trained, calibrated: Calibrated) -> job_page.Gallery | None
     if t.stop.is_set():
         return None
     try:
-        answer = served_probabilities(t.model, calibrated.served, t.config.multi_label)
+        answer = served_probabilities(t.model, calibrated.served, t.config.multi_label, t.config.test_time_flip)
         served = calibrated.serving(t.config.multi_label_threshold if t.config.multi_label else None)
         threshold = served.calibrated_thresholds if served else None
         worst = mistakes.find(lambda images: answer(images)[0], t.trainer.task,

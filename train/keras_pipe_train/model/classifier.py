@@ -149,17 +149,31 @@ def build_classifier(backbone_name: str, backbone: keras.Model, num_classes: int
     return keras.Model(images, probabilities, name=f"{hub.classifier_prefix(backbone_name)}_classifier")
 
 
-def logits_of(model: keras.Model):
+def logits_of(model: keras.Model, flip: bool = False):
     """images -> the classifier's logits (float32), before its softmax or sigmoid: what a temperature
-    divides (training/calibration.py). The model's own layers and weights, in inference mode."""
+    divides (training/calibration.py). The model's own layers and weights, in inference mode.
+    `flip` (test_time_flip): the mean of the logits of the images and of their mirror images
+    (averaged before the softmax or sigmoid, so that a temperature divides them as it divides one
+    image's)."""
     head = model.get_layer("classifier")
-    features = keras.Model(model.inputs, head.input, name="features")
+    features = keras.Model(model.input, head.input, name="features")
 
     def logits(images):
         x = keras.ops.cast(features(images, training=False), "float32")
         return keras.ops.matmul(x, head.kernel) + head.bias
 
-    return logits
+    if not flip:
+        return logits
+    return lambda images: (logits(images) + logits(keras.ops.flip(images, axis=2))) / 2  # (NHWC: axis 2, the width)
+
+
+def probabilities_of(model: keras.Model, flip: bool = False):
+    """images -> the model's probabilities (float32), its mirror images' averaged in when `flip`
+    (logits_of)."""
+    if not flip:
+        return lambda images: keras.ops.cast(model(images, training=False), "float32")
+    logits, activation = logits_of(model, flip=True), model.get_layer("classifier").activation
+    return lambda images: activation(logits(images))
 
 
 def freeze(backbone: keras.Model) -> None:

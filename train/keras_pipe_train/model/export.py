@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train.model import jumpstart
-from keras_pipe_train.model.classifier import backbone_of, logits_of
+from keras_pipe_train.model.classifier import backbone_of, logits_of, probabilities_of
 from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
 from keras_pipe_train.settings.serving_schema import ServedCalibration, ServingSettings
@@ -42,15 +42,17 @@ SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is t
 
 def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
                     threshold: float | None = None, resize_to: int | str | None = None,
-                    interpolation: str = "bilinear", calibration: ServedCalibration | None = None):
+                    interpolation: str = "bilinear", calibration: ServedCalibration | None = None,
+                    flip: bool = False):
     """`threshold`: a multi-label model's (None: a single-label one). `resize_to`, `interpolation`:
     how each image is prepared (preprocess.for_eval): the job's resize and resize_interpolation, as
     validation prepared it (the MXNet dialect's: resize None, job.serving_resize). `calibration`:
     the served probabilities are those of the logits divided by its temperature plus its bias
     (None: the model's own); a multi-label model's predictions stay its threshold's on the model's
-    own probabilities, as validated (training/calibration.py)."""
+    own probabilities, as validated (training/calibration.py). `flip` (test_time_flip): each
+    image's logits averaged with its mirror image's (classifier.logits_of)."""
     names = tf.constant(list(class_names))
-    answer = served_probabilities(model, calibration, threshold is not None)
+    answer = served_probabilities(model, calibration, threshold is not None, flip)
 
     def serve(image_bytes):
         # each request's images are checked from their headers before decoding: a small file that
@@ -78,20 +80,23 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     return archive
 
 
-def served_probabilities(model: keras.Model, calibration: ServedCalibration | None, multi_label: bool):
+def served_probabilities(model: keras.Model, calibration: ServedCalibration | None, multi_label: bool,
+                         flip: bool = False):
     """images -> (the probabilities served, those its predictions are decided on): the model's own
     for both, or with a `calibration`, those of the logits divided by its temperature (a number, or
     one per class) plus its bias (one per class, when it has one). A multi-label model's
     predictions stay its own (its threshold is judged on its own sigmoid, as validated); a
     single-label one's are the served probabilities' likeliest (a temperature alone keeps the
-    model's own; a bias may not)."""
+    model's own; a bias may not). `flip`: the images' and their mirror images' logits averaged."""
     if calibration is None:
+        probabilities_of_images = probabilities_of(model, flip)
+
         def own(images):
-            probabilities = tf.cast(model(images, training=False), tf.float32)
+            probabilities = probabilities_of_images(images)
             return probabilities, probabilities
 
         return own
-    logits, divisor = logits_of(model), tf.constant(calibration.temperature, tf.float32)
+    logits, divisor = logits_of(model, flip), tf.constant(calibration.temperature, tf.float32)
     bias = tf.constant(0.0 if calibration.bias is None else calibration.bias, tf.float32)
     activation = tf.sigmoid if multi_label else tf.nn.softmax
 
@@ -106,12 +111,12 @@ def served_probabilities(model: keras.Model, calibration: ServedCalibration | No
 def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, model_dir: Path,
            max_pixels: int = DEFAULT_MAX_PIXELS, threshold: float | None = None, dialect: str = KERAS_PIPE,
            resize_to: int | str | None = None, interpolation: str = "bilinear",
-           calibration: ServedCalibration | None = None) -> Path:
+           calibration: ServedCalibration | None = None, flip: bool = False) -> Path:
     """`dialect`: whose answers `serve` gives for the model (keras_pipe_train.settings.dialects.DIALECTS:
     the request's, as dialects.translate says it).
     `resize_to`, `interpolation`: how the serving signature prepares images (serving_archive).
     `calibration`: set when the served probabilities are calibrated (calibration.Calibration.serving),
-    recorded in serving.json."""
+    recorded in serving.json. `flip`: test_time_flip (serving_archive)."""
     if dialect not in DIALECTS:
         raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
     settings = ServingSettings(image_size, max_pixels, threshold, dialect, calibration)
@@ -123,5 +128,5 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
     settings.write(model_dir)
     serving_dir = model_dir / SERVING_VERSION
     serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to, interpolation,
-                    calibration).write_out(str(serving_dir), verbose=False)
+                    calibration, flip).write_out(str(serving_dir), verbose=False)
     return serving_dir

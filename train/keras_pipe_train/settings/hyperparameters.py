@@ -223,6 +223,10 @@ class Hyperparameters:
         0.0, Number(0, 0.99999, open_low=False), "an exponential moving average of the weights, updated at every "
         "step, is the model each epoch is validated, kept and exported as (timm's model EMA; its nth update decays by "
         "min(ema_decay, (1 + n) / (10 + n))); 0.999 suits a few thousand steps; 0: off")
+    test_time_flip: bool = hyperparameter(
+        "false", flag, "test-time augmentation: the served model (the SavedModel, `serve`, keras-pipe predict) "
+        "averages the logits of each image and of its mirror image, and the steps after training (calibration, "
+        "evaluation.json, the report) judge that model; the epochs' metric lines stay the images' own")
     mixup_alpha: float = hyperparameter(
         0.0, Number(0, 10, open_low=False), "MixUp: each training image blended with another of its batch, in a "
         "share drawn from Beta(alpha, alpha), and the loss taken against both labels in those shares (timm's "

@@ -112,16 +112,16 @@ class Trainer:
         """The share of the phase's learning rate the coming epoch trains at (the schedule's)."""
         self.schedule.factor.assign(factor)
 
-    def _steps(self, train: bool, dataset, detailed: bool = False):
+    def _steps(self, train: bool, dataset, detailed: bool = False, forward=None):
         """The traced function that runs up to steps_per_execution steps on `dataset`'s iterator,
         one per element spec: batches of any size, including a pass's last, smaller one, and
         every epoch's new iterator then reuse the same graph. `detailed`: the task's detail counts
         too (a confusion matrix: for the final evaluation)."""
-        spec, mode = dataset.element_spec, (train, detailed)
+        spec, mode = dataset.element_spec, (train, detailed, forward)
         for known_mode, known_spec, function in self._functions:  # (specs need not be hashable)
             if known_mode == mode and known_spec == spec:
                 return function
-        function = tf.function(self._make_steps(self._make_step(train, detailed), detailed))
+        function = tf.function(self._make_steps(self._make_step(train, detailed, forward), detailed))
         self._functions.append((mode, spec, function))
         return function
 
@@ -151,8 +151,11 @@ class Trainer:
 
         return steps
 
-    def _make_step(self, train: bool, detailed: bool = False):
+    def _make_step(self, train: bool, detailed: bool = False, forward=None):
+        """`forward`: in evaluation, images -> the probabilities judged, in place of the model's
+        (the served model's: test_time_flip)."""
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
+        forward = forward or (lambda images: model(images, training=train))
         scale, clip, l2 = self.mixed_precision, self.loss.clip_norm, self.loss.l2_decay
         mixing, first_epoch = self.loss.mixing if train and self.loss.mixes else None, self.first_epoch
 
@@ -169,7 +172,7 @@ class Trainer:
                 images, share = mixing.mix(images, mixing.step_seed(context.replica_id_in_sync_group, first_epoch,
                                                                     optimizer.iterations))
             with tf.GradientTape() as tape:
-                probabilities = model(images, training=train)
+                probabilities = forward(images)
                 per_example = (mixing.per_example_loss(task, labels, share, probabilities) if mixing
                                else task.per_example_loss(train, labels, probabilities))
                 loss_sum = tf.reduce_sum(per_example) * weight
@@ -253,9 +256,9 @@ class Trainer:
         """The same answer on every worker, at the same step."""
         return self.cluster.any_worker(self.stop.is_set())
 
-    def calls(self, train: bool, dataset, detailed: bool = False):
+    def calls(self, train: bool, dataset, detailed: bool = False, forward=None):
         """The Call results of running every step of `dataset`, steps_per_execution at a time."""
-        function, iterator = self._steps(train, dataset, detailed), iter(dataset)
+        function, iterator = self._steps(train, dataset, detailed, forward), iter(dataset)
         count = tf.constant(self.steps_per_execution)
         while True:
             call = Call.read(function(iterator, count))
@@ -297,11 +300,12 @@ class Trainer:
             totals.add(call)
         return totals.metrics("val_", self.task), int(totals.examples)
 
-    def evaluate_in_detail(self, dataset) -> tuple[dict, int, np.ndarray, np.ndarray]:
+    def evaluate_in_detail(self, dataset, forward=None) -> tuple[dict, int, np.ndarray, np.ndarray]:
         """evaluate(), with the task's counts and detail counts (a confusion matrix) summed over the
-        pass: (metrics, examples, counts, detail counts)."""
+        pass: (metrics, examples, counts, detail counts). `forward`: images -> the probabilities
+        judged, in place of the model's own (_make_step)."""
         totals, width = Totals(), self.task.width
-        for call in self.calls(False, dataset, detailed=True):
+        for call in self.calls(False, dataset, detailed=True, forward=forward):
             totals.add(call)
         counts = totals.counts if totals.counts is not None else np.zeros(width + self.task.detail_width)
         totals.counts = counts[:width]
