@@ -71,16 +71,19 @@ def quick(recipe: tuple[str, ...]) -> tuple[str, ...]:
     return hps(recipe, epochs=1, fine_tune_epochs=1)
 
 
-def in_job_folder(prefix: str, doc: str, argv: list[str] | None, body) -> int:
+def in_job_folder(prefix: str, doc: str, argv: list[str] | None, body, options=None) -> int:
     """A benchmark's main: its --quick option, then body(folder, quick) with a new temporary folder
-    for its jobs, removed after; kept (and said) when a job fails, which ends the run with SystemExit."""
+    for its jobs, removed after; kept (and said) when a job fails, which ends the run with SystemExit.
+    `options`: adds the benchmark's own options to the parser; body(folder, the parsed arguments) then."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    if options:
+        options(parser)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        body(out, args.quick)
+        body(out, args if options else args.quick)
     except SystemExit:
         print(f"(the jobs' folders and logs are kept in {out})", file=sys.stderr)
         raise
