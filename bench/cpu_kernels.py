@@ -130,8 +130,8 @@ def trainer_for(model, xla: bool):
         """The job's Trainer with each step compiled by XLA. Only the step: the traced function
         around it pulls batches from a tf.data iterator, which XLA cannot compile."""
 
-        def _make_step(self, train: bool, detailed: bool = False):
-            return tf.function(super()._make_step(train, detailed), jit_compile=True)
+        def _make_step(self, train: bool, detailed: bool = False, forward=None):
+            return tf.function(super()._make_step(train, detailed, forward), jit_compile=True)
 
     trainer = (CompiledStepTrainer if xla else Trainer)(model, Cluster(tf.distribute.get_strategy(), 1, 0, True),
                                                          mixed_precision=False)

@@ -48,9 +48,11 @@ class Scenario:
 SCENARIOS = (Scenario("100 clients", 100), Scenario("300 clients", 300),
              Scenario("80 stalled uploads + 8 clients", 8, stalled=80),
              Scenario("300 lingering closes + 8 clients", 8, lingering=300))
-QUICK_SCENARIOS = (Scenario("20 clients", 20), Scenario("80 clients", 80),
-                   Scenario("8 stalled uploads + 2 clients", 2, stalled=8),
-                   Scenario("30 lingering closes + 2 clients", 2, lingering=30))
+# (--quick: one crowd of kept-alive clients, and both kinds of bad client in one scenario, which its
+# stalled uploads hold open for the server's BODY_IDLE_S, 10 s, whatever its seconds: every kind of
+# client still, in two scenarios instead of four)
+QUICK_SCENARIOS = (Scenario("80 clients", 80),
+                   Scenario("8 stalled, 30 lingering, 2 clients", 2, stalled=8, lingering=30))
 
 
 def settings(scenario: Scenario, port: int, photo: Path, seconds: float, patience: float) -> str:
