@@ -158,10 +158,12 @@ def test_bugs_are_reported_as_internal_errors(tmp_path):
 
 
 @pytest.mark.slow
-def test_success_leaves_no_failure_file(digits_file_job):
-    write_hyperparameters(digits_file_job, **OK)
+def test_success_leaves_no_failure_file_and_a_setting_it_does_not_apply_is_said(digits_file_job):
+    write_hyperparameters(digits_file_job, **OK, layer_decay=0.5)  # (fine-tuning's: not from scratch)
     out = run_train(digits_file_job)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "layer_decay=0.5 is not applied: it fine-tunes a pretrained backbone" in out.stdout + out.stderr
+    assert "layer_decay: " not in out.stdout + out.stderr  # (no optimizer scaled anything)
     assert not (digits_file_job.base / "output" / "failure").exists()
     assert json.loads((digits_file_job.base / "output/data/metrics.json").read_text())["final"]["epoch"] == 1
 

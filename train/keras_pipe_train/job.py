@@ -31,14 +31,20 @@ from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceCon
 from keras_pipe_train.settings.errors import ClusterError, UserError
 from keras_pipe_train.sources import datasets, manifest
 from keras_pipe_train.sources.recent_images import RecentImages
-from keras_pipe_train.training import distribute, early_stopping, epoch_models, layer_decay
+from keras_pipe_train.training import distribute, early_stopping, epoch_models
 from keras_pipe_train.training.checkpoints import Checkpoints, Progress
 from keras_pipe_train.training.devices import steps_per_execution, use_mixed_precision
 from keras_pipe_train.training.early_stopping import BestWeights, Rule
 from keras_pipe_train.training.loop import Stopped, Trainer
 from keras_pipe_train.training.phases import Phase, phases
 from keras_pipe_train.training.precise_batchnorm import PreciseBatchNorm, batchnorm_layers
-from keras_pipe_train.training.recipe import Loss, epoch_factor, make_optimizer
+from keras_pipe_train.training.recipe import (
+    Loss,
+    check_test_time_flip,
+    epoch_factor,
+    layer_scales,
+    make_optimizer,
+)
 from keras_pipe_train.training.resume import checkpoint_bytes, checkpoint_settings, resume
 
 log = logging.getLogger(__name__)
@@ -196,10 +202,8 @@ def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
             incremental.continue_from(previous, model, config.backbone, config.class_names, config.multi_label,
                                       config.reinitialize_top_layer)
         best = BestWeights(model) if rule else None
-    scales = None
-    if config.layer_decay < 1:
-        scales, how = layer_decay.scales(backbone, config.layer_decay)
-        log.info("%s", how)
+    check_test_time_flip(config)
+    scales = layer_scales(config, backbone, from_scratch)
     trainer = Trainer(model, cluster, mixed_precision, stop, steps_per_execution(config.steps_per_execution),
                       Loss.of(config), lambda learning_rate: make_optimizer(config, learning_rate, scales),
                       config.ema_decay)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -175,10 +176,14 @@ def test_a_job_fine_tunes_a_preset_from_its_own_weights_and_serves_as_it_trained
     if way == "baked into the image":  # (and evaluation.json judged that model, the epoch's own kept beside)
         evaluated = json.loads((job.base / "output" / "data" / "evaluation.json").read_text())
         truth = np.array(digit_records[1][160:260])
+        served_loss = float(-np.log(served[np.arange(len(truth)), truth]).mean())  # (uncalibrated: no validation
+        assert evaluated["metrics"]["val_loss"] == pytest.approx(served_loss, rel=2e-5), evaluated  # of 200)
         assert evaluated["metrics"]["val_accuracy"] == pytest.approx((served.argmax(axis=1) == truth).mean(),
                                                                      abs=0.011), evaluated
         final = json.loads((job.base / "output" / "data" / "metrics.json").read_text())["final"]
-        assert evaluated["test_time_flip"]["without_flip"]["val_loss"] == pytest.approx(final["val_loss"]), evaluated
+        without = evaluated["test_time_flip"]["without_flip"]
+        assert without["val_loss"] == pytest.approx(final["val_loss"]) and without["val_loss"] != pytest.approx(
+            served_loss, rel=2e-5), evaluated  # (the epoch's own: the model alone)
         assert "test_time_flip: the exported model, each image's logits averaged" in out.stdout + out.stderr
     if way == "channel files":  # (served calibrated: the model's own probabilities over the temperature)
         temperature = json.loads((model_dir / "serving.json").read_text())["calibration"]["temperature"]
@@ -212,6 +217,8 @@ def continue_the_model(tmp_path, model_dir, examples, first_backbone):
     assert "incremental training: continuing model.tar.gz" in out.stdout + out.stderr
     assert ("layer_decay=0.75: the backbone's 2 blocks named in its weights' paths (vit_encoder/transformer_block_1 "
             "... vit_encoder/transformer_block_2); its stem at 0.422 x") in out.stdout + out.stderr
+    scaled = re.search(r"layer_decay: (\d+) of the (\d+) weights this phase trains at a lower rate", out.stdout + out.stderr)
+    assert scaled and 0 < int(scaled[1]) < int(scaled[2]), out.stdout[-3000:]  # (the head's, at the rate itself)
     # (at a learning rate of 1e-9 the model stays the first's, backbone and head)
     first = keras.saving.load_model(model_dir / "model.keras")
     second = keras.saving.load_model(job.base / "model" / "model.keras")

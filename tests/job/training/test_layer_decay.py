@@ -26,8 +26,12 @@ from keras_pipe_train.training.recipe import make_optimizer
     ("convnext_tiny_stage_0_block_2_depthwise_conv/kernel", "convnext_tiny_stage_0_block_2"),
     ("encoder/encoder_stage_0/encoder_stage_0_block_1/encoder_stage_0_block_1_conv_block_0/"
      "encoder_stage_0_block_1_conv_block_0_bn/gamma", "encoder/encoder_stage_0/encoder_stage_0_block_1"),  # HGNetV2
-    ("encoder/encoder_stage_1/encoder_stage_1_downsample/encoder_stage_1_downsample_bn/gamma",
-     "encoder/encoder_stage_1"),  # (a stage's own layer: its downsampling)
+    ("block35_4_conv/kernel", "block35_4"),  # InceptionResNetV2's units (block35: their type)
+    ("expanded_conv_depthwise/kernel", "expanded_conv"),  # the MobileNets' first block, of no number
+    ("reduction_A_block_stem_1/block_1/separable_conv_1/kernel", "reduction_A_block_stem_1"),  # NASNet's cells
+    # a stage's downsampling names no block: it belongs to the next (layers)
+    ("encoder/encoder_stage_1/encoder_stage_1_downsample/encoder_stage_1_downsample_bn/gamma", None),
+    ("convnext_tiny_downsampling_block_0/convnext_tiny_downsampling_layernorm_0/gamma", None),
     ("conv1_conv/kernel", None), ("top_conv/kernel", None), ("conv2d_57/kernel", None), ("layer_norm/gamma", None),
 ])
 def test_a_weights_block_is_read_from_the_layers_its_path_names(path, block):
@@ -46,6 +50,45 @@ def test_a_resnets_sixteen_blocks_number_its_layers_from_the_stem_to_the_top():
     assert scales[id(backbone.get_layer("conv5_block3_3_conv").kernel)] == 0.5
     assert scales[id(backbone.get_layer("conv1_conv").kernel)] == 0.5 ** 17
     assert "the head at 1 x" in line
+
+
+@pytest.mark.parametrize(("application", "size", "count", "first", "last"), [
+    ("ConvNeXtTiny", 32, 18, "convnext_tiny_stage_0_block_0", "convnext_tiny_stage_3_block_2"),
+    ("MobileNetV3Small", 32, 11, "expanded_conv", "expanded_conv_10"),
+    ("InceptionResNetV2", 75, 40, "block35_1", "block8_10"),
+])
+def test_between_blocks_a_layer_belongs_to_the_next_and_after_the_last_to_the_last(application, size, count, first,
+                                                                                   last):
+    """As timm groups them: ConvNeXt's downsamplings with the next stage's first block, an Inception
+    unit's branches (unnamed convolutions before its named one) with their unit, the layers after
+    the last block (a head convolution, a final norm) with the last block."""
+    backbone = getattr(keras.applications, application)(weights=None, include_top=False,
+                                                        input_shape=(size, size, 3))
+    numbers, found, how = layer_decay.layers(backbone)
+    assert found == count and f"({first} ... {last})" in how, how
+    number = {w.path: numbers[id(w)] for w in backbone.weights}
+    if application == "ConvNeXtTiny":
+        assert number["convnext_tiny_downsampling_block_0/convnext_tiny_downsampling_layernorm_0/gamma"] == \
+            number["convnext_tiny_stage_1_block_0_depthwise_conv/kernel"] == 4
+        assert number["layer_normalization/gamma"] == 18
+    elif application == "MobileNetV3Small":
+        assert number["conv/kernel"] == 0 and number["expanded_conv_depthwise/kernel"] == 1
+        assert number["conv_1/kernel"] == 11  # (the 1x1 convolution after the last block)
+    else:
+        unit = [w.path for w in backbone.weights if number[w.path] == 2]
+        assert unit[0].startswith("conv2d_") and "block35_2_conv/kernel" in unit, unit
+        assert number["conv_7b/kernel"] == 40 and number["conv2d/kernel"] == 0  # (the stem: mixed_5b too)
+
+
+def test_named_blocks_of_very_uneven_sizes_are_not_trusted():
+    inputs = keras.Input((8, 8, 3))
+    x = inputs
+    for name in ["block1_conv", "block2_conv", "block3_conv", *[f"block4_conv{i}" for i in range(20)]]:
+        x = keras.layers.Conv2D(2, 1, name=name)(x)
+    numbers, count, how = layer_decay.layers(keras.Model(inputs, x))
+    assert count == 12 and how.startswith("the blocks its weights' paths name are uneven (20 weighted layers in the "
+                                          "largest, 1 in the median): 23 weighted layers in 12 groups"), how
+    assert sorted(set(numbers.values())) == list(range(1, 13))
 
 
 def test_a_backbone_naming_no_blocks_is_cut_into_groups_in_order():

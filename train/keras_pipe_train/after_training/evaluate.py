@@ -26,27 +26,20 @@ def evaluate(trained: Trained, final: dict, validated: tuple | None, calibrated:
     t = trained
     if not t.validation:
         return None
-    own = validated
-    if validated is None or t.config.test_time_flip:
-        if t.trainer.stop_requested():
-            log.warning("no evaluation.json: the job was asked to stop; the model is exported")
-            return None
-        validated = t.trainer.evaluate_in_detail(
-            t.cluster.strategy.distribute_datasets_from_function(t.examples(t.validation)),
-            probabilities_of(t.model, flip=True) if t.config.test_time_flip else None)
-        if t.trainer.stop_requested() or not validated[1]:  # (the same on every worker)
-            log.warning("no evaluation.json: %s", "a stop request cut the final evaluation short" if validated[1]
-                        else "the validation channel's last pass held no records")
-            return None
-    if not t.cluster.is_chief:
+    judged = _judged(t, validated)
+    if judged is None or not t.cluster.is_chief:
         return None
+    sums, flipped = judged
     try:
-        found = evaluation.report(t.trainer.task, t.config.class_names, *validated, final.get("epoch"))
-        if t.config.test_time_flip:
-            without = {k: v for k, v in final.items() if k.startswith("val_")} if own is None else own[0]
+        found = evaluation.report(t.trainer.task, t.config.class_names, *sums, final.get("epoch"))
+        if flipped:
+            without = {k: v for k, v in final.items() if k.startswith("val_")} if validated is None else validated[0]
             found["test_time_flip"] = {"without_flip": without}
             log.info("test_time_flip: the exported model, each image's logits averaged with its mirror image's: %s "
-                     "(without: %s)", _shown(validated[0]), _shown(without))
+                     "(without: %s)", _shown(sums[0]), _shown(without))
+        elif t.config.test_time_flip:
+            found["test_time_flip"] = {"not_measured": "the job was asked to stop before its pass ended: these are "
+                                                       "the exported epoch's figures, without flips"}
         found["calibration"] = calibrated.calibration.as_json() if calibrated.calibration else None
         if calibrated.unmeasured:
             found["calibration_unmeasured"] = calibrated.unmeasured
@@ -59,3 +52,26 @@ def evaluate(trained: Trained, final: dict, validated: tuple | None, calibrated:
 
 def _shown(metrics: dict) -> str:
     return ", ".join(f"{name} {value:.4g}" for name, value in metrics.items())
+
+
+def _judged(trained: Trained, own: tuple | None) -> tuple[tuple, bool] | None:
+    """The sums evaluation.json reports, and whether they are test_time_flip's: the exported epoch's
+    `own`, or a pass of their own where an earlier run validated that epoch (`own` None) or
+    test_time_flip asks for one; `own` again when a stop request skips or cuts that pass short
+    (None when there is no `own`). Every host makes the pass, and learns the same."""
+    t, flip = trained, trained.config.test_time_flip
+    if own is not None and not flip:
+        return own, False
+    if t.trainer.stop_requested():
+        why = "the job was asked to stop"
+    else:
+        passed = t.trainer.evaluate_in_detail(
+            t.cluster.strategy.distribute_datasets_from_function(t.examples(t.validation)),
+            probabilities_of(t.model, flip=True) if flip else None)
+        if not t.trainer.stop_requested() and passed[1]:  # (the same on every worker)
+            return passed, flip
+        why = ("a stop request cut the final evaluation short" if passed[1]
+               else "the validation channel's last pass held no records")
+    log.warning("%s: %s; the model is exported", "no evaluation.json" if own is None
+                else "evaluation.json without test_time_flip's own pass", why)
+    return None if own is None else (own, False)

@@ -9,6 +9,7 @@ applies the rest.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 
 import keras
@@ -18,6 +19,8 @@ from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.training import layer_decay
 from keras_pipe_train.training.mixing import Mixing
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
+
+log = logging.getLogger(__name__)
 
 ADAMW_DEFAULT_DECAY = 0.004  # Keras' own default for AdamW, used when weight_decay is not set
 
@@ -60,6 +63,29 @@ def make_optimizer(config: JobConfig, learning_rate,
     optimizer = layer_decay.decayed(kind)(**settings)
     optimizer.layer_scales = layer_scales
     return optimizer
+
+
+def layer_scales(config: JobConfig, backbone: keras.Model, from_scratch: bool) -> dict[int, float] | None:
+    """layer_decay's scale of each backbone weight's learning rate (layer_decay.scales), said in
+    the log; None when off, or from scratch (said: it is fine-tuning's)."""
+    if config.layer_decay == 1:
+        return None
+    if from_scratch:
+        log.warning("layer_decay=%g is not applied: it fine-tunes a pretrained backbone, and with weights=none the "
+                    "whole network trains from scratch, every layer at the phase's rate", config.layer_decay)
+        return None
+    scales, how = layer_decay.scales(backbone, config.layer_decay)
+    log.info("%s", how)
+    return scales
+
+
+def check_test_time_flip(config: JobConfig) -> None:
+    """test_time_flip serves each image's mirror image too: said when training mirrors none."""
+    if config.test_time_flip and ("flip" not in config.augment or "horizontal" not in config.augmentation_random_flip):
+        log.warning("test_time_flip: the model is served on each image and its mirror image, but training mirrors no "
+                    "image left to right (augment=%s, augmentation_random_flip=%s): a mirror image may be one it "
+                    "never learnt (text, digits, left and right)", ",".join(config.augment) or "false",
+                    config.augmentation_random_flip)
 
 
 def weight_decay(config: JobConfig) -> float:
