@@ -7,15 +7,15 @@ each changes in validation accuracy, its spread, and what it costs per training 
 
 The task (bench/recipes.py, keras_pipe_launch.demo): a MobileNetV3-Small pretrained from scratch on
 digits 0-4 once (seed 0), then transferred to digits 5-9 by `keras-pipe local` in Pipe mode with the
-demo's recipe (3 head epochs, 12 fine-tuning ones, cosine rate), with one element added. Each row
-runs SEEDS jobs that differ in the job's `seed` alone (the head's initialisation, the augmentations'
-and the mixing's draws; the pretrained backbone and the order of the records are the same), and
-gives their validation accuracy (mean, lowest and highest), their mean validation loss, and the
-median fine-tuning epoch's seconds (as the job measures them: its training steps, then its
-validation pass of the same 180 images; the phase's first epoch left out, since it traces the
-step), beside the demo's recipe's: on the full task 23 steps an epoch, so an element's cost per
-step shows there (diluted by the validation pass it does not change); a few-shot epoch is mostly
-its validation pass. With --shots, the training
+transfer recipe (TRANSFER_RECIPE: 3 head epochs, 12 fine-tuning ones, cosine rate; the demo adds
+ema_decay), with one element added. Each row runs SEEDS jobs that differ in the job's `seed` alone
+(the head's initialisation, the augmentations' and the mixing's draws; the pretrained backbone and
+the order of the records are the same), and gives their validation accuracy (mean, lowest and
+highest), their mean validation loss, and the median fine-tuning epoch's seconds (as the job
+measures them: its training steps, then its validation pass of the same 180 images; the phase's
+first epoch left out, since it traces the step), beside the transfer recipe's: on the full task
+23 steps an epoch, so an element's cost per step shows there (diluted by the validation pass it
+does not change); a few-shot epoch is mostly its validation pass. With --shots, the training
 channel holds the first K images of each digit (the validation channel is the same 180 images).
 No flips anywhere: a mirrored digit is another sign, so test_time_flip is not measured here.
 """
@@ -42,7 +42,7 @@ from keras_pipe_launch.demo.__main__ import (
 SEEDS = 5
 BATCH = 32  # (launch_local's batch_size)
 ELEMENTS = {
-    "the demo's recipe": TRANSFER_RECIPE,
+    "the transfer recipe": TRANSFER_RECIPE,
     "layer_decay=0.75": hps(TRANSFER_RECIPE, layer_decay=0.75),
     "ema_decay=0.99": hps(TRANSFER_RECIPE, ema_decay=0.99),
     "mixup_alpha=0.2": hps(TRANSFER_RECIPE, mixup_alpha=0.2),
@@ -50,7 +50,7 @@ ELEMENTS = {
     "augment=trivial": hps(TRANSFER_RECIPE, augment="trivial"),
     "augment=randaugment": hps(TRANSFER_RECIPE, augment="randaugment"),
 }
-QUICK_ELEMENTS = ("the demo's recipe", "layer_decay=0.75")
+QUICK_ELEMENTS = ("the transfer recipe", "layer_decay=0.75")
 
 
 def few_shot(out: Path, shots: int) -> tuple[str, int]:
@@ -92,8 +92,8 @@ def run(out: Path, args) -> None:
         data, images = ("digits-5-9", 716) if shots == 0 else few_shot(out, shots)
         print(f"\ntransfer to digits 5-9, {'all' if shots == 0 else shots} training images a class ({images}, "
               f"{math.ceil(images / BATCH)} steps an epoch); {seeds} seed(s) a row")
-        print("| element | validation accuracy: mean (lowest-highest) | validation loss | s an epoch | x the "
-              "demo's |\n|---|---|---|---|---|")
+        print("| element | validation accuracy: mean (lowest-highest) | validation loss | s an epoch | x the transfer "
+              "recipe's |\n|---|---|---|---|---|")
         base = None
         for index, (name, recipe) in enumerate(elements.items()):
             finals, times = [], []
