@@ -155,7 +155,6 @@ class Trainer:
         """`forward`: in evaluation, images -> the probabilities judged, in place of the model's
         (the served model's: test_time_flip)."""
         model, optimizer, strategy, task = self.model, self.optimizer, self.cluster.strategy, self.task
-        forward = forward or (lambda images: model(images, training=train))
         scale, clip, l2 = self.mixed_precision, self.loss.clip_norm, self.loss.l2_decay
         mixing, first_epoch = self.loss.mixing if train and self.loss.mixes else None, self.first_epoch
 
@@ -172,7 +171,7 @@ class Trainer:
                 images, share = mixing.mix(images, mixing.step_seed(context.replica_id_in_sync_group, first_epoch,
                                                                     optimizer.iterations))
             with tf.GradientTape() as tape:
-                probabilities = forward(images)
+                probabilities = forward(images) if forward else model(images, training=train)
                 per_example = (mixing.per_example_loss(task, labels, share, probabilities) if mixing
                                else task.per_example_loss(train, labels, probabilities))
                 loss_sum = tf.reduce_sum(per_example) * weight
