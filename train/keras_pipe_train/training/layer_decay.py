@@ -22,6 +22,7 @@ apart, at the optimizer's one rate)."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import re
@@ -86,7 +87,8 @@ def layers(backbone: keras.Model) -> tuple[dict[int, int], int, str]:
             numbers[index] = upcoming
         first = next(index for index, block in enumerate(blocks) if block is not None)
         numbers.update(dict.fromkeys(range(first), 0))  # (before the first block: the stem)
-        sizes = [len({owners[i] for i in numbers if numbers[i] == n}) for n in range(1, len(order) + 1)]
+        held = collections.Counter(number for number, _ in {(numbers[i], owners[i]) for i in numbers})
+        sizes = [held[n] for n in range(1, len(order) + 1)]  # (each block's weighted layers)
         if max(sizes) <= UNEVEN * statistics.median(sizes):
             return ({id(w): numbers[i] for i, w in enumerate(weights)}, len(order),
                     f"{len(order)} blocks named in its weights' paths ({order[0]} ... {order[-1]})")
