@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.recipes import hps, in_job_folder
-from keras_pipe_launch.demo.__main__ import TRANSFER_RECIPE, launch_local, make_data, pretraining, write_shards
+from keras_pipe_launch.demo.__main__ import TRANSFER_RECIPE, launch_local, make_data, pretraining, split, write_shards
 
 RATES = (0.05, 0.10)
 KINDS = ("uniform", "systematic")
@@ -96,15 +96,14 @@ def tasks(out: Path, quick: bool) -> list[dict]:
 
     images, labels = load_digits()
     jpegs = [digit_jpeg(image, 32) for image in images]
-    high = [(j, int(y) - 5) for j, y in zip(jpegs, labels) if y >= 5]
-    cut = int(len(high) * 0.8)
+    train, validation = split([(j, int(y) - 5) for j, y in zip(jpegs, labels) if y >= 5])  # (make_data's)
     # (--quick: one epoch, and no calibration or label check after it: the backbone's weights do not
     # need them. Its precise BatchNorm pass stays: without it, one epoch's moving statistics make a
     # backbone whose transfer learns next to nothing)
     pretrain = pretraining(out, 1) + ("--hp", "calibration=false", "--hp", "label_check=false") if quick \
         else pretraining(out, 8)
-    found = [{"name": "transfer", "classes": [str(d) for d in range(5, 10)], "train": high[:cut],
-              "validation": high[cut:], "pretrain": pretrain}]
+    found = [{"name": "transfer", "classes": [str(d) for d in range(5, 10)], "train": train,
+              "validation": validation, "pretrain": pretrain}]
     if not quick:
         everything = list(zip(jpegs, labels.astype(int).tolist()))
         for name, part in (("train", everything[:540]), ("validation", everything[540:600])):

@@ -32,9 +32,11 @@ from pathlib import Path
 from bench.recipes import hps, in_job_folder
 from keras_pipe_launch.demo.__main__ import (
     TRANSFER_RECIPE,
+    halves,
     launch_local,
     make_data,
     pretraining,
+    split,
     transfer_channels,
     write_shards,
 )
@@ -56,12 +58,9 @@ QUICK_ELEMENTS = ("the transfer recipe", "layer_decay=0.75")
 def few_shot(out: Path, shots: int) -> tuple[str, int]:
     """data/digits-5-9-Nshot: the first `shots` training images of each digit of 5-9, and the
     task's validation images; (its name, its training images)."""
-    from keras_pipe_launch.sample_data import digit_jpeg, load_digits
     from keras_pipe_train.sources.example import encode_example
 
-    images, labels = load_digits()
-    high = [(digit_jpeg(image, 32), int(label) - 5) for image, label in zip(images, labels) if label >= 5]
-    train = high[:int(len(high) * 0.8)]  # (make_data's cut: the same training images, in order)
+    train, _ = split([(jpeg, label) for _, jpeg, label in halves()["digits-5-9"]])  # (make_data's, in order)
     chosen = [record for digit in range(5) for record in [r for r in train if r[1] == digit][:shots]]
     name = f"digits-5-9-{shots}shot"
     write_shards(out / "data" / name / "train", [encode_example(jpeg, label) for jpeg, label in chosen], 1)

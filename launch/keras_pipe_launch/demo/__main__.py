@@ -43,23 +43,36 @@ def write_shards(folder: Path, records: list[bytes], shards: int) -> None:
         (folder / f"part-{i:05d}.tfrecord").write_bytes(tfrecord.encode(records[i::shards]))
 
 
-def make_data(out: Path = OUT) -> list[tuple[np.ndarray, bytes, int]]:
-    """Writes the TFRecords of both steps under out/data; returns the held-out (8x8 image, JPEG,
-    digit) of step 2: its validation images, which no job trains on."""
+def halves() -> dict[str, list[tuple[np.ndarray, bytes, int]]]:
+    """The built-in digits as (8x8 image, 32x32 JPEG, label), by step: digits-0-4 (labels 0..4) and
+    digits-5-9 (labels 0..4 for digits 5..9)."""
     from keras_pipe_launch.sample_data import digit_jpeg, load_digits
-    from keras_pipe_train.sources.example import encode_example
 
     images, labels = load_digits()
     jpegs = [digit_jpeg(image, 32) for image in images]
-    low = [(i, j, int(y)) for i, j, y in zip(images, jpegs, labels) if y < 5]
-    high = [(i, j, int(y) - 5) for i, j, y in zip(images, jpegs, labels) if y >= 5]  # labels 0..4: digits 5..9
-    for name, items in (("digits-0-4", low), ("digits-5-9", high)):
-        cut = int(len(items) * 0.8)
-        write_shards(out / "data" / name / "train", [encode_example(j, y) for _, j, y in items[:cut]], 4)
-        write_shards(out / "data" / name / "validation", [encode_example(j, y) for _, j, y in items[cut:]], 1)
-    held_out = high[int(len(high) * 0.8):]
-    print(f"built-in data: {len(images)} handwritten digits as 32x32 JPEG TFRecords in {out / 'data'}")
-    return held_out
+    return {"digits-0-4": [(i, j, int(y)) for i, j, y in zip(images, jpegs, labels) if y < 5],
+            "digits-5-9": [(i, j, int(y) - 5) for i, j, y in zip(images, jpegs, labels) if y >= 5]}
+
+
+def split(items: list) -> tuple[list, list]:
+    """A step's (training, validation) items: the first 80 %, the rest."""
+    cut = int(len(items) * 0.8)
+    return items[:cut], items[cut:]
+
+
+def make_data(out: Path = OUT) -> list[tuple[np.ndarray, bytes, int]]:
+    """Writes the TFRecords of both steps under out/data; returns the held-out (8x8 image, JPEG,
+    digit) of step 2: its validation images, which no job trains on."""
+    from keras_pipe_train.sources.example import encode_example
+
+    steps = halves()
+    for name, items in steps.items():
+        train, validation = split(items)
+        write_shards(out / "data" / name / "train", [encode_example(j, y) for _, j, y in train], 4)
+        write_shards(out / "data" / name / "validation", [encode_example(j, y) for _, j, y in validation], 1)
+    print(f"built-in data: {sum(map(len, steps.values()))} handwritten digits as 32x32 JPEG TFRecords in "
+          f"{out / 'data'}")
+    return split(steps["digits-5-9"])[1]
 
 
 def launch_local(step: str, *args: str, out: Path = OUT, show: bool = True) -> dict:
