@@ -1,5 +1,9 @@
 """The training job in-process: transfer learning really happens, phase by phase."""
 
+import json
+import logging
+import re
+
 import keras
 import numpy as np
 import pytest
@@ -8,7 +12,7 @@ from keras_pipe_train import job as training_job
 from keras_pipe_train.model.classifier import build_backbone
 from keras_pipe_train.settings import contract
 from keras_pipe_train.settings.config import JobConfig
-from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.settings.errors import DataError, UserError
 from pipemode import tfrecord
 from tests.job.conftest import write_hyperparameters
 
@@ -169,3 +173,35 @@ def test_the_final_metrics_are_the_last_phases_best_epochs_though_an_earlier_pha
     assert capsys.readouterr().out.strip().splitlines() == [
         "metrics: epoch=1 phase=fine_tune val_loss=0.3", "Epoch 1/6 - val_loss: 0.300000",
         "Epoch[0] Validation-loss=0.300000"]
+
+
+@pytest.mark.slow
+def test_a_preset_counts_the_pipe_channel_in_a_pass_of_its_own_then_trains_on_the_passes_after(
+        job, digit_records, random_backbone_file, caplog):
+    examples, _ = digit_records
+    job.stream("train", examples[:300])
+    job.stream("validation", examples[300:364])
+    caplog.set_level(logging.INFO)
+    run_job(job, preset="fast", num_classes=10, backbone="mobilenet_v3_small", image_size=32,
+            weights=str(random_backbone_file[0]), epochs=1, fine_tune_epochs=1, augment="crop", shuffle_buffer=64,
+            label_check="false")
+    log = caplog.text
+    assert re.search(r"preset fast: 300 training examples on this host in [0-9.]+ s \(a pass of channel 'train', not "
+                     r"decoded\)", log), log[-3000:]
+    # what the preset chose for the rest: fast's recipe, for 300 examples at the given batch of 32
+    assert ("preset fast: batch_size=32, fine_tune_layers=20, optimizer=adamw, learning_rate=0.001, "
+            "fine_tune_learning_rate=0.0001, lr_schedule=cosine, warmup_steps=0, layer_decay=1.0, test_time_flip=false, "
+            "label_smoothing=0.1") in log
+    assert "given, so kept: augment=crop, backbone=mobilenet_v3_small, epochs=1, fine_tune_epochs=1, image_size=32" in log
+    # the count read the train channel's pass 0 (its FIFO train_0); the two epochs, passes 1 and 2
+    assert "reading channel 'train' pass 2" in log and "reading channel 'train' pass 3" not in log
+    metrics = json.loads((job.base / "output/data/metrics.json").read_text())
+    assert [row["phase"] for row in metrics["epochs"]] == ["head", "fine_tune"]
+    page = (job.base / "output/data/report.html").read_text()
+    assert "dialect keras-pipe, preset fast;" in page and "given, so kept: augment=crop" in page
+
+
+def test_a_preset_that_counts_no_training_example_fails_naming_the_channel(job):
+    job.stream("train", [])
+    with pytest.raises(DataError, match="preset balanced: channel 'train' gave no training example to count"):
+        run_job(job, preset="balanced", num_classes=3)

@@ -182,3 +182,12 @@ def test_mlflow_tracking_puts_the_tuning_jobs_trainings_in_an_experiment_of_its_
     request = dry_run(*JOB, "--range", "epochs=1:3", "--mlflow-tracking-uri", "https://mlflow.example.com",
                       "--mlflow-experiment", "digits")
     assert request["TrainingJobDefinition"]["Environment"]["MLFLOW_EXPERIMENT_NAME"] == "digits"
+
+
+def test_presets_are_searched_as_any_categorical_and_a_preset_the_job_lacks_is_refused():
+    request = dry_run(*JOB, "--range", "preset=fast,balanced,best", "--range", "backbone=convnext_tiny,dinov2_small")
+    assert request["HyperParameterTuningJobConfig"]["ParameterRanges"]["CategoricalParameterRanges"] == [
+        {"Name": "preset", "Values": ["fast", "balanced", "best"]},
+        {"Name": "backbone", "Values": ["convnext_tiny", "dinov2_small"]}]
+    out = tune("--dry-run", *JOB, "--range", "preset=fast,quick")
+    assert out.returncode == 2 and "--range preset: hyperparameter preset must be one of none, fast, balanced, best; got 'quick'" in out.stderr, out.stderr

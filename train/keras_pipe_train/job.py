@@ -31,7 +31,7 @@ from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceCon
 from keras_pipe_train.settings.errors import ClusterError, UserError
 from keras_pipe_train.sources import datasets, manifest
 from keras_pipe_train.sources.recent_images import RecentImages
-from keras_pipe_train.training import distribute, early_stopping, epoch_models
+from keras_pipe_train.training import distribute, early_stopping, epoch_models, preset
 from keras_pipe_train.training.checkpoints import Checkpoints, Progress
 from keras_pipe_train.training.devices import steps_per_execution, use_mixed_precision
 from keras_pipe_train.training.early_stopping import BestWeights, Rule
@@ -135,6 +135,7 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     try:
         job_channels.check(channels)
         keras.utils.set_random_seed(config.seed)
+        config = preset.chosen(config, layout, channels, resources, stop)
         training = set_up(config, layout, channels, resources, stop, tracker)
         tracker.begin(training.config, resuming=bool(training.checkpoints.complete()))
         final = train_and_export(training)

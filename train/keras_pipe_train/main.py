@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                             "from /opt/ml/input/config (train --help says more)")
         config, channels, resources = read_job(layout, log)
         # (before TensorFlow is imported: it reads the choice then)
-        log.info("%s", cpu_kernels.choose(backbone=config.backbone, image_size=config.image_size))
+        # (a preset chooses the backbone later, never the small one: None)
+        backbone = config.backbone if config.preset == "none" or "backbone" in config.given else None
+        log.info("%s", cpu_kernels.choose(backbone=backbone, image_size=config.image_size))
 
         from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
 

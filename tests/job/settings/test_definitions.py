@@ -25,7 +25,7 @@ from keras_pipe_train.settings.parsers import Integer, Number, OrUnset, OrWord
 from tests.conftest import REPO, run_logged
 
 KERAS_PIPE = Path(sys.executable).parent / "keras-pipe"  # the console script, as users type it
-NOT_HYPERPARAMETERS = {"dialect_notes"}  # JobConfig's fields that say how a request was read
+NOT_HYPERPARAMETERS = ("dialect_notes", "given", "preset_notes")  # JobConfig's fields that say how a request was read
 
 
 def docs_table() -> dict[str, tuple[str, str, str]]:
@@ -127,7 +127,7 @@ REQUESTS = [
     {"class_names": "a,b,c", "multi_label": "true", "label_format": "multi_hot", "use_weighted_loss": "1",
      "weight_decay": "0.01", "resize": "original", "steps_per_execution": "4", "lr_schedule": "step",
      "lr_scheduler_step": "2,4", "augment": "all", "early_stopping_metric": "val_auc", "attribute_names": "a-ref,b"},
-    {"num_classes": 10, "top_k": 3, "resize": 256, "class_weights": "balanced", "label_error_folds": 5},
+    {"num_classes": 10, "top_k": 3, "resize": 256, "class_weights": "balanced", "label_error_folds": 5, "preset": "best"},
     {"class_names": '["x", "y"]', "class_weights": '{"x": 2}', "record_format": "class_folders"},
     {"record_format": "class_folders"},  # (its classes named later, by its train channel's folders)
 ]

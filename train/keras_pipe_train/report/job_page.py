@@ -34,6 +34,7 @@ import numpy as np
 
 from keras_pipe_train.report import pages, suspects
 from keras_pipe_train.report.mistakes import Mistake
+from keras_pipe_train.settings.config import READING_NOTES
 
 NAME = "report.html"
 MAX_CLASS_ROWS = 500
@@ -60,7 +61,9 @@ def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job
            gallery: Gallery | None, checked: suspects.Checked | str | None = None) -> str:
     multi = evaluation["multi_label"]
     kind = "multi-label" if multi else "single-label"
-    subtitle = (f"{kind} classifier of {len(evaluation['classes'])} classes, dialect {settings.get('dialect')}; "
+    chosen = f", preset {settings['preset']}" if settings.get("preset", "none") != "none" else ""
+    subtitle = (f"{kind} classifier of {len(evaluation['classes'])} classes, dialect {settings.get('dialect')}"
+                f"{chosen}; "
                 f"the model exported (epoch {evaluation.get('epoch')}) on {evaluation['examples']:,} validation "
                 "examples")
     sections = [headline(evaluation, rows),
@@ -253,9 +256,9 @@ def _shortened(text: str) -> str:
 
 
 def settings_section(settings: dict) -> str:
-    notes = settings.get("dialect_notes") or ()
+    notes = [*(settings.get("dialect_notes") or ()), *(settings.get("preset_notes") or ())]
     rows = [(name, _shortened(json.dumps(value) if not isinstance(value, str) else value))
-            for name, value in settings.items() if name != "dialect_notes"]
+            for name, value in settings.items() if name not in READING_NOTES]
     parts = [pages.note(f"read in the {settings.get('dialect')} dialect")]
     if notes:
         parts.append("<ul>" + "".join(f"<li>{pages.escape(n)}</li>" for n in notes) + "</ul>")

@@ -263,8 +263,10 @@ def params_of(config) -> dict[str, str]:
     """Every hyperparameter as the job read it (the dialect's translation done), as text."""
     import dataclasses
 
+    from keras_pipe_train.settings.config import READING_NOTES
+
     return {field.name: _text(getattr(config, field.name)) for field in dataclasses.fields(config)
-            if field.name != "dialect_notes"}
+            if field.name not in READING_NOTES}
 
 
 def _text(value) -> str:

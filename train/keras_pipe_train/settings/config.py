@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
-from keras_pipe_train.settings import dialects
+from keras_pipe_train.settings import dialects, presets
+from keras_pipe_train.settings.backbones import BACKBONES as BACKBONE_TABLE
 from keras_pipe_train.settings.errors import UserError
 
 # (what the job, the launcher and the tests import from here, defined where it belongs)
@@ -60,6 +61,8 @@ _PLATFORM_NAMES = ("model_dir",)
 class JobConfig(Hyperparameters):
     """The hyperparameters of one request, and what the log says of how they were read."""
     dialect_notes: tuple[str, ...] = ()  # what the log says of the built-in's names (dialects.py)
+    given: tuple[str, ...] = ()  # the hyperparameters the request gave (in this job's names): a preset keeps them
+    preset_notes: tuple[str, ...] = ()  # what the preset chose, and why (presets.py)
 
     @classmethod
     def from_hyperparameters(cls, raw: dict, hosts: int = 1) -> JobConfig:
@@ -78,10 +81,33 @@ class JobConfig(Hyperparameters):
         deferred = values["record_format"] == "class_folders" and values["class_names"] is None
         if not deferred or values["num_classes"] is not None:
             values["num_classes"], values["class_names"] = _classes(values["num_classes"], values["class_names"])
-        config = cls(**values, dialect_notes=translation.notes)
+        given = tuple(sorted(name for name in raw if name in HYPERPARAMETERS and name != "dialect"))
+        config = cls(**values, dialect_notes=translation.notes, given=given)
         config.check_record_format()
         config = dataclasses.replace(config, class_weights=_weights_per_label(config.class_weights,
                                                                               config.class_names))
+        config.check_training()
+        config.check_preset()
+        return config
+
+    def check_preset(self) -> None:
+        if self.preset != "none" and self.dialect != dialects.KERAS_PIPE:
+            raise UserError(f"hyperparameter preset={self.preset} chooses among this job's hyperparameters; the "
+                            f"request is read in the {self.dialect} dialect, whose defaults are the built-in "
+                            "algorithm's: give this job's names (docs/migration.md), or leave preset out")
+
+    def with_preset(self, situation: presets.Situation) -> JobConfig:
+        """The config with what its preset chooses in `situation` for each hyperparameter the request
+        did not give (each parsed as if given), checked again; its notes say what and why."""
+        sizes = {name: backbone.default_size for name, backbone in BACKBONE_TABLE.items()}
+        choice = presets.choose(self.preset, situation, sizes, {name: getattr(self, name) for name in self.given})
+        chosen = {name: HYPERPARAMETERS[name].parse(name, value) for name, value in choice.values.items()
+                  if name not in self.given}
+        kept = sorted(name for name in choice.values if name in self.given)
+        said = ", ".join(f"{name}={value}" for name, value in choice.values.items() if name in chosen)
+        notes = (f"preset {self.preset}: {said}", *choice.reasons,
+                 *([f"given, so kept: {', '.join(f'{n}={_shown(getattr(self, n))}' for n in kept)}"] if kept else []))
+        config = dataclasses.replace(self, **chosen, preset_notes=notes)
         config.check_training()
         return config
 
@@ -93,7 +119,14 @@ class JobConfig(Hyperparameters):
 
 # The fields a job may change and still resume its checkpoints: the resumable hyperparameters (train
 # longer or shorter, with another global batch, other time limits), and what the log said of the request
-RESUMABLE_CHANGES = (*RESUMABLE, "dialect_notes")
+# JobConfig's fields that say how the request was read, not hyperparameters (the report and MLflow leave them out)
+READING_NOTES = ("dialect_notes", "given", "preset_notes")
+RESUMABLE_CHANGES = (*RESUMABLE, *READING_NOTES)
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value).lower() if isinstance(
+        value, bool) else str(value)
 
 
 def _check_known(raw: dict) -> None:

@@ -31,6 +31,7 @@ from keras_pipe_train.settings.parsers import (
     Parse,
     flag,
 )
+from keras_pipe_train.settings.presets import PRESETS
 
 # the dialects a request may speak: this job's names, or a SageMaker built-in's (dialects.py reads them)
 KERAS_PIPE, MXNET, TENSORFLOW = "keras-pipe", "mxnet", "tensorflow"
@@ -102,6 +103,11 @@ def definitions(cls) -> dict[str, Hyperparameter]:
 class Hyperparameters:
     """Each field is a hyperparameter, typed as its parser returns it (config.JobConfig adds what
     reading a request says besides)."""
+    preset: str = hyperparameter(
+        "none", Choice(PRESETS), "fast, balanced or best: the job chooses the backbone, image size, schedule and "
+        "recipe from the training set's size (counted in a pass of the train channel before training), the classes "
+        "and the instance, after BiT-HyperRule; each hyperparameter given keeps its value (docs/job.md, Presets); "
+        "none: the defaults below")
     epochs: int = hyperparameter(5, Integer(0), "epochs training the new head on the frozen backbone",
                                  resumable=True)
     fine_tune_epochs: int = hyperparameter(0, Integer(0), "epochs then fine-tuning the top of the backbone too",

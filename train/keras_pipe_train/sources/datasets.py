@@ -96,6 +96,14 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
     return (dataset.shard(*shard) if shard else dataset), reader
 
 
+def count(source: Source, layout: Paths, config: JobConfig, interrupt: threading.Event | None = None) -> int:
+    """The examples of one pass of `source`, read and checked but not decoded (a preset's measure of
+    the training set: presets.py). A Pipe channel streams one pass more for it."""
+    dataset, _ = records(source.channel, layout, config, interrupt=interrupt, side=source.side)
+    return int(dataset.batch(4096).reduce(tf.constant(0, tf.int64),
+                                          lambda n, batch: n + tf.shape(batch, out_type=tf.int64)[0]))
+
+
 def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int,
                 shuffle_files: bool, shard: tuple[int, int] | None, side: str | None = None,
                 sources: bool = False) -> tuple:
