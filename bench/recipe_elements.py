@@ -3,7 +3,8 @@ each changes in validation accuracy, its spread, and what it costs per training 
 
     python -m bench.recipe_elements                 # ~30 minutes on 2 CPU cores: the full task, 5 seeds
     python -m bench.recipe_elements --shots 10 5    # few-shot versions: 10, then 5 training images a class
-    python -m bench.recipe_elements --quick         # a correctness check: one seed, 1 + 1 epochs, meaningless
+    python -m bench.recipe_elements --presets       # the presets instead: each chooses its schedule and recipe
+    python -m bench.recipe_elements --quick         # a correctness check: one seed, 1 + 2 epochs, meaningless
 
 The task (bench/recipes.py, keras_pipe_launch.demo): a MobileNetV3-Small pretrained from scratch on
 digits 0-4 once (seed 0), then transferred to digits 5-9 by `keras-pipe local` in Pipe mode with the
@@ -52,7 +53,12 @@ ELEMENTS = {
     "augment=trivial": hps(TRANSFER_RECIPE, augment="trivial"),
     "augment=randaugment": hps(TRANSFER_RECIPE, augment="randaugment"),
 }
-QUICK_ELEMENTS = ("the transfer recipe", "layer_decay=0.75")
+# The presets (docs/job.md, Presets) choose the rest: the backbone pretrained, the batch and the image size are the
+# task's, and no mirror images (flips, test-time flips: a mirrored digit is another sign), as a user who knows
+# their images would say (given, so kept). The training set is small by BiT's tiers: no MixUp.
+PRESETS = {f"preset={name}": ("--hp", "class_names=5,6,7,8,9", "--hp", "backbone=mobilenet_v3_small",
+                              "--hp", f"preset={name}", "--hp", f"augment={augment}", "--hp", "test_time_flip=false")
+           for name, augment in (("fast", "crop"), ("balanced", "crop,trivial"), ("best", "crop,trivial"))}
 
 
 def few_shot(out: Path, shots: int) -> tuple[str, int]:
@@ -82,7 +88,8 @@ def run(out: Path, args) -> None:
     make_data(out)
     seeds = 1 if args.quick else args.seeds
     epochs = {"epochs": 1, "fine_tune_epochs": 2} if args.quick else {}
-    elements = {name: ELEMENTS[name] for name in QUICK_ELEMENTS} if args.quick else ELEMENTS
+    rows = {"the transfer recipe": TRANSFER_RECIPE, **PRESETS} if args.presets else ELEMENTS
+    elements = {name: rows[name] for name in list(rows)[:2]} if args.quick else rows
     started = time.perf_counter()
     pretrained = launch_local("pretrain", *pretraining(out, 1 if args.quick else 8), out=out, show=False)
     print(f"pretraining on digits 0-4, from scratch: validation accuracy {pretrained['val_accuracy']:.1%} "
@@ -111,6 +118,8 @@ def run(out: Path, args) -> None:
 
 def options(parser) -> None:
     parser.add_argument("--seeds", type=int, default=SEEDS, help=f"jobs a row, seeds 0 to N-1 (default {SEEDS})")
+    parser.add_argument("--presets", action="store_true",
+                        help="the presets' rows (beside the transfer recipe's) instead of the elements'")
     parser.add_argument("--shots", type=int, nargs="*", default=[0],
                         help="training images a class, one table each (0: all, the default)")
 

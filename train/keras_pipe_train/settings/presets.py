@@ -65,12 +65,14 @@ class Preset:
 PRESET_TABLE = {p.name: p for p in (
     Preset("fast", ("mobilenet_v3_large", "mobilenet_v3_large"), 0.25, 10, 20, "true", False, (1.0, 1.0), False,
            (0.0, 0.0)),
-    # AutoGluon's image predictor: layer decay 0.9 and TrivialAugment by default
-    Preset("balanced", ("convnext_tiny", "efficientnet_v2_b0"), 0.5, 30, 10_000, "trivial", True, (0.75, 0.9), False,
+    # AutoGluon's image predictor: layer decay 0.9 and TrivialAugment by default (after a random crop and a
+    # flip, as timm's and torchvision's training transforms put it)
+    Preset("balanced", ("convnext_tiny", "efficientnet_v2_b0"), 0.5, 30, 10_000, "crop,flip,trivial", True, (0.75, 0.9),
+           False,
            (0.1, 0.0)),
     # BiT's whole schedule; timm's DeiT recipe mixes with MixUp 0.8 and CutMix 1.0; BEiT, MAE and DINOv2
     # fine-tune ViTs at a layer decay of 0.65-0.75
-    Preset("best", ("dinov2_base", "convnext_tiny"), 1.0, 60, 10_000, "trivial", True, (0.75, 0.9), True,
+    Preset("best", ("dinov2_base", "convnext_tiny"), 1.0, 60, 10_000, "crop,flip,trivial", True, (0.75, 0.9), True,
            (0.8, 1.0)),
 )}
 TRANSFORMER_PREFIXES = ("dinov2", "dinov3", "vit_", "deit_", "siglip", "swin_")
