@@ -97,3 +97,10 @@ def test_a_preset_is_refused_in_a_built_in_dialect_and_none_chooses_nothing():
         JobConfig.from_hyperparameters({"num_classes": 3, "preset": "quick"})
     plain = JobConfig.from_hyperparameters({"num_classes": 3})
     assert plain.preset == "none" and plain.preset_notes == () and plain.given == ("num_classes",)
+
+
+def test_the_notes_say_why_a_cpu_gets_another_backbone_only_where_it_does():
+    assert chosen("balanced", 5000).preset_notes[2] == ("0 GPUs on each of 1 host (ml.g5.xlarge): backbone "
+                                                        "efficientnet_v2_b0 (on CPUs: the GPU choice, convnext_tiny, "
+                                                        "costs too much a step)")
+    assert chosen("fast", 5000).preset_notes[2] == "0 GPUs on each of 1 host (ml.g5.xlarge): backbone mobilenet_v3_large"

@@ -67,9 +67,8 @@ PRESET_TABLE = {p.name: p for p in (
            (0.0, 0.0)),
     # AutoGluon's image predictor: layer decay 0.9 and TrivialAugment by default (after a random crop and a
     # flip, as timm's and torchvision's training transforms put it)
-    Preset("balanced", ("convnext_tiny", "efficientnet_v2_b0"), 0.5, 30, 10_000, "crop,flip,trivial", True, (0.75, 0.9),
-           False,
-           (0.1, 0.0)),
+    Preset("balanced", ("convnext_tiny", "efficientnet_v2_b0"), 0.5, 30, 10_000, "crop,flip,trivial", True,
+           (0.75, 0.9), False, (0.1, 0.0)),
     # BiT's whole schedule; timm's DeiT recipe mixes with MixUp 0.8 and CutMix 1.0; BEiT, MAE and DINOv2
     # fine-tune ViTs at a layer decay of 0.65-0.75
     Preset("best", ("dinov2_base", "convnext_tiny"), 1.0, 60, 10_000, "crop,flip,trivial", True, (0.75, 0.9), True,
@@ -96,7 +95,7 @@ def choose(name: str, situation: Situation, image_sizes: dict[str, int], given: 
     application's default size (a keras-hub backbone's: 224)."""
     preset, s = PRESET_TABLE[name], situation
     tier, seen = s.tier
-    backbone = given.get("backbone") or preset.backbones[0 if s.gpus else 1]
+    backbone = given.get("backbone") or preset.backbones[0 if s.gpus else 1]  # (on a GPU, on CPUs)
     transformer = is_transformer(backbone)
     batch = given.get("batch_size") or (64 * s.gpus * s.hosts // (2 if transformer else 1) if s.gpus else 32)
     head = given.get("epochs", 2 if tier == "small" else 1)  # (epochs of the head alone: LP-FT's linear probe)
@@ -119,10 +118,11 @@ def choose(name: str, situation: Situation, image_sizes: dict[str, int], given: 
         values["ema_decay"] = str(round(min(0.9998, max(0.99, 1 - 10 / steps)), 5))
     if tier != "small" and any(preset.mixup):
         values["mixup_alpha"], values["cutmix_alpha"] = (str(a) for a in preset.mixup)
+    on_gpu, on_cpu = preset.backbones
+    cpu_note = f" (on CPUs: the GPU choice, {on_gpu}, costs too much a step)" if not s.gpus and on_gpu != on_cpu else ""
     reasons = (f"{s.examples:,} training examples: {tier} by BiT-HyperRule (small below 20,000, large from 500,000), "
                f"whose fine-tuning sees {seen:,} examples; {name} trains on {preset.schedule_share:.0%} of them, "
                f"{preset.max_fine_tune_epochs} epochs at most ({s.examples / s.classes:,.0f} examples a class)",
                f"{s.gpus} GPU{'s' if s.gpus != 1 else ''} on each of {s.hosts} host{'s' if s.hosts > 1 else ''}"
-               f"{f' ({s.instance})' if s.instance else ''}: backbone {preset.backbones[0 if s.gpus else 1]}"
-               f"{'' if s.gpus else ' (on CPUs: the GPU choice, ' + preset.backbones[0] + ', costs too much a step)'}")
+               f"{f' ({s.instance})' if s.instance else ''}: backbone {on_gpu if s.gpus else on_cpu}{cpu_note}")
     return Choice(values, reasons)
