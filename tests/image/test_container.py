@@ -91,8 +91,15 @@ def served_in_the_image(model):
             assert status == 200 and json.loads(answer)["predicted_label"] == label.decode(), answer[:300]
         status, answer, _ = server.request("POST", "/invocations", b"not a jpeg", Content_Type="image/jpeg")
         assert status == 400 and "not an image" in json.loads(answer)["error"]
-        logs = subprocess.run([*shlex.split(ENGINE), "logs", container], capture_output=True, text=True)
-        logs = logs.stdout + logs.stderr  # (the access log on stdout, the server's own on stderr)
+        # (a request's access line is written after its answer is sent, and reaches the engine's log
+        # through the container's stdout pipe: read until the last one has come, 10 s at most)
+        deadline = time.monotonic() + 10
+        while True:
+            logs = subprocess.run([*shlex.split(ENGINE), "logs", container], capture_output=True, text=True)
+            logs = logs.stdout + logs.stderr  # (the access log on stdout, the server's own on stderr)
+            if '"POST /invocations HTTP/1.1" 400 ' in logs or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert re.search(r"1 worker\(s\) \(\d+ CPUs \([^)]+\); no GPU: one worker, calling its model from a thread per "
                          r"core, \d+; "
                          r"(warning: )?the memory limit, 1200 MB, holds \d at about \d+ MB each", logs), logs[-3000:]
