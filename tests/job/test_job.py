@@ -182,17 +182,18 @@ def test_a_preset_counts_the_pipe_channel_in_a_pass_of_its_own_then_trains_on_th
     job.stream("train", examples[:300])
     job.stream("validation", examples[300:364])
     caplog.set_level(logging.INFO)
-    run_job(job, preset="fast", num_classes=10, backbone="mobilenet_v3_small", image_size=32,
+    run_job(job, preset="fast", num_classes=10, backbone="mobilenet_v3_small", image_size=32, batch_size=32,
             weights=str(random_backbone_file[0]), epochs=1, fine_tune_epochs=1, augment="crop", shuffle_buffer=64,
             label_check="false")
     log = caplog.text
-    assert re.search(r"preset fast: 300 training examples on this host in [0-9.]+ s \(a pass of channel 'train', not "
-                     r"decoded\)", log), log[-3000:]
-    # what the preset chose for the rest: fast's recipe, for 300 examples at the given batch of 32
-    assert ("preset fast: batch_size=32, fine_tune_layers=20, optimizer=adamw, learning_rate=0.001, "
-            "fine_tune_learning_rate=0.0001, lr_schedule=cosine, warmup_steps=0, layer_decay=1.0, test_time_flip=false, "
-            "label_smoothing=0.1") in log
-    assert "given, so kept: augment=crop, backbone=mobilenet_v3_small, epochs=1, fine_tune_epochs=1, image_size=32" in log
+    assert re.search(r"preset fast: 300 training examples, counted in [0-9.]+ s \(a pass of channel 'train', read but "
+                     r"not decoded\)", log), log[-3000:]
+    # what the preset chose for the rest: fast's recipe, for 300 examples at the given batch of 32 (10 steps
+    # an epoch: warmup a twentieth of fine-tuning's 10)
+    assert ("preset fast: fine_tune_layers=20, optimizer=adamw, learning_rate=0.001, fine_tune_learning_rate=0.0001, "
+            "lr_schedule=cosine, warmup_steps=0, layer_decay=1.0, test_time_flip=false, label_smoothing=0.1") in log
+    assert ("given, so kept: augment=crop, backbone=mobilenet_v3_small, batch_size=32, epochs=1, fine_tune_epochs=1, "
+            "image_size=32") in log
     # the count read the train channel's pass 0 (its FIFO train_0); the two epochs, passes 1 and 2
     assert "reading channel 'train' pass 2" in log and "reading channel 'train' pass 3" not in log
     metrics = json.loads((job.base / "output/data/metrics.json").read_text())

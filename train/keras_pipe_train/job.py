@@ -135,8 +135,10 @@ def run(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], re
     try:
         job_channels.check(channels)
         keras.utils.set_random_seed(config.seed)
-        config = preset.chosen(config, layout, channels, resources, stop)
-        training = set_up(config, layout, channels, resources, stop, tracker)
+        # (before any TensorFlow op: a multi-worker strategy must be made first)
+        cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
+        config = preset.chosen(config, layout, channels, cluster, resources, stop)
+        training = set_up(config, layout, channels, resources, cluster, stop, tracker)
         tracker.begin(training.config, resuming=bool(training.checkpoints.complete()))
         final = train_and_export(training)
         status = "FINISHED"
@@ -180,11 +182,11 @@ def train_and_export(training: Training) -> dict:
 
 
 def set_up(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig], resources: ResourceConfig,
-           stop: threading.Event | None, tracker: tracking.Tracker | tracking.NoTracker) -> Training:
-    """The cluster, the model, its trainer and the job's checkpoints (checked writable before any
+           cluster: distribute.Cluster, stop: threading.Event | None,
+           tracker: tracking.Tracker | tracking.NoTracker) -> Training:
+    """The model, its trainer on `cluster` and the job's checkpoints (checked writable before any
     training is done)."""
     train_source, validation = datasets.sources(config, layout, channels)
-    cluster = distribute.cluster_for(resources, contract.cluster_addresses(resources), config.collective_timeout)
     cluster.per_replica_batch(config.batch_size)  # checks the batch divides between replicas
     mixed_precision = use_mixed_precision(config.mixed_precision)
     config, previous, pretrained, weights = starting_point(config, layout, channels)

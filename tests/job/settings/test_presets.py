@@ -40,7 +40,7 @@ def test_the_backbone_and_batch_follow_the_instance():
     assert (chosen("balanced", 5000, gpus=1).backbone, chosen("balanced", 5000).backbone) == (
         "convnext_tiny", "efficientnet_v2_b0")
     best = chosen("best", 5000, gpus=4, hosts=2)
-    assert (best.backbone, best.image_size, best.batch_size, best.layer_decay) == ("dinov2_base", 224, 256, 0.75)
+    assert (best.backbone, best.image_size, best.batch_size, best.layer_decay) == ("dinov2_base", 224, 256, 0.65)
     assert chosen("best", 5000).backbone == "convnext_tiny"
     fast = chosen("fast", 5000, gpus=2)
     assert (fast.backbone, fast.batch_size, fast.fine_tune_layers, fast.ema_decay) == ("mobilenet_v3_large", 128,
@@ -56,7 +56,9 @@ def test_every_hyperparameter_given_keeps_its_value_and_the_notes_say_so():
                     label_smoothing=0)
     assert (config.backbone, config.batch_size, config.augment, config.epochs, config.label_smoothing) == (
         "resnet50", 16, ("crop",), 3, 0.0)
-    assert config.optimizer == "adamw" and config.lr_schedule == "cosine" and config.test_time_flip
+    # (test-time flips only where training flips: augment=crop given does not)
+    assert config.optimizer == "adamw" and config.lr_schedule == "cosine" and not config.test_time_flip
+    assert chosen("best", 5000).test_time_flip and not chosen("best", 5000, augmentation_random_flip="vertical").test_time_flip
     said, tier, instance, kept = config.preset_notes
     # BiT's 256,000 examples seen on a small set, over 5,000: 52 epochs
     assert said.startswith("preset best: image_size=224, fine_tune_epochs=52, ") and "backbone=" not in said
@@ -68,7 +70,7 @@ def test_every_hyperparameter_given_keeps_its_value_and_the_notes_say_so():
     assert config.ema_decay == round(1 - 10 / steps, 5) and config.warmup_steps == 3 * math.ceil(5000 / 16) // 4
     # a given backbone is the one the other choices are for: a ViT's layer decay and learning rate
     vit = chosen("best", 5000, backbone="dinov2_small")
-    assert (vit.layer_decay, vit.fine_tune_learning_rate) == (0.75, 5e-5)
+    assert (vit.layer_decay, vit.fine_tune_learning_rate) == (0.65, 5e-5)
 
 
 def test_mixing_waits_for_medium_sets_and_smoothing_for_single_labels():
@@ -80,13 +82,52 @@ def test_mixing_waits_for_medium_sets_and_smoothing_for_single_labels():
     assert chosen("best", 5000).label_smoothing == 0.1
 
 
+def test_keras_hub_backbones_get_their_own_size_and_a_transformers_settings_by_family_or_name():
+    vit = chosen("best", 5000, gpus=1, backbone="vit_base_patch16_384_imagenet")
+    assert (vit.image_size, vit.layer_decay, vit.batch_size) == (384, 0.65, 32)
+    handle = chosen("balanced", 5000, gpus=1, backbone="kaggle://keras/dinov2/keras/dinov2_small/1")
+    assert (handle.image_size, handle.layer_decay, handle.fine_tune_learning_rate) == (224, 0.65, 5e-5)
+    cnn = chosen("balanced", 5000, gpus=1, backbone="resnet_50_imagenet")
+    assert (cnn.image_size, cnn.layer_decay, cnn.fine_tune_learning_rate) == (224, 0.9, 1e-4)
+    # a resize given bounds the image size a backbone would take (image_size may not exceed it)
+    assert chosen("best", 5000, backbone="efficientnet_v2_s", resize=256).image_size == 256
+
+
+def test_the_batch_divides_between_replicas_and_leaves_a_small_set_steps_enough():
+    assert chosen("fast", 600, gpus=8).batch_size == 32  # (not 512: a pass of 600 images would be 2 steps)
+    assert chosen("fast", 1_000_000, hosts=3).batch_size == 96  # (32 a CPU host)
+    for examples, gpus, hosts in itertools.product((40, 600, 5000, 10**6), (0, 1, 3, 8), (1, 2, 3)):
+        config = chosen("balanced", examples, gpus=gpus, hosts=hosts)
+        assert config.batch_size % (max(1, gpus) * hosts) == 0, (examples, gpus, hosts, config.batch_size)
+
+
+def test_the_length_is_checked_once_the_preset_has_chosen_it():
+    # epochs=0 and keep_epoch_models=8 would be refused against the defaults (5 + 0 epochs); the preset's are more
+    no_head = chosen("best", 5000, epochs=0, keep_epoch_models=8)
+    assert (no_head.epochs, no_head.fine_tune_epochs, no_head.keep_epoch_models) == (0, 52, 8)
+    assert no_head.warmup_steps > 0  # (no head phase to bound it: fine-tuning's own twentieth)
+    with pytest.raises(UserError, match=r"keep_epoch_models \(90\) must be at most the epochs trained \(54\)"):
+        chosen("best", 5000, keep_epoch_models=90)
+
+
+def test_a_resume_may_change_the_batch_and_epochs_though_the_preset_derives_its_warmup_and_average_from_them():
+    first = chosen("balanced", 5000, batch_size=32)
+    resumed = chosen("balanced", 5000, batch_size=64, fine_tune_epochs=40)
+    assert (first.warmup_steps, first.ema_decay) != (resumed.warmup_steps, resumed.ema_decay)
+    assert first.identity() == resumed.identity()
+    # given, they are the request's own: part of its identity as without a preset
+    assert chosen("balanced", 5000, warmup_steps=10).identity() != chosen("balanced", 5000, warmup_steps=20).identity()
+    assert chosen("balanced", 5000).identity() != chosen("balanced", 5000, learning_rate=0.01).identity()
+
+
 @pytest.mark.parametrize("preset, gpus, multi_label", list(itertools.product(presets.PRESETS[1:], (0, 1, 8),
                                                                                     (False, True))))
 def test_every_choice_is_a_valid_job_at_every_size(preset, gpus, multi_label):
     for examples in (10, 19_999, 20_000, 500_000, 5_000_000):
         config = chosen(preset, examples, gpus=gpus, multi_label=multi_label)
-        assert config.epochs >= 1 and config.fine_tune_epochs >= 2 and 0.99 <= (config.ema_decay or 0.99) <= 0.9998
-        assert config.warmup_steps <= 500
+        assert config.epochs >= 1 and config.fine_tune_epochs >= 2 and config.warmup_steps <= 500
+        assert (0.99 <= config.ema_decay <= 0.9998) if preset != "fast" else config.ema_decay == 0.0
+        assert config.batch_size % max(1, gpus) == 0 and config.test_time_flip == (preset == "best")
 
 
 def test_a_preset_is_refused_in_a_built_in_dialect_and_none_chooses_nothing():
@@ -97,6 +138,7 @@ def test_a_preset_is_refused_in_a_built_in_dialect_and_none_chooses_nothing():
         JobConfig.from_hyperparameters({"num_classes": 3, "preset": "quick"})
     plain = JobConfig.from_hyperparameters({"num_classes": 3})
     assert plain.preset == "none" and plain.preset_notes == () and plain.given == ("num_classes",)
+    assert plain.with_preset(Situation(5000, 3, False, 0)) is plain
 
 
 def test_the_notes_say_why_a_cpu_gets_another_backbone_only_where_it_does():

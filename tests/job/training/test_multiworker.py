@@ -159,3 +159,22 @@ def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(d
     assert "metrics: epoch=1 " not in out.stdout  # done before the stop, not trained again
     assert metric_lines(out.stdout, "algo-1")[-1].startswith("metrics: epoch=3 ")
     assert (digit_folders / "second/algo-1/model/1/saved_model.pb").is_file()
+
+
+@pytest.mark.slow
+def test_a_preset_on_two_hosts_adds_their_shares_counts_and_both_choose_the_same(digit_folders):
+    """Each host counts its share of the sharded objects before any TensorFlow op (a multi-worker
+    strategy must come first), the counts are gathered, and both hosts choose from their sum."""
+    out = launch_local("--train", "train", *QUICK, *TWO_HOSTS, "--hp", "preset=fast", "--hp", "epochs=1",
+                       "--hp", "fine_tune_epochs=1", "--hp", "augment=crop", "--job-dir", "job", cwd=digit_folders)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    notes = {}
+    for host in ("algo-1", "algo-2"):
+        lines = [line.split(": ", 1)[1] for line in out.stdout.splitlines()
+                 if line.startswith(f"{host} | ") and "keras_pipe_train.training.preset: " in line]
+        assert re.fullmatch(r"preset fast: 600 training examples \(300 \+ 300 on the hosts' shares\), counted in "
+                            r"[0-9.]+ s \(a pass of channel 'train', read but not decoded\)", lines[0]), lines
+        notes[host] = lines[1:]
+    assert notes["algo-1"] == notes["algo-2"] and notes["algo-1"][1].startswith("600 training examples: small")
+    assert notes["algo-1"][3] == "given, so kept: augment=crop, batch_size=32, epochs=1, fine_tune_epochs=1, image_size=32"
+    assert metric_lines(out.stdout, "algo-1") == metric_lines(out.stdout, "algo-2")

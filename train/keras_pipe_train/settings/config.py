@@ -86,8 +86,13 @@ class JobConfig(Hyperparameters):
         config.check_record_format()
         config = dataclasses.replace(config, class_weights=_weights_per_label(config.class_weights,
                                                                               config.class_names))
-        config.check_training()
         config.check_preset()
+        if config.preset == "none":
+            config.check_training()
+        else:  # (the length and the image size are the preset's to choose: checked once it has, with_preset)
+            config.check_schedule()
+            config.check_multi_label()
+            config.check_metrics()
         return config
 
     def check_preset(self) -> None:
@@ -99,6 +104,8 @@ class JobConfig(Hyperparameters):
     def with_preset(self, situation: presets.Situation) -> JobConfig:
         """The config with what its preset chooses in `situation` for each hyperparameter the request
         did not give (each parsed as if given), checked again; its notes say what and why."""
+        if self.preset == "none":
+            return self
         sizes = {name: backbone.default_size for name, backbone in BACKBONE_TABLE.items()}
         choice = presets.choose(self.preset, situation, sizes, {name: getattr(self, name) for name in self.given})
         chosen = {name: HYPERPARAMETERS[name].parse(name, value) for name, value in choice.values.items()
@@ -114,7 +121,9 @@ class JobConfig(Hyperparameters):
     def identity(self) -> dict:
         """The settings a resume may not change, by name: checkpoints are resumed only by a job
         whose identity is theirs (training/resume.py)."""
-        return {name: value for name, value in dataclasses.asdict(self).items() if name not in RESUMABLE_CHANGES}
+        derived = () if self.preset == "none" else tuple(n for n in PRESET_DERIVED if n not in self.given)
+        return {name: value for name, value in dataclasses.asdict(self).items()
+                if name not in RESUMABLE_CHANGES and name not in derived}
 
 
 # The fields a job may change and still resume its checkpoints: the resumable hyperparameters (train
@@ -122,6 +131,9 @@ class JobConfig(Hyperparameters):
 # JobConfig's fields that say how the request was read, not hyperparameters (the report and MLflow leave them out)
 READING_NOTES = ("dialect_notes", "given", "preset_notes")
 RESUMABLE_CHANGES = (*RESUMABLE, *READING_NOTES)
+# What a preset derives from resumable hyperparameters (the batch, the epochs): a resume that changes those
+# changes these with them, unless the request gave them
+PRESET_DERIVED = ("warmup_steps", "ema_decay")
 
 
 def _shown(value) -> str:

@@ -127,7 +127,7 @@ class Hyperparameters:
     layer_decay: float = hyperparameter(
         1.0, Number(0, 1), "layer-wise learning-rate decay: the backbone's top block trains at the phase's learning "
         "rate x layer_decay, each block below at layer_decay x the one above, the stem lowest, the head at the rate "
-        "itself (BEiT's, AutoGluon's 0.9; 0.65-0.75 for ViTs in BEiT, MAE and DINOv2's fine-tuning); 1: off")
+        "itself (AutoGluon's 0.9; BEiT's and MAE's 0.65 for a ViT-B, 0.75 for a ViT-L); 1: off")
     backbone: str = hyperparameter(
         "mobilenet_v3_small", BackboneName(BACKBONES), "the backbone fine-tuned: a Keras application in snake case "
         "(mobilenet_v3_small, efficientnet_v2_s, convnext_tiny, resnet50 ...), a keras-hub preset (dinov2_small, "

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
+
+from keras_pipe_train.settings.backbones import HUB_PRESETS, is_hub
 
 PRESETS = ("none", "fast", "balanced", "best")
 
@@ -59,26 +62,39 @@ class Preset:
     mixup: tuple[float, float]  # (mixup_alpha, cutmix_alpha) on medium and large sets (BiT: none on small)
 
 
-# Backbones (their ImageNet top-1, docs/job.md's Backbones tables): MobileNetV3-Large 75.6 % (Keras),
-# EfficientNetV2-B0 78.7 %, ConvNeXt-T 82.1 %, DINOv2 ViT-B/14 84.5 % by a linear probe alone. On CPUs
-# the larger ones cost too much a step: ConvNeXt-T is 4.5 GFLOPs an image at 224, EfficientNetV2-B0 0.7.
+# Backbones, by ImageNet top-1 for their cost: MobileNetV3-Large 75.6 % (Keras' MobileNetV3 docs), EfficientNetV2-B0
+# 78.7 % at 0.72 GFLOPs an image (google/automl's efficientnetv2 README), ConvNeXt-T 82.1 % at 4.5 GFLOPs (Liu et
+# al., CVPR 2022), DINOv2 ViT-B/14 84.5 % by a linear probe of its frozen features alone (facebookresearch/dinov2's
+# README; self-supervised on LVD-142M, so not a like-for-like comparison). The GPU's choice costs too much a
+# step on CPUs.
 PRESET_TABLE = {p.name: p for p in (
     Preset("fast", ("mobilenet_v3_large", "mobilenet_v3_large"), 0.25, 10, 20, "true", False, (1.0, 1.0), False,
            (0.0, 0.0)),
-    # AutoGluon's image predictor: layer decay 0.9 and TrivialAugment by default (after a random crop and a
-    # flip, as timm's and torchvision's training transforms put it)
+    # AutoGluon's image predictor: layer-wise decay 0.9 and TrivialAugment among its default transforms; here
+    # after a random crop and a flip, as timm's and torchvision's training transforms put it
     Preset("balanced", ("convnext_tiny", "efficientnet_v2_b0"), 0.5, 30, 10_000, "crop,flip,trivial", True,
-           (0.75, 0.9), False, (0.1, 0.0)),
-    # BiT's whole schedule; timm's DeiT recipe mixes with MixUp 0.8 and CutMix 1.0; BEiT, MAE and DINOv2
-    # fine-tune ViTs at a layer decay of 0.65-0.75
-    Preset("best", ("dinov2_base", "convnext_tiny"), 1.0, 60, 10_000, "crop,flip,trivial", True, (0.75, 0.9), True,
+           (0.65, 0.9), False, (0.1, 0.0)),
+    # BiT's whole schedule; DeiT's recipe (Touvron et al., on timm) mixes with MixUp 0.8 and CutMix 1.0; BEiT and
+    # MAE fine-tune a ViT-B at a layer decay of 0.65 (0.75 for a ViT-L)
+    Preset("best", ("dinov2_base", "convnext_tiny"), 1.0, 60, 10_000, "crop,flip,trivial", True, (0.65, 0.9), True,
            (0.8, 1.0)),
 )}
-TRANSFORMER_PREFIXES = ("dinov2", "dinov3", "vit_", "deit_", "siglip", "swin_")
+TRANSFORMER_FAMILIES = ("ViT", "DeiT", "DINOv2", "DINOv3", "SigLIP", "Swin")
+# (a handle or a preset folder names no family: its name's words then, as keras-hub's own names spell them)
+TRANSFORMER_WORDS = re.compile(r"(dinov\d|vit|deit|siglip|swin)", re.I)
+HUB_SIZE = re.compile(r"_(224|256|384|448|512|518)(?:_|$)")  # a keras-hub preset's image size, where it names one
 
 
 def is_transformer(backbone: str) -> bool:
-    return backbone.startswith(TRANSFORMER_PREFIXES)
+    family = HUB_PRESETS.get(backbone)
+    return family in TRANSFORMER_FAMILIES if family else is_hub(backbone) and bool(TRANSFORMER_WORDS.search(backbone))
+
+
+def image_size(backbone: str, image_sizes: dict[str, int]) -> int:
+    """The size `backbone` was pretrained at: a Keras application's own, the one a keras-hub preset's name
+    says, else 224."""
+    named = HUB_SIZE.search(backbone) if is_hub(backbone) else None
+    return image_sizes.get(backbone) or (int(named.group(1)) if named else 224)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,35 +106,42 @@ class Choice:
 
 def choose(name: str, situation: Situation, image_sizes: dict[str, int], given: Mapping[str, Any]) -> Choice:
     """The values preset `name` gives in `situation`. `given`: the hyperparameters the request gave,
-    by name, as parsed: the backbone, batch and epochs given are the ones the other choices are made
-    for (a transformer's layer decay, the steps warmup and EMA count). `image_sizes`: each Keras
-    application's default size (a keras-hub backbone's: 224)."""
+    by name, as parsed: the backbone, batch, epochs, resize and augmentations given are the ones the
+    other choices are made for (a transformer's layer decay, the steps warmup and EMA count, an
+    image size within resize, test-time flips only where training flips). `image_sizes`: each Keras
+    application's default size."""
     preset, s = PRESET_TABLE[name], situation
     tier, seen = s.tier
-    backbone = given.get("backbone") or preset.backbones[0 if s.gpus else 1]  # (on a GPU, on CPUs)
+    on_gpu, on_cpu = preset.backbones
+    backbone = given.get("backbone") or (on_gpu if s.gpus else on_cpu)
     transformer = is_transformer(backbone)
-    batch = given.get("batch_size") or (64 * s.gpus * s.hosts // (2 if transformer else 1) if s.gpus else 32)
+    batch = given.get("batch_size") or _batch(s, transformer)
     head = given.get("epochs", 2 if tier == "small" else 1)  # (epochs of the head alone: LP-FT's linear probe)
     epochs_seen = math.ceil(seen * preset.schedule_share / s.examples)
     fine_tune = given.get("fine_tune_epochs", min(preset.max_fine_tune_epochs, max(2, epochs_seen)))
     steps_per_epoch = math.ceil(s.examples / batch)
     steps = max(1, fine_tune * steps_per_epoch)
-    # warmup (each phase's): a twentieth of fine-tuning's steps, at most a quarter of the head's, 500 at most
-    warmup = min(500, steps // 20, head * steps_per_epoch // 4)
-    values = {"backbone": backbone, "image_size": str(image_sizes.get(backbone, 224)), "batch_size": str(batch),
-              "epochs": str(head), "fine_tune_epochs": str(fine_tune),
+    # warmup (each phase's): a twentieth of fine-tuning's steps, 500 at most, and at most a quarter of the
+    # head's phase where there is one
+    warmup = min(500, steps // 20, *([head * steps_per_epoch // 4] if head else []))
+    augment = given.get("augment", preset.augment)
+    flips = "flip" in (augment.split(",") if isinstance(augment, str) else augment) or augment == "true"
+    resize = given.get("resize")
+    size = image_size(backbone, image_sizes)
+    values = {"backbone": backbone, "image_size": str(min(size, resize) if isinstance(resize, int) else size),
+              "batch_size": str(batch), "epochs": str(head), "fine_tune_epochs": str(fine_tune),
               "fine_tune_layers": str(preset.fine_tune_layers), "optimizer": "adamw", "learning_rate": "0.001",
               "fine_tune_learning_rate": "5e-05" if transformer else "0.0001",
               "lr_schedule": "cosine", "warmup_steps": str(warmup), "augment": preset.augment,
               "layer_decay": str(preset.layer_decay[0 if transformer else 1]),
-              "test_time_flip": str(preset.test_time_flip).lower()}
+              "test_time_flip": str(preset.test_time_flip and flips
+                                    and "horizontal" in given.get("augmentation_random_flip", "horizontal")).lower()}
     if not s.multi_label:
         values["label_smoothing"] = "0.1"
     if preset.ema:  # an average over about the last tenth of fine-tuning's steps, timm's 0.9998 at most
         values["ema_decay"] = str(round(min(0.9998, max(0.99, 1 - 10 / steps)), 5))
     if tier != "small" and any(preset.mixup):
         values["mixup_alpha"], values["cutmix_alpha"] = (str(a) for a in preset.mixup)
-    on_gpu, on_cpu = preset.backbones
     cpu_note = f" (on CPUs: the GPU choice, {on_gpu}, costs too much a step)" if not s.gpus and on_gpu != on_cpu else ""
     reasons = (f"{s.examples:,} training examples: {tier} by BiT-HyperRule (small below 20,000, large from 500,000), "
                f"whose fine-tuning sees {seen:,} examples; {name} trains on {preset.schedule_share:.0%} of them, "
@@ -126,3 +149,12 @@ def choose(name: str, situation: Situation, image_sizes: dict[str, int], given: 
                f"{s.gpus} GPU{'s' if s.gpus != 1 else ''} on each of {s.hosts} host{'s' if s.hosts > 1 else ''}"
                f"{f' ({s.instance})' if s.instance else ''}: backbone {on_gpu if s.gpus else on_cpu}{cpu_note}")
     return Choice(values, reasons)
+
+
+def _batch(s: Situation, transformer: bool) -> int:
+    """The global batch: 64 a GPU (32 for a transformer), 32 a CPU host; on a small set at most a sixteenth
+    of it, so that an epoch still takes 16 steps, and always a multiple of the replicas."""
+    replicas = max(1, s.gpus) * s.hosts
+    per_replica = (32 if transformer else 64) if s.gpus else 32
+    batch = min(per_replica * replicas, max(8, s.examples // 16))
+    return max(replicas, batch // replicas * replicas)

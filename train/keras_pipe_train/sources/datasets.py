@@ -54,11 +54,13 @@ def channel_files(folder: Path) -> list[str]:
     return files
 
 
-def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
-            shuffle_files: bool = False, shard: tuple[int, int] | None = None,
-            interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
-            side: str | None = None, sources: bool = False):
-    """(the channel's serialized tf.train.Examples, one per element; the reader behind them).
+def reader_for(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: int = 0,
+               shuffle_files: bool = False, shard: tuple[int, int] | None = None,
+               interrupt: threading.Event | None = None, seen: manifest.ClassNames | None = None,
+               side: str | None = None, sources: bool = False):
+    """(the reader of the channel's serialized tf.train.Examples, the (count, index) shard of its
+    records still to take, or None). No TensorFlow op runs here (preset counting runs before a
+    multi-worker strategy, which must come before any op).
     With `shard` (count, index), only this worker's share of them. Once `interrupt` is set, a
     Pipe pass ends at once, even while waiting for its FIFO or data. `seen` gathers the class
     names a manifest's lines give. `side`: one side of validation_split_ratio's split of the
@@ -92,16 +94,23 @@ def records(channel: ChannelConfig, layout: Paths, config: JobConfig, *, seed: i
                             wait_timeout=config.pipe_wait_timeout, interrupt=interrupt, **options)
     else:
         reader, shard = file_reader(channel, layout, config, options, seed, shuffle_files, shard, side, sources)
+    return reader, shard
+
+
+def records(channel: ChannelConfig, layout: Paths, config: JobConfig, **options):
+    """(the channel's serialized tf.train.Examples, one per element; the reader behind them): the
+    records of reader_for(channel, layout, config, **options), its shard taken."""
+    reader, shard = reader_for(channel, layout, config, **options)
     dataset = pipe_dataset(reader)
     return (dataset.shard(*shard) if shard else dataset), reader
 
 
 def count(source: Source, layout: Paths, config: JobConfig, interrupt: threading.Event | None = None) -> int:
-    """The examples of one pass of `source`, read and checked but not decoded (a preset's measure of
-    the training set: presets.py). A Pipe channel streams one pass more for it."""
-    dataset, _ = records(source.channel, layout, config, interrupt=interrupt, side=source.side)
-    return int(dataset.batch(4096).reduce(tf.constant(0, tf.int64),
-                                          lambda n, batch: n + tf.shape(batch, out_type=tf.int64)[0]))
+    """The examples of one pass of `source` on this host, read and checked but not decoded (a
+    preset's measure of the training set: presets.py), in Python: one group of records held at a
+    time, and no TensorFlow op. A Pipe channel streams one pass more for it."""
+    reader, _ = reader_for(source.channel, layout, config, interrupt=interrupt, side=source.side)
+    return sum(len(group) for group in reader.read_pass())
 
 
 def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int,

@@ -1,6 +1,7 @@
 """Layer-wise learning-rate decay (layer_decay): the backbone's lower blocks fine-tune at smaller
-learning rates than its top, as BEiT (Bao et al., ICLR 2022), MAE and DINOv2's fine-tuning do and
-AutoGluon's image predictor does by default (0.9, through timm's param_groups_layer_decay).
+learning rates than its top, as BEiT's (Bao et al., ICLR 2022) and MAE's fine-tuning do (0.65 for a
+ViT-B, 0.75 for a ViT-L) and AutoGluon's image predictor does by default (0.9, through timm's
+param_groups_layer_decay).
 
 Numbered as timm's param_groups_layer_decay numbers them (layers()): the stem is layer 0, the
 blocks 1 to n; a weight of layer i trains at the phase's learning rate x decay ** (n + 1 - i), so
