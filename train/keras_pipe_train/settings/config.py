@@ -126,10 +126,10 @@ class JobConfig(Hyperparameters):
                 if name not in RESUMABLE_CHANGES and name not in derived}
 
 
-# The fields a job may change and still resume its checkpoints: the resumable hyperparameters (train
-# longer or shorter, with another global batch, other time limits), and what the log said of the request
 # JobConfig's fields that say how the request was read, not hyperparameters (the report and MLflow leave them out)
 READING_NOTES = ("dialect_notes", "given", "preset_notes")
+# The fields a job may change and still resume its checkpoints: the resumable hyperparameters (train
+# longer or shorter, with another global batch, other time limits), and what the log said of the request
 RESUMABLE_CHANGES = (*RESUMABLE, *READING_NOTES)
 # What a preset derives from resumable hyperparameters (the batch, the epochs): a resume that changes those
 # changes these with them, unless the request gave them

@@ -8,11 +8,12 @@ the report page shows it. No TensorFlow here.
 The rule follows BiT-HyperRule (Kolesnikov et al., "Big Transfer", ECCV 2020, section 3.3): the
 training set's size sorts it into small (< 20,000 examples), medium (< 500,000) or large, and the
 tier sets the schedule's length, counted in examples seen (BiT's 500, 10,000 or 20,000 steps of 512),
-and whether MixUp is used (not on small sets). BiT's own resolution rule needs the images' sizes,
-which a Pipe stream tells only once decoded: the backbone's own size is used instead. Where BiT
-fine-tunes everything with SGD, the presets first train the head on the frozen backbone, then
-fine-tune (LP-FT: Kumar et al., ICLR 2022, which finds it better in and out of distribution), with
-the elements docs/speed.md measured on this job (EMA, layer-wise decay, TrivialAugment, MixUp).
+and whether MixUp is used (not on small sets). BiT's own resolution rule (by the images' sizes) is
+not applied: the backbone's own size is used. Where BiT fine-tunes everything with SGD, the presets
+first train the head on the frozen backbone, then fine-tune (LP-FT: Kumar et al., ICLR 2022, which
+finds it better in and out of distribution), with the recipe's newer elements as the literature
+sets them (EMA, layer-wise decay, TrivialAugment, MixUp); docs/speed.md says what they gave on this
+project's own small task, whose backbone was not pretrained on ImageNet.
 """
 
 from __future__ import annotations
