@@ -206,3 +206,21 @@ def test_a_preset_that_counts_no_training_example_fails_naming_the_channel(job):
     job.stream("train", [])
     with pytest.raises(DataError, match="preset balanced: channel 'train' gave no training example to count"):
         run_job(job, preset="balanced", num_classes=3)
+
+
+def test_a_file_channels_count_reads_each_record_once_and_ends_at_a_stop(job, digit_records):
+    """The count a preset chooses by (datasets.count): every record of a File channel's objects once,
+    none decoded; a stop ends it after the group being read, as a Pipe pass's own wait does."""
+    import threading
+
+    from keras_pipe_train.sources import datasets
+    from tests.job.conftest import file_channel
+
+    file_channel(job, "train", digit_records[0][:300], shards=3)
+    layout = contract.paths()
+    config = JobConfig.from_hyperparameters({"num_classes": "10", "preset": "fast"})
+    channel = contract.read_input_data_config(layout.input_config)["train"]
+    assert datasets.count(datasets.Source(channel), layout, config) == 300
+    stop = threading.Event()
+    stop.set()
+    assert 0 < datasets.count(datasets.Source(channel), layout, config, stop) < 300

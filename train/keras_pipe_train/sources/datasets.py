@@ -110,7 +110,12 @@ def count(source: Source, layout: Paths, config: JobConfig, interrupt: threading
     preset's measure of the training set: presets.py), in Python: one group of records held at a
     time, and no TensorFlow op. A Pipe channel streams one pass more for it."""
     reader, _ = reader_for(source.channel, layout, config, interrupt=interrupt, side=source.side)
-    return sum(len(group) for group in reader.read_pass())
+    counted = 0
+    for group in reader.read_pass():
+        counted += len(group)
+        if interrupt is not None and interrupt.is_set():  # (a Pipe pass ends itself; files' readers do not)
+            break
+    return counted
 
 
 def file_reader(channel: ChannelConfig, layout: Paths, config: JobConfig, options: dict, seed: int,
