@@ -14,7 +14,6 @@ import dataclasses
 import difflib
 
 from keras_pipe_train.settings import dialects, presets
-from keras_pipe_train.settings.backbones import BACKBONES as BACKBONE_TABLE
 from keras_pipe_train.settings.errors import UserError
 
 # (what the job, the launcher and the tests import from here, defined where it belongs)
@@ -87,12 +86,7 @@ class JobConfig(Hyperparameters):
         config = dataclasses.replace(config, class_weights=_weights_per_label(config.class_weights,
                                                                               config.class_names))
         config.check_preset()
-        if config.preset == "none":
-            config.check_training()
-        else:  # (the length and the image size are the preset's to choose: checked once it has, with_preset)
-            config.check_schedule()
-            config.check_multi_label()
-            config.check_metrics()
+        config.check_training(chosen=config.preset == "none")
         return config
 
     def check_preset(self) -> None:
@@ -106,8 +100,7 @@ class JobConfig(Hyperparameters):
         did not give (each parsed as if given), checked again; its notes say what and why."""
         if self.preset == "none":
             return self
-        sizes = {name: backbone.default_size for name, backbone in BACKBONE_TABLE.items()}
-        choice = presets.choose(self.preset, situation, sizes, {name: getattr(self, name) for name in self.given})
+        choice = presets.choose(self.preset, situation, {name: getattr(self, name) for name in self.given})
         chosen = {name: HYPERPARAMETERS[name].parse(name, value) for name, value in choice.values.items()
                   if name not in self.given}
         kept = sorted(name for name in choice.values if name in self.given)

@@ -352,15 +352,17 @@ class Hyperparameters:
             raise UserError("hyperparameter record_format=recordio with multi_label: im2rec stores one value per "
                             "class (0 or 1): set label_format=multi_hot")
 
-    def check_training(self) -> None:
+    def check_training(self, chosen: bool = True) -> None:
         """The training recipe's values, checked together: the schedule, the labels' settings, the metric
         early stopping watches, top_k, the image size for the backbone (and resize, not below it),
-        something to train."""
+        something to train. `chosen` False: a preset is still to choose the image size and the length
+        (config.JobConfig.with_preset checks them once it has)."""
         self.check_schedule()
         self.check_multi_label()
         self.check_metrics()
-        self.check_image_size()
-        self.check_length()
+        if chosen:
+            self.check_image_size()
+            self.check_length()
 
     def check_schedule(self) -> None:
         if self.lr_schedule == "step" and not self.lr_scheduler_step:

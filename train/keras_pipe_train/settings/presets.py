@@ -24,7 +24,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from keras_pipe_train.settings.backbones import HUB_PRESETS, is_hub
+from keras_pipe_train.settings import parsers
+from keras_pipe_train.settings.backbones import BACKBONES, HUB_PRESETS, is_hub
 
 PRESETS = ("none", "fast", "balanced", "best")
 
@@ -91,11 +92,13 @@ def is_transformer(backbone: str) -> bool:
     return family in TRANSFORMER_FAMILIES if family else is_hub(backbone) and bool(TRANSFORMER_WORDS.search(backbone))
 
 
-def image_size(backbone: str, image_sizes: dict[str, int]) -> int:
+def image_size(backbone: str) -> int:
     """The size `backbone` was pretrained at: a Keras application's own, the one a keras-hub preset's name
     says, else 224."""
+    if backbone in BACKBONES:
+        return BACKBONES[backbone].default_size
     named = HUB_SIZE.search(backbone) if is_hub(backbone) else None
-    return image_sizes.get(backbone) or (int(named.group(1)) if named else 224)
+    return int(named.group(1)) if named else 224
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +108,11 @@ class Choice:
     reasons: tuple[str, ...]
 
 
-def choose(name: str, situation: Situation, image_sizes: dict[str, int], given: Mapping[str, Any]) -> Choice:
+def choose(name: str, situation: Situation, given: Mapping[str, Any]) -> Choice:
     """The values preset `name` gives in `situation`. `given`: the hyperparameters the request gave,
     by name, as parsed: the backbone, batch, epochs, resize and augmentations given are the ones the
     other choices are made for (a transformer's layer decay, the steps warmup and EMA count, an
-    image size within resize, test-time flips only where training flips). `image_sizes`: each Keras
-    application's default size."""
+    image size within resize, test-time flips only where training flips)."""
     preset, s = PRESET_TABLE[name], situation
     tier, seen = s.tier
     on_gpu, on_cpu = preset.backbones
@@ -125,10 +127,9 @@ def choose(name: str, situation: Situation, image_sizes: dict[str, int], given: 
     # warmup (each phase's): a twentieth of fine-tuning's steps, 500 at most, and at most a quarter of the
     # head's phase where there is one
     warmup = min(500, steps // 20, *([head * steps_per_epoch // 4] if head else []))
-    augment = given.get("augment", preset.augment)
-    flips = "flip" in (augment.split(",") if isinstance(augment, str) else augment) or augment == "true"
+    flips = "flip" in given.get("augment", parsers.augment("augment", preset.augment))
     resize = given.get("resize")
-    size = image_size(backbone, image_sizes)
+    size = image_size(backbone)
     values = {"backbone": backbone, "image_size": str(min(size, resize) if isinstance(resize, int) else size),
               "batch_size": str(batch), "epochs": str(head), "fine_tune_epochs": str(fine_tune),
               "fine_tune_layers": str(preset.fine_tune_layers), "optimizer": "adamw", "learning_rate": "0.001",
