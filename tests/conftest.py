@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -319,6 +320,16 @@ def digit_folders(tmp_path, digit_records):
 
 
 QUICK = ["--hp", "num_classes=10", "--hp", "image_size=32", "--hp", "weights=none", "--hp", "batch_size=32"]
+
+
+def quick_head(folder: Path, weights: Path) -> list[str]:
+    """QUICK, starting from `weights` (a MobileNetV3-Small's) in a 'pretrained' channel under
+    `folder`: phase 1 trains only the head, whose steps cost a fraction of training from scratch,
+    for tests of what a job does around its training (a preset's count, a stop and a resume)."""
+    (folder / "pretrained").mkdir(exist_ok=True)
+    shutil.copy(weights, folder / "pretrained")
+    return [value.replace("weights=none", "weights=pretrained") for value in QUICK] + [
+        "--pretrained", str(folder / "pretrained"), "--hp", "backbone=mobilenet_v3_small"]
 
 
 def job_pid(host_dir) -> int:

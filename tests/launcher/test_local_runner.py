@@ -19,7 +19,7 @@ from keras_pipe_launch.common.objects import SourceError, list_objects
 from keras_pipe_launch.local.feeder import FeedError, PipeFeeder
 from keras_pipe_launch.local.run import LocalRun
 from pipemode import PipeModeDataset, tfrecord
-from tests.conftest import QUICK, job_pid, launch_local, random_records, run_logged
+from tests.conftest import QUICK, job_pid, launch_local, quick_head, random_records, run_logged
 from tests.serve.conftest import free_port
 
 
@@ -520,8 +520,8 @@ def test_a_job_stopped_mid_epoch_and_rerun_with_the_same_name_ends_as_if_never_s
 
 
 @pytest.mark.slow
-def test_resume_by_name_reruns_the_jobs_own_arguments_and_fresh_starts_it_over(digit_folders):
-    args = ["--train", "train", *QUICK, "--hp", "epochs=1", "--name", "longer"]
+def test_resume_by_name_reruns_the_jobs_own_arguments_and_fresh_starts_it_over(digit_folders, head_only_weights):
+    args = ["--train", "train", *quick_head(digit_folders, head_only_weights), "--hp", "epochs=1", "--name", "longer"]
     first = launch_local(*args, cwd=digit_folders)
     assert first.returncode == 0, first.stdout[-3000:]
     more = launch_local("--resume", "longer", "--hp", "epochs=2", cwd=digit_folders)

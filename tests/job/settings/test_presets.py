@@ -136,6 +136,10 @@ def test_a_preset_is_refused_in_a_built_in_dialect_and_none_chooses_nothing():
         JobConfig.from_hyperparameters({"num_classes": 3, "preset": "fast", "num_layers": 18})
     with pytest.raises(UserError, match="hyperparameter preset must be one of none, fast, balanced, best; got 'quick'"):
         JobConfig.from_hyperparameters({"num_classes": 3, "preset": "quick"})
+    # from random weights the job trains one phase from scratch: a fine-tuning recipe would be its head's epochs
+    with pytest.raises(UserError, match="preset=best chooses a recipe for fine-tuning pretrained weights; weights=none "
+                                        "trains from scratch"):
+        JobConfig.from_hyperparameters({"num_classes": 3, "preset": "best", "weights": "none"})
     plain = JobConfig.from_hyperparameters({"num_classes": 3})
     assert plain.preset == "none" and plain.preset_notes == () and plain.given == ("num_classes",)
     assert plain.with_preset(Situation(5000, 3, False, 0)) is plain

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from pipemode import tfrecord
-from tests.conftest import QUICK, job_pid, launch_local
+from tests.conftest import QUICK, job_pid, launch_local, quick_head
 from tests.job.conftest import audited, trained_records
 
 pytestmark = pytest.mark.slow
@@ -129,9 +129,19 @@ def test_a_host_that_dies_fails_the_job_promptly_with_a_cluster_error(digit_fold
     assert "another host died or stopped answering" in failure.splitlines()[0]
 
 
-def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(digit_folders):
+def preset_notes(output: str, host: str) -> list[str]:
+    return [line.split(": ", 1)[1] for line in output.splitlines()
+            if line.startswith(f"{host} | ") and "keras_pipe_train.training.preset: " in line]
+
+
+def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(digit_folders, head_only_weights):
+    """With a preset, which each host chooses by before any TensorFlow op (a multi-worker strategy
+    must come first): each counts its share of the sharded objects, the counts are gathered, both
+    choose from their sum, and the rerun counts again and chooses the same, so its checkpoint is
+    the job's own."""
     # the same job name in both runs, as a restarted spot job keeps its name
-    common = ["--train", "train", *QUICK, *TWO_HOSTS, "--checkpoint-dir", "checkpoints", "--name", "interrupted"]
+    common = ["--train", "train", *quick_head(digit_folders, head_only_weights), *TWO_HOSTS, "--checkpoint-dir",
+              "checkpoints", "--name", "interrupted", "--hp", "preset=fast", "--hp", "fine_tune_epochs=1", "--hp", "augment=crop"]
     runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", *common, "--hp", "epochs=100",
                                "--job-dir", "first"], cwd=digit_folders, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -151,30 +161,22 @@ def test_ctrl_c_stops_both_hosts_with_a_checkpoint_and_a_rerun_resumes_from_it(d
     assert stopped, output[-4000:]
     saved = sorted(p.name for p in (digit_folders / "checkpoints").glob("interrupted-*/ckpt-*"))
     assert saved, output[-4000:]
+    notes = {host: preset_notes(output, host) for host in ("algo-1", "algo-2")}
+    for lines in notes.values():
+        assert re.fullmatch(r"preset fast: 600 training examples \(300 \+ 300 on the hosts' shares\), counted in "
+                            r"[0-9.]+ s \(a pass of channel 'train', read but not decoded\)", lines[0]), lines
+    assert notes["algo-1"][1:] == notes["algo-2"][1:] and notes["algo-1"][2].startswith("600 training examples: small")
+    assert notes["algo-1"][4] == ("given, so kept: augment=crop, backbone=mobilenet_v3_small, batch_size=32, "
+                                  "epochs=100, fine_tune_epochs=1, image_size=32"), notes
 
     # the restarted job (new hosts, the same checkpoints, as a spot restart) picks up from there
     out = launch_local(*common, "--hp", "epochs=3", "--job-dir", "second", cwd=digit_folders)
     assert out.returncode == 0, out.stdout[-4000:]
     assert f"resuming from checkpoint {saved[-1]}: epoch " in out.stdout, out.stdout[-4000:]
     assert "metrics: epoch=1 " not in out.stdout  # done before the stop, not trained again
-    assert metric_lines(out.stdout, "algo-1")[-1].startswith("metrics: epoch=3 ")
-    assert (digit_folders / "second/algo-1/model/1/saved_model.pb").is_file()
-
-
-@pytest.mark.slow
-def test_a_preset_on_two_hosts_adds_their_shares_counts_and_both_choose_the_same(digit_folders):
-    """Each host counts its share of the sharded objects before any TensorFlow op (a multi-worker
-    strategy must come first), the counts are gathered, and both hosts choose from their sum."""
-    out = launch_local("--train", "train", *QUICK, *TWO_HOSTS, "--hp", "preset=fast", "--hp", "epochs=1",
-                       "--hp", "fine_tune_epochs=1", "--hp", "augment=crop", "--job-dir", "job", cwd=digit_folders)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    notes = {}
-    for host in ("algo-1", "algo-2"):
-        lines = [line.split(": ", 1)[1] for line in out.stdout.splitlines()
-                 if line.startswith(f"{host} | ") and "keras_pipe_train.training.preset: " in line]
-        assert re.fullmatch(r"preset fast: 600 training examples \(300 \+ 300 on the hosts' shares\), counted in "
-                            r"[0-9.]+ s \(a pass of channel 'train', read but not decoded\)", lines[0]), lines
-        notes[host] = lines[1:]
-    assert notes["algo-1"] == notes["algo-2"] and notes["algo-1"][1].startswith("600 training examples: small")
-    assert notes["algo-1"][3] == "given, so kept: augment=crop, batch_size=32, epochs=1, fine_tune_epochs=1, image_size=32"
+    again = preset_notes(out.stdout, "algo-1")
+    assert again[1:4] == notes["algo-1"][1:4] and again[4] == notes["algo-1"][4].replace("epochs=100", "epochs=3")
+    # one model: both hosts print the same numbers; the head's 3 epochs, then fine-tuning's one
     assert metric_lines(out.stdout, "algo-1") == metric_lines(out.stdout, "algo-2")
+    assert metric_lines(out.stdout, "algo-1")[-1].startswith("metrics: epoch=4 ")
+    assert (digit_folders / "second/algo-1/model/1/saved_model.pb").is_file()

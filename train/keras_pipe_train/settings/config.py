@@ -94,6 +94,14 @@ class JobConfig(Hyperparameters):
             raise UserError(f"hyperparameter preset={self.preset} chooses among this job's hyperparameters; the "
                             f"request is read in the {self.dialect} dialect, whose defaults are the built-in "
                             "algorithm's: give this job's names (docs/migration.md), or leave preset out")
+        if self.preset != "none" and self.weights == "none":
+            # a preset's recipe is fine-tuning's (a head on pretrained features, then the backbone at
+            # a tenth of its rate): from random weights the job trains one phase from scratch, and
+            # the preset's two head epochs would be all of it
+            raise UserError(f"hyperparameter preset={self.preset} chooses a recipe for fine-tuning pretrained "
+                            "weights; weights=none trains from scratch, which no preset chooses for: leave weights "
+                            "unset (ImageNet's), give a weights file or the 'pretrained' channel, or leave preset "
+                            "out and give epochs and learning_rate")
 
     def with_preset(self, situation: presets.Situation) -> JobConfig:
         """The config with what its preset chooses in `situation` for each hyperparameter the request
