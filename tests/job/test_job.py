@@ -194,6 +194,7 @@ def test_a_preset_counts_the_pipe_channel_in_a_pass_of_its_own_then_trains_on_th
             "lr_schedule=cosine, warmup_steps=0, layer_decay=1.0, test_time_flip=false, label_smoothing=0.1") in log
     assert ("given, so kept: augment=crop, backbone=mobilenet_v3_small, batch_size=32, epochs=1, fine_tune_epochs=1, "
             "image_size=32") in log
+    assert re.search(r"the job's settings, with preset fast's choices: preset=fast, .*fine_tune_layers=20, ", log)
     # the count read the train channel's pass 0 (its FIFO train_0); the two epochs, passes 1 and 2
     assert "reading channel 'train' pass 2" in log and "reading channel 'train' pass 3" not in log
     metrics = json.loads((job.base / "output/data/metrics.json").read_text())

@@ -6,7 +6,6 @@ what kind it was (see failure.EXIT_CODES).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
@@ -128,8 +127,7 @@ def read_job(layout, log: logging.Logger) -> tuple:
         log.info("%s", decided.note)
     if config.record_format == "lst":
         lst.check_channels(channels, len(resources.hosts))
-    log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host,
-             ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(config).items()))
+    log.info("job %s on %s: %s", contract.training_job_name(), resources.current_host, config.settings())
     log.info("channels: %s", ", ".join(f"{c.name} ({c.input_mode})" + (f" as {role}" if role != c.name else "")
                                        for role, c in channels.items()))
     return config, channels, resources

@@ -150,3 +150,17 @@ def test_the_notes_say_why_a_cpu_gets_another_backbone_only_where_it_does():
                                                         "efficientnet_v2_b0 (on CPUs: the GPU choice, convnext_tiny, "
                                                         "costs too much a step)")
     assert chosen("fast", 5000).preset_notes[2] == "0 GPUs on each of 1 host (ml.g5.xlarge): backbone mobilenet_v3_large"
+
+
+def test_the_log_says_only_the_given_values_before_the_preset_chooses_and_every_value_after():
+    """main.py logs the settings before the training set is counted: the defaults a preset will
+    replace would mislead there; training/preset.py logs them all once chosen."""
+    config = JobConfig.from_hyperparameters({"num_classes": 3, "preset": "fast", "batch_size": 16, "augment": "crop"})
+    assert config.settings() == ("preset=fast, batch_size=16, num_classes=3, augment=crop (preset fast chooses the "
+                                 "others once the training set is counted)")
+    said = dict(item.split("=", 1) for item in config.with_preset(Situation(5000, 3, False, 0)).settings().split(", "))
+    assert said["backbone"] == "mobilenet_v3_large" and said["batch_size"] == "16" and said["augment"] == "crop"
+    assert said["fine_tune_learning_rate"] == "0.0001" and said["test_time_flip"] == "false"
+    assert not {"given", "preset_notes", "dialect_notes"} & set(said)
+    plain = JobConfig.from_hyperparameters({"num_classes": 3})
+    assert "backbone=" in plain.settings() and "preset=none" in plain.settings()

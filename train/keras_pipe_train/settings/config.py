@@ -119,6 +119,15 @@ class JobConfig(Hyperparameters):
         config.check_training()
         return config
 
+    def settings(self) -> str:
+        """The hyperparameters' values as the log says them. Before a preset has chosen, only those
+        given: the defaults it will replace would mislead."""
+        waiting = self.preset != "none" and not self.preset_notes
+        values = {name: value for name, value in dataclasses.asdict(self).items()
+                  if name not in READING_NOTES and (not waiting or name in self.given or name == "preset")}
+        said = ", ".join(f"{name}={_shown(value)}" for name, value in values.items())
+        return f"{said} (preset {self.preset} chooses the others once the training set is counted)" if waiting else said
+
     def identity(self) -> dict:
         """The settings a resume may not change, by name: checkpoints are resumed only by a job
         whose identity is theirs (training/resume.py)."""

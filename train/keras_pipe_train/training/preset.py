@@ -49,4 +49,5 @@ def chosen(config: JobConfig, layout: Paths, channels: dict[str, ChannelConfig],
     config = config.with_preset(situation)
     for note in config.preset_notes:
         log.info("%s", note)
+    log.info("the job's settings, with preset %s's choices: %s", config.preset, config.settings())
     return config
