@@ -217,10 +217,12 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     file_channel(job, "validation", examples[TRAIN:], shards=1)
     write_hyperparameters(job, **{**HYPERPARAMETERS, "weights": str(pretrained_backbone), "epochs": 1,
                                   "fine_tune_epochs": 10, "fine_tune_learning_rate": 1e-3, "augment": "none",
-                                  "dropout": 0, "calibration": "true", "label_error_folds": 5})
+                                  "dropout": 0, "calibration": "true", "label_error_folds": 5,
+                                  "export_formats": "tflite,tflite_float16,tflite_int8"})
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     check_calibration(job, out)
+    check_lite_exports(job, out, examples[TRAIN:TRAIN + 64])
     rows = list(csv.DictReader(open(job.base / "output/data/label_errors.csv")))
     planted = {fingerprint(r) for r, flip in zip(train, flips) if flip}
     suspected = {row["fingerprint"] for row in rows if row["set"] == "train"}
@@ -306,6 +308,39 @@ def check_suspects_manifest(job: FakeJob, rows: list[dict], train: list[bytes]) 
                                                                        for line in lines]
     counts = json.loads((job.base / "output/data/label_errors.json").read_text())["manifest"]
     assert counts == {"suspects": len(suspects), "without_s3_source": len(rows) - len(suspects)}
+
+
+def check_lite_exports(job, out, examples: list[bytes]) -> None:
+    """The three TFLite exports of a calibrated job: lite.json and evaluation.json say how each
+    compared with the SavedModel on the validation images; each is kept exactly when it meets its
+    bar, and said either way; the float one answers the JPEGs' images, decoded as lite.json says,
+    as the SavedModel answers their bytes."""
+    from keras_pipe_train.model import lite
+    from keras_pipe_train.sources import preprocess
+
+    described = json.loads((job.base / "model/lite/lite.json").read_text())
+    evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
+    assert described["exports"] == {name: {"file": lite.FILES[name], **figures}
+                                    for name, figures in evaluation["exports"].items()}
+    assert described["input"]["prepare"] == "the whole image resized to 32x32 (bilinear), its aspect ratio not kept"
+    assert described["outputs"]["probabilities"].endswith("(calibrated)")
+    for name, figures in evaluation["exports"].items():
+        assert figures["images"] == 397 and figures["savedmodel_accuracy"] == pytest.approx(
+            evaluation["metrics"]["val_accuracy"], abs=1e-6), (name, figures)
+        kept = (job.base / "model/lite" / lite.FILES[name]).is_file()
+        assert kept == ("dropped" not in figures) == (lite.BARS[name].agreement <= figures["agreement"]), figures
+        assert (f"export {name}: " if kept else f"export {name} dropped: ") in out.stdout
+    print("TFLite exports:", evaluation["exports"])
+    assert "dropped" not in evaluation["exports"]["tflite"]
+    assert evaluation["exports"]["tflite"]["max_probability_difference"] < 1e-4
+    runner = lite.Runner((job.base / "model/lite/model.tflite").read_bytes())
+    serve = tf.saved_model.load(str(job.base / "model/1")).signatures["serving_default"]
+    features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
+    encoded = tf.io.parse_example(tf.constant(examples), features)["image/encoded"]
+    images = preprocess.batch_of(lambda x: preprocess.for_eval(x, 32, None, "bilinear"), encoded, 32).numpy()
+    answered, served = runner(images), serve(image_bytes=encoded)
+    np.testing.assert_allclose(answered["probabilities"], served["probabilities"].numpy(), atol=1e-5)
+    assert (answered["predictions"] == served["class_ids"].numpy().reshape(-1)).all()
 
 
 def check_calibration(job: FakeJob, out: subprocess.CompletedProcess) -> None:

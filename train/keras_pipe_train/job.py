@@ -10,7 +10,7 @@ import time
 
 import keras
 
-from keras_pipe_train.after_training import calibrate, evaluate, label_check, report_page
+from keras_pipe_train.after_training import calibrate, evaluate, label_check, lite_exports, report_page
 from keras_pipe_train.after_training.trained import LABEL_CHECK_SHARE, Trained
 from keras_pipe_train.model import incremental, jumpstart
 from keras_pipe_train.model.classifier import (
@@ -20,12 +20,12 @@ from keras_pipe_train.model.classifier import (
     set_batchnorm_momentum,
     unfreeze_top,
 )
-from keras_pipe_train.model.export import export
+from keras_pipe_train.model.export import export, serving_resize
 from keras_pipe_train.model.starting_point import build_backbone, starting_point
 from keras_pipe_train.report import tracking
 from keras_pipe_train.report.epoch_log import EpochLog
 from keras_pipe_train.settings import channels as job_channels
-from keras_pipe_train.settings import contract, dialects
+from keras_pipe_train.settings import contract
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, ResourceConfig
 from keras_pipe_train.settings.errors import ClusterError, UserError
@@ -350,7 +350,9 @@ def after_training(training: Training, final: dict) -> None:
       2. the chief calibrates (one pass over validation), exports the model with it and writes
          metrics.json; every host then learns whether it did (finish_together);
       3. the exported model's evaluation.json (every host, when a resumed job needs a pass);
-      4. the chief's report: the gallery of the worst mistakes, the label check (LABEL_CHECK_SHARE
+      4. the chief's TFLite exports (export_formats), each checked on a pass over validation, their
+         figures added to evaluation.json;
+      5. the chief's report: the gallery of the worst mistakes, the label check (LABEL_CHECK_SHARE
          of its budget, less what the gallery spent), report.html.
 
     On several hosts the others wait for the chief's steps: each takes its share of
@@ -371,6 +373,8 @@ def after_training(training: Training, final: dict) -> None:
         finish_together(t.cluster, failed=not exported)
     found = evaluate.evaluate(trained, final, t.evaluations.get((final.get("phase"), final.get("epoch"))),
                               calibrated)
+    if t.cluster.is_chief:
+        lite_exports.export(trained, calibrated, found)
     if not t.cluster.is_chief or (t.validation and found is None):
         return
     started = time.monotonic()
@@ -391,15 +395,6 @@ def export_model(trained: Trained, calibrated: calibrate.Calibrated) -> None:
                          flip=config.test_time_flip)
     keras_file = t.layout.model / "model.keras"
     log.info("exported the model to %s (serving)%s", serving_dir, f" and {keras_file}" if keras_file.is_file() else "")
-
-
-def serving_resize(config: JobConfig) -> int | str | None:
-    """How the served model prepares each image: as validation did, except in the MXNet dialect,
-    whose built-in resizes each image whole to image_shape at inference, whatever its training's
-    resize: "At inference, input images are resized to the image_shape ... Aspect ratio is not
-    preserved, and images are not cropped" (AWS's IC-Hyperparameter page, image_shape). The
-    report's evaluation and gallery stay validation's (docs/migration.md says so)."""
-    return None if config.dialect == dialects.MXNET else config.resize
 
 
 def finish_together(cluster: distribute.Cluster, failed: bool) -> None:

@@ -229,3 +229,20 @@ def test_a_single_label_class_offset_shows_beside_its_share_of_the_images(tmp_pa
     first = int(np.argmax(np.abs(np.array(means["after"]) - np.array(means["share"]))))
     rows = re.findall(r"<tr><td>([a-f])</td>", text)
     assert rows[0] == "abcdef"[first] and len(rows) == 6, rows
+
+
+def test_the_exports_section_shows_each_formats_figures_and_what_was_dropped_and_why():
+    exports = {"tflite": {"bytes": 3772068, "images": 397, "agreement": 1.0, "max_probability_difference": 4.8e-6,
+                          "accuracy": 0.806, "savedmodel_accuracy": 0.806},
+               "tflite_int8": {"bytes": 1132184, "images": 397, "agreement": 0.97, "max_probability_difference": 0.2,
+                               "accuracy": 0.79, "savedmodel_accuracy": 0.806,
+                               "dropped": "it decides 97.00% of the images as the SavedModel does, below 98.0%"},
+               "tflite_float16": {"dropped": "the conversion failed: ConverterError: <op> unsupported"}}
+    text = job_page.exports_section({"exports": exports})
+    assert "whose accuracy is 80.60%" in text
+    rows = re.findall(r"<tr><td>(.*?)</td></tr>", text)
+    assert rows[0].startswith("tflite</td><td") and "3.77 MB" in rows[0] and "100.00%" in rows[0] and rows[0].endswith(
+        "<td>kept")
+    assert "1.13 MB" in rows[1] and "dropped: it decides 97.00% of the images" in rows[1]
+    assert "dropped: the conversion failed: ConverterError: &lt;op&gt; unsupported" in rows[2]  # (text, never markup)
+    assert job_page.exports_section({"exports": None}) == job_page.exports_section({}) == ""

@@ -33,7 +33,7 @@ import tensorflow as tf
 from keras_pipe_train.model import jumpstart
 from keras_pipe_train.model.classifier import backbone_of, logits_of, probabilities_of
 from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
-from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE
+from keras_pipe_train.settings.dialects import DIALECTS, KERAS_PIPE, MXNET
 from keras_pipe_train.settings.serving_schema import ServedCalibration, ServingSettings
 from keras_pipe_train.sources import preprocess
 
@@ -46,7 +46,7 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
                     flip: bool = False):
     """`threshold`: a multi-label model's (None: a single-label one). `resize_to`, `interpolation`:
     how each image is prepared (preprocess.for_eval): the job's resize and resize_interpolation, as
-    validation prepared it (the MXNet dialect's: resize None, job.serving_resize). `calibration`:
+    validation prepared it (the MXNet dialect's: resize None, serving_resize). `calibration`:
     the served probabilities are those of the logits divided by its temperature plus its bias
     (None: the model's own); a multi-label model's predictions stay its threshold's on the model's
     own probabilities, as validated (training/calibration.py). `flip` (test_time_flip): each
@@ -78,6 +78,15 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     archive.add_endpoint("serving_default", serve,
                          input_signature=[tf.TensorSpec([None], tf.string, name="image_bytes")])
     return archive
+
+
+def serving_resize(config) -> int | str | None:
+    """How the served model prepares each image (a JobConfig's): as validation did, except in the
+    MXNet dialect, whose built-in resizes each image whole to image_shape at inference, whatever its
+    training's resize: "At inference, input images are resized to the image_shape ... Aspect ratio
+    is not preserved, and images are not cropped" (AWS's IC-Hyperparameter page, image_shape). The
+    report's evaluation and gallery stay validation's (docs/migration.md says so)."""
+    return None if config.dialect == MXNET else config.resize
 
 
 def served_probabilities(model: keras.Model, calibration: ServedCalibration | None, multi_label: bool,

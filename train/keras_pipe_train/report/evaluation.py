@@ -54,10 +54,15 @@ def report(task: SingleLabel | MultiLabel, class_names: tuple[str, ...], scores:
             "metrics": scores, "classes": list(class_names), "per_class": per_class, **extra}
 
 
-def write(folder: Path, evaluation: dict, rows: list[dict]) -> None:
-    """evaluation.json, then the pictures (a picture that fails is said, and left out)."""
+def write_json(folder: Path, evaluation: dict) -> None:
+    """evaluation.json alone (the TFLite exports' figures added to it: after_training/lite_exports.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / REPORT).write_text(to_json(_plain(evaluation), indent=1) + "\n")
+
+
+def write(folder: Path, evaluation: dict, rows: list[dict]) -> None:
+    """evaluation.json, then the pictures (a picture that fails is said, and left out)."""
+    write_json(folder, evaluation)
     pictures = {"learning_curves.png": lambda path: learning_curves(rows, evaluation["multi_label"], path)}
     if evaluation["multi_label"] or evaluation["confusion_matrix"] is None:  # (too many classes for one)
         pictures["per_class.png"] = lambda path: per_class_bars(

@@ -15,6 +15,7 @@ gallery of mistakes.py.
                                 pairs; multi-label: the classes most missed and most wrongly
                                 predicted, and each class's precision, recall and F1
     each class                  precision, recall, F1 and support, the worst F1 first
+    exports                     export_formats: each TFLite export against the SavedModel
     the settings                the dialect the request was read in, what was translated, and
                                 every hyperparameter as the job resolved it
 
@@ -74,6 +75,7 @@ def render(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job
                 suspects.section(checked),
                 confusion_section(folder, evaluation),
                 class_table(evaluation),
+                exports_section(evaluation),
                 settings_section(settings)]
     return pages.page(f"Training job {job_name}", subtitle, sections)
 
@@ -128,6 +130,30 @@ def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
     alt = f"validation image labelled {', '.join(shown['given']) or 'none'}"
     return f'<div class="tile">{pages.image(mistake.jpeg, "image/jpeg", alt)}{text}<br>loss {shown["loss"]:.3f}</div>'
 
+
+
+def exports_section(evaluation: dict) -> str:
+    """export_formats: each TFLite export beside the SavedModel, on the validation images (empty
+    when none was asked for)."""
+    exports = evaluation.get("exports")
+    if not exports:
+        return ""
+    rows = []
+    for name, found in exports.items():
+        compared = "agreement" in found
+        rows.append((name, f"{found['bytes'] / 1e6:.2f} MB" if "bytes" in found else "",
+                     f"{found['agreement']:.2%}" if compared else "", pages.number(found["max_probability_difference"])
+                     if compared else "", f"{found['accuracy']:.2%}" if compared else "",
+                     f"dropped: {found['dropped']}" if "dropped" in found
+                     else f"kept, unchecked: {found['unchecked']}" if "unchecked" in found else "kept"))
+    reference = next((found["savedmodel_accuracy"] for found in exports.values() if "savedmodel_accuracy" in found),
+                     None)
+    return pages.section("Exports beside the SavedModel", pages.note(
+        "Each TFLite export (model/lite/, lite.json says its input) answered the validation images beside the "
+        "SavedModel" + (f", whose accuracy is {reference:.2%}" if reference is not None else "") + ": how often "
+        "they decide alike, the largest difference of a probability, the export's own accuracy. One past its bar "
+        "is dropped."), pages.table(["format", "file", "decided alike", "largest difference", "accuracy", ""], rows,
+                                    [False, True, True, True, True, False]), anchor="exports")
 
 
 def calibration_section(folder: Path, evaluation: dict) -> str:

@@ -275,6 +275,12 @@ class Hyperparameters:
     keep_epoch_models: int = hyperparameter(
         0, Integer(0), "every N epochs, that epoch's model is kept in the export's epochs/ folder (0: none), beside "
         "the model exported: the built-in MXNet algorithm's checkpoint_frequency", resumable=True)
+    export_formats: tuple[str, ...] = hyperparameter(
+        "none", parsers.export_formats, "exports beside the SavedModel, in model/lite/ (so in model.tar.gz): tflite "
+        "(float32), tflite_float16 (float16 weights, half the file), tflite_int8 (int8 weights, a quarter); each "
+        "takes decoded, resized images and holds the scaling and calibration, and is checked against the SavedModel "
+        "on the validation images (evaluation.json's exports): one that disagrees past its bar is dropped, said",
+        resumable=True)
     calibration: str = hyperparameter(
         "auto", Choice(CALIBRATION),
         "calibrate the served probabilities on the validation set, predictions unchanged: a temperature dividing the "

@@ -371,6 +371,26 @@ def augment(name, value) -> tuple[str, ...]:
     return parts
 
 
+# the exports beside the SavedModel (model/lite.py): TFLite at float32, with float16 weights, and with
+# int8 weights (dynamic range quantization: activations stay float)
+EXPORT_FORMATS = ("tflite", "tflite_float16", "tflite_int8")
+
+
+@takes(f"none, or a list of {', '.join(EXPORT_FORMATS)}: a list, or comma-separated")
+def export_formats(name, value) -> tuple[str, ...]:
+    if is_none(value) or str(unquoted(value)).strip().lower() in ("none", "", "[]"):
+        return ()
+    parts = list_of_text(name, value, '["tflite", "tflite_int8"]')
+    if parts is None:
+        raise UserError(f"hyperparameter {name} must be none or a list of {', '.join(EXPORT_FORMATS)}; got {value!r}")
+    formats = tuple(dict.fromkeys(p.strip().lower() for p in parts if p.strip()))
+    unknown = [f for f in formats if f not in EXPORT_FORMATS]
+    if unknown or not formats:
+        raise UserError(f"hyperparameter {name} must be none or a comma-separated list of {', '.join(EXPORT_FORMATS)}; "
+                        f"{', '.join(unknown) + ' unknown' if unknown else 'got none'}")
+    return formats
+
+
 @takes("unset, or 2 or more names: a list, or comma-separated")
 def class_names(name, value) -> tuple[str, ...] | None:
     if is_none(value):

@@ -4,7 +4,7 @@ Images leave here as float32 RGB in [0, 255], `size` x `size`. Each backbone's o
 (to [-1, 1], or caffe's BGR mean subtraction) is part of the model, so the exported model applies
 it too and serving cannot drift from training. The serving signature calls `for_eval` itself (in
 the MXNet dialect with resize_to None whatever the training's: the built-in serves each image
-resized whole, job.serving_resize).
+resized whole, model/export.py's serving_resize).
 
 How an image becomes `size` x `size`: by default the whole image is resized to it (its
 aspect not kept); with `resize` N (MXNet's), its shorter side is resized to N, aspect kept, and

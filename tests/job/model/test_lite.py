@@ -1,0 +1,88 @@
+"""TFLite exports (export_formats; model/lite.py): converted from the model as served, run by the
+TFLite interpreter, compared with the SavedModel, and kept or dropped by their bars."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_pipe_train.model import lite
+from keras_pipe_train.model.export import served_probabilities
+from keras_pipe_train.settings.config import JobConfig
+from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.settings.serving_schema import ServedCalibration
+
+
+def small_classifier(classes: int, activation: str) -> keras.Model:
+    keras.utils.set_random_seed(5)
+    images = keras.Input((16, 16, 3))
+    x = keras.layers.Rescaling(1 / 127.5, -1)(images)
+    x = keras.layers.Conv2D(32, 3, activation="relu")(x)
+    x = keras.layers.Conv2D(64, 3, activation="relu")(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(images, keras.layers.Dense(classes, activation=activation, name="classifier")(x))
+
+
+@pytest.fixture(scope="module")
+def images():
+    return np.random.default_rng(0).uniform(0, 255, (64, 16, 16, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("threshold, served", [(None, "own"), (0.5, "own"), (None, "calibrated and flipped")])
+def test_each_format_answers_as_the_savedmodel_and_quantized_weights_shrink_the_file(tmp_path, images, threshold,
+                                                                                     served):
+    model = small_classifier(4, "softmax" if threshold is None else "sigmoid")
+    head = model.get_layer("classifier")
+    head.set_weights([head.get_weights()[0] * 20, head.get_weights()[1]])  # (answers away from the threshold)
+    calibration = ServedCalibration(2.5, 100, bias=(0.1, -0.2, 0.0, 0.3)) if served != "own" else None
+    answer = served_probabilities(model, calibration, threshold is not None, flip=served != "own")
+    lite.write_classifier(model, answer, 16, threshold, tmp_path)
+    reference = tf.saved_model.load(str(tmp_path)).signatures[lite.SIGNATURE]
+    expected = {name: value.numpy() for name, value in reference(images=tf.constant(images)).items()}
+    np.testing.assert_allclose(expected["probabilities"], answer(images)[0].numpy(), rtol=1e-5, atol=1e-6)
+    if served != "own":  # (the calibration and the flips are in it)
+        assert not np.allclose(expected["probabilities"], model(images).numpy(), atol=1e-3)
+    decided = answer(images)[1].numpy()
+    assert (expected["predictions"] == (decided.argmax(-1) if threshold is None else decided >= threshold)).all()
+    sizes = {}
+    for export_format in lite.EXPORT_FORMATS:
+        flatbuffer = lite.convert(tmp_path, export_format)
+        sizes[export_format] = len(flatbuffer)
+        answered = lite.Runner(flatbuffer)(images)
+        comparison = lite.Comparison()
+        labels = decided.argmax(-1) if threshold is None else (decided >= 0.5).astype(np.float32)
+        comparison.add(expected, answered, labels)
+        figures = comparison.figures()
+        assert figures["images"] == 64 and figures["savedmodel_accuracy"] == 1.0
+        if export_format == "tflite":  # (the same computation, in another runtime's kernels)
+            assert figures["agreement"] == 1.0 and figures["max_probability_difference"] < 1e-5, figures
+            assert comparison.failed(lite.BARS[export_format]) is None
+        else:  # (the weights did change; a random model's answers near its decisions' edges may flip)
+            assert 0 < figures["max_probability_difference"] < 0.05 and figures["agreement"] > 0.9, figures
+    # (the weights dominate this model's file: float16 halves it, int8 quarters it)
+    assert sizes["tflite_float16"] < 0.6 * sizes["tflite"] and sizes["tflite_int8"] < 0.35 * sizes["tflite"], sizes
+
+
+def test_a_comparison_past_its_bar_says_why():
+    comparison = lite.Comparison()
+    reference = {"probabilities": np.array([[0.9, 0.1], [0.2, 0.8]]), "predictions": np.array([0, 1])}
+    comparison.add(reference, {"probabilities": np.array([[0.4, 0.6], [0.2, 0.8]]), "predictions": np.array([1, 1])},
+                   np.array([0, 1]))
+    assert comparison.figures() == {"images": 2, "agreement": 0.5, "max_probability_difference": pytest.approx(0.5),
+                                    "accuracy": 0.5, "savedmodel_accuracy": 1.0}
+    assert comparison.failed(lite.BARS["tflite_int8"]) == ("it decides 50.00% of the images as the SavedModel does, "
+                                                           "below 98.0%")
+    near = lite.Comparison()
+    near.add(reference, {"probabilities": reference["probabilities"] + 0.002, "predictions": np.array([0, 1])}, None)
+    assert near.failed(lite.BARS["tflite"]) == "a probability differs from the SavedModel's by 0.002, not below 0.001"
+    assert near.failed(lite.BARS["tflite_float16"]) is None
+
+
+def test_export_formats_are_read_as_a_list_of_known_formats():
+    read = lambda value: JobConfig.from_hyperparameters({"num_classes": 3, "export_formats": value}).export_formats  # noqa: E731
+    assert read("none") == () and read("[]") == () and JobConfig.from_hyperparameters({"num_classes": 3}).export_formats == ()
+    assert read("tflite, TFLite_int8,tflite") == ("tflite", "tflite_int8")
+    assert read('["tflite_float16"]') == ("tflite_float16",)
+    with pytest.raises(UserError, match="hyperparameter export_formats must be none or a comma-separated list of "
+                                        "tflite, tflite_float16, tflite_int8; onnx unknown"):
+        read("tflite,onnx")
