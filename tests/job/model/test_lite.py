@@ -1,6 +1,8 @@
 """TFLite exports (export_formats; model/lite.py): converted from the model as served, run by the
 TFLite interpreter, compared with the SavedModel, and kept or dropped by their bars."""
 
+import json
+
 import keras
 import numpy as np
 import pytest
@@ -86,3 +88,51 @@ def test_export_formats_are_read_as_a_list_of_known_formats():
     with pytest.raises(UserError, match="hyperparameter export_formats must be none or a comma-separated list of "
                                         "tflite, tflite_float16, tflite_int8; onnx unknown"):
         read("tflite,onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threshold", [None, 0.5])
+def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tmp_path, threshold):
+    """`keras-pipe predict model/lite/model.tflite photos/`, the installed command as users type
+    it: the same rows as the model folder's, the images prepared as lite.json says."""
+    import csv
+    import io
+    import sys
+    from pathlib import Path
+
+    from keras_pipe_train.after_training import lite_exports
+    from keras_pipe_train.after_training.calibrate import Calibrated
+    from tests.conftest import image_bytes, run_logged
+    from tests.serve.conftest import CLASSES, exported
+
+    model_dir = exported(tmp_path / "model", threshold=threshold)
+    model = keras.saving.load_model(model_dir / "model.keras")
+    lite.write_classifier(model, served_probabilities(model, None, threshold is not None), 32, threshold,
+                          tmp_path / "classifier")
+    config = JobConfig.from_hyperparameters({"class_names": list(CLASSES), "image_size": 32,
+                                             "multi_label": threshold is not None})
+    lite.write(model_dir, {"tflite": lite.convert(tmp_path / "classifier", "tflite")},
+               lite_exports.described(config, threshold, Calibrated(), {"tflite": {}}))
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for i, (kind, width, height) in enumerate([("JPEG", 40, 30), ("PNG", 20, 60), ("JPEG", 300, 200)]):
+        (photos / f"{i}.{kind.lower()}").write_bytes(image_bytes(kind, width, height))
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8 not really")
+    command = str(Path(sys.executable).parent / "keras-pipe")
+    answers = {}
+    for model_path in (model_dir, model_dir / "lite" / "model.tflite"):
+        out = run_logged([command, "predict", str(model_path), str(photos), "--format", "jsonl"], 270, cwd=tmp_path)
+        assert out.returncode == 1 and f"keras-pipe predict: {photos / 'broken.jpg'}: is not an image" in out.stderr
+        answers[model_path.name] = [json.loads(line) for line in out.stdout.splitlines()]
+    served, exported_ = answers["model"], answers["model.tflite"]
+    assert [a["path"] for a in served] == [a["path"] for a in exported_] and len(served) == 3
+    for ours, theirs in zip(served, exported_, strict=True):
+        np.testing.assert_allclose(ours.pop("probabilities"), theirs.pop("probabilities"), atol=1e-5)
+        for shown in (ours, theirs):
+            for entry in shown["top_k"]:
+                entry["probability"] = round(entry["probability"], 4)
+        assert ours == theirs
+    csv_out = run_logged([command, "predict", str(model_dir / "lite/model.tflite"), str(photos / "0.jpeg")], 270,
+                         cwd=tmp_path)
+    rows = list(csv.reader(io.StringIO(csv_out.stdout)))
+    assert csv_out.returncode == 0 and rows[0] == ["path", "predicted", "probability", *CLASSES], csv_out.stderr

@@ -63,7 +63,7 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
             del flatbuffers[export_format]
             found[export_format]["dropped"] = failed
             log.warning("export %s dropped: %s (on %d validation images)", export_format, failed, comparison.images)
-    paths = lite.write(t.layout.model, flatbuffers, _described(config, threshold, calibrated, found))
+    paths = lite.write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
     if evaluated is not None:
         evaluated["exports"] = found
         evaluation.write_json(t.layout.output_data, evaluated)
@@ -101,13 +101,17 @@ def _label_ids(labels: np.ndarray, multi_label: bool) -> np.ndarray:
     return labels
 
 
-def _described(config, threshold: float | None, calibrated: Calibrated, found: dict) -> dict:
+def described(config, threshold: float | None, calibrated: Calibrated, found: dict) -> dict:
     """lite.json: what a client of the exports needs, and how each compared."""
     served = calibrated.serving(threshold)
     return {
         "signature": lite.SIGNATURE,
         "input": {"name": "images", "shape": [None, config.image_size, config.image_size, 3], "dtype": "float32",
-                  "values": "RGB, 0 to 255", "prepare": _prepare(config)},
+                  "values": "RGB, 0 to 255", "prepare": _prepare(config),
+                  # (the same, as preprocess.for_eval takes it: keras-pipe predict prepares images so)
+                  "resize": serving_resize(config), "interpolation": config.resize_interpolation},
+        "multi_label": config.multi_label,
+        "threshold": threshold,
         "outputs": {"probabilities": "one per class, as the SavedModel serves them"
                                      + (" (calibrated)" if served else ""),
                     "predictions": ("0/1 per class: its probability, the model's own (uncalibrated), at least "
