@@ -392,19 +392,32 @@ def test_a_refusal_after_the_body_is_read_whole_keeps_the_connection_for_the_nex
         assert status == 200 and json.loads(answer)["predicted_label"] in CLASSES, answer[:300]
 
 
-def test_gunicorns_c_parser_installed_beside_it_is_not_taken(model_dir, tmp_path):
-    """gunicorn takes its C parser (gunicorn-h1c, `pip install gunicorn[fast]`) wherever it can
-    import it; the server's connections work on gunicorn's Python parser, and ask for it. Here a
-    stand-in gunicorn_h1c, importable by the server, says so if it is ever imported or used."""
+def test_httptools_installed_beside_it_is_not_taken_uvicorns_h11_protocol_is(model_dir, tmp_path):
+    """uvicorn takes httptools' protocol ("auto") wherever it can import httptools (`pip install
+    uvicorn[standard]`); the server's connections are uvicorn's h11 protocol, extended over what
+    h11 says of the connection (keras_pipe_serve.connections), and ask for it. Here a stand-in
+    httptools, importable by the server, says so if it is ever imported or used. (It replaces the
+    test that gunicorn's C parser, gunicorn-h1c, was not taken, under gunicorn's own ASGI worker.)"""
+    from keras_pipe_serve.connections import Protocol, Worker
+    from uvicorn import Config
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    async def app(scope, receive, send):
+        pass
+
+    config = Config(app=app, log_config=None, **Worker.CONFIG_KWARGS)
+    config.load()
+    assert config.http_protocol_class is Protocol and issubclass(Protocol, H11Protocol)
     fake = tmp_path / "site"
-    (fake / "gunicorn_h1c").mkdir(parents=True)
-    marker = tmp_path / "h1c-imported"
-    (fake / "gunicorn_h1c" / "__init__.py").write_text(
+    (fake / "httptools").mkdir(parents=True)
+    marker = tmp_path / "httptools-imported"
+    (fake / "httptools" / "__init__.py").write_text(
         f"open({str(marker)!r}, 'a').write('imported')\n"
-        "class LimitRequestLine(Exception): pass\n"
-        "class LimitRequestHeaders(Exception): pass\n"
-        "class H1CProtocol:\n"
-        "    def __init__(self, *args, **kwargs): raise RuntimeError('the C parser was taken')\n")
+        "class HttpParserError(Exception): pass\n"
+        "class HttpParserUpgrade(Exception): pass\n"
+        "class HttpRequestParser:\n"
+        "    def __init__(self, *args, **kwargs): raise RuntimeError('httptools was taken')\n"
+        "def parse_url(*args, **kwargs): raise RuntimeError('httptools was taken')\n")
     server = served(model_dir, tmp_path, PYTHONPATH=str(fake))
     try:
         status, answer, _ = post(server.port, JPEG, "image/jpeg", timeout=30)
@@ -504,10 +517,10 @@ def test_a_client_that_closes_halfway_through_its_body_is_given_up_at_once(serve
 
 def test_a_client_sending_on_behind_its_request_is_read_no_further_until_it_is_answered(server):
     """30 MB of pings pipelined behind a request, sent for 3 s: the worker stops reading the
-    connection once a megabyte waits behind a request being answered, and once the client leaves
-    its answers unread, so that no more than the sockets' buffers take gets through (8 MB here;
-    gunicorn alone read 400 MB in a second into the worker's memory); the first answer is the
-    request's."""
+    connection once a request waits behind the one being answered (uvicorn's h11 protocol pauses
+    reading), and while the client leaves its answers unread, so that no more than the sockets'
+    buffers take gets through (6.9 MB here; gunicorn's own ASGI worker read 400 MB in a second into
+    the worker's memory); the first answer is the request's."""
     body = instances([slow_png()] * 3)
     flood = request_head(len(body), "application/json") + body + PING * (30_000_000 // len(PING))
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:

@@ -206,3 +206,19 @@ def test_the_model_is_found_where_the_job_writes_it_under_sagemaker_base_dir(tmp
     out = subprocess.run([SERVE], capture_output=True, text=True, timeout=60,
                          env={**env, "SAGEMAKER_BASE_DIR": str(tmp_path), "SM_MODEL_DIR": str(tmp_path / "other")})
     assert f"serve: {tmp_path}/other holds no SavedModel" in out.stderr, out.stderr[-2000:]
+
+
+def test_a_server_version_the_front_was_not_built_for_is_refused_before_any_worker_starts(model_dir, tmp_path):
+    """Another uvicorn installed (a stand-in's metadata, found first on the path): serve says which
+    it has and which it was built for, and starts nothing."""
+    import os
+    import subprocess
+
+    dist = tmp_path / "site" / "uvicorn-0.99.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: uvicorn\nVersion: 0.99.0\n")
+    out = subprocess.run([SERVE, "--model-dir", str(model_dir)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    assert out.returncode != 0, out.stderr[-2000:]
+    assert "serve: uvicorn 0.99.0 is installed; this server was built for uvicorn>=0.54,<0.55" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "Booting worker" not in out.stderr + out.stdout

@@ -73,3 +73,45 @@ def test_with_several_gpus_each_worker_is_pinned_to_its_own(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     hooks["post_fork"](master, replacement)
     assert replacement.gpu == 0 and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_a_server_version_the_front_was_not_built_for_is_refused_naming_both():
+    """keras_pipe_serve.connections extends uvicorn's h11 protocol, run by uvicorn-worker under
+    gunicorn's master, over hooks whose behaviour it was tested with: another version of any of
+    them, or none, is said at boot with the version installed and those expected."""
+    from importlib.metadata import PackageNotFoundError
+
+    from keras_pipe_serve.connections import wrong_versions
+
+    assert wrong_versions() == []  # (what this environment has: requirements/base.txt's pins)
+    built = {"gunicorn": "26.2.0", "uvicorn": "0.54.0", "uvicorn-worker": "0.4.0", "h11": "0.16.0"}
+
+    def installed(**versions):
+        def version(name):
+            if versions.get(name, built[name]) is None:
+                raise PackageNotFoundError(name)
+            return versions.get(name, built[name])
+        return version
+
+    assert wrong_versions(installed()) == []
+    assert wrong_versions(installed(uvicorn="0.54.9", gunicorn="26.9.1")) == []
+    assert wrong_versions(installed(uvicorn="0.55.0rc1", gunicorn="26.1.0", h11=None)) == [
+        "gunicorn 26.1.0 is installed; this server was built for gunicorn>=26.2,<27",
+        "uvicorn 0.55.0rc1 is installed; this server was built for uvicorn>=0.54,<0.55",
+        "h11 is not installed; this server was built for h11>=0.16,<0.17"]
+
+
+def test_each_worker_freezes_what_it_loaded_in_gunicorns_post_worker_init_hook():
+    """gc.freeze() once the model is loaded (docs/speed.md: gc.freeze()), in gunicorn's documented
+    hook, which a worker calls once its app is loaded."""
+    import gc
+
+    from keras_pipe_serve.server import frozen, gunicorn_settings, settings
+
+    assert gunicorn_settings(settings([]), plan(2, 0, None, 0), 0)["post_worker_init"] is frozen
+    before = gc.get_freeze_count()
+    try:
+        frozen(None)
+        assert gc.get_freeze_count() > before
+    finally:
+        gc.unfreeze()

@@ -55,18 +55,17 @@ from dataclasses import dataclass
 
 from keras_pipe_serve import payloads
 from keras_pipe_serve.batcher import Batcher, Closed
+from keras_pipe_serve.connections import DRAIN_LIMIT, DRAIN_S
 from keras_pipe_serve.models import LOAD_BODY_BYTES, Models, Served
 from keras_pipe_serve.payloads import BadRequest, Refusal
 from keras_pipe_serve.predictor import ImageError, Predictor
 from keras_pipe_train.report.text import printable
 
 log = logging.getLogger("keras_pipe_serve")
+# the access log: a line per answer (Answer.line), to stdout (keras_pipe_serve.server sets its handler)
+ACCESS_LOG = "keras_pipe_serve.access"
+access = logging.getLogger(ACCESS_LOG)
 
-# a refused request's body up to this size is read and dropped, so that its client gets the answer
-# and the connection goes on: SageMaker's batch transform sends at most 100 MB (MaxPayloadInMB); a
-# larger one, or one that stops arriving (DRAIN_S), closes the connection instead
-DRAIN_LIMIT = 100 << 20
-DRAIN_S = 5.0
 # seconds a body may stop arriving before the request is answered 408: far beyond a pause of any
 # working client (SageMaker's front end sends a body as fast as its network), short enough that
 # clients that stall hold their bytes of the budget briefly
@@ -77,6 +76,8 @@ MIN_BODY_RATE = 100_000
 # a request's path is said in the log and the 404 with its control characters escaped (a %0a,
 # decoded to a newline, would forge a log line of its own), and cut to this many characters
 PATH_SHOWN = 100
+# characters of a request line or user agent shown in the access log, at most
+ACCESS_SHOWN = 2000
 # threads parsing bodies, checking images and writing answers: the work of the request itself,
 # in Python (the GIL's), beside the model's
 PARSE_THREADS = 2
@@ -118,6 +119,35 @@ class Refused(Refusal):
                  retry_after: float = RETRY_AFTER_S):
         super().__init__(status, message, *headers)
         self.room, self.retry_after = room, retry_after
+
+
+class Answer:
+    """An answer's status and size as the app sends them, and its access log's line."""
+
+    def __init__(self, send):
+        self.sent, self.started = send, time.monotonic()
+        self.status: int | None = None
+        self.size = 0
+
+    async def send(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        elif message["type"] == "http.response.body":
+            self.size += len(message.get("body", b""))
+        await self.sent(message)
+
+    def line(self, scope: dict) -> str:
+        """gunicorn's access log line, as this server's was under it ('%(h)s - - %(t)s "%(r)s" %(s)s
+        %(b)s %(M)sms "%(a)s"': the common log format, the time it took, the user agent)."""
+        client = (scope.get("client") or ("-",))[0]
+        target = scope.get("raw_path") or scope.get("path", "").encode()
+        if scope.get("query_string"):
+            target += b"?" + scope["query_string"]
+        agent = next((value for name, value in scope.get("headers", []) if name.lower() == b"user-agent"), b"-")
+        request = f"{scope.get('method', '')} {target.decode('latin-1')} HTTP/{scope.get('http_version', '1.1')}"
+        took = int((time.monotonic() - self.started) * 1000)
+        return (f'{client} - - {time.strftime("[%d/%b/%Y:%H:%M:%S %z]")} "{printable(request, limit=ACCESS_SHOWN)}" '
+                f'{self.status} {self.size} {took}ms "{printable(agent.decode("latin-1"), limit=ACCESS_SHOWN)}"')
 
 
 class Gone(Exception):
@@ -257,7 +287,12 @@ class App:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
-            await self._http(scope, receive, send)
+            answer = Answer(send)
+            try:
+                await self._http(scope, receive, answer.send)
+            finally:
+                if answer.status is not None:
+                    access.info(answer.line(scope))
 
     async def _lifespan(self, receive, send) -> None:
         while True:
@@ -336,8 +371,8 @@ class App:
         entry = self.door.enter(cost)
         try:
             read.unread = False
-            if headers.get("expect", "").strip().lower() == "100-continue":  # (curl's, past 1 MB)
-                await send({"type": "http.response.informational", "status": 100, "headers": []})
+            # (a client that sent Expect: 100-continue, as curl does past 1 MB, is sent its 100 Continue
+            # by uvicorn at the first receive(), and only then sends the body)
             body = await _body(receive, length, self.max_body, deadline, arrived)
             read.whole = True
             kind, answer = await self._invocations(served, headers, body, deadline, receive, entry)
@@ -387,19 +422,19 @@ class App:
     @staticmethod
     async def _refuse(send, receive, status: int, body: bytes, drain: bool,
                       extra: list[tuple[str, str]] = (), hold: float = 0.0, read: bool = False) -> None:
-        """The answer first, then, where the body can be (_drainable), the body read and dropped
-        (_drained); `read`: the body was read whole already (a refusal after it: a request that
-        cannot be parsed, the second look at capacity), and the connection stays open; otherwise
-        (read in part, too large, or awaiting a 100 Continue that will not come) the connection
-        closes after the answer. Held (`hold` seconds, Holds), the body is read and dropped
-        meanwhile, not held in memory, and the answer comes after both."""
+        """The answer first; where the body can be read and dropped (`drain`: _drainable), the
+        connection stays open, and the server reads and drops the rest of it after the answer
+        (uvicorn does, within keras_pipe_serve.connections' bounds: DRAIN_S, DRAIN_LIMIT); `read`:
+        the body was read whole already (a refusal after it: a request that cannot be parsed, the
+        second look at capacity), and the connection stays open too; otherwise (read in part, too
+        large, or awaiting a 100 Continue that will not come) the connection closes after the
+        answer. Held (`hold` seconds, Holds), the body is read and dropped meanwhile (_drained),
+        not held in memory, and the answer comes after both."""
         if hold:
             drained, _ = await asyncio.gather(_drained(receive), asyncio.sleep(hold))
             await _respond(send, status, body, payloads.JSON, close=not drained, extra=extra)
             return
         await _respond(send, status, body, payloads.JSON, close=not (drain or read), extra=extra)
-        if drain:
-            await _drained(receive)
 
     def _length(self, headers: dict) -> int | None:
         """The body's declared length (None: chunked), refused at once past max_body."""
@@ -584,9 +619,9 @@ def _drainable(headers: dict) -> bool:
 
 
 async def _drained(receive) -> bool:
-    """Reads the rest of a refused request's body and drops it, so that the connection can carry the
-    next request; False where it cannot (more than DRAIN_LIMIT, a client that stops sending for
-    DRAIN_S, or one gone): gunicorn then closes the connection after the answer."""
+    """Reads the rest of a refused request's body and drops it, while its answer is held, so that
+    the connection can carry the next request; False where it cannot (more than DRAIN_LIMIT, a
+    client that stops sending for DRAIN_S, or one gone): the answer then closes the connection."""
     read = 0
     try:
         async with asyncio.timeout(DRAIN_S):

@@ -1,246 +1,255 @@
-"""The worker's connections: gunicorn's own ASGI worker (an asyncio event loop; gunicorn.workers.gasgi),
-with what its HTTP/1.1 protocol leaves out or gets wrong, which a server facing any client needs.
+"""The worker's connections: uvicorn's HTTP/1.1 protocol on h11 (uvicorn.protocols.http.h11_impl),
+in an asyncio event loop, run under gunicorn's master by the uvicorn-worker package
+(uvicorn_worker.UvicornWorker), with what that protocol leaves out, which a server facing any
+client needs, added over its public hooks only.
 
 Why an event loop at all: a connection then costs a socket and a few objects, not a thread. With
 gunicorn's gthread worker, every connection holds a thread of a fixed pool while it is read,
 waits or lingers: a crowd of clients, stalled uploads, or clients lingering after Connection:
 close take every thread, and /ping waits in gunicorn's queue behind them, past SageMaker's 2 s
 (docs/speed.md, Serving the model). Here the loop reads every connection at once, answers /ping
-itself, and hands only parsing and the model to threads (keras_pipe_serve.app). Why gunicorn's
-worker and not uvicorn's: gunicorn is already the server (master, worker restarts, graceful
-SIGTERM, one worker per GPU), this worker ships with it, and uvicorn has the first two gaps (how
-each was seen, and in which versions: docs/speed.md, Figures behind the code's choices: The
-worker's gaps):
+itself, and hands only parsing and the model to threads (keras_pipe_serve.app).
 
-- **Idle connections are never closed.** gunicorn arms its keep-alive timer after a response and
-  cancels it as its loop turns to wait for the next request, so the timer never fires. Neither
-  closes a connection that never sends a byte, nor one that sends part of its headers and stops. Here
-  each waits at most `keepalive` seconds for its next request and HEADERS_S for the rest of the
-  headers it started (or `keepalive`, if shorter).
+Why uvicorn's h11 protocol, and gunicorn still the master: gunicorn is the server (master, worker
+restarts, graceful SIGTERM, one worker per GPU); uvicorn-worker runs uvicorn's server in each of its
+workers. gunicorn's own ASGI worker (gunicorn.workers.gasgi, beta) was the front before: what it
+left out could be added only by overriding about fourteen of its private names, on paths its
+authors are changing. uvicorn's h11 protocol already closes a kept-alive connection that stays
+idle after a response (timeout_keep_alive: gunicorn's `keepalive`), bounds an incomplete request
+head (h11_max_incomplete_event_size), reads no further while pipelined requests wait behind the one
+being answered (h11 pauses) and takes none of them up while its client leaves answers unread (a
+response waits for the transport to drain), answers `100 Continue` itself when the app first reads a body sent
+with `Expect: 100-continue`, and reads and drops the rest of a body the app answered without
+reading. h11's protocol is taken, never httptools' (uvicorn's "auto" choice where httptools is
+installed), whose parser has none of the state the hooks below read. What is still missing (how
+each was seen, and in which versions: docs/speed.md, Figures behind the code's choices: The
+worker's gaps), each added below over asyncio.Protocol's hooks (connection_made, data_received,
+eof_received, connection_lost), uvicorn's public attributes and methods, and h11's public API
+(Connection.their_state, .trailing_data):
+
+- **A connection that never sends a byte is never closed**, nor one that sends part of its headers
+  and stops: uvicorn arms its keep-alive timer only after a response, and cancels it at a
+  connection's first bytes. Here each waits at most `keepalive` seconds for its first request and
+  HEADERS_S for the rest of the headers it began (or `keepalive`, if shorter).
 - **A half-closed client gets no answer.** A client may end its side once its request is sent
   (shutdown(SHUT_WR), as `nc -N` does): asyncio then closes the whole connection unless told not
-  to, and the answer is lost (both servers lose it). Here the connection stays open for the
-  answer, then closes. TCP cannot tell a client that half-closed from one that closed: a
-  request whose client sent its end is computed and answered (the answer goes nowhere if it was
-  gone; its time is still bounded by the request timeout), and one whose connection is reset is
-  given up at once.
-- **A request sent right behind a body can be lost.** gunicorn's parser keeps the bytes that
-  follow a request in the same read (the next request, pipelined) and drops them when it is reset
-  for that next request; the client then waits for an answer that never comes. A client sends its
-  next request so whenever it gets its answer before the server has read the body's end: this
-  server answers a refusal (a 503 at the door) before reading the body, and `http.client` sent its
-  next request on the heels of the body it had finished sending. Here those bytes are fed again
-  once the parser is reset (_KeepingParser).
-- **Reading without end.** gunicorn's parser buffers a request line or headers until their CRLF
-  comes, and the bytes a client sends behind a request being answered, without a limit; and it
-  answers pipelined requests into the transport's buffer whether or not the client reads them. A
-  client sending without end so fills the worker's memory at the network's speed. Here headers past
-  HEADER_BYTES are refused (431), and a connection is read no further while more than
-  PIPELINED_BYTES wait behind a request being answered, or while its client leaves answers unread.
-- (Bodies: gunicorn gives up on a body that stops arriving only after its worker timeout, and
-  uvicorn never does; the app reads bodies with its own timeouts: keras_pipe_serve.app.)
+  to (uvicorn does not), and the answer is lost. Here the connection stays open for the answer,
+  then closes. TCP cannot tell a client that half-closed from one that closed: a request whose
+  client sent its end is computed and answered (the answer goes nowhere if it was gone; its time
+  is still bounded by the request timeout), and one whose connection is reset is given up at once.
+- **A request head without end is answered 400** at h11's limit (16 KiB by default: uvicorn answers
+  every error of h11's 400), where 431 says what is wrong. Here a request line and headers past
+  HEADER_BYTES are refused 431, h11's own limit set above it.
+- **The rest of a refused body is read without end**: uvicorn drops it as it comes, with no limit
+  on its time or size, the connection held meanwhile. Here at most DRAIN_S seconds and DRAIN_LIMIT
+  bytes after the answer, then the connection is closed.
+- (Bodies: uvicorn never gives up on a body that stops arriving; the app reads bodies with its own
+  timeouts: keras_pipe_serve.app.)
+
+A check at boot (wrong_versions, called by keras_pipe_serve.server before gunicorn starts) refuses
+versions of gunicorn, uvicorn, uvicorn-worker and h11 outside those this front was built and tested
+on (BUILT_FOR): each hook below leans on what those versions do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
+import importlib.metadata
+import json
+import logging
+import re
 import threading
-import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from gunicorn.asgi.protocol import ASGIProtocol
-from gunicorn.workers import gasgi
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn_worker import UvicornWorker
+
+log = logging.getLogger("keras_pipe_serve")
 
 # seconds a client has to finish the headers it began (nginx's client_header_timeout is 60; the
 # front end of SageMaker sends a request's headers at once)
 HEADERS_S = 15.0
-# bytes a client may send on behind a request being answered before the connection stops reading
-PIPELINED_BYTES = 1 << 20
-# bytes of a request line and headers (gunicorn's own limits: a 4,094-byte line, 100 fields of 8,190)
+# bytes of a request line and headers (gunicorn's limits, before: a 4,094-byte line, 100 fields of 8,190)
 HEADER_BYTES = 1 << 20
+# a refused request's body up to this size is read and dropped, so that its client gets the answer
+# and the connection goes on: SageMaker's batch transform sends at most 100 MB (MaxPayloadInMB); a
+# larger one, or one that stops arriving (DRAIN_S), closes the connection instead (the app says
+# which, by the declared length: keras_pipe_serve.app)
+DRAIN_LIMIT = 100 << 20
+DRAIN_S = 5.0
+# the versions this front was built and tested on, [from, below) (train/pyproject.toml says the
+# same; requirements/base.txt pins one of each)
+BUILT_FOR = {"gunicorn": ("26.2", "27"), "uvicorn": ("0.54", "0.55"), "uvicorn-worker": ("0.4", "0.5"),
+             "h11": ("0.16", "0.17")}
 
 
-class Protocol(ASGIProtocol):
-    """gunicorn's HTTP/1.1 connection, with idle and header timeouts and half-closed clients answered."""
+def _release(version: str) -> tuple[int, ...]:
+    """A version's leading numbers ("0.54.0rc1": (0, 54, 0))."""
+    numbers = []
+    for part in version.split("."):
+        digits = re.match(r"\d+", part)
+        if not digits:
+            break
+        numbers.append(int(digits[0]))
+        if digits[0] != part:
+            break
+    return tuple(numbers)
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._idle: asyncio.TimerHandle | None = None
-        self._peer_done = False  # the client sent its end (EOF) while a request was under way
-        self._headers_begun = False
-        self._held: bytearray | None = None  # bytes that followed the last request, not yet given back to the parser
+
+def wrong_versions(installed: Callable[[str], str] = importlib.metadata.version) -> list[str]:
+    """What is installed outside BUILT_FOR, each said with the version installed and those expected."""
+    wrong = []
+    for name, (low, high) in BUILT_FOR.items():
+        try:
+            version = installed(name)
+        except importlib.metadata.PackageNotFoundError:
+            wrong.append(f"{name} is not installed; this server was built for {name}>={low},<{high}")
+            continue
+        if not _release(low) <= _release(version) < _release(high):
+            wrong.append(f"{name} {version} is installed; this server was built for {name}>={low},<{high}")
+    return wrong
+
+
+@dataclass
+class _Watch:
+    """What Protocol adds to each connection (one attribute of uvicorn's protocol, `door`)."""
+    headers: asyncio.TimerHandle | None = None  # the rest of a request head begun must come by then
+    drain: asyncio.TimerHandle | None = None  # the rest of a refused body must come by then
+    drained: int = 0  # bytes of a refused body read since its answer
+    peer_done: bool = False  # the client sent its end (EOF) while its request was being answered
+
+
+class Protocol(H11Protocol):
+    """uvicorn's h11 connection, with idle and header timeouts, half-closed clients answered, request
+    heads refused 431 past HEADER_BYTES and refused bodies drained within bounds."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self.door = _Watch()
         super().connection_made(transport)
-        self.worker.connections.add(self)
-        self._wait_idle(self.cfg.keepalive)
-
-    def close_if_idle(self) -> None:
-        """Closes the connection unless a request is under way (at shutdown)."""
-        if self._current_request is None:
-            self._close_transport()
-
-    def _wait_idle(self, seconds: float) -> None:
-        """Closes the connection if no request's headers complete within `seconds`."""
-        if self._idle:
-            self._idle.cancel()
-        self._idle = self.worker.loop.call_later(seconds, self._idle_timeout) if seconds > 0 else None
-
-    def _idle_timeout(self) -> None:
-        self._idle = None
-        if self._current_request is None:  # (no request under way: nothing to answer)
-            self._close_transport()
+        # uvicorn arms its keep-alive timer only once a response is complete: a connection that never
+        # sends a byte would stay open until the worker ends. Armed here too, the same timer, which
+        # uvicorn's data_received cancels at the first bytes
+        self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
     def data_received(self, data: bytes) -> None:
-        if self._held is not None:  # (before anything newer: the bytes that followed the last request come first)
-            self._callback_parser.give_back(self._held)
-            self._held = None
-        if self._current_request is None and not self._headers_begun:
-            self._headers_begun = True  # the first bytes of a request: its headers have HEADERS_S to finish
-            self._wait_idle(min(HEADERS_S, self.cfg.keepalive))
+        """uvicorn's (h11 fed, its events handled), bounded: the rest of a refused body, and a request
+        head that does not end, or ends too slowly."""
+        if self.door.drain is not None:
+            # the rest of a refused body, which uvicorn drops as it comes, without end: at most DRAIN_LIMIT bytes
+            self.door.drained += len(data)
+            if self.door.drained > DRAIN_LIMIT:
+                self.door_close()
+                return
         super().data_received(data)
-        if self._callback_parser is None or self._closed:
+        if self.transport.is_closing():
             return
-        buffered, receiver = len(self._callback_parser._buffer), self._body_receiver
-        if self._current_request is None and buffered > HEADER_BYTES:
-            # gunicorn's parser buffers a request line or headers without end until their CRLF comes
-            # (its size limits are checked after): a client sending bytes without one fills the
-            # worker's memory at the network's speed
-            self._send_error_response(431, f"the request's line and headers passed {HEADER_BYTES} bytes")
-            self._close_transport()
-        elif self._current_request is not None and receiver is not None and receiver._complete \
-                and buffered > PIPELINED_BYTES:
-            # a client sending on behind its request, which is being answered: read no more of it
-            # until it is (gunicorn reads on without end, into the worker's memory)
-            self._pause_reading()
+        if self.door.drain is not None and self.conn.their_state is not h11.SEND_BODY:  # (that body's end came)
+            self.door.drain.cancel()
+            self.door.drain = None
+        # a request head begun and not complete (h11 waits in IDLE for the whole of it): uvicorn, whose
+        # data_received cancelled the keep-alive timer, would wait for the rest without end, and h11
+        # would refuse it only past its limit, with uvicorn's 400
+        begun = self.conn.their_state is h11.IDLE and len(self.conn.trailing_data[0])
+        if not begun:
+            if self.door.headers is not None:
+                self.door.headers.cancel()
+                self.door.headers = None
+        elif begun > HEADER_BYTES:
+            self.door_refuse_head()
+        elif self.door.headers is None:
+            self.door.headers = self.loop.call_later(min(HEADERS_S, self.timeout_keep_alive), self.door_headers_late)
 
-    def _setup_callback_parser(self) -> None:
-        super()._setup_callback_parser()
-        self._callback_parser = _KeepingParser(self._callback_parser, self._hold)
+    def door_headers_late(self) -> None:
+        self.door.headers = None
+        if self.conn.their_state is h11.IDLE:  # (still no whole request head)
+            self.timeout_keep_alive_handler()
 
-    def _hold(self, data: bytearray) -> None:
-        """The bytes that followed the last request: given back to the parser first thing once the
-        connection waits for the next, before any that arrive later (data_received)."""
-        self._held = data
-        self.worker.loop.call_soon(self._feed_held)
-
-    def _feed_held(self) -> None:
-        if self._held is not None and not self._closed:
-            self.data_received(b"")
-
-    def _on_headers_complete(self):
-        if self._idle:
-            self._idle.cancel()
-            self._idle = None
-        self._headers_begun = False
-        return super()._on_headers_complete()
-
-    def _arm_keepalive_timer(self) -> None:
-        """After each response (gunicorn's own timer here never fires: see the module's docstring)."""
-        if self._peer_done:  # (the client can send nothing more)
-            self._close_transport()
-            return
-        self._wait_idle(self.cfg.keepalive)
-
-    def pause_writing(self) -> None:
-        """The client is not reading its answers as fast as they are written: no more of its
-        requests are read until it does (gunicorn went on answering pipelined requests into the
-        transport's buffer without end)."""
-        super().pause_writing()
-        self._pause_reading()
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        self._resume_reading()  # (data_received pauses it again if a request's pipelined tail is too long)
+    def door_refuse_head(self) -> None:
+        """431, and the connection closed: a request line and headers past HEADER_BYTES, not yet ended."""
+        message = f"the request's line and headers passed {HEADER_BYTES} bytes"
+        log.warning("431 %s:%s: %s", *(self.client or ("?", "?")), message)
+        body = json.dumps({"error": message}).encode()
+        # (h11 lets a server answer before a request is whole, for this)
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        head = h11.Response(status_code=431, reason=b"Request Header Fields Too Large", headers=headers)
+        events = (head, h11.Data(data=body), h11.EndOfMessage())
+        self.transport.write(b"".join(self.conn.send(event) for event in events))
+        self.door_close()
 
     def eof_received(self) -> bool | None:
-        """The client's end: kept open for the answer to a request whose body is all in, else closed
-        (a request whose body cannot come whole is given up at once: Gone)."""
-        receiver = self._body_receiver
-        if self._current_request is not None and receiver is not None and receiver._complete and not self._closed:
-            self._peer_done = True
+        """The client's end. uvicorn's returns None, and asyncio then closes the connection, the answer
+        to a request already whole lost with it: here it is kept open for that answer, and closed
+        after it (on_response_complete). Any other end closes it: a request whose body cannot come
+        whole is given up at once (the app's receive() says http.disconnect)."""
+        if self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.DONE:
+            self.door.peer_done = True
             return True
         return None
 
-    def _close_transport(self) -> None:
-        """gunicorn's, with the transport closed whatever happens: its own skipped close() when
-        write_eof() raised (a client that sent its end, then reset the connection as its answer
-        came), and the socket stayed open, counted, until the worker ended."""
-        if self.transport and not self._closed:
-            try:
-                if self.transport.can_write_eof():
-                    self.transport.write_eof()
-            except (OSError, RuntimeError):
-                pass
+    def on_response_complete(self) -> None:
+        """uvicorn's (the keep-alive timer armed, a pipelined request taken up), then: closed if the client
+        had sent its end; or, where the client is still sending the body of a request answered
+        without reading it (a refusal), that body drained for at most DRAIN_S."""
+        super().on_response_complete()
+        if self.transport.is_closing():
+            return
+        if self.door.peer_done and (self.cycle is None or self.cycle.response_complete):
+            self.door_close()
+        elif self.conn.their_state is h11.SEND_BODY and self.door.drain is None:
+            self.door.drained = 0
+            self.door.drain = self.loop.call_later(DRAIN_S, self.door_drain_late)
+
+    def door_drain_late(self) -> None:
+        self.door.drain = None
+        if self.conn.their_state is h11.SEND_BODY:
+            self.door_close()
+
+    def door_close(self) -> None:
+        if not self.transport.is_closing():
             self.transport.close()
-            self._closed = True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._idle:
-            self._idle.cancel()
-            self._idle = None
+        """uvicorn's (the request told http.disconnect), and this class's timers let go."""
         super().connection_lost(exc)
+        for timer in (self.door.headers, self.door.drain):
+            if timer is not None:
+                timer.cancel()
+        self.door.headers = self.door.drain = None
 
 
-class _KeepingParser:
-    """gunicorn's parser, whose reset for the next request keeps the bytes that followed the request
-    just parsed and hands them to `hold` (Protocol._hold feeds them once the connection's loop has
-    cleared the last request: fed at once, the next request's headers would be cleared with it)."""
+class Worker(UvicornWorker):
+    """uvicorn-worker's gunicorn worker, serving each connection with Protocol, and telling gunicorn's
+    master it is alive while its model loads. (SIGTERM: uvicorn closes the connections waiting for a
+    request at once, and those with one after its answer.)"""
 
-    def __init__(self, parser, hold):
-        self._parser = parser
-        self._hold = hold
+    CONFIG_KWARGS = {
+        "loop": "asyncio",  # (asyncio's transports, as tested: a read of 256 KiB at most, which HEADER_BYTES counts on)
+        "http": Protocol,  # (never httptools', uvicorn's "auto" choice where it is installed)
+        "ws": "none",
+        "interface": "asgi3",
+        "lifespan": "on",  # (the lifespan starts the app's watchdog)
+        "access_log": False,  # (the app writes its own line, with its size and time: keras_pipe_serve.app)
+        "proxy_headers": False,  # (the client is the socket's peer: the app's holds go by its address and port)
+        # h11's limit on an incomplete request head (its 400, through uvicorn) above HEADER_BYTES,
+        # Protocol's 431: a read adds at most 256 KiB to what Protocol has let through
+        "h11_max_incomplete_event_size": 2 * HEADER_BYTES,
+    }
 
-    def give_back(self, held: bytearray) -> None:
-        """`held` as the parser's buffer again (empty since its reset)."""
-        self._parser._buffer = held
-
-    def reset(self) -> None:
-        left = None
-        if self._parser.is_complete and self._parser._buffer:  # (the buffer itself, not a copy of it)
-            left, self._parser._buffer = self._parser._buffer, bytearray()
-        self._parser.reset()
-        if left:
-            self._hold(left)
-
-    def __getattr__(self, name: str):
-        return getattr(self._parser, name)
-
-
-class Worker(gasgi.ASGIWorker):
-    """gunicorn's ASGI worker serving each connection with Protocol."""
-
-    def _alive_until(self, done: threading.Event) -> None:
+    def beat_while_loading(self, done: threading.Event) -> None:
         while not done.wait(self.timeout / 4 if self.timeout else 5.0):
             self.notify()
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.connections: weakref.WeakSet[Protocol] = weakref.WeakSet()
-
-    def handle_exit_signal(self) -> None:
-        """SIGTERM: the connections waiting for a request are closed at once, those with one close
-        after its answer. (gunicorn's own waits for every connection, idle kept-alive ones too,
-        until its graceful timeout.)"""
-        super().handle_exit_signal()
-        for connection in list(self.connections):
-            connection.close_if_idle()
-
-    def init_process(self) -> None:
-        # gasgi builds each connection with the ASGIProtocol name of its own module, and has no
-        # setting for another: that name is pointed at Protocol, in this worker process only
-        gasgi.ASGIProtocol = Protocol
-        super().init_process()
-
     def load_wsgi(self) -> None:
         # (loading may outlast gunicorn's timeout, the models a multi-model endpoint had loaded
-        # loaded again: the worker tells the master it is alive meanwhile, as its loop will after)
+        # loaded again, and uvicorn's loop, which tells gunicorn's master the worker is alive, starts
+        # only after: the worker tells it meanwhile)
         loaded = threading.Event()
-        alive = threading.Thread(target=self._alive_until, args=(loaded,), name="loading-heartbeat", daemon=True)
+        alive = threading.Thread(target=self.beat_while_loading, args=(loaded,), name="loading-heartbeat", daemon=True)
         alive.start()
         try:
             super().load_wsgi()
         finally:
             loaded.set()
-        # the model's millions of Python objects (TensorFlow's, the graph's) out of the collector's
-        # reach: a full collection walks them all, a pause of the loop, and of /ping, each time a
-        # crowd's garbage sets one off (docs/speed.md, Figures behind the code's choices: gc.freeze())
-        gc.collect()
-        gc.freeze()

@@ -231,7 +231,7 @@ class Models:
 
 def _let_go() -> None:
     """The memory of a model no longer referred to, given back: a full collection, the worker's
-    frozen objects included (connections.Worker freezes what is loaded at start, a model reloaded
+    frozen objects included (server.frozen freezes what is loaded at start, a model reloaded
     then among them), and glibc's free memory returned to the system (malloc_trim)."""
     gc.unfreeze()
     gc.collect()

@@ -1,22 +1,26 @@
 """`serve`: what SageMaker runs to host the model (`docker run IMAGE serve`): gunicorn workers,
 each with the SavedModel loaded in-process, answering on port 8080.
 
-Why gunicorn, with its ASGI worker, and no nginx or TF Serving: the model call is the whole cost of
-a request and releases the GIL, so the model called in-process, fed by a batcher
-(keras_pipe_serve.batcher), is as fast as a model server would be (docs/speed.md, Figures behind
-the code's choices: In-process model), without a second server to start, watch and proxy to.
-gunicorn brings what a hand-written server would get wrong: HTTP/1.1 parsing, keep-alive, worker
-supervision and restarts, graceful shutdown on SIGTERM. Its ASGI worker is an event loop
-(keras_pipe_serve.connections says why that worker, and what it adds to it): every connection is
-read at once, at the cost of a socket, and everything is decided at the door, as a request's
-headers come in (keras_pipe_serve.app): /ping answered there and then; admission, with 503 and
-Retry-After before a body is read; each request's time counted from its arrival; bodies that
-stall, idle connections and lingering closes costing a socket each, not a thread. gunicorn's
-gthread worker holds a thread of a fixed pool per connection: a crowd of clients, stalled uploads
-or a few lingering closes take them all, and /ping waits behind them (docs/speed.md, Serving the
-model, has the figures of both). The master never imports TensorFlow; each worker loads
-the model after the fork (TensorFlow's thread pools do not survive one), warms it up, and is
-replaced by the master if it ends: a watchdog ends a worker whose model call is stuck.
+Why gunicorn, with uvicorn's protocol in its workers, and no nginx or TF Serving: the model call
+is the whole cost of a request and releases the GIL, so the model called in-process, fed by a
+batcher (keras_pipe_serve.batcher), is as fast as a model server would be (docs/speed.md, Figures
+behind the code's choices: In-process model), without a second server to start, watch and proxy
+to. gunicorn's master and uvicorn's HTTP/1.1 protocol (on h11, run in each worker by the
+uvicorn-worker package) bring what a hand-written server would get wrong: HTTP/1.1 parsing,
+keep-alive, worker supervision and restarts, graceful shutdown on SIGTERM. Each worker is an event
+loop (keras_pipe_serve.connections says why this front, and what it adds to uvicorn's protocol):
+every connection is read at once, at the cost of a socket, and everything is decided at the door,
+as a request's headers come in (keras_pipe_serve.app): /ping answered there and then; admission,
+with 503 and Retry-After before a body is read; each request's time counted from its arrival;
+bodies that stall, idle connections and lingering closes costing a socket each, not a thread.
+gunicorn's gthread worker holds a thread of a fixed pool per connection: a crowd of clients,
+stalled uploads or a few lingering closes take them all, and /ping waits behind them
+(docs/speed.md, Serving the model, has the figures of both). The master never imports TensorFlow,
+and refuses to start on versions of gunicorn, uvicorn, uvicorn-worker or h11 other than those the
+front was built for (connections.BUILT_FOR); each worker loads the model after the fork
+(TensorFlow's thread pools do not survive one), warms it up, puts what it loaded out of the
+garbage collector's reach (frozen, gunicorn's post_worker_init hook), and is replaced by the
+master if it ends: a watchdog ends a worker whose model call is stuck.
 
 How many workers: one per GPU, each on its own (CUDA_VISIBLE_DEVICES set per worker); on a host
 without one, one, whose model is called from a thread per core, each call on one TensorFlow
@@ -83,6 +87,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import logging
 import os
 import sys
@@ -92,6 +97,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from keras_pipe_serve.app import ACCESS_LOG
 from keras_pipe_serve.batcher import STUCK_FLOOR_S
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
 from keras_pipe_serve.sizing import Plan, cpus, gpus, memory_limit, model_bytes, plan
@@ -119,7 +125,6 @@ KEEPALIVE_S = 75
 MAX_QUEUE = 512
 # how far below the request threads the model's threads run (KERAS_PIPE_MODEL_NICENESS; 0: level)
 MODEL_NICENESS = 5
-ACCESS_LOG_FORMAT = '%(h)s - - %(t)s "%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'  # common log format, and the time
 
 
 def _positive(name: str, default: float, kind=int, zero: bool = False):
@@ -207,23 +212,33 @@ def gpu_slot(live: list[int | None], count: int) -> int:
     return used.index(min(used))
 
 
+def frozen(worker) -> None:
+    """gunicorn's post_worker_init hook, in each worker once its app (the model) is loaded: what is
+    loaded put out of the collector's reach. The model's millions of Python objects (TensorFlow's,
+    the graph's) would otherwise be walked by each full collection, a pause of the loop, and of
+    /ping, each time a crowd's garbage sets one off (docs/speed.md, Figures behind the code's
+    choices: gc.freeze())."""
+    gc.collect()
+    gc.freeze()
+
+
 def gunicorn_settings(config: dict, chosen: Plan, gpu_count: int) -> dict:
     settings_ = {
         "bind": [config["bind"]], "workers": chosen.workers,
-        "worker_class": "keras_pipe_serve.connections.Worker",  # (gunicorn's ASGI worker: connections.py says why)
-        # gunicorn's own parser, always: connections.Protocol reads and refills its buffer, which the C
-        # parser gunicorn takes by default wherever gunicorn-h1c is installed (gunicorn[fast]) has not
-        "http_parser": "python",
-        "asgi_loop": "asyncio", "asgi_lifespan": "on",  # (the lifespan starts the app's watchdog)
-        # (the heartbeat: the event loop beats every second unless it is blocked, which nothing in
-        # it does for long; a request's own time, and a stuck model, are the app's to end)
+        # (uvicorn's h11 protocol, run by uvicorn-worker, with what it leaves out added: connections.py says why)
+        "worker_class": "keras_pipe_serve.connections.Worker",
+        # (the heartbeat: uvicorn's loop tells the master every half of it unless the loop is
+        # blocked, which nothing in it is for long; a request's own time, and a stuck model, are the
+        # app's to end)
         "timeout": 60,
         "graceful_timeout": GRACEFUL_S,
-        "keepalive": config["keepalive"],
+        "keepalive": config["keepalive"],  # (uvicorn's timeout_keep_alive, through uvicorn-worker)
         "preload_app": False,  # the model is loaded in each worker, after the fork
-        "accesslog": "-", "access_log_format": ACCESS_LOG_FORMAT,  # stdout, as CloudWatch collects it
+        # (no access log of gunicorn's or uvicorn's: the app writes its own line to stdout, as
+        # CloudWatch collects it; keras_pipe_serve.app.ACCESS)
         "errorlog": "-", "proc_name": "keras-pipe-serve",
         "control_socket_disable": True,  # (gunicorn 26's admin socket in $HOME: not needed)
+        "post_worker_init": frozen,
     }
     if gpu_count > 1:
         def pre_fork(server, worker):  # (in the master: which GPU the new worker gets)
@@ -285,6 +300,14 @@ def loaded_app(config: dict, chosen: Plan):
 
 def run(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from keras_pipe_serve.connections import wrong_versions
+
+    wrong = wrong_versions()  # (the worker's front leans on these versions: connections.py)
+    if wrong:
+        raise SystemExit("serve: " + "; ".join(wrong) + " (requirements/base.txt pins them)")
+    access = logging.getLogger(ACCESS_LOG)  # (the app's access lines: stdout, one a line, as they are)
+    access.addHandler(logging.StreamHandler(sys.stdout))
+    access.propagate = False
     config = settings(sys.argv[1:] if argv is None else argv)
     gpu_count = gpus()
     config["memory"] = memory_limit()  # (read once, in the master: the workers' body budget weighs it too)
