@@ -115,3 +115,22 @@ def test_each_worker_freezes_what_it_loaded_in_gunicorns_post_worker_init_hook()
         assert gc.get_freeze_count() > before
     finally:
         gc.unfreeze()
+
+
+def test_a_worker_tells_gunicorns_master_it_is_alive_while_its_model_loads(monkeypatch):
+    """uvicorn's loop, which tells the master the worker is alive, starts only once the app (the
+    model) is loaded, which may outlast gunicorn's timeout: the worker beats meanwhile, a quarter of
+    its timeout apart, and stops once loaded."""
+    import time
+
+    from gunicorn.workers.base import Worker as GunicornWorker
+    from keras_pipe_serve.connections import Worker
+
+    monkeypatch.setattr(GunicornWorker, "load_wsgi", lambda self: time.sleep(0.5))
+    beats = []
+    worker = Worker.__new__(Worker)  # (its state but the two the heartbeat reads is gunicorn's to make)
+    worker.timeout, worker.notify = 0.2, lambda: beats.append(time.monotonic())
+    worker.load_wsgi()
+    after = len(beats)
+    time.sleep(0.2)
+    assert 3 <= after <= 11 and len(beats) == after, beats  # (about 10, fewer on busy cores)
