@@ -136,3 +136,27 @@ def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tm
                          cwd=tmp_path)
     rows = list(csv.reader(io.StringIO(csv_out.stdout)))
     assert csv_out.returncode == 0 and rows[0] == ["path", "predicted", "probability", *CLASSES], csv_out.stderr
+
+
+@pytest.mark.slow
+def test_a_keras_hub_transformer_converts_and_answers_as_the_savedmodel(tmp_path):
+    """A ViT from keras-hub (tests/job/model/hub_presets.py), its preset's scaling and test-time flips
+    inside: each format decides as the SavedModel does."""
+    from keras_pipe_train.model import hub
+    from keras_pipe_train.model.classifier import build_classifier
+    from tests.job.model.hub_presets import make
+
+    make("vit", str(tmp_path / "vit"))
+    backbone, scaling = hub.build_backbone(str(tmp_path / "vit"), 32, "imagenet")
+    model = build_classifier(str(tmp_path / "vit"), backbone, 4, 0.0, scaling=scaling, image_size=32)
+    head = model.get_layer("classifier")
+    head.set_weights([np.random.default_rng(1).normal(0, 1, w.shape) for w in head.get_weights()])
+    size = model.input_shape[1]
+    images = tf.image.resize(np.random.default_rng(0).uniform(0, 255, (16, 32, 32, 3)), (size, size)).numpy()
+    lite.write_classifier(model, served_probabilities(model, None, False, flip=True), size, None, tmp_path / "c")
+    reference = tf.saved_model.load(str(tmp_path / "c")).signatures[lite.SIGNATURE]
+    expected = {name: value.numpy() for name, value in reference(images=tf.constant(images)).items()}
+    for export_format in lite.EXPORT_FORMATS:
+        comparison = lite.Comparison()
+        comparison.add(expected, lite.Runner(lite.convert(tmp_path / "c", export_format))(images), None)
+        assert comparison.failed(lite.BARS[export_format]) is None, (export_format, comparison.figures())

@@ -34,27 +34,45 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
         return None
     threshold = config.multi_label_threshold if config.multi_label else None
     answer = served_probabilities(t.model, calibrated.served, config.multi_label, config.test_time_flip)
-    found: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="lite-") as work:
         folder = Path(work) / "classifier"
         lite.write_classifier(t.model, answer, config.image_size, threshold, folder)
-        flatbuffers = {}
-        for export_format in config.export_formats:
-            started = time.monotonic()
-            try:
-                flatbuffers[export_format] = lite.convert(folder, export_format)
-            except Exception as err:  # (a converter's failure: the SavedModel stands)
-                log.warning("export %s: the conversion failed (%s: %s); not exported", export_format,
-                            type(err).__name__, err, exc_info=True)
-                found[export_format] = {"dropped": f"the conversion failed: {type(err).__name__}: {err}"}
-                continue
-            found[export_format] = {"bytes": len(flatbuffers[export_format]),
-                                    "convert_seconds": round(time.monotonic() - started, 2)}
+        flatbuffers, found = _converted(folder, config.export_formats)
         compared = _compare(t, tf.saved_model.load(str(folder)), flatbuffers) if t.validation else None
+    _judge(flatbuffers, found, compared, "no validation channel to compare it on" if not t.validation
+           else "the pass over validation was stopped")
+    paths = lite.write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
+    if evaluated is not None:
+        evaluated["exports"] = found
+        evaluation.write_json(t.layout.output_data, evaluated)
+    for export_format, path in paths.items():
+        _say(export_format, path, found[export_format])
+    return found
+
+
+def _converted(folder: Path, formats: tuple[str, ...]) -> tuple[dict[str, bytes], dict[str, dict]]:
+    """(each format's flatbuffer, what is found of each so far: its size, or why it failed)."""
+    flatbuffers, found = {}, {}
+    for export_format in formats:
+        started = time.monotonic()
+        try:
+            flatbuffers[export_format] = lite.convert(folder, export_format)
+        except Exception as err:  # (a converter's failure: the SavedModel stands)
+            log.warning("export %s: the conversion failed (%s: %s); not exported", export_format,
+                        type(err).__name__, err, exc_info=True)
+            found[export_format] = {"dropped": f"the conversion failed: {type(err).__name__}: {err}"}
+            continue
+        found[export_format] = {"bytes": len(flatbuffers[export_format]),
+                                "convert_seconds": round(time.monotonic() - started, 2)}
+    return flatbuffers, found
+
+
+def _judge(flatbuffers: dict[str, bytes], found: dict[str, dict], compared: dict | None, unchecked: str) -> None:
+    """Each export's figures into `found`; one past its bar out of `flatbuffers`, said. Without
+    `compared`, each is kept unchecked, and why."""
     for export_format in list(flatbuffers):
         if compared is None:
-            found[export_format]["unchecked"] = ("no validation channel to compare it on" if not t.validation
-                                                 else "the pass over validation was stopped")
+            found[export_format]["unchecked"] = unchecked
             continue
         comparison, cut = compared[export_format]
         found[export_format].update(comparison.figures(), **({"cut": True} if cut else {}))
@@ -63,18 +81,14 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
             del flatbuffers[export_format]
             found[export_format]["dropped"] = failed
             log.warning("export %s dropped: %s (on %d validation images)", export_format, failed, comparison.images)
-    paths = lite.write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
-    if evaluated is not None:
-        evaluated["exports"] = found
-        evaluation.write_json(t.layout.output_data, evaluated)
-    for export_format, path in paths.items():
-        figures = found[export_format]
-        log.info("export %s: %s, %s bytes%s", export_format, path, f"{figures['bytes']:,}",
-                 f"; on {figures['images']} validation images it decides {figures['agreement']:.2%} of them as the "
-                 f"SavedModel does, its probabilities within {figures['max_probability_difference']:.2g}, accuracy "
-                 f"{figures['accuracy']:.2%} (the SavedModel's {figures['savedmodel_accuracy']:.2%})"
-                 if "agreement" in figures else f" ({figures.get('unchecked')})")
-    return found
+
+
+def _say(export_format: str, path: Path, figures: dict) -> None:
+    log.info("export %s: %s, %s bytes%s", export_format, path, f"{figures['bytes']:,}",
+             f"; on {figures['images']} validation images it decides {figures['agreement']:.2%} of them as the "
+             f"SavedModel does, its probabilities within {figures['max_probability_difference']:.2g}, accuracy "
+             f"{figures['accuracy']:.2%} (the SavedModel's {figures['savedmodel_accuracy']:.2%})"
+             if "agreement" in figures else f" ({figures.get('unchecked')})")
 
 
 def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes]) -> dict | None:
