@@ -78,6 +78,10 @@ def test_a_comparison_past_its_bar_says_why():
     near.add(reference, {"probabilities": reference["probabilities"] + 0.002, "predictions": np.array([0, 1])}, None)
     assert near.failed(lite.BARS["tflite"]) == "a probability differs from the SavedModel's by 0.002, not below 0.001"
     assert near.failed(lite.BARS["tflite_float16"]) is None
+    broken = lite.Comparison()  # (an export whose answers are not numbers: the first conversion tried gave NaN)
+    broken.add(reference, {"probabilities": np.full((2, 2), np.nan), "predictions": np.array([0, 1])}, None)
+    assert broken.figures()["max_probability_difference"] == float("inf")
+    assert broken.failed(lite.BARS["tflite"]) == "a probability differs from the SavedModel's by inf, not below 0.001"
 
 
 def test_export_formats_are_read_as_a_list_of_known_formats():
@@ -111,8 +115,8 @@ def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tm
                           tmp_path / "classifier")
     config = JobConfig.from_hyperparameters({"class_names": list(CLASSES), "image_size": 32,
                                              "multi_label": threshold is not None})
-    lite.write(model_dir, {"tflite": lite.convert(tmp_path / "classifier", "tflite")},
-               lite_exports.described(config, threshold, Calibrated(), {"tflite": {}}))
+    lite_exports.write(model_dir, {"tflite": lite.convert(tmp_path / "classifier", "tflite")},
+                       lite_exports.described(config, threshold, Calibrated(), {"tflite": {}}))
     photos = tmp_path / "photos"
     photos.mkdir()
     for i, (kind, width, height) in enumerate([("JPEG", 40, 30), ("PNG", 20, 60), ("JPEG", 300, 200)]):

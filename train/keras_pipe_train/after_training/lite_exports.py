@@ -21,6 +21,7 @@ from keras_pipe_train.model.export import served_probabilities, serving_resize
 from keras_pipe_train.report import evaluation
 from keras_pipe_train.sources import preprocess
 from keras_pipe_train.training.gathered import Within
+from keras_pipe_train.training.metrics import to_json
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
         compared = _compare(t, tf.saved_model.load(str(folder)), flatbuffers) if t.validation else None
     _judge(flatbuffers, found, compared, "no validation channel to compare it on" if not t.validation
            else "the pass over validation was stopped")
-    paths = lite.write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
+    paths = write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
     if evaluated is not None:
         evaluated["exports"] = found
         evaluation.write_json(t.layout.output_data, evaluated)
@@ -113,6 +114,13 @@ def _label_ids(labels: np.ndarray, multi_label: bool) -> np.ndarray:
     if not multi_label and labels.ndim == 2:
         return labels.argmax(axis=-1)
     return labels
+
+
+def write(model_dir: Path, flatbuffers: dict[str, bytes], said: dict) -> dict[str, Path]:
+    """The kept exports and lite.json (strict JSON: an infinite difference, null) in model_dir/lite."""
+    paths = lite.write(model_dir, flatbuffers)
+    (model_dir / lite.FOLDER / "lite.json").write_text(to_json(said, indent=2) + "\n")
+    return paths
 
 
 def described(config, threshold: float | None, calibrated: Calibrated, found: dict) -> dict:

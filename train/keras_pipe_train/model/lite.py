@@ -3,8 +3,8 @@
 model_dir/lite/
   model.tflite          float32 (export_formats tflite)
   model_float16.tflite  float16 weights, dequantized when loaded: half the file (tflite_float16)
-  model_int8.tflite     int8 weights, activations float (dynamic range quantization): a quarter
-                        of the file (tflite_int8)
+  model_int8.tflite     int8 weights, activations float (dynamic range quantization): under a
+                        third of the file (tflite_int8)
   lite.json             what a client needs beside them: the input, the classes, the rule each
                         prediction is decided by, and how each export compared with the SavedModel
 
@@ -27,7 +27,6 @@ SavedModel, which a user can convert otherwise."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from pathlib import Path
 
@@ -94,7 +93,7 @@ def convert(folder: Path, export_format: str) -> bytes:
 class Runner:
     """A TFLite model run by TensorFlow's own interpreter, a batch at a time. (TensorFlow 2.21 still
     has it, deprecated for LiteRT's ai-edge-litert, the same interpreter: one dependency fewer in
-    the image; its warning is said once, where the job says it uses it.)"""
+    the image. Its deprecation warning, at every load, is silenced here.)"""
 
     def __init__(self, flatbuffer: bytes):
         with warnings.catch_warnings():
@@ -120,8 +119,11 @@ class Comparison:
         same = ours == theirs if ours.ndim == 1 else np.all(ours == theirs, axis=-1)
         self.images += len(same)
         self.alike += int(same.sum())
-        self.max_difference = max(self.max_difference, float(np.max(np.abs(
-            np.asarray(reference["probabilities"], np.float64) - np.asarray(lite["probabilities"], np.float64)))))
+        difference = np.abs(np.asarray(reference["probabilities"], np.float64)
+                            - np.asarray(lite["probabilities"], np.float64))
+        # (a probability that is not a number differs without bound: max() would pass over it)
+        self.max_difference = max(self.max_difference, float("inf") if np.isnan(difference).any()
+                                  else float(difference.max()))
         if labels is not None:
             self.right += int(_right(theirs, labels).sum())
             self.reference_right += int(_right(ours, labels).sum())
@@ -155,13 +157,13 @@ def _right(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.all(predictions == (np.asarray(labels) >= 0.5), axis=-1)
 
 
-def write(folder: Path, flatbuffers: dict[str, bytes], described: dict) -> dict[str, Path]:
-    """The kept exports and lite.json under folder/lite; their paths, by format."""
+def write(folder: Path, flatbuffers: dict[str, bytes]) -> dict[str, Path]:
+    """The kept exports under folder/lite; their paths, by format. (lite.json beside them is the
+    job's step's: after_training/lite_exports.py.)"""
     out = folder / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for export_format, flatbuffer in flatbuffers.items():
         paths[export_format] = out / FILES[export_format]
         paths[export_format].write_bytes(flatbuffer)
-    (out / "lite.json").write_text(json.dumps(described, indent=2) + "\n")
     return paths
