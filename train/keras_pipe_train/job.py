@@ -373,12 +373,13 @@ def after_training(training: Training, final: dict) -> None:
         finish_together(t.cluster, failed=not exported)
     found = evaluate.evaluate(trained, final, t.evaluations.get((final.get("phase"), final.get("epoch"))),
                               calibrated)
-    if t.cluster.is_chief:
-        lite_exports.export(trained, calibrated, found)
-    if not t.cluster.is_chief or (t.validation and found is None):
+    if not t.cluster.is_chief:
         return
-    started = time.monotonic()
-    shown = report_page.gallery(trained, calibrated) if t.validation else None
+    started = time.monotonic()  # (the steps after this share one clock: after_training/trained.py)
+    lite_exports.export(trained, calibrated, found)
+    if t.validation and found is None:
+        return
+    shown = report_page.gallery(trained, calibrated, time.monotonic() - started) if t.validation else None
     checked = label_check.check_labels(trained, calibrated,
                                        trained.budget(LABEL_CHECK_SHARE, time.monotonic() - started))
     if t.validation:  # (without validation no report page: the label check's files alone)

@@ -30,7 +30,8 @@ def images():
     return np.random.default_rng(0).uniform(0, 255, (64, 16, 16, 3)).astype(np.float32)
 
 
-@pytest.mark.parametrize("threshold, served", [(None, "own"), (0.5, "own"), (None, "calibrated and flipped")])
+@pytest.mark.parametrize("threshold, served", [(None, "own"), (0.5, "own"), (None, "calibrated and flipped"),
+                                               (0.5, "calibrated and flipped")])
 def test_each_format_answers_as_the_savedmodel_and_quantized_weights_shrink_the_file(tmp_path, images, threshold,
                                                                                      served):
     model = small_classifier(4, "softmax" if threshold is None else "sigmoid")
@@ -78,10 +79,18 @@ def test_a_comparison_past_its_bar_says_why():
     near.add(reference, {"probabilities": reference["probabilities"] + 0.002, "predictions": np.array([0, 1])}, None)
     assert near.failed(lite.BARS["tflite"]) == "a probability differs from the SavedModel's by 0.002, not below 0.001"
     assert near.failed(lite.BARS["tflite_float16"]) is None
+    worse = lite.Comparison()  # (98 of 100 alike, the bar's least, but the two it moved were right)
+    labels = np.arange(100) % 2
+    ours = {"probabilities": np.eye(2)[labels], "predictions": labels}
+    moved = labels.copy()
+    moved[:2] = 1 - moved[:2]
+    worse.add(ours, {"probabilities": np.eye(2)[moved], "predictions": moved}, labels)
+    assert worse.failed(lite.BARS["tflite_int8"]) == "its accuracy is 2.00% below the SavedModel's, more than 1%"
     broken = lite.Comparison()  # (an export whose answers are not numbers: the first conversion tried gave NaN)
     broken.add(reference, {"probabilities": np.full((2, 2), np.nan), "predictions": np.array([0, 1])}, None)
     assert broken.figures()["max_probability_difference"] == float("inf")
-    assert broken.failed(lite.BARS["tflite"]) == "a probability differs from the SavedModel's by inf, not below 0.001"
+    assert broken.failed(lite.BARS["tflite"]) == broken.failed(lite.BARS["tflite_int8"]) == (
+        "some of its probabilities are not numbers")
 
 
 def test_export_formats_are_read_as_a_list_of_known_formats():
@@ -154,9 +163,10 @@ def test_a_keras_hub_transformer_converts_and_answers_as_the_savedmodel(tmp_path
     backbone, scaling = hub.build_backbone(str(tmp_path / "vit"), 32, "imagenet")
     model = build_classifier(str(tmp_path / "vit"), backbone, 4, 0.0, scaling=scaling, image_size=32)
     head = model.get_layer("classifier")
-    head.set_weights([np.random.default_rng(1).normal(0, 1, w.shape) for w in head.get_weights()])
+    # (answers away from the decisions' edges: int8 weights may move one of 64, not two)
+    head.set_weights([np.random.default_rng(1).normal(0, 5, w.shape) for w in head.get_weights()])
     size = model.input_shape[1]
-    images = tf.image.resize(np.random.default_rng(0).uniform(0, 255, (16, 32, 32, 3)), (size, size)).numpy()
+    images = tf.image.resize(np.random.default_rng(0).uniform(0, 255, (64, 32, 32, 3)), (size, size)).numpy()
     lite.write_classifier(model, served_probabilities(model, None, False, flip=True), size, None, tmp_path / "c")
     reference = tf.saved_model.load(str(tmp_path / "c")).signatures[lite.SIGNATURE]
     expected = {name: value.numpy() for name, value in reference(images=tf.constant(images)).items()}

@@ -242,7 +242,7 @@ def test_the_exports_section_shows_each_formats_figures_and_what_was_dropped_and
     assert "whose accuracy is 80.60%" in text
     rows = re.findall(r"<tr><td>(.*?)</td></tr>", text)
     assert rows[0].startswith("tflite</td><td") and "3.77 MB" in rows[0] and "100.00%" in rows[0] and rows[0].endswith(
-        "<td>kept")
+        "<td>kept") and ">4.8e-06<" in rows[0]
     assert "1.13 MB" in rows[1] and "dropped: it decides 97.00% of the images" in rows[1]
     assert "dropped: the conversion failed: ConverterError: &lt;op&gt; unsupported" in rows[2]  # (text, never markup)
     assert job_page.exports_section({"exports": None}) == job_page.exports_section({}) == ""

@@ -1,8 +1,10 @@
 """The chief's TFLite exports (hyperparameter export_formats; model/lite.py says what each holds):
 each converted from the model as served, then checked against it on the validation images in one
-pass (the chief's alone, within PASS_SHARE of its budget), kept or dropped by its bar, and said in
-the log and in evaluation.json's "exports". Without validation they are kept unchecked, and said.
-A conversion that fails is a warning: the SavedModel is the job's result."""
+pass (the chief's alone, at most MAX_COMPARED images, and on several hosts within LITE_SHARE of
+collective_timeout, its conversions included: after_training/trained.py), kept or dropped by its
+bar, and said in the log and in evaluation.json's "exports". Without validation they are kept
+unchecked, and said; a stop request before the step skips it, one during its pass has them judged
+on the images seen. Whatever fails here is a warning: the SavedModel is the job's result."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.after_training.calibrate import Calibrated
-from keras_pipe_train.after_training.trained import PASS_SHARE, Trained
+from keras_pipe_train.after_training.trained import LITE_SHARE, Trained
 from keras_pipe_train.model import lite
 from keras_pipe_train.model.export import served_probabilities, serving_resize
 from keras_pipe_train.report import evaluation
@@ -25,6 +28,10 @@ from keras_pipe_train.training.metrics import to_json
 
 log = logging.getLogger(__name__)
 
+# validation images each export is compared on, at most: TFLite runs on the CPU, a large backbone at
+# a few dozen images a second, and 2,000 tell an agreement to a twentieth of a point
+MAX_COMPARED = 2_000
+
 
 def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> dict | None:
     """The exports, and evaluation.json's "exports": each format's file (or why it was dropped) and
@@ -33,19 +40,51 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
     t, config = trained, trained.config
     if not config.export_formats:
         return None
+    started = time.monotonic()
+    skipped = _skipped(t)
+    if skipped:
+        log.warning("no TFLite export: %s", skipped)
+        found = {export_format: {"dropped": skipped} for export_format in config.export_formats}
+    else:
+        try:
+            found = _exported(t, calibrated, started)
+        except Exception as err:  # (the SavedModel is written: the job's result stands)
+            log.warning("the TFLite exports failed (%s: %s); the SavedModel is the job's model", type(err).__name__,
+                        err, exc_info=True)
+            found = {export_format: {"dropped": f"the export step failed: {type(err).__name__}: {err}"}
+                     for export_format in config.export_formats}
+    if evaluated is not None:
+        evaluated["exports"] = found
+        evaluation.write_json(t.layout.output_data, evaluated)
+    return found
+
+
+def _skipped(trained: Trained) -> str | None:
+    """Why there are no exports at all, before anything is tried (None: they are tried)."""
+    if trained.stop.is_set():
+        return "a stop request came before them"
+    if keras.mixed_precision.global_policy().compute_dtype == "float16":
+        # TFLite's converter does not take a Keras model computing in float16 (tensorflow/tensorflow#46380;
+        # larq/compute-engine#607 found it crashing), and a crash would take the job with it
+        return ("the model computes in float16 (mixed precision, on with a GPU): TFLite's converter does not take "
+                "it; mixed_precision=false exports them, or convert the SavedModel")
+    return None
+
+
+def _exported(trained: Trained, calibrated: Calibrated, started: float) -> dict[str, dict]:
+    t, config = trained, trained.config
     threshold = config.multi_label_threshold if config.multi_label else None
     answer = served_probabilities(t.model, calibrated.served, config.multi_label, config.test_time_flip)
     with tempfile.TemporaryDirectory(prefix="lite-") as work:
         folder = Path(work) / "classifier"
         lite.write_classifier(t.model, answer, config.image_size, threshold, folder)
         flatbuffers, found = _converted(folder, config.export_formats)
-        compared = _compare(t, tf.saved_model.load(str(folder)), flatbuffers) if t.validation else None
-    _judge(flatbuffers, found, compared, "no validation channel to compare it on" if not t.validation
-           else "the pass over validation was stopped")
+        compared = None
+        if t.validation and flatbuffers:
+            compared = _compare(t, tf.saved_model.load(str(folder)), flatbuffers,
+                                t.budget(LITE_SHARE, time.monotonic() - started))
+    _judge(flatbuffers, found, compared, "no validation channel to compare it on")
     paths = write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
-    if evaluated is not None:
-        evaluated["exports"] = found
-        evaluation.write_json(t.layout.output_data, evaluated)
     for export_format, path in paths.items():
         _say(export_format, path, found[export_format])
     return found
@@ -92,20 +131,24 @@ def _say(export_format: str, path: Path, figures: dict) -> None:
              if "agreement" in figures else f" ({figures.get('unchecked')})")
 
 
-def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes]) -> dict | None:
-    """(Comparison, cut) by format, from one pass over the validation images; None at a stop."""
+def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes], budget_s: float | None) -> dict:
+    """(Comparison, cut) by format, from one pass over the validation images: at most MAX_COMPARED,
+    and `budget_s` seconds; a stop request ends it, the images seen judged (cut)."""
     t = trained
     runners = {export_format: lite.Runner(flatbuffer) for export_format, flatbuffer in flatbuffers.items()}
     comparisons = {export_format: lite.Comparison() for export_format in runners}
     classify = reference.signatures[lite.SIGNATURE]
-    batches = Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop, t.budget(PASS_SHARE))
+    batches = Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop, budget_s)
+    seen = 0
     for images, labels in batches:
         expected = {name: value.numpy() for name, value in classify(images=images).items()}
         labels = _label_ids(labels.numpy(), t.config.multi_label)
         for export_format, runner in runners.items():
             comparisons[export_format].add(expected, runner(images.numpy()), labels)
-    if t.stop.is_set():
-        return None
+        seen += len(labels)
+        if seen >= MAX_COMPARED:
+            batches.end()
+            break
     return {export_format: (comparison, batches.cut) for export_format, comparison in comparisons.items()}
 
 
@@ -140,7 +183,8 @@ def described(config, threshold: float | None, calibrated: Calibrated, found: di
                                     f"{threshold}" if threshold is not None else "the likeliest class's id")},
         "class_names": list(config.class_names),
         "test_time_flip": config.test_time_flip,
-        "exports": {name: {"file": lite.FILES[name], **figures} for name, figures in found.items()},
+        "exports": {name: {**({} if "dropped" in figures else {"file": lite.FILES[name]}), **figures}
+                    for name, figures in found.items()},
     }
 
 

@@ -19,9 +19,10 @@ from keras_pipe_train.settings import contract
 log = logging.getLogger(__name__)
 
 
-def gallery(trained: Trained, calibrated: Calibrated) -> job_page.Gallery | None:
+def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job_page.Gallery | None:
     """The worst mistakes of the probabilities served (calibrated ones, where they are), within
-    PASS_SHARE of the chief's budget; None at a stop request, or when the pass failed (a warning).
+    PASS_SHARE of the chief's budget less the `spent` seconds already counted against it; None at a
+    stop request, or when the pass failed (a warning).
 
     The chief's own stop flag ends the pass, never stop_requested(): that is a collective, which the
     other hosts, waiting for the chief, would never join. With several hosts the pass reads the
@@ -35,7 +36,7 @@ def gallery(trained: Trained, calibrated: Calibrated) -> job_page.Gallery | None
         threshold = served.calibrated_thresholds if served else None
         worst = mistakes.find(lambda images: answer(images)[0], t.trainer.task,
                               t.examples(t.validation)(tf.distribute.InputContext()), t.stop,
-                              budget_s=t.budget(PASS_SHARE), threshold=threshold)
+                              budget_s=t.budget(PASS_SHARE, spent), threshold=threshold)
     except Exception as err:
         log.warning("could not find the worst mistakes (%s: %s)", type(err).__name__, err, exc_info=True)
         return None

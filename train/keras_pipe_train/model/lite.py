@@ -3,14 +3,15 @@
 model_dir/lite/
   model.tflite          float32 (export_formats tflite)
   model_float16.tflite  float16 weights, dequantized when loaded: half the file (tflite_float16)
-  model_int8.tflite     int8 weights, activations float (dynamic range quantization): under a
+  model_int8.tflite     int8 weights, activations float (dynamic range quantization): about a
                         third of the file (tflite_int8)
   lite.json             what a client needs beside them: the input, the classes, the rule each
                         prediction is decided by, and how each export compared with the SavedModel
 
 Each takes a batch of decoded RGB images as float32 in [0, 255], image_size x image_size, prepared
-as the job's validation prepared them (lite.json's "prepare": the whole image resized, or its
-shorter side resized and the centre cropped); TFLite's builtin operators cannot decode JPEG or PNG,
+as the SavedModel's serving signature prepares them (lite.json's "prepare": the whole image
+resized, or its shorter side resized and the centre cropped; validation's way, but in the MXNet
+dialect, whose built-in served each image resized whole); TFLite's builtin operators cannot decode JPEG or PNG,
 so decoding and resizing are the client's. Inside each: the backbone's input scaling, the
 calibration (the served probabilities are the SavedModel's), test-time flips where trained so,
 and the decision: outputs "probabilities" (one per class) and "predictions" (a single-label
@@ -27,6 +28,8 @@ SavedModel, which a user can convert otherwise."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import warnings
 from pathlib import Path
 
@@ -98,7 +101,8 @@ class Runner:
     def __init__(self, flatbuffer: bytes):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
-            self.interpreter = tf.lite.Interpreter(model_content=flatbuffer)
+            # (every core: the interpreter's own default is one thread)
+            self.interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=os.cpu_count() or 1)
         self.run = self.interpreter.get_signature_runner(SIGNATURE)
 
     def __call__(self, images: np.ndarray) -> dict[str, np.ndarray]:
@@ -135,19 +139,25 @@ class Comparison:
 
     def failed(self, bar: Bar) -> str | None:
         """Why the export falls short of `bar` (None: it does not)."""
-        found = self.figures()
-        if not self.images:
-            return "no validation image to compare it on"
-        if found["agreement"] < bar.agreement:
-            return (f"it decides {found['agreement']:.2%} of the images as the SavedModel does, below "
-                    f"{bar.agreement:.1%}")
-        if bar.max_difference is not None and found["max_probability_difference"] >= bar.max_difference:
-            return (f"a probability differs from the SavedModel's by {found['max_probability_difference']:.2g}, "
-                    f"not below {bar.max_difference:g}")
-        lost = found["savedmodel_accuracy"] - found["accuracy"]
-        if bar.accuracy_drop is not None and lost > bar.accuracy_drop:
-            return f"its accuracy is {lost:.2%} below the SavedModel's, more than {bar.accuracy_drop:.0%}"
-        return None
+        return verdict(self.figures(), bar)
+
+
+def verdict(found: dict, bar: Bar) -> str | None:
+    """Why an export whose figures (Comparison.figures) are `found` falls short of `bar` (None: it
+    does not). A probability that is not a number fails every bar."""
+    if not found["images"]:
+        return "no validation image to compare it on"
+    if not math.isfinite(found["max_probability_difference"]):
+        return "some of its probabilities are not numbers"
+    if found["agreement"] < bar.agreement:
+        return f"it decides {found['agreement']:.2%} of the images as the SavedModel does, below {bar.agreement:.1%}"
+    if bar.max_difference is not None and found["max_probability_difference"] >= bar.max_difference:
+        return (f"a probability differs from the SavedModel's by {found['max_probability_difference']:.2g}, "
+                f"not below {bar.max_difference:g}")
+    lost = found["savedmodel_accuracy"] - found["accuracy"]
+    if bar.accuracy_drop is not None and lost > bar.accuracy_drop:
+        return f"its accuracy is {lost:.2%} below the SavedModel's, more than {bar.accuracy_drop:.0%}"
+    return None
 
 
 def _right(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -165,5 +175,7 @@ def write(folder: Path, flatbuffers: dict[str, bytes]) -> dict[str, Path]:
     paths = {}
     for export_format, flatbuffer in flatbuffers.items():
         paths[export_format] = out / FILES[export_format]
-        paths[export_format].write_bytes(flatbuffer)
+        partial = paths[export_format].with_suffix(".partial")  # (whole or not at all: a stop may come)
+        partial.write_bytes(flatbuffer)
+        partial.replace(paths[export_format])
     return paths

@@ -142,7 +142,7 @@ def exports_section(evaluation: dict) -> str:
     for name, found in exports.items():
         compared = "agreement" in found
         rows.append((name, f"{found['bytes'] / 1e6:.2f} MB" if "bytes" in found else "",
-                     f"{found['agreement']:.2%}" if compared else "", pages.number(found["max_probability_difference"])
+                     f"{found['agreement']:.2%}" if compared else "", _difference(found["max_probability_difference"])
                      if compared else "", f"{found['accuracy']:.2%}" if compared else "",
                      f"dropped: {found['dropped']}" if "dropped" in found
                      else f"kept, unchecked: {found['unchecked']}" if "unchecked" in found else "kept"))
@@ -154,6 +154,11 @@ def exports_section(evaluation: dict) -> str:
         "they decide alike, the largest difference of a probability, the export's own accuracy. One past its bar "
         "is dropped."), pages.table(["format", "file", "decided alike", "largest difference", "accuracy", ""], rows,
                                     [False, True, True, True, True, False]), anchor="exports")
+
+
+def _difference(value) -> str:
+    """A largest difference of a probability: from 1e-9 to 1 (None, or infinite: not a number)."""
+    return "not a number" if value is None or value == float("inf") else f"{value:.2g}"
 
 
 def calibration_section(folder: Path, evaluation: dict) -> str:
