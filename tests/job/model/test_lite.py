@@ -174,3 +174,22 @@ def test_a_keras_hub_transformer_converts_and_answers_as_the_savedmodel(tmp_path
         comparison = lite.Comparison()
         comparison.add(expected, lite.Runner(lite.convert(tmp_path / "c", export_format))(images), None)
         assert comparison.failed(lite.BARS[export_format]) is None, (export_format, comparison.figures())
+
+
+def test_no_export_is_tried_at_a_stop_or_from_a_model_computing_in_float16():
+    """TFLite's converter does not take a mixed-precision model (a crash would take the job): said."""
+    import threading
+    from types import SimpleNamespace
+
+    from keras_pipe_train.after_training import lite_exports
+
+    stop = threading.Event()
+    assert lite_exports._skipped(SimpleNamespace(stop=stop)) is None
+    try:
+        keras.mixed_precision.set_dtype_policy("mixed_float16")
+        assert lite_exports._skipped(SimpleNamespace(stop=stop)).startswith(
+            "the model computes in float16 (mixed precision, on with a GPU): TFLite's converter does not take it")
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    stop.set()
+    assert lite_exports._skipped(SimpleNamespace(stop=stop)) == "a stop request came before them"
