@@ -193,3 +193,11 @@ def test_no_export_is_tried_at_a_stop_or_from_a_model_computing_in_float16():
         keras.mixed_precision.set_dtype_policy("float32")
     stop.set()
     assert lite_exports._skipped(SimpleNamespace(stop=stop)) == "a stop request came before them"
+
+
+def test_a_rerun_leaves_no_file_of_an_export_it_dropped(tmp_path):
+    """A local job run again in its folder (keras-pipe local --resume) writes model/lite/ anew."""
+    lite.write(tmp_path, {"tflite": b"first", "tflite_int8": b"first"})
+    paths = lite.write(tmp_path, {"tflite": b"second"})
+    assert sorted(p.name for p in (tmp_path / "lite").iterdir()) == ["model.tflite"]
+    assert paths == {"tflite": tmp_path / "lite/model.tflite"} and paths["tflite"].read_bytes() == b"second"

@@ -172,6 +172,9 @@ def write(folder: Path, flatbuffers: dict[str, bytes]) -> dict[str, Path]:
     job's step's: after_training/lite_exports.py.)"""
     out = folder / FOLDER
     out.mkdir(parents=True, exist_ok=True)
+    for export_format, name in FILES.items():  # (one an earlier run of the job left, now dropped or not asked)
+        if export_format not in flatbuffers:
+            (out / name).unlink(missing_ok=True)
     paths = {}
     for export_format, flatbuffer in flatbuffers.items():
         paths[export_format] = out / FILES[export_format]
