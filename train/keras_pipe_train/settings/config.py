@@ -125,7 +125,7 @@ class JobConfig(Hyperparameters):
         waiting = self.preset != "none" and not self.preset_notes
         values = {name: value for name, value in dataclasses.asdict(self).items()
                   if name not in READING_NOTES and (not waiting or name in self.given or name == "preset")}
-        said = ", ".join(f"{name}={_shown(value)}" for name, value in values.items())
+        said = ", ".join(f"{name}={value}" for name, value in values.items())  # (as it always was: Python's forms)
         return f"{said} (preset {self.preset} chooses the others once the training set is counted)" if waiting else said
 
     def identity(self) -> dict:
