@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.serve.test_door import answer_of
+from tests.serve.test_door import answer_of, answer_to_a_head_without_end
 
 pytestmark = pytest.mark.slow
 
@@ -34,11 +34,7 @@ def test_the_rest_of_a_refused_body_is_read_and_dropped_for_a_few_seconds_at_mos
 
 
 def test_a_request_head_without_end_is_refused_431_with_the_reason_in_json(server):
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        try:
-            sock.sendall(b"POST /invocations HTTP/1.1\r\nHost: x\r\nX-Long: " + b"y" * 3_000_000)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        status, headers, body = answer_of(sock)
+    status, headers, body = answer_to_a_head_without_end(
+        server.port, b"POST /invocations HTTP/1.1\r\nHost: x\r\nX-Long: " + b"y" * 3_000_000)
     assert status == 431 and headers["connection"] == "close" and headers["content-type"] == "application/json"
     assert json.loads(body) == {"error": "the request's line and headers passed 1048576 bytes"}
