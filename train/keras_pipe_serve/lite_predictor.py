@@ -9,7 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from keras_pipe_serve.predictor import DEFAULT_TOP_K, ImageError, ModelError, Predictor, serving_settings
+from keras_pipe_serve.predictor import (
+    DEFAULT_TOP_K,
+    ModelError,
+    Predictor,
+    calibrated_thresholds,
+    serving_settings,
+)
 
 
 class LitePredictor(Predictor):
@@ -35,36 +41,19 @@ class LitePredictor(Predictor):
         self.threshold = described.get("threshold")
         self.multi_label = bool(described.get("multi_label"))
         self.labels = [str(n) for n in described["class_names"]]
-        self.calibrated_thresholds = None
-        if self.multi_label and settings.calibration and settings.calibration.calibrated_thresholds:
-            self.calibrated_thresholds = list(settings.calibration.calibrated_thresholds)
+        self.calibrated_thresholds = calibrated_thresholds(settings, len(self.labels)) if self.multi_label else None
         prepared = described["input"]
         self._size, self._resize, self._interpolation = prepared["shape"][1], prepared.get("resize"), prepared.get(
             "interpolation", "bilinear")
         self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
 
-    def run(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
-        if not len(images):
-            return [], None
+    def _call(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
+        """Predictor's call, the images prepared here and run by the interpreter."""
         from keras_pipe_train.sources import preprocess
 
-        tf, size = self._tf, self._size
-        try:
-            batch = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, self.max_pixels), size,
-                                                                       self._resize, self._interpolation),
-                                        tf.constant([bytes(i) for i in images]), size).numpy()
-        except tf.errors.InvalidArgumentError as err:  # (a corrupt scan the header check passed)
-            raise ImageError(0 if len(images) == 1 else self._first_undecodable(images),
-                             f"cannot be decoded: {err.message.splitlines()[0][:300]}") from None
+        size = self._size
+        batch = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, self.max_pixels), size,
+                                                                   self._resize, self._interpolation),
+                                    self._tf.constant([bytes(i) for i in images]), size).numpy()
         answer = self._runner(batch)
         return (answer["probabilities"].tolist(), answer["predictions"].tolist() if self.multi_label else None)
-
-    def _first_undecodable(self, images: list[bytes]) -> int:
-        from keras_pipe_train.sources import preprocess
-
-        for index, image in enumerate(images):
-            try:
-                preprocess.for_eval(self._tf.constant(bytes(image)), self._size, self._resize, self._interpolation)
-            except self._tf.errors.InvalidArgumentError:
-                return index
-        return 0

@@ -133,12 +133,15 @@ class Predictor:
         0/1 per class (else None). No call on no image: ([], None)."""
         if not len(images):
             return [], None
-        tf = self._tf
         try:
-            # (a body sent as one image is the server's buffer, a bytearray: TensorFlow takes bytes)
-            out = self._serve(image_bytes=tf.constant([i if isinstance(i, bytes) else bytes(i) for i in images]))
-        except tf.errors.InvalidArgumentError as err:  # what the header check cannot see: a corrupt scan
+            return self._call(images)
+        except self._tf.errors.InvalidArgumentError as err:  # what the header check cannot see: a corrupt scan
             raise self._undecodable(images, err) from None
+
+    def _call(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
+        """run's call of the model (an InvalidArgumentError where an image cannot be decoded)."""
+        # (a body sent as one image is the server's buffer, a bytearray: TensorFlow takes bytes)
+        out = self._serve(image_bytes=self._tf.constant([i if isinstance(i, bytes) else bytes(i) for i in images]))
         return (out["probabilities"].numpy().tolist(),
                 out["predicted"].numpy().tolist() if self.multi_label else None)
 
@@ -149,7 +152,7 @@ class Predictor:
         if len(images) > 1:
             for index, image in enumerate(images):
                 try:
-                    self._serve(image_bytes=self._tf.constant([image]))
+                    self._call([image])
                 except self._tf.errors.InvalidArgumentError as alone:
                     failing, err = index, alone
                     break
