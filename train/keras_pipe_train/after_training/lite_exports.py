@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.after_training.calibrate import Calibrated
@@ -142,7 +141,7 @@ def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes], budget_
     seen = 0
     for images, labels in batches:
         expected = {name: value.numpy() for name, value in classify(images=images).items()}
-        labels = _label_ids(labels.numpy(), t.config.multi_label)
+        labels = labels.numpy()  # (class ids; multi-label: 0/1 a class, as the gallery reads them)
         for export_format, runner in runners.items():
             comparisons[export_format].add(expected, runner(images.numpy()), labels)
         seen += len(labels)
@@ -150,13 +149,6 @@ def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes], budget_
             batches.end()
             break
     return {export_format: (comparison, batches.cut) for export_format, comparison in comparisons.items()}
-
-
-def _label_ids(labels: np.ndarray, multi_label: bool) -> np.ndarray:
-    """Single-label: each image's class id (one-hot labels' too); multi-label: as given (0/1 a class)."""
-    if not multi_label and labels.ndim == 2:
-        return labels.argmax(axis=-1)
-    return labels
 
 
 def write(model_dir: Path, flatbuffers: dict[str, bytes], said: dict) -> dict[str, Path]:
@@ -189,7 +181,7 @@ def described(config, threshold: float | None, calibrated: Calibrated, found: di
 
 
 def _prepare(config) -> str:
-    """How the job's validation prepared each image (preprocess.for_eval), said for a client."""
+    """How the serving signature prepares each image (preprocess.for_eval), said for a client."""
     size, resize = config.image_size, serving_resize(config)
     interpolation = config.resize_interpolation
     if resize is None:
