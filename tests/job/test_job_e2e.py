@@ -218,11 +218,11 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     write_hyperparameters(job, **{**HYPERPARAMETERS, "weights": str(pretrained_backbone), "epochs": 1,
                                   "fine_tune_epochs": 10, "fine_tune_learning_rate": 1e-3, "augment": "none",
                                   "dropout": 0, "calibration": "true", "label_error_folds": 5,
-                                  "export_formats": "tflite,tflite_float16,tflite_int8"})
+                                  "export_formats": "tflite,tflite_float16,tflite_int8,onnx"})
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     check_calibration(job, out)
-    check_lite_exports(job, out, examples[TRAIN:TRAIN + 64])
+    check_exports(job, out, examples[TRAIN:TRAIN + 64])
     rows = list(csv.DictReader(open(job.base / "output/data/label_errors.csv")))
     planted = {fingerprint(r) for r, flip in zip(train, flips) if flip}
     suspected = {row["fingerprint"] for row in rows if row["set"] == "train"}
@@ -310,37 +310,41 @@ def check_suspects_manifest(job: FakeJob, rows: list[dict], train: list[bytes]) 
     assert counts == {"suspects": len(suspects), "without_s3_source": len(rows) - len(suspects)}
 
 
-def check_lite_exports(job, out, examples: list[bytes]) -> None:
-    """The three TFLite exports of a calibrated job: lite.json and evaluation.json say how each
-    compared with the SavedModel on the validation images; each is kept exactly when it meets its
-    bar, and said either way; the float one answers the JPEGs' images, decoded as lite.json says,
-    as the SavedModel answers their bytes."""
-    from keras_pipe_train.model import lite
+def check_exports(job, out, examples: list[bytes]) -> None:
+    """The three TFLite exports and the ONNX one of a calibrated job: exports.json and
+    evaluation.json say how each compared with the SavedModel on the validation images; each is
+    kept exactly when it meets its bar, and said either way; the float ones answer the JPEGs'
+    images, decoded as exports.json says, as the SavedModel answers their bytes."""
+    from keras_pipe_train.model import conversions
     from keras_pipe_train.sources import preprocess
 
-    described = json.loads((job.base / "model/lite/lite.json").read_text())
+    described = json.loads((job.base / "model/exports/exports.json").read_text())
     evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
-    assert described["exports"] == {name: {**({} if "dropped" in figures else {"file": lite.FILES[name]}), **figures}
+    assert described["exports"] == {name: {**({} if "dropped" in figures else {"file": conversions.FILES[name]}),
+                                           **figures}
                                     for name, figures in evaluation["exports"].items()}
     assert described["input"]["prepare"] == "the whole image resized to 32x32 (bilinear), its aspect ratio not kept"
     assert described["outputs"]["probabilities"].endswith("(calibrated)")
     for name, figures in evaluation["exports"].items():
         assert figures["images"] == 397 and figures["savedmodel_accuracy"] == pytest.approx(
             evaluation["metrics"]["val_accuracy"], abs=1e-6), (name, figures)
-        kept = (job.base / "model/lite" / lite.FILES[name]).is_file()
-        assert kept == ("dropped" not in figures) == (lite.verdict(figures, lite.BARS[name]) is None), figures
+        kept = (job.base / "model/exports" / conversions.FILES[name]).is_file()
+        assert kept == ("dropped" not in figures) == (conversions.verdict(figures, conversions.BARS[name]) is None), \
+            figures
         assert (f"export {name}: " if kept else f"export {name} dropped: ") in out.stdout
-    print("TFLite exports:", evaluation["exports"])
-    assert "dropped" not in evaluation["exports"]["tflite"]
-    assert evaluation["exports"]["tflite"]["max_probability_difference"] < 1e-4
-    runner = lite.Runner((job.base / "model/lite/model.tflite").read_bytes())
+    print("Exports:", evaluation["exports"])
     serve = tf.saved_model.load(str(job.base / "model/1")).signatures["serving_default"]
     features = {"image/encoded": tf.io.FixedLenFeature([], tf.string)}
     encoded = tf.io.parse_example(tf.constant(examples), features)["image/encoded"]
     images = preprocess.batch_of(lambda x: preprocess.for_eval(x, 32, None, "bilinear"), encoded, 32).numpy()
-    answered, served = runner(images), serve(image_bytes=encoded)
-    np.testing.assert_allclose(answered["probabilities"], served["probabilities"].numpy(), atol=1e-5)
-    assert (answered["predictions"] == served["class_ids"].numpy().reshape(-1)).all()
+    served = serve(image_bytes=encoded)
+    for name in ("tflite", "onnx"):
+        assert "dropped" not in evaluation["exports"][name]
+        assert evaluation["exports"][name]["max_probability_difference"] < 1e-4
+        runner = conversions.runner((job.base / "model/exports" / conversions.FILES[name]).read_bytes(), name)
+        answered = runner(images)
+        np.testing.assert_allclose(answered["probabilities"], served["probabilities"].numpy(), atol=1e-5)
+        assert (answered["predictions"] == served["class_ids"].numpy().reshape(-1)).all()
 
 
 def check_calibration(job: FakeJob, out: subprocess.CompletedProcess) -> None:

@@ -10,7 +10,7 @@ import time
 
 import keras
 
-from keras_pipe_train.after_training import calibrate, evaluate, label_check, lite_exports, report_page
+from keras_pipe_train.after_training import calibrate, conversions, evaluate, label_check, report_page
 from keras_pipe_train.after_training.trained import LABEL_CHECK_SHARE, Trained
 from keras_pipe_train.model import incremental, jumpstart
 from keras_pipe_train.model.classifier import (
@@ -350,7 +350,7 @@ def after_training(training: Training, final: dict) -> None:
       2. the chief calibrates (one pass over validation), exports the model with it and writes
          metrics.json; every host then learns whether it did (finish_together);
       3. the exported model's evaluation.json (every host, when a resumed job needs a pass);
-      4. the chief's TFLite exports (export_formats), each checked on a pass over validation, their
+      4. the chief's exports, TFLite and ONNX (export_formats), each checked on a pass over validation, their
          figures added to evaluation.json;
       5. the chief's report: the gallery of the worst mistakes, the label check (LABEL_CHECK_SHARE
          of its budget, less what the gallery spent), report.html.
@@ -376,7 +376,7 @@ def after_training(training: Training, final: dict) -> None:
     if not t.cluster.is_chief:
         return
     started = time.monotonic()  # (the steps after this share one clock: after_training/trained.py)
-    lite_exports.export(trained, calibrated, found)
+    conversions.export(trained, calibrated, found)
     if t.validation and found is None:
         return
     shown = report_page.gallery(trained, calibrated, time.monotonic() - started) if t.validation else None

@@ -2,12 +2,12 @@
 
     keras-pipe predict model.tar.gz photos/ > predictions.csv
     keras-pipe predict local-jobs/first/algo-1/model photo.jpg --format jsonl --top-k 3
-    keras-pipe predict local-jobs/first/algo-1/model/lite/model_int8.tflite photos/
+    keras-pipe predict local-jobs/first/algo-1/model/exports/model_int8.tflite photos/
 
 MODEL: a job's model.tar.gz (SageMaker's output/model.tar.gz), the model folder a job exported
-(`keras-pipe local`'s algo-1/model), its SavedModel folder, or one of its TFLite exports
-(model/lite/*.tflite, export_formats: run by TensorFlow's TFLite interpreter, its images decoded and
-prepared as lite.json beside it says). IMAGES: files, or folders searched
+(`keras-pipe local`'s algo-1/model), its SavedModel folder, or one of its exports (model/exports/:
+*.tflite run by TensorFlow's TFLite interpreter, model.onnx by ONNX Runtime; export_formats), its
+images decoded and prepared as exports.json beside it says. IMAGES: files, or folders searched
 for images (.jpg .jpeg .png .gif .bmp .webp) at any depth. The model answers as `serve` does (the
 same code), one row or line per image: CSV (path, the predicted class or classes, its probability,
 then every class's probability) or JSON Lines (path and `serve`'s own prediction object, whatever
@@ -38,7 +38,8 @@ BATCH = 32  # images per call of the model: the same batch the server takes at m
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("predict", help="run an exported model here over images",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="model.tar.gz, a job's model folder, its SavedModel folder, or a .tflite export")
+    parser.add_argument("model", help="model.tar.gz, a job's model folder, its SavedModel folder, or an export "
+                                      "(.tflite, .onnx)")
     parser.add_argument("images", nargs="+", help="image files or folders of them")
     parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="default: csv")
     parser.add_argument("--top-k", type=int, default=None, help="classes in each JSON line's top_k (default 5)")
@@ -83,11 +84,11 @@ def _predictor(model: Path, work: Path):
     except ImportError as err:  # the launcher alone, without TensorFlow
         raise UsageError(f"keras-pipe predict runs the model here and needs TensorFlow ({err.name} is missing): "
                          "pip install tensorflow-cpu") from None
-    if model.is_file() and model.suffix == ".tflite":
-        from keras_pipe_serve.lite_predictor import LitePredictor
+    if model.is_file() and model.suffix in (".tflite", ".onnx"):
+        from keras_pipe_serve.export_predictor import ExportPredictor
 
         try:
-            return LitePredictor(model)
+            return ExportPredictor(model)
         except ModelError as err:
             raise UsageError(str(err)) from None
     if model.is_file():

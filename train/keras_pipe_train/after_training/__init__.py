@@ -4,7 +4,7 @@
                  the time the other hosts wait for the chief, which each step takes its share of
     calibrate    the temperature for the served probabilities, from one pass over validation
     evaluate     the exported model's evaluation.json, from its epoch's validation sums
-    lite_exports the TFLite exports, each checked against the SavedModel on the validation images
+    conversions  the exports (TFLite, ONNX), each checked against the SavedModel on the validation images
     label_check  the likely label errors of the validation and the training images
     report_page  the gallery of the worst mistakes, report.html and TensorBoard's pictures
 

@@ -1,90 +1,20 @@
-"""TFLite exports beside the SavedModel (hyperparameter export_formats), each checked against it.
-
-model_dir/lite/
-  model.tflite          float32 (export_formats tflite)
-  model_float16.tflite  float16 weights, dequantized when loaded: half the file (tflite_float16)
-  model_int8.tflite     int8 weights, activations float (dynamic range quantization): about a
-                        third of the file (tflite_int8)
-  lite.json             what a client needs beside them: the input, the classes, the rule each
-                        prediction is decided by, and how each export compared with the SavedModel
-
-Each takes a batch of decoded RGB images as float32 in [0, 255], image_size x image_size, prepared
-as the SavedModel's serving signature prepares them (lite.json's "prepare": the whole image
-resized, or its shorter side resized and the centre cropped; validation's way, but in the MXNet
-dialect, whose built-in served each image resized whole); TFLite's builtin operators cannot decode JPEG or PNG,
-so decoding and resizing are the client's. Inside each: the backbone's input scaling, the
-calibration (the served probabilities are the SavedModel's), test-time flips where trained so,
-and the decision: outputs "probabilities" (one per class) and "predictions" (a single-label
-model's class id; a multi-label model's 0/1 per class, its threshold on its own probabilities, as
-the SavedModel decides).
-
-Why checked inside the job: a conversion can change answers silently (quantization, an operator
-lowered differently), and the job has the images to tell, which a user converting later does not.
-Each export answers the validation images beside the SavedModel's own function (the same graph,
-in TensorFlow): how often they decide alike, the largest difference of a probability, and each
-one's accuracy. An export past its bar (BARS) is dropped, and said: the job's result stands on the
-SavedModel, which a user can convert otherwise."""
+"""TFLite exports (tflite, tflite_float16, tflite_int8: model/conversions.py says what each holds),
+converted by TensorFlow's TFLite converter and run by its interpreter."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 import warnings
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train.settings.parsers import EXPORT_FORMATS
-
-FOLDER = "lite"
-FILES = dict(zip(EXPORT_FORMATS, ("model.tflite", "model_float16.tflite", "model_int8.tflite"), strict=True))
-
-
-@dataclasses.dataclass(frozen=True)
-class Bar:
-    """What an export must reach against the SavedModel on the validation images to be kept."""
-    agreement: float  # the share of images decided alike, at least
-    max_difference: float | None  # the largest |difference| of a probability, below (None: not bounded)
-    accuracy_drop: float | None  # accuracy lost against the SavedModel's, at most (None: not bounded)
-
-
-# float32 computes what the SavedModel computes, in another runtime's kernels: only rounding may
-# differ. Quantized weights change the answers a little: judged by the decisions and the accuracy,
-# as the issue's bars for int8 put it (98 % agreement, accuracy within a point).
-BARS = {"tflite": Bar(0.995, 1e-3, None), "tflite_float16": Bar(0.98, None, 0.01),
-        "tflite_int8": Bar(0.98, None, 0.01)}
-
-
-SIGNATURE = "classify"  # (the exports' one signature: get_signature_runner("classify"))
-
-
-def write_classifier(model, answer, image_size: int, threshold: float | None, folder: Path) -> None:
-    """A SavedModel in `folder` whose SIGNATURE is what each export computes: images ->
-    {"probabilities", "predictions"}. `answer`: the SavedModel's images -> (the probabilities served,
-    those its predictions are decided on) (export.served_probabilities). Written as the serving
-    SavedModel is (Keras' ExportArchive), since TFLite's converter reads a SavedModel's variables
-    (from a Keras 3 model's own functions it converted none: every answer NaN)."""
-
-    def classify(images):
-        served, decided = answer(images)
-        if threshold is None:
-            predictions = tf.argmax(decided, axis=-1, output_type=tf.int32)
-        else:
-            predictions = tf.cast(decided >= threshold, tf.int32)
-        return {"probabilities": served, "predictions": predictions}
-
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint(SIGNATURE, classify, input_signature=[
-        tf.TensorSpec([None, image_size, image_size, 3], tf.float32, name="images")])
-    archive.write_out(str(folder), verbose=False)
+from keras_pipe_train.model.conversions import SIGNATURE
 
 
 def convert(folder: Path, export_format: str) -> bytes:
-    """The TFLite flatbuffer of the SavedModel write_classifier wrote in `folder`."""
+    """The TFLite flatbuffer of the SavedModel conversions.write_classifier wrote in `folder`."""
     converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), signature_keys=[SIGNATURE])
     if export_format in ("tflite_float16", "tflite_int8"):
         converter.optimizations = [tf.lite.Optimize.DEFAULT]  # (no representative data: the weights alone)
@@ -107,78 +37,3 @@ class Runner:
 
     def __call__(self, images: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(images=np.asarray(images, np.float32))
-
-
-@dataclasses.dataclass
-class Comparison:
-    """One export's answers beside the SavedModel's, summed over the batches."""
-    images: int = 0
-    alike: int = 0
-    max_difference: float = 0.0
-    right: int = 0  # the export's decisions that are the labels'
-    reference_right: int = 0
-
-    def add(self, reference: dict, lite: dict, labels: np.ndarray | None) -> None:
-        ours, theirs = np.asarray(reference["predictions"]), np.asarray(lite["predictions"])
-        same = ours == theirs if ours.ndim == 1 else np.all(ours == theirs, axis=-1)
-        self.images += len(same)
-        self.alike += int(same.sum())
-        difference = np.abs(np.asarray(reference["probabilities"], np.float64)
-                            - np.asarray(lite["probabilities"], np.float64))
-        # (a probability that is not a number differs without bound: max() would pass over it)
-        self.max_difference = max(self.max_difference, float("inf") if np.isnan(difference).any()
-                                  else float(difference.max()))
-        if labels is not None:
-            self.right += int(_right(theirs, labels).sum())
-            self.reference_right += int(_right(ours, labels).sum())
-
-    def figures(self) -> dict:
-        n = max(self.images, 1)
-        return {"images": self.images, "agreement": self.alike / n, "max_probability_difference": self.max_difference,
-                "accuracy": self.right / n, "savedmodel_accuracy": self.reference_right / n}
-
-    def failed(self, bar: Bar) -> str | None:
-        """Why the export falls short of `bar` (None: it does not)."""
-        return verdict(self.figures(), bar)
-
-
-def verdict(found: dict, bar: Bar) -> str | None:
-    """Why an export whose figures (Comparison.figures) are `found` falls short of `bar` (None: it
-    does not). A probability that is not a number fails every bar."""
-    if not found["images"]:
-        return "no validation image to compare it on"
-    if not math.isfinite(found["max_probability_difference"]):
-        return "some of its probabilities are not numbers"
-    if found["agreement"] < bar.agreement:
-        return f"it decides {found['agreement']:.2%} of the images as the SavedModel does, below {bar.agreement:.1%}"
-    if bar.max_difference is not None and found["max_probability_difference"] >= bar.max_difference:
-        return (f"a probability differs from the SavedModel's by {found['max_probability_difference']:.2g}, "
-                f"not below {bar.max_difference:g}")
-    lost = found["savedmodel_accuracy"] - found["accuracy"]
-    if bar.accuracy_drop is not None and lost > bar.accuracy_drop:
-        return f"its accuracy is {lost:.2%} below the SavedModel's, more than {bar.accuracy_drop:.0%}"
-    return None
-
-
-def _right(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Each image's decision is its label (multi-label: every class's, as exact match counts)."""
-    if predictions.ndim == 1:
-        return predictions == np.asarray(labels).reshape(-1)
-    return np.all(predictions == (np.asarray(labels) >= 0.5), axis=-1)
-
-
-def write(folder: Path, flatbuffers: dict[str, bytes]) -> dict[str, Path]:
-    """The kept exports under folder/lite; their paths, by format. (lite.json beside them is the
-    job's step's: after_training/lite_exports.py.)"""
-    out = folder / FOLDER
-    out.mkdir(parents=True, exist_ok=True)
-    for export_format, name in FILES.items():  # (one an earlier run of the job left, now dropped or not asked)
-        if export_format not in flatbuffers:
-            (out / name).unlink(missing_ok=True)
-    paths = {}
-    for export_format, flatbuffer in flatbuffers.items():
-        paths[export_format] = out / FILES[export_format]
-        partial = paths[export_format].with_suffix(".partial")  # (whole or not at all: a stop may come)
-        partial.write_bytes(flatbuffer)
-        partial.replace(paths[export_format])
-    return paths

@@ -55,7 +55,7 @@ def report(task: SingleLabel | MultiLabel, class_names: tuple[str, ...], scores:
 
 
 def write_json(folder: Path, evaluation: dict) -> None:
-    """evaluation.json alone (the TFLite exports' figures added to it: after_training/lite_exports.py)."""
+    """evaluation.json alone (the exports' figures added to it: after_training/conversions.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / REPORT).write_text(to_json(_plain(evaluation), indent=1) + "\n")
 

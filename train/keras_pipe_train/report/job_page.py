@@ -15,7 +15,7 @@ gallery of mistakes.py.
                                 pairs; multi-label: the classes most missed and most wrongly
                                 predicted, and each class's precision, recall and F1
     each class                  precision, recall, F1 and support, the worst F1 first
-    exports                     export_formats: each TFLite export against the SavedModel
+    exports                     export_formats: each export (TFLite, ONNX) against the SavedModel
     the settings                the dialect the request was read in, what was translated, and
                                 every hyperparameter as the job resolved it
 
@@ -133,7 +133,7 @@ def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
 
 
 def exports_section(evaluation: dict) -> str:
-    """export_formats: each TFLite export beside the SavedModel, on the validation images (empty
+    """export_formats: each export beside the SavedModel, on the validation images (empty
     when none was asked for)."""
     exports = evaluation.get("exports")
     if not exports:
@@ -149,7 +149,7 @@ def exports_section(evaluation: dict) -> str:
     reference = next((found["savedmodel_accuracy"] for found in exports.values() if "savedmodel_accuracy" in found),
                      None)
     return pages.section("Exports beside the SavedModel", pages.note(
-        "Each TFLite export (model/lite/, lite.json says its input) answered the validation images beside the "
+        "Each export (model/exports/, exports.json says its input) answered the validation images beside the "
         "SavedModel" + (f", whose accuracy is {reference:.2%}" if reference is not None else "") + ": how often "
         "they decide alike, the largest difference of a probability, the export's own accuracy. One past its bar "
         "is dropped."), pages.table(["format", "file", "decided alike", "largest difference", "accuracy", ""], rows,

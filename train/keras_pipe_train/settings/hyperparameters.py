@@ -276,8 +276,9 @@ class Hyperparameters:
         0, Integer(0), "every N epochs, that epoch's model is kept in the export's epochs/ folder (0: none), beside "
         "the model exported: the built-in MXNet algorithm's checkpoint_frequency", resumable=True)
     export_formats: tuple[str, ...] = hyperparameter(
-        "none", parsers.export_formats, "exports beside the SavedModel, in model/lite/ (so in model.tar.gz): tflite "
-        "(float32), tflite_float16 (float16 weights, half the file), tflite_int8 (int8 weights, about a third); each "
+        "none", parsers.export_formats, "exports beside the SavedModel, in model/exports/ (so in model.tar.gz): tflite "
+        "(float32), tflite_float16 (float16 weights, half the file), tflite_int8 (int8 weights, about a third), onnx "
+        "(float32, for ONNX Runtime); each "
         "takes decoded, resized images and holds the scaling and calibration, and is checked against the SavedModel "
         "on the validation images (evaluation.json's exports): one that disagrees past its bar is dropped, said",
         resumable=True)

@@ -1,6 +1,6 @@
-"""The chief's TFLite exports (hyperparameter export_formats; model/lite.py says what each holds):
-each converted from the model as served, then checked against it on the validation images in one
-pass (the chief's alone, at most MAX_COMPARED images, and on several hosts within LITE_SHARE of
+"""The chief's exports, TFLite and ONNX (hyperparameter export_formats; model/conversions.py says
+what each holds): each converted from the model as served, then checked against it on the validation images in one
+pass (the chief's alone, at most MAX_COMPARED images, and on several hosts within EXPORT_SHARE of
 collective_timeout, its conversions included: after_training/trained.py), kept or dropped by its
 bar, and said in the log and in evaluation.json's "exports". Without validation they are kept
 unchecked, and said; a stop request before the step skips it, one during its pass has them judged
@@ -17,8 +17,8 @@ import keras
 import tensorflow as tf
 
 from keras_pipe_train.after_training.calibrate import Calibrated
-from keras_pipe_train.after_training.trained import LITE_SHARE, Trained
-from keras_pipe_train.model import lite
+from keras_pipe_train.after_training.trained import EXPORT_SHARE, Trained
+from keras_pipe_train.model import conversions
 from keras_pipe_train.model.export import served_probabilities, serving_resize
 from keras_pipe_train.report import evaluation
 from keras_pipe_train.sources import preprocess
@@ -27,7 +27,7 @@ from keras_pipe_train.training.metrics import to_json
 
 log = logging.getLogger(__name__)
 
-# validation images each export is compared on, at most: TFLite runs on the CPU, a large backbone at
+# validation images each export is compared on, at most: the exports run on the CPU, a large backbone at
 # a few dozen images a second, and 2,000 tell an agreement to a twentieth of a point
 MAX_COMPARED = 2_000
 
@@ -40,84 +40,87 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
     if not config.export_formats:
         return None
     started = time.monotonic()
-    skipped = _skipped(t)
-    if skipped:
-        log.warning("no TFLite export: %s", skipped)
-        found = {export_format: {"dropped": skipped} for export_format in config.export_formats}
-    else:
+    skipped = {export_format: why for export_format in config.export_formats
+               if (why := _skipped(t, export_format))}
+    for export_format, why in skipped.items():
+        log.warning("no %s export: %s", export_format, why)
+    found = {export_format: {"dropped": why} for export_format, why in skipped.items()}
+    tried = tuple(export_format for export_format in config.export_formats if export_format not in skipped)
+    if tried:
         try:
-            found = _exported(t, calibrated, started)
+            found.update(_exported(t, calibrated, tried, started))
         except Exception as err:  # (the SavedModel is written: the job's result stands)
-            log.warning("the TFLite exports failed (%s: %s); the SavedModel is the job's model", type(err).__name__,
+            log.warning("the exports failed (%s: %s); the SavedModel is the job's model", type(err).__name__,
                         err, exc_info=True)
-            found = {export_format: {"dropped": f"the export step failed: {type(err).__name__}: {err}"}
-                     for export_format in config.export_formats}
+            found.update({export_format: {"dropped": f"the export step failed: {type(err).__name__}: {err}"}
+                          for export_format in tried})
+    found = {export_format: found[export_format] for export_format in config.export_formats}  # (as asked)
     if evaluated is not None:
         evaluated["exports"] = found
         evaluation.write_json(t.layout.output_data, evaluated)
     return found
 
 
-def _skipped(trained: Trained) -> str | None:
-    """Why there are no exports at all, before anything is tried (None: they are tried)."""
+def _skipped(trained: Trained, export_format: str) -> str | None:
+    """Why an export is not tried at all (None: it is tried)."""
     if trained.stop.is_set():
-        return "a stop request came before them"
-    if keras.mixed_precision.global_policy().compute_dtype == "float16":
+        return "a stop request came before it"
+    if export_format.startswith("tflite") and keras.mixed_precision.global_policy().compute_dtype == "float16":
         # TFLite's converter does not take a Keras model computing in float16 (tensorflow/tensorflow#46380;
         # larq/compute-engine#607 found it crashing), and a crash would take the job with it
         return ("the model computes in float16 (mixed precision, on with a GPU): TFLite's converter does not take "
-                "it; mixed_precision=false exports them, or convert the SavedModel")
+                "it; mixed_precision=false exports it, or convert the SavedModel")
     return None
 
 
-def _exported(trained: Trained, calibrated: Calibrated, started: float) -> dict[str, dict]:
+def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...], started: float) -> dict[str, dict]:
     t, config = trained, trained.config
     threshold = config.multi_label_threshold if config.multi_label else None
     answer = served_probabilities(t.model, calibrated.served, config.multi_label, config.test_time_flip)
-    with tempfile.TemporaryDirectory(prefix="lite-") as work:
+    with tempfile.TemporaryDirectory(prefix="exports-") as work:
         folder = Path(work) / "classifier"
-        lite.write_classifier(t.model, answer, config.image_size, threshold, folder)
-        flatbuffers, found = _converted(folder, config.export_formats)
+        conversions.write_classifier(t.model, answer, config.image_size, threshold, folder)
+        converted, found = _converted(folder, formats)
         compared = None
-        if t.validation and flatbuffers:
-            compared = _compare(t, tf.saved_model.load(str(folder)), flatbuffers,
-                                t.budget(LITE_SHARE, time.monotonic() - started))
-    _judge(flatbuffers, found, compared, "no validation channel to compare it on")
-    paths = write(t.layout.model, flatbuffers, described(config, threshold, calibrated, found))
+        if t.validation and converted:
+            compared = _compare(t, tf.saved_model.load(str(folder)), converted,
+                                t.budget(EXPORT_SHARE, time.monotonic() - started))
+    _judge(converted, found, compared, "no validation channel to compare it on")
+    paths = write(t.layout.model, converted, described(config, threshold, calibrated, found))
     for export_format, path in paths.items():
         _say(export_format, path, found[export_format])
     return found
 
 
 def _converted(folder: Path, formats: tuple[str, ...]) -> tuple[dict[str, bytes], dict[str, dict]]:
-    """(each format's flatbuffer, what is found of each so far: its size, or why it failed)."""
-    flatbuffers, found = {}, {}
+    """(each format's file, what is found of each so far: its size, or why it failed)."""
+    converted, found = {}, {}
     for export_format in formats:
         started = time.monotonic()
         try:
-            flatbuffers[export_format] = lite.convert(folder, export_format)
+            converted[export_format] = conversions.convert(folder, export_format)
         except Exception as err:  # (a converter's failure: the SavedModel stands)
             log.warning("export %s: the conversion failed (%s: %s); not exported", export_format,
                         type(err).__name__, err, exc_info=True)
             found[export_format] = {"dropped": f"the conversion failed: {type(err).__name__}: {err}"}
             continue
-        found[export_format] = {"bytes": len(flatbuffers[export_format]),
+        found[export_format] = {"bytes": len(converted[export_format]),
                                 "convert_seconds": round(time.monotonic() - started, 2)}
-    return flatbuffers, found
+    return converted, found
 
 
-def _judge(flatbuffers: dict[str, bytes], found: dict[str, dict], compared: dict | None, unchecked: str) -> None:
-    """Each export's figures into `found`; one past its bar out of `flatbuffers`, said. Without
+def _judge(converted: dict[str, bytes], found: dict[str, dict], compared: dict | None, unchecked: str) -> None:
+    """Each export's figures into `found`; one past its bar out of `converted`, said. Without
     `compared`, each is kept unchecked, and why."""
-    for export_format in list(flatbuffers):
+    for export_format in list(converted):
         if compared is None:
             found[export_format]["unchecked"] = unchecked
             continue
         comparison, cut = compared[export_format]
         found[export_format].update(comparison.figures(), **({"cut": True} if cut else {}))
-        failed = comparison.failed(lite.BARS[export_format])
+        failed = comparison.failed(conversions.BARS[export_format])
         if failed:
-            del flatbuffers[export_format]
+            del converted[export_format]
             found[export_format]["dropped"] = failed
             log.warning("export %s dropped: %s (on %d validation images)", export_format, failed, comparison.images)
 
@@ -130,13 +133,14 @@ def _say(export_format: str, path: Path, figures: dict) -> None:
              if "agreement" in figures else f" ({figures.get('unchecked')})")
 
 
-def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes], budget_s: float | None) -> dict:
+def _compare(trained: Trained, reference, converted: dict[str, bytes], budget_s: float | None) -> dict:
     """(Comparison, cut) by format, from one pass over the validation images: at most MAX_COMPARED,
     and `budget_s` seconds; a stop request ends it, the images seen judged (cut)."""
     t = trained
-    runners = {export_format: lite.Runner(flatbuffer) for export_format, flatbuffer in flatbuffers.items()}
-    comparisons = {export_format: lite.Comparison() for export_format in runners}
-    classify = reference.signatures[lite.SIGNATURE]
+    runners = {export_format: conversions.runner(content, export_format)
+               for export_format, content in converted.items()}
+    comparisons = {export_format: conversions.Comparison() for export_format in runners}
+    classify = reference.signatures[conversions.SIGNATURE]
     batches = Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop, budget_s)
     seen = 0
     for images, labels in batches:
@@ -151,18 +155,19 @@ def _compare(trained: Trained, reference, flatbuffers: dict[str, bytes], budget_
     return {export_format: (comparison, batches.cut) for export_format, comparison in comparisons.items()}
 
 
-def write(model_dir: Path, flatbuffers: dict[str, bytes], said: dict) -> dict[str, Path]:
-    """The kept exports and lite.json (strict JSON: an infinite difference, null) in model_dir/lite."""
-    paths = lite.write(model_dir, flatbuffers)
-    (model_dir / lite.FOLDER / "lite.json").write_text(to_json(said, indent=2) + "\n")
+def write(model_dir: Path, converted: dict[str, bytes], said: dict) -> dict[str, Path]:
+    """The kept exports and exports.json (strict JSON: an infinite difference, null) in
+    model_dir/exports."""
+    paths = conversions.write(model_dir, converted)
+    (model_dir / conversions.FOLDER / conversions.DESCRIBED).write_text(to_json(said, indent=2) + "\n")
     return paths
 
 
 def described(config, threshold: float | None, calibrated: Calibrated, found: dict) -> dict:
-    """lite.json: what a client of the exports needs, and how each compared."""
+    """exports.json: what a client of the exports needs, and how each compared."""
     served = calibrated.serving(threshold)
     return {
-        "signature": lite.SIGNATURE,
+        "signature": conversions.SIGNATURE,  # (TFLite's; ONNX's graph is the same function)
         "input": {"name": "images", "shape": [None, config.image_size, config.image_size, 3], "dtype": "float32",
                   "values": "RGB, 0 to 255", "prepare": _prepare(config),
                   # (the same, as preprocess.for_eval takes it: keras-pipe predict prepares images so)
@@ -175,7 +180,7 @@ def described(config, threshold: float | None, calibrated: Calibrated, found: di
                                     f"{threshold}" if threshold is not None else "the likeliest class's id")},
         "class_names": list(config.class_names),
         "test_time_flip": config.test_time_flip,
-        "exports": {name: {**({} if "dropped" in figures else {"file": lite.FILES[name]}), **figures}
+        "exports": {name: {**({} if "dropped" in figures else {"file": conversions.FILES[name]}), **figures}
                     for name, figures in found.items()},
     }
 

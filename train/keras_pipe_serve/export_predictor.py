@@ -1,8 +1,9 @@
-"""A TFLite export (model/lite/*.tflite, hyperparameter export_formats) as a Predictor: `keras-pipe
-predict model/lite/model_int8.tflite photos/` answers with it as with the SavedModel, the same
-prediction objects. lite.json beside it says how its images are prepared; they are decoded and
-prepared here by the code the SavedModel's own signature runs (keras_pipe_train.sources.preprocess),
-so that the export alone differs, then run by TensorFlow's TFLite interpreter."""
+"""An export of the job (model/exports/: *.tflite, model.onnx; hyperparameter export_formats) as a
+Predictor: `keras-pipe predict model/exports/model_int8.tflite photos/` answers with it as with the
+SavedModel, the same prediction objects. exports.json beside it says how its images are prepared;
+they are decoded and prepared here by the code the SavedModel's own signature runs
+(keras_pipe_train.sources.preprocess), so that the export alone differs, then run by the export's
+own runtime: TensorFlow's TFLite interpreter, or ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -18,24 +19,27 @@ from keras_pipe_serve.predictor import (
 )
 
 
-class LitePredictor(Predictor):
+class ExportPredictor(Predictor):
     def __init__(self, path: Path):  # (no super().__init__: that loads a SavedModel)
         import tensorflow as tf
 
-        from keras_pipe_train.model import lite
+        from keras_pipe_train.model import conversions
 
         self._tf = tf
         path = Path(path)
+        export_format = conversions.format_of(path)
+        if export_format is None:
+            raise ModelError(f"{path} is not one of the job's exports: {', '.join(conversions.FILES.values())}")
         try:
-            described = json.loads((path.parent / "lite.json").read_text())
-            flatbuffer = path.read_bytes()
+            described = json.loads((path.parent / conversions.DESCRIBED).read_text())
+            content = path.read_bytes()
         except (OSError, ValueError) as err:
-            raise ModelError(f"{path} cannot be run as a TFLite export of this job: {err} (it reads lite.json beside "
-                             "it, as the job writes both in model/lite/)") from None
+            raise ModelError(f"{path} cannot be run as an export of this job: {err} (it reads {conversions.DESCRIBED} "
+                             f"beside it, as the job writes both in model/{conversions.FOLDER}/)") from None
         try:
-            self._runner = lite.Runner(flatbuffer)
-        except (ValueError, RuntimeError) as err:
-            raise ModelError(f"{path} cannot be loaded by the TFLite interpreter: {str(err)[:300]}") from None
+            self._runner = conversions.runner(content, export_format)
+        except Exception as err:  # (each runtime's own errors: TFLite's ValueError, ONNX Runtime's Fail/InvalidGraph)
+            raise ModelError(f"{path} cannot be loaded by its runtime ({export_format}): {str(err)[:300]}") from None
         settings = serving_settings([path.parent.parent])  # (the model folder's serving.json: the image limit)
         self.max_pixels, self.dialect = settings.max_image_pixels, "keras-pipe"
         self.threshold = described.get("threshold")
@@ -48,7 +52,7 @@ class LitePredictor(Predictor):
         self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
 
     def _call(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
-        """Predictor's call, the images prepared here and run by the interpreter."""
+        """Predictor's call, the images prepared here and run by the export's runtime."""
         from keras_pipe_train.sources import preprocess
 
         size = self._size

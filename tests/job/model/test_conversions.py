@@ -1,5 +1,6 @@
-"""TFLite exports (export_formats; model/lite.py): converted from the model as served, run by the
-TFLite interpreter, compared with the SavedModel, and kept or dropped by their bars."""
+"""Exports (export_formats; model/conversions.py): TFLite and ONNX, converted from the model as
+served, run by their own runtimes (the TFLite interpreter, ONNX Runtime), compared with the
+SavedModel, and kept or dropped by their bars."""
 
 import json
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_pipe_train.model import lite
+from keras_pipe_train.model import conversions
 from keras_pipe_train.model.export import served_probabilities
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.errors import UserError
@@ -39,8 +40,8 @@ def test_each_format_answers_as_the_savedmodel_and_quantized_weights_shrink_the_
     head.set_weights([head.get_weights()[0] * 20, head.get_weights()[1]])  # (answers away from the threshold)
     calibration = ServedCalibration(2.5, 100, bias=(0.1, -0.2, 0.0, 0.3)) if served != "own" else None
     answer = served_probabilities(model, calibration, threshold is not None, flip=served != "own")
-    lite.write_classifier(model, answer, 16, threshold, tmp_path)
-    reference = tf.saved_model.load(str(tmp_path)).signatures[lite.SIGNATURE]
+    conversions.write_classifier(model, answer, 16, threshold, tmp_path)
+    reference = tf.saved_model.load(str(tmp_path)).signatures[conversions.SIGNATURE]
     expected = {name: value.numpy() for name, value in reference(images=tf.constant(images)).items()}
     np.testing.assert_allclose(expected["probabilities"], answer(images)[0].numpy(), rtol=1e-5, atol=1e-6)
     if served != "own":  # (the calibration and the flips are in it)
@@ -48,48 +49,49 @@ def test_each_format_answers_as_the_savedmodel_and_quantized_weights_shrink_the_
     decided = answer(images)[1].numpy()
     assert (expected["predictions"] == (decided.argmax(-1) if threshold is None else decided >= threshold)).all()
     sizes = {}
-    for export_format in lite.EXPORT_FORMATS:
-        flatbuffer = lite.convert(tmp_path, export_format)
-        sizes[export_format] = len(flatbuffer)
-        answered = lite.Runner(flatbuffer)(images)
-        comparison = lite.Comparison()
+    for export_format in conversions.EXPORT_FORMATS:
+        converted = conversions.convert(tmp_path, export_format)
+        sizes[export_format] = len(converted)
+        answered = conversions.runner(converted, export_format)(images)
+        comparison = conversions.Comparison()
         labels = decided.argmax(-1) if threshold is None else (decided >= 0.5).astype(np.float32)
         comparison.add(expected, answered, labels)
         figures = comparison.figures()
         assert figures["images"] == 64 and figures["savedmodel_accuracy"] == 1.0
-        if export_format == "tflite":  # (the same computation, in another runtime's kernels)
+        if export_format in ("tflite", "onnx"):  # (the same computation, in another runtime's kernels)
             assert figures["agreement"] == 1.0 and figures["max_probability_difference"] < 1e-5, figures
-            assert comparison.failed(lite.BARS[export_format]) is None
+            assert comparison.failed(conversions.BARS[export_format]) is None
         else:  # (the weights did change; a random model's answers near its decisions' edges may flip)
             assert 0 < figures["max_probability_difference"] < 0.05 and figures["agreement"] > 0.9, figures
     # (the weights dominate this model's file: float16 halves it, int8 quarters it)
     assert sizes["tflite_float16"] < 0.6 * sizes["tflite"] and sizes["tflite_int8"] < 0.35 * sizes["tflite"], sizes
+    assert 0.9 * sizes["tflite"] < sizes["onnx"] < 1.2 * sizes["tflite"], sizes  # (float32 weights, both)
 
 
 def test_a_comparison_past_its_bar_says_why():
-    comparison = lite.Comparison()
+    comparison = conversions.Comparison()
     reference = {"probabilities": np.array([[0.9, 0.1], [0.2, 0.8]]), "predictions": np.array([0, 1])}
     comparison.add(reference, {"probabilities": np.array([[0.4, 0.6], [0.2, 0.8]]), "predictions": np.array([1, 1])},
                    np.array([0, 1]))
     assert comparison.figures() == {"images": 2, "agreement": 0.5, "max_probability_difference": pytest.approx(0.5),
                                     "accuracy": 0.5, "savedmodel_accuracy": 1.0}
-    assert comparison.failed(lite.BARS["tflite_int8"]) == ("it decides 50.00% of the images as the SavedModel does, "
+    assert comparison.failed(conversions.BARS["tflite_int8"]) == ("it decides 50.00% of the images as the SavedModel does, "
                                                            "below 98.0%")
-    near = lite.Comparison()
+    near = conversions.Comparison()
     near.add(reference, {"probabilities": reference["probabilities"] + 0.002, "predictions": np.array([0, 1])}, None)
-    assert near.failed(lite.BARS["tflite"]) == "a probability differs from the SavedModel's by 0.002, not below 0.001"
-    assert near.failed(lite.BARS["tflite_float16"]) is None
-    worse = lite.Comparison()  # (98 of 100 alike, the bar's least, but the two it moved were right)
+    assert near.failed(conversions.BARS["tflite"]) == "a probability differs from the SavedModel's by 0.002, not below 0.001"
+    assert near.failed(conversions.BARS["tflite_float16"]) is None
+    worse = conversions.Comparison()  # (98 of 100 alike, the bar's least, but the two it moved were right)
     labels = np.arange(100) % 2
     ours = {"probabilities": np.eye(2)[labels], "predictions": labels}
     moved = labels.copy()
     moved[:2] = 1 - moved[:2]
     worse.add(ours, {"probabilities": np.eye(2)[moved], "predictions": moved}, labels)
-    assert worse.failed(lite.BARS["tflite_int8"]) == "its accuracy is 2.00% below the SavedModel's, more than 1%"
-    broken = lite.Comparison()  # (an export whose answers are not numbers: the first conversion tried gave NaN)
+    assert worse.failed(conversions.BARS["tflite_int8"]) == "its accuracy is 2.00% below the SavedModel's, more than 1%"
+    broken = conversions.Comparison()  # (an export whose answers are not numbers: the first conversion tried gave NaN)
     broken.add(reference, {"probabilities": np.full((2, 2), np.nan), "predictions": np.array([0, 1])}, None)
     assert broken.figures()["max_probability_difference"] == float("inf")
-    assert broken.failed(lite.BARS["tflite"]) == broken.failed(lite.BARS["tflite_int8"]) == (
+    assert broken.failed(conversions.BARS["tflite"]) == broken.failed(conversions.BARS["tflite_int8"]) == (
         "some of its probabilities are not numbers")
 
 
@@ -97,35 +99,36 @@ def test_export_formats_are_read_as_a_list_of_known_formats():
     read = lambda value: JobConfig.from_hyperparameters({"num_classes": 3, "export_formats": value}).export_formats  # noqa: E731
     assert read("none") == () and read("[]") == () and JobConfig.from_hyperparameters({"num_classes": 3}).export_formats == ()
     assert read("tflite, TFLite_int8,tflite") == ("tflite", "tflite_int8")
-    assert read('["tflite_float16"]') == ("tflite_float16",)
+    assert read('["tflite_float16", "ONNX"]') == ("tflite_float16", "onnx")
     with pytest.raises(UserError, match="hyperparameter export_formats must be none or a comma-separated list of "
-                                        "tflite, tflite_float16, tflite_int8; onnx unknown"):
-        read("tflite,onnx")
+                                        "tflite, tflite_float16, tflite_int8, onnx; tflite_uint8 unknown"):
+        read("tflite,tflite_uint8")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("threshold", [None, 0.5])
-def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tmp_path, threshold):
-    """`keras-pipe predict model/lite/model.tflite photos/`, the installed command as users type
-    it: the same rows as the model folder's, the images prepared as lite.json says."""
+@pytest.mark.parametrize("threshold, export_format", [(None, "onnx"), (0.5, "tflite")])
+def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tmp_path, threshold, export_format):
+    """`keras-pipe predict model/exports/model.onnx photos/` (or .tflite), the installed command as
+    users type it: the same rows as the model folder's, the images prepared as exports.json says."""
     import csv
     import io
     import sys
     from pathlib import Path
 
-    from keras_pipe_train.after_training import lite_exports
+    from keras_pipe_train.after_training import conversions as step
     from keras_pipe_train.after_training.calibrate import Calibrated
     from tests.conftest import image_bytes, run_logged
     from tests.serve.conftest import CLASSES, exported
 
     model_dir = exported(tmp_path / "model", threshold=threshold)
     model = keras.saving.load_model(model_dir / "model.keras")
-    lite.write_classifier(model, served_probabilities(model, None, threshold is not None), 32, threshold,
-                          tmp_path / "classifier")
+    conversions.write_classifier(model, served_probabilities(model, None, threshold is not None), 32, threshold,
+                                 tmp_path / "classifier")
     config = JobConfig.from_hyperparameters({"class_names": list(CLASSES), "image_size": 32,
                                              "multi_label": threshold is not None})
-    lite_exports.write(model_dir, {"tflite": lite.convert(tmp_path / "classifier", "tflite")},
-                       lite_exports.described(config, threshold, Calibrated(), {"tflite": {}}))
+    step.write(model_dir, {export_format: conversions.convert(tmp_path / "classifier", export_format)},
+               step.described(config, threshold, Calibrated(), {export_format: {}}))
+    export = model_dir / "exports" / conversions.FILES[export_format]
     photos = tmp_path / "photos"
     photos.mkdir()
     for i, (kind, width, height) in enumerate([("JPEG", 40, 30), ("PNG", 20, 60), ("JPEG", 300, 200)]):
@@ -133,11 +136,11 @@ def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tm
     (photos / "broken.jpg").write_bytes(b"\xff\xd8 not really")
     command = str(Path(sys.executable).parent / "keras-pipe")
     answers = {}
-    for model_path in (model_dir, model_dir / "lite" / "model.tflite"):
+    for model_path in (model_dir, export):
         out = run_logged([command, "predict", str(model_path), str(photos), "--format", "jsonl"], 270, cwd=tmp_path)
         assert out.returncode == 1 and f"keras-pipe predict: {photos / 'broken.jpg'}: is not an image" in out.stderr
         answers[model_path.name] = [json.loads(line) for line in out.stdout.splitlines()]
-    served, exported_ = answers["model"], answers["model.tflite"]
+    served, exported_ = answers["model"], answers[export.name]
     assert [a["path"] for a in served] == [a["path"] for a in exported_] and len(served) == 3
     for ours, theirs in zip(served, exported_, strict=True):
         np.testing.assert_allclose(ours.pop("probabilities"), theirs.pop("probabilities"), atol=1e-5)
@@ -145,10 +148,14 @@ def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tm
             for entry in shown["top_k"]:
                 entry["probability"] = round(entry["probability"], 4)
         assert ours == theirs
-    csv_out = run_logged([command, "predict", str(model_dir / "lite/model.tflite"), str(photos / "0.jpeg")], 270,
-                         cwd=tmp_path)
+    csv_out = run_logged([command, "predict", str(export), str(photos / "0.jpeg")], 270, cwd=tmp_path)
     rows = list(csv.reader(io.StringIO(csv_out.stdout)))
     assert csv_out.returncode == 0 and rows[0] == ["path", "predicted", "probability", *CLASSES], csv_out.stderr
+    # (a file of another name beside it, or a broken one: said, exit 2)
+    stray = tmp_path / "stray.onnx"
+    stray.write_bytes(b"not a model")
+    out = run_logged([command, "predict", str(stray), str(photos / "0.jpeg")], 270, cwd=tmp_path)
+    assert out.returncode == 2 and f"{stray} is not one of the job's exports: model.tflite" in out.stderr, out.stderr
 
 
 @pytest.mark.slow
@@ -167,37 +174,40 @@ def test_a_keras_hub_transformer_converts_and_answers_as_the_savedmodel(tmp_path
     head.set_weights([np.random.default_rng(1).normal(0, 5, w.shape) for w in head.get_weights()])
     size = model.input_shape[1]
     images = tf.image.resize(np.random.default_rng(0).uniform(0, 255, (64, 32, 32, 3)), (size, size)).numpy()
-    lite.write_classifier(model, served_probabilities(model, None, False, flip=True), size, None, tmp_path / "c")
-    reference = tf.saved_model.load(str(tmp_path / "c")).signatures[lite.SIGNATURE]
+    conversions.write_classifier(model, served_probabilities(model, None, False, flip=True), size, None, tmp_path / "c")
+    reference = tf.saved_model.load(str(tmp_path / "c")).signatures[conversions.SIGNATURE]
     expected = {name: value.numpy() for name, value in reference(images=tf.constant(images)).items()}
-    for export_format in lite.EXPORT_FORMATS:
-        comparison = lite.Comparison()
-        comparison.add(expected, lite.Runner(lite.convert(tmp_path / "c", export_format))(images), None)
-        assert comparison.failed(lite.BARS[export_format]) is None, (export_format, comparison.figures())
+    for export_format in conversions.EXPORT_FORMATS:
+        comparison = conversions.Comparison()
+        comparison.add(expected, conversions.runner(conversions.convert(tmp_path / "c", export_format), export_format)(
+            images), None)
+        assert comparison.failed(conversions.BARS[export_format]) is None, (export_format, comparison.figures())
 
 
-def test_no_export_is_tried_at_a_stop_or_from_a_model_computing_in_float16():
-    """TFLite's converter does not take a mixed-precision model (a crash would take the job): said."""
+def test_no_export_is_tried_at_a_stop_nor_tflite_from_a_model_computing_in_float16():
+    """TFLite's converter does not take a mixed-precision model (a crash would take the job): said;
+    the ONNX export is tried."""
     import threading
     from types import SimpleNamespace
 
-    from keras_pipe_train.after_training import lite_exports
+    from keras_pipe_train.after_training import conversions as step
 
     stop = threading.Event()
-    assert lite_exports._skipped(SimpleNamespace(stop=stop)) is None
+    assert step._skipped(SimpleNamespace(stop=stop), "tflite") is None
     try:
         keras.mixed_precision.set_dtype_policy("mixed_float16")
-        assert lite_exports._skipped(SimpleNamespace(stop=stop)).startswith(
+        assert step._skipped(SimpleNamespace(stop=stop), "tflite_int8").startswith(
             "the model computes in float16 (mixed precision, on with a GPU): TFLite's converter does not take it")
+        assert step._skipped(SimpleNamespace(stop=stop), "onnx") is None
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
     stop.set()
-    assert lite_exports._skipped(SimpleNamespace(stop=stop)) == "a stop request came before them"
+    assert step._skipped(SimpleNamespace(stop=stop), "onnx") == "a stop request came before it"
 
 
 def test_a_rerun_leaves_no_file_of_an_export_it_dropped(tmp_path):
-    """A local job run again in its folder (keras-pipe local --resume) writes model/lite/ anew."""
-    lite.write(tmp_path, {"tflite": b"first", "tflite_int8": b"first"})
-    paths = lite.write(tmp_path, {"tflite": b"second"})
-    assert sorted(p.name for p in (tmp_path / "lite").iterdir()) == ["model.tflite"]
-    assert paths == {"tflite": tmp_path / "lite/model.tflite"} and paths["tflite"].read_bytes() == b"second"
+    """A local job run again in its folder (keras-pipe local --resume) writes model/exports/ anew."""
+    conversions.write(tmp_path, {"tflite": b"first", "tflite_int8": b"first", "onnx": b"first"})
+    paths = conversions.write(tmp_path, {"tflite": b"second"})
+    assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["model.tflite"]
+    assert paths == {"tflite": tmp_path / "exports/model.tflite"} and paths["tflite"].read_bytes() == b"second"
