@@ -312,7 +312,7 @@ def test_a_calibrated_multi_label_job_serves_calibrated_probabilities_and_the_sa
     file_channel(job, "train", records[:600])
     file_channel(job, "validation", records[600:], shards=1)
     write_hyperparameters(job, num_classes=10, multi_label=True, multi_label_threshold=0.3, **LEARNS,
-                          calibration="true")
+                          calibration="true", export_formats="tflite,onnx")
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     evaluation = json.loads((job.base / "output/data/evaluation.json").read_text())
@@ -338,6 +338,36 @@ def test_a_calibrated_multi_label_job_serves_calibrated_probabilities_and_the_sa
     tp, fp, fn = (predicted & truth).sum(0), (predicted & ~truth).sum(0), (~predicted & truth).sum(0)
     assert (counts["true_positives"], counts["false_positives"], counts["false_negatives"]) == (
         tp.tolist(), fp.tolist(), fn.tolist())
+    check_float_exports(job, evaluation, records[600:], probabilities, predicted)
+
+
+def check_float_exports(job, evaluation: dict, records: list[bytes], probabilities, predicted) -> None:
+    """The float exports of a multi-label job (export_formats=tflite,onnx) decide every class of
+    every validation image as the SavedModel does, and answer the served probabilities and
+    predictions (calibrated probabilities; the model's own at the threshold) from the images
+    prepared as exports.json says."""
+    import json
+
+    import tensorflow as tf
+
+    from keras_pipe_train.model import conversions
+    from keras_pipe_train.sources import preprocess
+
+    exports = evaluation["exports"]
+    print("Multi-label exports:", exports)
+    described = json.loads((job.base / "model/exports/exports.json").read_text())
+    size = described["input"]["shape"][1]
+    assert described["multi_label"] and described["threshold"] == 0.3
+    encoded = tf.io.parse_example(tf.constant(records), {"image/encoded": tf.io.FixedLenFeature([], tf.string)})
+    images = preprocess.batch_of(lambda x: preprocess.for_eval(x, size, described["input"]["resize"], "bilinear"),
+                                 encoded["image/encoded"], size).numpy()
+    for name in ("tflite", "onnx"):
+        figures = exports[name]
+        assert "dropped" not in figures and figures["images"] == len(records), (name, figures)
+        assert figures["agreement"] == 1 and figures["max_probability_difference"] < 1e-4, (name, figures)
+        answered = conversions.runner((job.base / "model/exports" / conversions.FILES[name]).read_bytes(), name)(images)
+        np.testing.assert_allclose(answered["probabilities"], probabilities, atol=1e-5)
+        assert (answered["predictions"].astype(bool) == predicted).all(), name
 
 
 COUNTED_ON_REPLICAS = """
