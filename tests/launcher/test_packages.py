@@ -64,7 +64,7 @@ def test_the_installed_commands_run_as_users_type_them(tmp_path):
 
     main = command("keras-pipe", "--help")
     assert main.returncode == 0, main.stderr[-3000:]
-    for name in ("local", "submit", "tune", "prepare", "predict", "deploy", "transform", "report", "register"):
+    for name in ("local", "submit", "tune", "prepare", "predict", "export", "deploy", "transform", "report", "register"):
         assert name in main.stdout
         sub = command("keras-pipe", name, "--help")
         assert sub.returncode == 0 and sub.stdout.startswith(f"usage: keras-pipe {name}"), sub.stderr[-3000:]

@@ -1,5 +1,5 @@
 """The `keras-pipe` command (also `python -m keras_pipe_launch`): local, submit, tune, prepare, predict,
-deploy, transform, report, register.
+export, deploy, transform, report, register.
 
 One module per command: its options (add_parser) and run(args), which turns what the user gave into
 calls of the launcher's programs below (local, prepare, sagemaker) and returns the exit code."""
@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 
-from keras_pipe_launch.cli import deploy, local, predict, prepare, register, report, submit, transform, tune
+from keras_pipe_launch.cli import deploy, export, local, predict, prepare, register, report, submit, transform, tune
 from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
 
 
@@ -23,6 +23,7 @@ def main(argv=None) -> int:
     tune.add_parser(commands)
     prepare.add_parser(commands)
     predict.add_parser(commands)
+    export.add_parser(commands)
     deploy.add_parser(commands)
     transform.add_parser(commands)
     report.add_parser(commands)

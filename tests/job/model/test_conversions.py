@@ -107,34 +107,55 @@ def test_export_formats_are_read_as_a_list_of_known_formats():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("threshold, export_format", [(None, "onnx"), (0.5, "tflite")])
-def test_keras_pipe_predict_runs_an_export_and_answers_as_with_the_savedmodel(tmp_path, threshold, export_format):
-    """`keras-pipe predict model/exports/model.onnx photos/` (or .tflite), the installed command as
-    users type it: the same rows as the model folder's, the images prepared as exports.json says."""
+def test_keras_pipe_export_then_predict_answer_as_the_savedmodel(tmp_path, s3_bucket, threshold, export_format):
+    """`keras-pipe export MODEL --formats onnx --validation records` then `keras-pipe predict
+    exports/model.onnx photos/` (or .tflite), the installed commands as users type them: the
+    export checked on the records and said; the same rows as the model folder's, the images
+    prepared as exports.json says. The ONNX one from the job's model.tar.gz in S3, the TFLite one
+    from the model folder, unchecked."""
     import csv
     import io
     import sys
+    import tarfile
     from pathlib import Path
 
-    from keras_pipe_train.after_training import conversions as step
-    from keras_pipe_train.after_training.calibrate import Calibrated
+    from keras_pipe_train.sources.example import encode_example
     from tests.conftest import image_bytes, run_logged
     from tests.serve.conftest import CLASSES, exported
 
+    client, bucket = s3_bucket
     model_dir = exported(tmp_path / "model", threshold=threshold)
-    model = keras.saving.load_model(model_dir / "model.keras")
-    conversions.write_classifier(model, served_probabilities(model, None, threshold is not None), 32, threshold,
-                                 tmp_path / "classifier")
-    config = JobConfig.from_hyperparameters({"class_names": list(CLASSES), "image_size": 32,
-                                             "multi_label": threshold is not None})
-    step.write(model_dir, {export_format: conversions.convert(tmp_path / "classifier", export_format)},
-               step.described(config, threshold, Calibrated(), {export_format: {}}))
-    export = model_dir / "exports" / conversions.FILES[export_format]
     photos = tmp_path / "photos"
     photos.mkdir()
     for i, (kind, width, height) in enumerate([("JPEG", 40, 30), ("PNG", 20, 60), ("JPEG", 300, 200)]):
         (photos / f"{i}.{kind.lower()}").write_bytes(image_bytes(kind, width, height))
-    (photos / "broken.jpg").write_bytes(b"\xff\xd8 not really")
     command = str(Path(sys.executable).parent / "keras-pipe")
+    if export_format == "onnx":
+        from pipemode import tfrecord
+
+        with tarfile.open(tmp_path / "model.tar.gz", "w:gz") as archive:
+            for path in sorted(model_dir.iterdir()):
+                archive.add(path, arcname=path.name)
+        client.upload_file(str(tmp_path / "model.tar.gz"), bucket, "jobs/first/output/model.tar.gz")
+        records = tmp_path / "validation" / "part-00000.tfrecord"
+        records.parent.mkdir()
+        records.write_bytes(tfrecord.encode([encode_example(image_bytes("JPEG", 20 + i, 30), i % len(CLASSES))
+                                             for i in range(40)]))
+        out = run_logged([command, "export", f"s3://{bucket}/jobs/first/output/model.tar.gz", "--formats", "onnx",
+                          "--validation", str(records.parent), "-o", "exports"], 270, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.startswith("exports/model.onnx: ") and "decides 100.00% of 40 validation images" in out.stdout
+        exports = tmp_path / "exports"
+    else:
+        out = run_logged([command, "export", str(model_dir), "--formats", "tflite"], 270, cwd=tmp_path)
+        assert out.returncode == 0 and "unchecked: no validation images given to compare it on" in out.stdout, \
+            out.stdout + out.stderr
+        exports = model_dir / "exports"
+    described = json.loads((exports / "exports.json").read_text())
+    assert list(described["exports"]) == [export_format] and described["class_names"] == list(CLASSES)
+    assert described["multi_label"] == (threshold is not None) and described["threshold"] == threshold
+    export = exports / conversions.FILES[export_format]
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8 not really")
     answers = {}
     for model_path in (model_dir, export):
         out = run_logged([command, "predict", str(model_path), str(photos), "--format", "jsonl"], 270, cwd=tmp_path)
@@ -207,7 +228,7 @@ def test_no_export_is_tried_at_a_stop_nor_tflite_from_a_model_computing_in_float
 
 def test_a_rerun_leaves_no_file_of_an_export_it_dropped(tmp_path):
     """A local job run again in its folder (keras-pipe local --resume) writes model/exports/ anew."""
-    conversions.write(tmp_path, {"tflite": b"first", "tflite_int8": b"first", "onnx": b"first"})
-    paths = conversions.write(tmp_path, {"tflite": b"second"})
+    conversions.write(tmp_path / "exports", {"tflite": b"first", "tflite_int8": b"first", "onnx": b"first"})
+    paths = conversions.write(tmp_path / "exports", {"tflite": b"second"})
     assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["model.tflite"]
     assert paths == {"tflite": tmp_path / "exports/model.tflite"} and paths["tflite"].read_bytes() == b"second"

@@ -5,6 +5,7 @@
     calibrate    the temperature for the served probabilities, from one pass over validation
     evaluate     the exported model's evaluation.json, from its epoch's validation sums
     conversions  the exports (TFLite, ONNX), each checked against the SavedModel on the validation images
+    folder_exports  the same exports of a finished job's model folder (`keras-pipe export`)
     label_check  the likely label errors of the validation and the training images
     report_page  the gallery of the worst mistakes, report.html and TensorBoard's pictures
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import keras
@@ -77,19 +78,34 @@ def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...]
     t, config = trained, trained.config
     threshold = config.multi_label_threshold if config.multi_label else None
     answer = served_probabilities(t.model, calibrated.served, config.multi_label, config.test_time_flip)
+
+    def batches():  # (made after the conversions: their time counts against the budget)
+        return Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop,
+                      t.budget(EXPORT_SHARE, time.monotonic() - started))
+
+    converted, found = made(t.model, answer, config.image_size, threshold, formats, batches if t.validation else None,
+                            "no validation channel to compare it on")
+    write(t.layout.model / conversions.FOLDER, converted, described(
+        config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,
+        config.test_time_flip, calibrated.serving(threshold) is not None, found))
+    return found
+
+
+def made(model, answer, image_size: int, threshold: float | None, formats: tuple[str, ...],
+         batches: Callable[[], Within] | None, unchecked: str) -> tuple[dict[str, bytes], dict[str, dict]]:
+    """(the kept exports' files, what is found of each: its size and figures, or why it was dropped),
+    each format converted from `model` as `answer` serves it (export.served_probabilities) and
+    compared with it on the validation batches `batches` makes ((images, labels), at most
+    MAX_COMPARED images; None: kept unchecked, for the reason `unchecked`)."""
     with tempfile.TemporaryDirectory(prefix="exports-") as work:
         folder = Path(work) / "classifier"
-        conversions.write_classifier(t.model, answer, config.image_size, threshold, folder)
+        conversions.write_classifier(model, answer, image_size, threshold, folder)
         converted, found = _converted(folder, formats)
         compared = None
-        if t.validation and converted:
-            compared = _compare(t, tf.saved_model.load(str(folder)), converted,
-                                t.budget(EXPORT_SHARE, time.monotonic() - started))
-    _judge(converted, found, compared, "no validation channel to compare it on")
-    paths = write(t.layout.model, converted, described(config, threshold, calibrated, found))
-    for export_format, path in paths.items():
-        _say(export_format, path, found[export_format])
-    return found
+        if batches is not None and converted:
+            compared = _compare(tf.saved_model.load(str(folder)), converted, batches())
+    _judge(converted, found, compared, unchecked)
+    return converted, found
 
 
 def _converted(folder: Path, formats: tuple[str, ...]) -> tuple[dict[str, bytes], dict[str, dict]]:
@@ -133,15 +149,13 @@ def _say(export_format: str, path: Path, figures: dict) -> None:
              if "agreement" in figures else f" ({figures.get('unchecked')})")
 
 
-def _compare(trained: Trained, reference, converted: dict[str, bytes], budget_s: float | None) -> dict:
-    """(Comparison, cut) by format, from one pass over the validation images: at most MAX_COMPARED,
-    and `budget_s` seconds; a stop request ends it, the images seen judged (cut)."""
-    t = trained
+def _compare(reference, converted: dict[str, bytes], batches: Within) -> dict:
+    """(Comparison, cut) by format, from one pass over `batches`: at most MAX_COMPARED images; a
+    stop request or the budget ends it, the images seen judged (cut)."""
     runners = {export_format: conversions.runner(content, export_format)
                for export_format, content in converted.items()}
     comparisons = {export_format: conversions.Comparison() for export_format in runners}
     classify = reference.signatures[conversions.SIGNATURE]
-    batches = Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop, budget_s)
     seen = 0
     for images, labels in batches:
         expected = {name: value.numpy() for name, value in classify(images=images).items()}
@@ -155,40 +169,43 @@ def _compare(trained: Trained, reference, converted: dict[str, bytes], budget_s:
     return {export_format: (comparison, batches.cut) for export_format, comparison in comparisons.items()}
 
 
-def write(model_dir: Path, converted: dict[str, bytes], said: dict) -> dict[str, Path]:
-    """The kept exports and exports.json (strict JSON: an infinite difference, null) in
-    model_dir/exports."""
-    paths = conversions.write(model_dir, converted)
-    (model_dir / conversions.FOLDER / conversions.DESCRIBED).write_text(to_json(said, indent=2) + "\n")
+def write(out: Path, converted: dict[str, bytes], said: dict, keep: tuple[str, ...] = ()) -> dict[str, Path]:
+    """The kept exports and exports.json (strict JSON: an infinite difference, null) in the folder
+    `out` (a model folder's exports/), each said in the log; the files of other formats removed,
+    but those of `keep` (conversions.write)."""
+    paths = conversions.write(out, converted, keep)
+    (out / conversions.DESCRIBED).write_text(to_json(said, indent=2) + "\n")
+    for export_format, path in paths.items():
+        _say(export_format, path, said["exports"][export_format])
     return paths
 
 
-def described(config, threshold: float | None, calibrated: Calibrated, found: dict) -> dict:
-    """exports.json: what a client of the exports needs, and how each compared."""
-    served = calibrated.serving(threshold)
+def described(image_size: int, resize: int | str | None, interpolation: str, threshold: float | None,
+              class_names, flip: bool, calibrated: bool, found: dict) -> dict:
+    """exports.json: what a client of the exports needs, and how each compared. `resize`,
+    `interpolation`: how the SavedModel prepares images (export.serving_archive); `threshold`: a
+    multi-label model's (None: single-label); `calibrated`: its served probabilities are."""
     return {
         "signature": conversions.SIGNATURE,  # (TFLite's; ONNX's graph is the same function)
-        "input": {"name": "images", "shape": [None, config.image_size, config.image_size, 3], "dtype": "float32",
-                  "values": "RGB, 0 to 255", "prepare": _prepare(config),
+        "input": {"name": "images", "shape": [None, image_size, image_size, 3], "dtype": "float32",
+                  "values": "RGB, 0 to 255", "prepare": _prepare(image_size, resize, interpolation),
                   # (the same, as preprocess.for_eval takes it: keras-pipe predict prepares images so)
-                  "resize": serving_resize(config), "interpolation": config.resize_interpolation},
-        "multi_label": config.multi_label,
+                  "resize": resize, "interpolation": interpolation},
+        "multi_label": threshold is not None,
         "threshold": threshold,
-        "outputs": {"probabilities": "one per class, as the SavedModel serves them"
-                                     + (" (calibrated)" if served else ""),
+        "outputs": {"probabilities": "one per class, as the SavedModel serves them" + (" (calibrated)" if calibrated
+                                                                                       else ""),
                     "predictions": ("0/1 per class: its probability, the model's own (uncalibrated), at least "
                                     f"{threshold}" if threshold is not None else "the likeliest class's id")},
-        "class_names": list(config.class_names),
-        "test_time_flip": config.test_time_flip,
+        "class_names": [str(name) for name in class_names],
+        "test_time_flip": flip,
         "exports": {name: {**({} if "dropped" in figures else {"file": conversions.FILES[name]}), **figures}
                     for name, figures in found.items()},
     }
 
 
-def _prepare(config) -> str:
+def _prepare(size: int, resize: int | str | None, interpolation: str) -> str:
     """How the serving signature prepares each image (preprocess.for_eval), said for a client."""
-    size, resize = config.image_size, serving_resize(config)
-    interpolation = config.resize_interpolation
     if resize is None:
         return f"the whole image resized to {size}x{size} ({interpolation}), its aspect ratio not kept"
     if resize == preprocess.ORIGINAL:

@@ -88,13 +88,13 @@ def write_classifier(model, answer, image_size: int, threshold: float | None, fo
 
 def convert(folder: Path, export_format: str) -> bytes:
     """The file of `export_format` converted from the SavedModel write_classifier wrote in `folder`."""
-    return _runtime(export_format).convert(folder, export_format)
+    return _runtime(export_format).convert(folder, export_format, SIGNATURE)
 
 
 def runner(content: bytes, export_format: str):
     """A callable: a batch of images -> {"probabilities", "predictions"} as numpy arrays, from the
     export's own runtime."""
-    return _runtime(export_format).Runner(content)
+    return _runtime(export_format).Runner(content, SIGNATURE)
 
 
 def format_of(path: Path) -> str | None:
@@ -169,13 +169,13 @@ def _right(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.all(predictions == (np.asarray(labels) >= 0.5), axis=-1)
 
 
-def write(folder: Path, converted: dict[str, bytes]) -> dict[str, Path]:
-    """The kept exports under folder/exports; their paths, by format. (exports.json beside them is
-    the job's step's: after_training/conversions.py.)"""
-    out = folder / FOLDER
+def write(out: Path, converted: dict[str, bytes], keep: tuple[str, ...] = ()) -> dict[str, Path]:
+    """The kept exports in the folder `out` (a model folder's FOLDER); their paths, by format. The
+    file of any other format is removed, but those of `keep`. (exports.json beside them is
+    after_training/conversions.py's.)"""
     out.mkdir(parents=True, exist_ok=True)
     for export_format, name in FILES.items():  # (one an earlier run of the job left, now dropped or not asked)
-        if export_format not in converted:
+        if export_format not in converted and export_format not in keep:
             (out / name).unlink(missing_ok=True)
     paths = {}
     for export_format, content in converted.items():

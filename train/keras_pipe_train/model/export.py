@@ -11,6 +11,10 @@ model_dir/
                 (neither of these two for a backbone that is a SavedModel, JumpStart's: a .keras
                 file cannot hold its graph; model/jumpstart.py)
   classes.json  the class names, in label order
+  preparation.json  how the SavedModel prepares each image beside serving.json's image_size:
+                {"resize": null | N | "original", "interpolation": "bilinear", "test_time_flip": false}
+                (preprocess.for_eval; the flip: classifier.logits_of), what `keras-pipe export`
+                needs to convert model.keras as the job served it (after_training/folder_exports.py)
   serving.json  what `serve` needs beside the SavedModel, in a versioned schema
                 (settings/serving_schema.py): the image limit, a multi-label model's threshold,
                 its calibration (the temperature the served probabilities' logits are divided
@@ -38,6 +42,7 @@ from keras_pipe_train.settings.serving_schema import ServedCalibration, ServingS
 from keras_pipe_train.sources import preprocess
 
 SERVING_VERSION = "1"  # TF Serving serves numbered subfolders; the highest is the live one
+PREPARATION = "preparation.json"
 
 
 def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size: int, max_pixels: int,
@@ -134,6 +139,8 @@ def export(model: keras.Model, class_names: tuple[str, ...], image_size: int, mo
         model.save(model_dir / "model.keras")
         backbone_of(model).save_weights(model_dir / "backbone.weights.h5")
     (model_dir / "classes.json").write_text(json.dumps(list(class_names)) + "\n")
+    (model_dir / PREPARATION).write_text(json.dumps(
+        {"resize": resize_to, "interpolation": interpolation, "test_time_flip": flip}) + "\n")
     settings.write(model_dir)
     serving_dir = model_dir / SERVING_VERSION
     serving_archive(model, class_names, image_size, max_pixels, threshold, resize_to, interpolation,

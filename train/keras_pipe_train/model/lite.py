@@ -10,12 +10,11 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train.model.conversions import SIGNATURE
 
-
-def convert(folder: Path, export_format: str) -> bytes:
-    """The TFLite flatbuffer of the SavedModel conversions.write_classifier wrote in `folder`."""
-    converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), signature_keys=[SIGNATURE])
+def convert(folder: Path, export_format: str, signature: str) -> bytes:
+    """The TFLite flatbuffer of the SavedModel conversions.write_classifier wrote in `folder`, its
+    function `signature`."""
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), signature_keys=[signature])
     if export_format in ("tflite_float16", "tflite_int8"):
         converter.optimizations = [tf.lite.Optimize.DEFAULT]  # (no representative data: the weights alone)
     if export_format == "tflite_float16":
@@ -28,12 +27,12 @@ class Runner:
     has it, deprecated for LiteRT's ai-edge-litert, the same interpreter: one dependency fewer in
     the image. Its deprecation warning, at every load, is silenced here.)"""
 
-    def __init__(self, flatbuffer: bytes):
+    def __init__(self, flatbuffer: bytes, signature: str):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
             # (every core: the interpreter's own default is one thread)
             self.interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=os.cpu_count() or 1)
-        self.run = self.interpreter.get_signature_runner(SIGNATURE)
+        self.run = self.interpreter.get_signature_runner(signature)
 
     def __call__(self, images: np.ndarray) -> dict[str, np.ndarray]:
         return self.run(images=np.asarray(images, np.float32))

@@ -14,16 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_pipe_train.model.conversions import SIGNATURE
-
 # ONNX's operator set the export is written in: the newest tf2onnx 1.17 writes, which ONNX Runtime
 # has run since 1.14 (2023), as have the runtimes built on it (onnxruntime-web, -mobile, DirectML)
 OPSET = 18
 
 
-def convert(folder: Path, export_format: str = "onnx") -> bytes:
+def convert(folder: Path, export_format: str, signature: str) -> bytes:
     """The ONNX model (serialized) of the SavedModel conversions.write_classifier wrote in `folder`:
-    its SIGNATURE function frozen (its variables made constants), as tf2onnx's own command converts a
+    its function `signature` frozen (its variables made constants), as tf2onnx's own command converts a
     SavedModel. (tf2onnx.convert.from_function on the loaded function left the calibration's
     captured tensors as inputs the model then asked for.) Its input and outputs keep the signature's
     names: "images"; "probabilities", "predictions"."""
@@ -32,7 +30,7 @@ def convert(folder: Path, export_format: str = "onnx") -> bytes:
     _register_erfc()
     with _quiet():
         graph_def, inputs, outputs, renamed = tf2onnx.tf_loader.from_saved_model(
-            str(folder), None, None, tag=["serve"], signatures=[SIGNATURE], return_tensors_to_rename=True)
+            str(folder), None, None, tag=["serve"], signatures=[signature], return_tensors_to_rename=True)
         proto, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=inputs, output_names=outputs, opset=OPSET,
                                                   tensors_to_rename=renamed)
     return proto.SerializeToString()
@@ -80,7 +78,7 @@ def _quiet():
 class Runner:
     """An ONNX model run by ONNX Runtime's CPU provider, a batch at a time, on every core."""
 
-    def __init__(self, model: bytes):
+    def __init__(self, model: bytes, signature: str):  # (one: ONNX has no signatures, the graph is it)
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
