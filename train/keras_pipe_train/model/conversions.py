@@ -6,6 +6,9 @@ model_dir/exports/
   model_float16.tflite  TFLite, float16 weights, dequantized when loaded: half the file (tflite_float16)
   model_int8.tflite     TFLite, int8 weights, activations float (dynamic range quantization): about a
                         third of the file (tflite_int8)
+  model_full_int8.tflite  TFLite, int8 weights and activations (full integer quantization, their ranges
+                        from representative images: the training channel's), float32 in and out:
+                        integer kernels throughout, for CPUs' and NPUs' int8 paths (tflite_full_int8)
   model.onnx            ONNX, float32, opset onnx_conversion.OPSET, for ONNX Runtime (onnx)
   exports.json          what a client needs beside them: the input, the classes, the rule each
                         prediction is decided by, and how each export compared with the SavedModel
@@ -41,8 +44,10 @@ from keras_pipe_train.settings.parsers import EXPORT_FORMATS
 
 FOLDER = "exports"
 DESCRIBED = "exports.json"
-FILES = dict(zip(EXPORT_FORMATS, ("model.tflite", "model_float16.tflite", "model_int8.tflite", "model.onnx"),
-                 strict=True))
+FILES = dict(zip(EXPORT_FORMATS, ("model.tflite", "model_float16.tflite", "model_int8.tflite",
+                                  "model_full_int8.tflite", "model.onnx"), strict=True))
+# the formats that need representative images to convert (their activations' ranges)
+REPRESENTED = ("tflite_full_int8",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +62,8 @@ class Bar:
 # differ. Quantized weights change the answers a little: judged by the decisions and the accuracy,
 # as the issue's bars for int8 put it (98 % agreement, accuracy within a point).
 BARS = {"tflite": Bar(0.995, 1e-3, None), "tflite_float16": Bar(0.98, None, 0.01),
-        "tflite_int8": Bar(0.98, None, 0.01), "onnx": Bar(0.995, 1e-3, None)}
+        "tflite_int8": Bar(0.98, None, 0.01), "tflite_full_int8": Bar(0.98, None, 0.01),
+        "onnx": Bar(0.995, 1e-3, None)}
 
 
 SIGNATURE = "classify"  # (the exports' one signature, and the SavedModel function each is converted from)
@@ -86,8 +92,13 @@ def write_classifier(model, answer, image_size: int, threshold: float | None, fo
     archive.write_out(str(folder), verbose=False)
 
 
-def convert(folder: Path, export_format: str) -> bytes:
-    """The file of `export_format` converted from the SavedModel write_classifier wrote in `folder`."""
+def convert(folder: Path, export_format: str, representative: np.ndarray | None = None) -> bytes:
+    """The file of `export_format` converted from the SavedModel write_classifier wrote in `folder`;
+    a format of REPRESENTED with `representative`, a batch of images as the exports take them."""
+    if export_format in REPRESENTED:
+        if representative is None or not len(representative):
+            raise ValueError(f"{export_format} needs representative images to convert, and was given none")
+        return _runtime(export_format).convert(folder, export_format, SIGNATURE, representative)
     return _runtime(export_format).convert(folder, export_format, SIGNATURE)
 
 

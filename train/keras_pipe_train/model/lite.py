@@ -1,5 +1,5 @@
-"""TFLite exports (tflite, tflite_float16, tflite_int8: model/conversions.py says what each holds),
-converted by TensorFlow's TFLite converter and run by its interpreter."""
+"""TFLite exports (tflite, tflite_float16, tflite_int8, tflite_full_int8: model/conversions.py says
+what each holds), converted by TensorFlow's TFLite converter and run by its interpreter."""
 
 from __future__ import annotations
 
@@ -11,14 +11,23 @@ import numpy as np
 import tensorflow as tf
 
 
-def convert(folder: Path, export_format: str, signature: str) -> bytes:
+def convert(folder: Path, export_format: str, signature: str, representative: np.ndarray | None = None) -> bytes:
     """The TFLite flatbuffer of the SavedModel conversions.write_classifier wrote in `folder`, its
-    function `signature`."""
+    function `signature`; tflite_full_int8's activations' ranges from the `representative` images."""
     converter = tf.lite.TFLiteConverter.from_saved_model(str(folder), signature_keys=[signature])
-    if export_format in ("tflite_float16", "tflite_int8"):
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]  # (no representative data: the weights alone)
+    if export_format in ("tflite_float16", "tflite_int8", "tflite_full_int8"):
+        # (without representative data: the weights alone, dynamic range quantization)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if export_format == "tflite_float16":
         converter.target_spec.supported_types = [tf.float16]
+    if export_format == "tflite_full_int8":
+        # Every operator in int8, or the conversion fails (and the export is dropped, said): with
+        # TFLITE_BUILTINS beside it, an operator without an int8 kernel would stay float silently.
+        # The input and output stay float32 (quantized and dequantized at the edges): the same
+        # signature as the other exports, for the same clients.
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        converter.representative_dataset = lambda: ({"images": representative[i:i + 1]}
+                                                    for i in range(len(representative)))
     return converter.convert()
 
 

@@ -277,7 +277,8 @@ class Hyperparameters:
         "the model exported: the built-in MXNet algorithm's checkpoint_frequency", resumable=True)
     export_formats: tuple[str, ...] = hyperparameter(
         "none", parsers.export_formats, "exports beside the SavedModel, in model/exports/ (so in model.tar.gz): tflite "
-        "(float32), tflite_float16 (float16 weights, half the file), tflite_int8 (int8 weights, about a third), onnx "
+        "(float32), tflite_float16 (float16 weights, half the file), tflite_int8 (int8 weights, about a third), "
+        "tflite_full_int8 (weights and activations int8, calibrated on training images; float in and out), onnx "
         "(float32, for ONNX Runtime); each "
         "takes decoded, resized images and holds the scaling and calibration, and is checked against the SavedModel "
         "on the validation images (evaluation.json's exports): one that disagrees past its bar is dropped, said",

@@ -371,9 +371,10 @@ def augment(name, value) -> tuple[str, ...]:
     return parts
 
 
-# the exports beside the SavedModel (model/conversions.py): TFLite at float32, with float16 weights, and
-# with int8 weights (dynamic range quantization: activations stay float); ONNX at float32
-EXPORT_FORMATS = ("tflite", "tflite_float16", "tflite_int8", "onnx")
+# the exports beside the SavedModel (model/conversions.py): TFLite at float32, with float16 weights, with
+# int8 weights (dynamic range quantization: activations stay float), and all in int8 (full integer
+# quantization, from representative training images); ONNX at float32
+EXPORT_FORMATS = ("tflite", "tflite_float16", "tflite_int8", "tflite_full_int8", "onnx")
 
 
 @takes(f"none, or a list of {', '.join(EXPORT_FORMATS)}: a list, or comma-separated")
