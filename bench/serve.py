@@ -5,6 +5,7 @@ process on the same number of TensorFlow threads, its ceiling.
     python -m bench.serve            # ~11 minutes on 2 cores: all of it
     python -m bench.serve --overload # ~4 minutes: the bursts beyond capacity alone
     python -m bench.serve --multi-model  # ~2 minutes: a multi-model endpoint alone
+    python -m bench.serve --runtimes # ~5 minutes: the server on TensorFlow and on ONNX Runtime alone
     python -m bench.serve --crowds   # ~6 minutes: the crowds, bad clients and bursts beyond capacity alone
     python -m bench.serve --quick    # tiny: a correctness check, not a benchmark (with --crowds too)
 
@@ -26,6 +27,13 @@ leak would show as growth from load to load.
   multi-model  SAGEMAKER_MULTI_MODEL=true: the model loaded under 1, 4 and 8 names (POST /models,
                timed), 8 single-image clients each asking one of them in turn: as `server` rows,
                with the worker's PSS; then DELETE of each, timed
+  runtimes     the server with its defaults (the SavedModel in TensorFlow), and with
+               KERAS_PIPE_RUNTIME=onnx (its ONNX export, made as `keras-pipe export` makes it, in
+               ONNX Runtime), by 1, 8 and 32 single-image clients, then 1 client of 32 images: the
+               batches the server forms for them; each load run on one server, then the other, in
+               turn, REPEATS times (the machine's drift hits both alike): images/s (median, and
+               half the range), p50 and p99 latency of the median run, and ONNX Runtime's images/s
+               against TensorFlow's
   crowds       crowds and bad clients (bench.crowds: one event loop in a process of its own)
                against one server with its defaults, each scenario for CROWD_S, /ping polled as
                above: 100, then 300 kept-alive single-image clients; 80 stalled uploads (headers
@@ -87,6 +95,9 @@ SLOW_OVERLOAD_S = 90.0  # the slow photos' burst: past the 60 s a first-in, firs
 GOODPUT_GOAL = 0.8
 REFUSAL_GOAL_S = 0.05
 
+
+# the runtimes' loads, each run on one server then the other this many times (--runtimes)
+RUNTIME_REPEATS = 3
 
 def exported(folder: Path, quick: bool) -> Path:
     import keras
@@ -364,6 +375,44 @@ def throughput(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
     past_the_timeout(model, work / "serve-timeout.log", jpeg, 100 if quick else 400)
 
 
+def runtimes(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
+    """The server on the SavedModel and on its ONNX export (KERAS_PIPE_RUNTIME=onnx), load by load
+    in turn, REPEATS times."""
+    from keras_pipe_train.after_training.folder_exports import export_folder
+
+    export_folder(model, ("onnx",), [], model / "exports")
+    seconds, warm_s, repeats = (0.75, 0.5, 1) if quick else (8.0, 2.0, RUNTIME_REPEATS)
+    loads = [(1, 1), (1, 8), (32, 1)] if quick else [(1, 1), (1, 8), (1, 32), (32, 1)]
+    bodies = {1: (jpeg, "application/x-image"),
+              32: (json.dumps({"instances": [{"b64": base64.b64encode(jpeg).decode()}] * 32}).encode(),
+                   "application/json")}
+    servers = {"TensorFlow": Served(model, work / "serve-tensorflow.log"),
+               "ONNX Runtime": Served(model, work / "serve-onnx.log", KERAS_PIPE_RUNTIME="onnx")}
+    try:
+        for served in servers.values():  # (warm: threads started, memory taken, each batch size traced)
+            for images, clients in loads:
+                served.load(*bodies[images], clients, warm_s)
+        for images, clients in loads:
+            found = {name: [] for name in servers}
+            for _ in range(repeats):
+                for name, served in servers.items():
+                    found[name].append(served.load(*bodies[images], clients, seconds))
+            rates = {}
+            for name, results in found.items():
+                ranked = sorted(results, key=lambda result: result["rate"])
+                median = ranked[len(ranked) // 2]
+                rates[name] = median["rate"] * images
+                spread = (ranked[-1]["rate"] - ranked[0]["rate"]) / 2 / median["rate"]
+                print(f"{name:>12}, {clients:2d} client(s) x {images:2d} image(s): {rates[name]:6.1f} images/s "
+                      f"± {spread:.0%}, p50 {ms(percentile(median['latencies'], 50))}, "
+                      f"p99 {ms(percentile(median['latencies'], 99))}")
+            print(f"  {clients} client(s) x {images} image(s): ONNX Runtime / TensorFlow = "
+                  f"{rates['ONNX Runtime'] / rates['TensorFlow']:.2f}x")
+    finally:
+        codes = {name: served.stop() for name, served in servers.items()}
+    print(f"SIGTERM: exit codes {codes}")
+
+
 def under_crowds(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
     """bench.crowds' scenarios one after the other against one server with its defaults, each for
     CROWD_S, its clients in a process of their own and /ping polled from another: a row each, and
@@ -561,6 +610,8 @@ def main(argv=None) -> None:
                         help="only the crowds, bad clients and bursts beyond capacity (~6 minutes)")
     parser.add_argument("--overload", action="store_true", help="only the bursts beyond capacity (~4 minutes)")
     parser.add_argument("--multi-model", action="store_true", help="only the multi-model endpoint (~2 minutes)")
+    parser.add_argument("--runtimes", action="store_true",
+                        help="only the server on TensorFlow and on ONNX Runtime (~5 minutes)")
     parser.add_argument("--ping", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.ping:
@@ -572,6 +623,8 @@ def main(argv=None) -> None:
               f"{len(CLASSES)} classes; images: one {len(jpeg) // 1024} KB JPEG of 500x375; {cores()} cores")
         if args.multi_model:
             return multi_model(model, Path(work), jpeg, args.quick)
+        if args.runtimes:
+            return runtimes(model, Path(work), jpeg, args.quick)
         if not args.crowds and not args.overload:
             throughput(model, Path(work), jpeg, args.quick)
             multi_model(model, Path(work), jpeg, args.quick)

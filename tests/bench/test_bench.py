@@ -214,6 +214,20 @@ def test_cpu_kernels_benchmark_measures_each_setting_in_its_own_process_and_comp
     assert numerics and float(numerics[1]) < 1e-3 and float(numerics[2]) < 1e-3, out
 
 
+@pytest.mark.slow
+def test_onnx_runtime_benchmark_runs_both_runtimes_on_each_batch_and_they_answer_alike():
+    out = quick_run("onnx_runtime")
+    rows = re.findall(r"^mobilenet_v3_small \(32 px\) b(\d+) +\| TensorFlow +([\d.]+) ± +\d+% \| ONNX Runtime +([\d.]+) "
+                      r"± +\d+% \| \(prepare\) +([\d.]+) ± +\d+% \| ONNX Runtime / TensorFlow ([\d.]+)x$", out, re.M)
+    assert [int(batch) for batch, *_ in rows] == [1, 8, 32], out
+    for _, tf_rate, onnx_rate, prepare_rate, ratio in rows:
+        assert float(tf_rate) > 0 and float(onnx_rate) > 0 and float(prepare_rate) > 0
+        assert float(ratio) == pytest.approx(float(onnx_rate) / float(tf_rate), abs=0.01)
+    numerics = re.search(r"^mobilenet_v3_small: max \|difference\| of a probability ([\d.e+-]+) on 32 images, "
+                         r"100% the same class$", out, re.M)
+    assert numerics and float(numerics[1]) < 1e-4, out
+
+
 def test_the_calibration_fit_set_benchmark_compares_the_fits_on_wrong_labels():
     """bench.calibration_fit_set's quick run, and what docs/speed.md reports of its simulations: with
     10 % of the labels wrong the plain fit softens, where the noisy fit keeps the right temperature

@@ -8,6 +8,8 @@ own runtime: TensorFlow's TFLite interpreter, or ONNX Runtime."""
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 
 from keras_pipe_serve.predictor import (
@@ -20,11 +22,18 @@ from keras_pipe_serve.predictor import (
 
 
 class ExportPredictor(Predictor):
-    def __init__(self, path: Path):  # (no super().__init__: that loads a SavedModel)
+    def __init__(self, path: Path, threads: int | None = None, inter_threads: int | None = None):
+        """`threads`: the runtime's threads, and TensorFlow's within an op, for the images'
+        preparation; `inter_threads`: TensorFlow's ops at once (Predictor's, as the server sets them)."""
+        # (no super().__init__: that loads a SavedModel)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # (TensorFlow's C++ startup chatter)
         import tensorflow as tf
 
         from keras_pipe_train.model import conversions
 
+        if threads:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(inter_threads or threads)
         self._tf = tf
         path = Path(path)
         export_format = conversions.format_of(path)
@@ -37,11 +46,11 @@ class ExportPredictor(Predictor):
             raise ModelError(f"{path} cannot be run as an export of this job: {err} (it reads {conversions.DESCRIBED} "
                              f"beside it, as the job writes both in model/{conversions.FOLDER}/)") from None
         try:
-            self._runner = conversions.runner(content, export_format)
+            self._runner = conversions.runner(content, export_format, threads)
         except Exception as err:  # (each runtime's own errors: TFLite's ValueError, ONNX Runtime's Fail/InvalidGraph)
             raise ModelError(f"{path} cannot be loaded by its runtime ({export_format}): {str(err)[:300]}") from None
         settings = serving_settings([path.parent.parent])  # (the model folder's serving.json: the image limit)
-        self.max_pixels, self.dialect = settings.max_image_pixels, "keras-pipe"
+        self.max_pixels, self.dialect = settings.max_image_pixels, settings.dialect
         self.threshold = described.get("threshold")
         self.multi_label = bool(described.get("multi_label"))
         self.labels = [str(n) for n in described["class_names"]]
@@ -50,14 +59,36 @@ class ExportPredictor(Predictor):
         self._size, self._resize, self._interpolation = prepared["shape"][1], prepared.get("resize"), prepared.get(
             "interpolation", "bilinear")
         self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
+        self._prepare = prepared_by(tf, self._size, self._resize, self._interpolation, self.max_pixels)
 
     def _call(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
         """Predictor's call, the images prepared here and run by the export's runtime."""
-        from keras_pipe_train.sources import preprocess
-
-        size = self._size
-        batch = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, self.max_pixels), size,
-                                                                   self._resize, self._interpolation),
-                                    self._tf.constant([bytes(i) for i in images]), size).numpy()
+        batch = self._prepare(self._tf.constant([bytes(i) for i in images])).numpy()
         answer = self._runner(batch)
         return (answer["probabilities"].tolist(), answer["predictions"].tolist() if self.multi_label else None)
+
+
+def prepared_by(tf, size: int, resize, interpolation: str, max_pixels: int):
+    """encoded images -> the batch the exports take, prepared by the code the SavedModel's serving
+    signature runs, traced once as that signature is (run eagerly, image by image, it prepared 60
+    images a second where the signature answered 1,250: bench/onnx_runtime.py)."""
+    from keras_pipe_train.sources import preprocess
+
+    def prepare(encoded):
+        return preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), size, resize,
+                                                                 interpolation), encoded, size)
+
+    return tf.function(prepare, input_signature=[tf.TensorSpec([None], tf.string)])
+
+
+def onnx_export_of(model_dir: Path) -> Path:
+    """The ONNX export beside a model folder's SavedModel (KERAS_PIPE_RUNTIME=onnx), or a ModelError
+    saying how to make it."""
+    from keras_pipe_train.model import conversions
+
+    path = Path(model_dir) / conversions.FOLDER / conversions.FILES["onnx"]
+    if not path.is_file():
+        raise ModelError(f"KERAS_PIPE_RUNTIME=onnx serves {path}, which does not exist: train with "
+                         "export_formats=onnx, or run `keras-pipe export MODEL --formats onnx` on the model folder")
+    logging.getLogger("keras_pipe_serve").info("KERAS_PIPE_RUNTIME=onnx: %s, in ONNX Runtime", path)
+    return path

@@ -79,6 +79,12 @@ and this server's own:
   KERAS_PIPE_MODEL_NICENESS       how much lower the model's threads' scheduling priority is than the
                                   request threads', so that a ping never waits for a core (5; 0:
                                   the same)
+  KERAS_PIPE_RUNTIME              what runs the model: "tensorflow", the SavedModel (the default), or
+                                  "onnx", its ONNX export, exports/model.onnx beside it
+                                  (export_formats=onnx, or `keras-pipe export`), in ONNX Runtime,
+                                  the images decoded and prepared by the SavedModel's own code
+                                  (keras_pipe_serve.export_predictor): the same answers, faster on
+                                  small batches on a CPU (docs/speed.md, ONNX Runtime)
 and TensorFlow's own, where set: TF_NUM_INTRAOP_THREADS (threads within an op), TF_NUM_INTEROP_THREADS
 (ops at once, as a batch's images decode).
 """
@@ -110,6 +116,8 @@ T = TypeVar("T")
 DEFAULT_PAYLOAD_MB = 6
 # SageMaker sends SIGKILL 30 s after SIGTERM: requests in flight get most of that to finish
 GRACEFUL_S = 25
+TENSORFLOW, ONNX = "tensorflow", "onnx"
+RUNTIMES = (TENSORFLOW, ONNX)  # (KERAS_PIPE_RUNTIME's)
 # a batch transform waits for an answer up to its invocation timeout, 600 s unless the job says
 # otherwise (ModelClientConfig.InvocationsTimeoutInSeconds), and passes the container no setting of it
 BATCH_TIMEOUT_S = 600
@@ -163,7 +171,16 @@ def settings(argv: list[str] | None = None) -> dict:
                 intra=_positive("TF_NUM_INTRAOP_THREADS", None),
                 inter=_positive("TF_NUM_INTEROP_THREADS", None),
                 niceness=_positive("KERAS_PIPE_MODEL_NICENESS", MODEL_NICENESS, zero=True),
-                keepalive=_positive("KERAS_PIPE_KEEPALIVE_S", KEEPALIVE_S))
+                keepalive=_positive("KERAS_PIPE_KEEPALIVE_S", KEEPALIVE_S),
+                runtime=_runtime())
+
+
+def _runtime() -> str:
+    raw = os.environ.get("KERAS_PIPE_RUNTIME", "").strip().lower() or TENSORFLOW
+    if raw not in RUNTIMES:
+        raise SystemExit(f"serve: KERAS_PIPE_RUNTIME must be one of {', '.join(RUNTIMES)}, got "
+                         f"{os.environ['KERAS_PIPE_RUNTIME'][:40]!r}")
+    return raw
 
 
 def multi_model_plan(config: dict, gpu_count: int) -> Plan:
@@ -278,7 +295,12 @@ def loaded_app(config: dict, chosen: Plan):
     calls = threading.Semaphore(chosen.runners) if config["multi"] else None
 
     def model(folder: Path):
-        predictor = Predictor(folder, threads=chosen.intra, inter_threads=chosen.inter)
+        if config["runtime"] == ONNX:
+            from keras_pipe_serve.export_predictor import ExportPredictor, onnx_export_of
+
+            predictor = ExportPredictor(onnx_export_of(folder), threads=chosen.intra, inter_threads=chosen.inter)
+        else:
+            predictor = Predictor(folder, threads=chosen.intra, inter_threads=chosen.inter)
         warm_up = predictor.warm_up()  # (before the batcher's threads start: a model that fails here holds none)
         batcher = Batcher(predictor.run, config["max_batch"], config["max_wait"], stuck_floor=config["stuck_floor"],
                           runners=chosen.runners, calls=calls)

@@ -102,10 +102,10 @@ def convert(folder: Path, export_format: str, representative: np.ndarray | None 
     return _runtime(export_format).convert(folder, export_format, SIGNATURE)
 
 
-def runner(content: bytes, export_format: str):
+def runner(content: bytes, export_format: str, threads: int | None = None):
     """A callable: a batch of images -> {"probabilities", "predictions"} as numpy arrays, from the
-    export's own runtime."""
-    return _runtime(export_format).Runner(content, SIGNATURE)
+    export's own runtime, on `threads` (None: every core)."""
+    return _runtime(export_format).Runner(content, SIGNATURE, threads)
 
 
 def format_of(path: Path) -> str | None:

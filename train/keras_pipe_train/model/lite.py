@@ -36,11 +36,11 @@ class Runner:
     has it, deprecated for LiteRT's ai-edge-litert, the same interpreter: one dependency fewer in
     the image. Its deprecation warning, at every load, is silenced here.)"""
 
-    def __init__(self, flatbuffer: bytes, signature: str):
+    def __init__(self, flatbuffer: bytes, signature: str, threads: int | None = None):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
-            # (every core: the interpreter's own default is one thread)
-            self.interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=os.cpu_count() or 1)
+            # (every core unless told: the interpreter's own default is one thread)
+            self.interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads or os.cpu_count() or 1)
         self.run = self.interpreter.get_signature_runner(signature)
 
     def __call__(self, images: np.ndarray) -> dict[str, np.ndarray]:

@@ -76,13 +76,14 @@ def _quiet():
 
 
 class Runner:
-    """An ONNX model run by ONNX Runtime's CPU provider, a batch at a time, on every core."""
+    """An ONNX model run by ONNX Runtime's CPU provider, a batch at a time, on `threads` (None:
+    every core)."""
 
-    def __init__(self, model: bytes, signature: str):  # (one: ONNX has no signatures, the graph is it)
+    def __init__(self, model: bytes, signature: str, threads: int | None = None):  # (ONNX has one graph, no signatures)
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = os.cpu_count() or 1
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
         options.log_severity_level = 3  # (errors only: its graph-optimizer notes are not the user's)
         self.session = onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         self.outputs = [output.name for output in self.session.get_outputs()]
