@@ -92,6 +92,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.serve $(BENCH_ARGS)
 	$(BIN)/python -m bench.sources $(BENCH_ARGS)
 	$(BIN)/python -m bench.cpu_kernels $(BENCH_ARGS)
+	$(BIN)/python -m bench.onnx_runtime $(BENCH_ARGS)
 
 # pipemode against AWS's PipeModeDataset (needs `bash bench/aws/setup.sh` once: docs/speed.md)
 bench-aws: $(INSTALLED)

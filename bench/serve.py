@@ -2,7 +2,7 @@
 image's server, started as the installed `keras-pipe-serve`), against the model called in this
 process on the same number of TensorFlow threads, its ceiling.
 
-    python -m bench.serve            # ~11 minutes on 2 cores: all of it
+    python -m bench.serve            # ~16 minutes on 2 cores: all of it
     python -m bench.serve --overload # ~4 minutes: the bursts beyond capacity alone
     python -m bench.serve --multi-model  # ~2 minutes: a multi-model endpoint alone
     python -m bench.serve --runtimes # ~5 minutes: the server on TensorFlow and on ONNX Runtime alone
@@ -628,6 +628,7 @@ def main(argv=None) -> None:
         if not args.crowds and not args.overload:
             throughput(model, Path(work), jpeg, args.quick)
             multi_model(model, Path(work), jpeg, args.quick)
+            runtimes(model, Path(work), jpeg, args.quick)
         if not args.overload:
             under_crowds(model, Path(work), jpeg, args.quick)
         overloaded(model, Path(work), jpeg, args.quick)

@@ -100,6 +100,14 @@ def test_serve_benchmark_loads_the_server_pings_it_and_compares_it_with_its_ceil
     for count in (1, 2):  # (the multi-model endpoint: --quick loads 2)
         assert re.search(rf"multi-model, {count} model\(s\), 4 single-image clients: +[\d.]+ requests/s", out), out
     assert re.search(r"multi-model: POST /models took [\d.]+ m?s .*; SIGTERM: exit code 0", out), out
+    # the runtimes: each load on both servers, their ratio, and both stopped cleanly
+    for clients, images in ((1, 1), (8, 1), (1, 32)):
+        for runtime in ("TensorFlow", "ONNX Runtime"):
+            assert re.search(rf"^ *{runtime}, +{clients} client\(s\) x +{images} image\(s\): +[\d.]+ images/s ± \d+%, "
+                             rf"p50 .*, p99 ", out, re.M), (runtime, clients, images, out)
+        assert re.search(rf"^  {clients} client\(s\) x {images} image\(s\): ONNX Runtime / TensorFlow = [\d.]+x$", out,
+                         re.M), out
+    assert "SIGTERM: exit codes {'TensorFlow': 0, 'ONNX Runtime': 0}" in out, out
     # the crowds: each scenario's row (pings, 200s, the stalled uploads' 408s, no connection failed),
     # the bad clients' waits and closes in the notes
     for scenario, stalled in (("80 clients", 0), ("8 stalled, 30 lingering, 2 clients", 8)):
