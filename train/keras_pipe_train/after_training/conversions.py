@@ -70,11 +70,15 @@ def _skipped(trained: Trained, export_format: str) -> str | None:
     """Why an export is not tried at all (None: it is tried)."""
     if trained.stop.is_set():
         return "a stop request came before it"
-    if export_format.startswith("tflite") and keras.mixed_precision.global_policy().compute_dtype == "float16":
+    if keras.mixed_precision.global_policy().compute_dtype == "float16":
         # TFLite's converter does not take a Keras model computing in float16 (tensorflow/tensorflow#46380;
-        # larq/compute-engine#607 found it crashing), and a crash would take the job with it
-        return ("the model computes in float16 (mixed precision, on with a GPU): TFLite's converter does not take "
-                "it; mixed_precision=false exports it, or convert the SavedModel")
+        # larq/compute-engine#607 found it crashing), and a crash would take the job with it; Keras' own
+        # ONNX export asks for a float32 policy too (keras/src/export/onnx.py), and an ONNX file
+        # computing in float16 would not be the float32 export this one is said to be
+        converter = "TFLite's converter does not take it" if export_format.startswith("tflite") else (
+            "its ONNX export would compute in float16 too")
+        return (f"the model computes in float16 (mixed precision, on with a GPU): {converter}; mixed_precision=false "
+                "exports it")
     return None
 
 

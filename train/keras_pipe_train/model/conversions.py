@@ -4,8 +4,9 @@
 model_dir/exports/
   model.tflite          TFLite float32 (export_formats tflite)
   model_float16.tflite  TFLite, float16 weights, dequantized when loaded: half the file (tflite_float16)
-  model_int8.tflite     TFLite, int8 weights, activations float (dynamic range quantization): about a
-                        third of the file (tflite_int8)
+  model_int8.tflite     TFLite, int8 weights (per output channel), activations stored as float and
+                        quantized on the fly by the heavy kernels (dynamic range quantization):
+                        about a third of the file (tflite_int8)
   model_full_int8.tflite  TFLite, int8 weights and activations (full integer quantization, their ranges
                         from representative images: the training channel's), float32 in and out:
                         integer kernels throughout, for CPUs' and NPUs' int8 paths (tflite_full_int8)
@@ -17,7 +18,7 @@ Each takes a batch of decoded RGB images as float32 in [0, 255], image_size x im
 "images", prepared as the SavedModel's serving signature prepares them (exports.json's "prepare":
 the whole image resized, or its shorter side resized and the centre cropped; validation's way, but
 in the MXNet dialect, whose built-in served each image resized whole). Neither TFLite's builtin
-operators nor ONNX's standard ones decode JPEG or PNG, so decoding and resizing are the client's.
+operators nor ONNX's at opset 18 decode JPEG or PNG, so decoding and resizing are the client's.
 Inside each: the backbone's input scaling, the calibration (the served probabilities are the
 SavedModel's), test-time flips where trained so, and the decision: outputs "probabilities" (one
 per class) and "predictions" (a single-label model's class id; a multi-label model's 0/1 per

@@ -33,13 +33,15 @@ def convert(folder: Path, export_format: str, signature: str, representative: np
 
 class Runner:
     """A TFLite model run by TensorFlow's own interpreter, a batch at a time. (TensorFlow 2.21 still
-    has it, deprecated for LiteRT's ai-edge-litert, the same interpreter: one dependency fewer in
-    the image. Its deprecation warning, at every load, is silenced here.)"""
+    has it, deprecated since 2.19/2.20 for LiteRT's ai-edge-litert, the same interpreter and
+    calls: one dependency fewer in the image, until tf.lite leaves TensorFlow's packages, as
+    announced (tensorflow/tensorflow#102071). Its deprecation warning, at every load, is silenced
+    here.)"""
 
     def __init__(self, flatbuffer: bytes, signature: str, threads: int | None = None):
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
-            # (every core unless told: the interpreter's own default is one thread)
+            # (every core unless told: the interpreter's own default is left to its implementation)
             self.interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads or os.cpu_count() or 1)
         self.run = self.interpreter.get_signature_runner(signature)
 

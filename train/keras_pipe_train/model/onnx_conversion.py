@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 # ONNX's operator set the export is written in: the newest tf2onnx 1.17 writes, which ONNX Runtime
-# has run since 1.14 (2023), as have the runtimes built on it (onnxruntime-web, -mobile, DirectML)
+# has run since 1.14 (2023), in its full packages (Python, web/wasm, Android, iOS); its DirectML
+# provider documents opset 17 at most
 OPSET = 18
 
 
@@ -38,8 +39,9 @@ def convert(folder: Path, export_format: str, signature: str) -> bytes:
 
 def _register_erfc() -> None:
     """TensorFlow's Erfc as ONNX's 1 - Erf (ONNX has no Erfc): Keras 3 computes the exact GELU of
-    the transformers (ViT, DeiT, DINOv2, SigLIP) with erfc, which tf2onnx 1.17 does not map
-    ("Unsupported ops: Erfc"). Registered by tf2onnx's own decorator, its way for handlers of its
+    the transformers (keras-hub's ViT, DeiT, DINOv2; SigLIP's is the tanh approximation) with erfc
+    (TensorFlow's tf.nn.gelu), which tf2onnx 1.17 does not map ("Unsupported ops: Erfc"; open
+    upstream: onnx/tensorflow-onnx#2463). Registered by tf2onnx's own decorator, its way for handlers of its
     users' ops, once. (1 - Erf loses erfc's tiny values in float32: GELU's negative tail, below 1e-7
     of its input, becomes 0.)"""
     from tf2onnx import constants, handler, utils
@@ -61,9 +63,10 @@ def _register_erfc() -> None:
 def _quiet():
     """What tf2onnx logs on the way that would read as trouble in the job's log: TensorFlow's
     deprecation notes for the TF1 graph calls it freezes with, and its transpose optimizer's
-    traceback where a bias is a scalar (1.17's max() of an empty shape, on the input scaling's
-    constant), after which it goes on without that pass: the graph stays correct (the job compares
-    its answers) with a few transposes more. Errors still show."""
+    traceback where a scalar is added after a convolution without bias (1.17's max() of the
+    scalar's empty shape: hard-swish's x + 3), after which it keeps the graph from before that
+    pass: correct (the job compares its answers), with the NHWC/NCHW transposes the pass would have
+    removed (ONNX Runtime removes most of them when it loads the model). Errors still show."""
     loggers = [logging.getLogger(name) for name in ("tensorflow", "tf2onnx")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:

@@ -372,7 +372,7 @@ def augment(name, value) -> tuple[str, ...]:
 
 
 # the exports beside the SavedModel (model/conversions.py): TFLite at float32, with float16 weights, with
-# int8 weights (dynamic range quantization: activations stay float), and all in int8 (full integer
+# int8 weights (dynamic range quantization: activations quantized on the fly), and all in int8 (full integer
 # quantization, from representative training images); ONNX at float32
 EXPORT_FORMATS = ("tflite", "tflite_float16", "tflite_int8", "tflite_full_int8", "onnx")
 
