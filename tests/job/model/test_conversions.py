@@ -219,9 +219,7 @@ def test_a_keras_hub_transformer_converts_and_answers_as_the_savedmodel(tmp_path
         assert failed is None, (export_format, comparison.figures())
 
 
-def test_no_export_is_tried_at_a_stop_or_from_a_model_computing_in_float16():
-    """TFLite's converter does not take a mixed-precision model (a crash would take the job), and
-    its ONNX export would compute in float16: said."""
+def test_no_export_is_tried_at_a_stop():
     import threading
     from types import SimpleNamespace
 
@@ -229,16 +227,45 @@ def test_no_export_is_tried_at_a_stop_or_from_a_model_computing_in_float16():
 
     stop = threading.Event()
     assert step._skipped(SimpleNamespace(stop=stop), "tflite") is None
-    try:
-        keras.mixed_precision.set_dtype_policy("mixed_float16")
-        assert step._skipped(SimpleNamespace(stop=stop), "tflite_int8").startswith(
-            "the model computes in float16 (mixed precision, on with a GPU): TFLite's converter does not take it")
-        assert step._skipped(SimpleNamespace(stop=stop), "onnx").startswith(
-            "the model computes in float16 (mixed precision, on with a GPU): its ONNX export would compute in float16")
-    finally:
-        keras.mixed_precision.set_dtype_policy("float32")
     stop.set()
     assert step._skipped(SimpleNamespace(stop=stop), "onnx") == "a stop request came before it"
+
+
+def test_a_model_trained_with_mixed_precision_exports_its_float32_twin(tmp_path, images):
+    """Mixed precision (on with a GPU) computes in float16, which TFLite's converter does not take:
+    the job and `keras-pipe export` convert the model's float32 twin, the same weights, and each
+    export answers as the float32 model does."""
+    from keras_pipe_train.after_training.folder_exports import export_folder
+    from keras_pipe_train.model.export import export
+
+    from keras_pipe_train.model.classifier import backbone_of, build_classifier
+
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        keras.utils.set_random_seed(3)
+        backbone = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Rescaling(1 / 255),
+                                     keras.layers.Conv2D(8, 3, strides=2, activation="relu")], name="tiny")
+        mixed = build_classifier("mobilenet_v3_small", backbone, 4, 0.0, batchnorm_frozen=False)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    head = mixed.get_layer("classifier")
+    head.set_weights([np.random.default_rng(2).normal(0, 3, w.shape) for w in head.get_weights()])
+    assert backbone_of(mixed).layers[-1].compute_dtype == "float16"
+    twin = conversions.in_float32(mixed)
+    assert twin is not mixed and all(layer.compute_dtype == "float32" for layer in [*twin.layers,
+                                                                                  *backbone_of(twin).layers])
+    for ours, theirs in zip(twin.get_weights(), mixed.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    assert conversions.in_float32(twin) is twin  # (float32 already: itself)
+    np.testing.assert_allclose(twin(images).numpy(), mixed(images).numpy().astype(np.float32), atol=2e-2)
+    # the CLI's path: model.keras written as the job writes it, loaded with its float16 layers
+    export(mixed, ("a", "b", "c", "d"), 16, tmp_path / "model")
+    found = export_folder(tmp_path / "model", ("tflite", "onnx"), [], tmp_path / "model" / "exports")
+    assert all("dropped" not in figures for figures in found.values()), found
+    for export_format in ("tflite", "onnx"):
+        content = (tmp_path / "model/exports" / conversions.FILES[export_format]).read_bytes()
+        np.testing.assert_allclose(conversions.runner(content, export_format)(images)["probabilities"],
+                                   twin(images).numpy(), atol=1e-5)
 
 
 def test_a_rerun_leaves_no_file_of_an_export_it_dropped(tmp_path):

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -70,22 +69,15 @@ def _skipped(trained: Trained, export_format: str) -> str | None:
     """Why an export is not tried at all (None: it is tried)."""
     if trained.stop.is_set():
         return "a stop request came before it"
-    if keras.mixed_precision.global_policy().compute_dtype == "float16":
-        # TFLite's converter does not take a Keras model computing in float16 (tensorflow/tensorflow#46380;
-        # larq/compute-engine#607 found it crashing), and a crash would take the job with it; Keras' own
-        # ONNX export asks for a float32 policy too (keras/src/export/onnx.py), and an ONNX file
-        # computing in float16 would not be the float32 export this one is said to be
-        converter = "TFLite's converter does not take it" if export_format.startswith("tflite") else (
-            "its ONNX export would compute in float16 too")
-        return (f"the model computes in float16 (mixed precision, on with a GPU): {converter}; mixed_precision=false "
-                "exports it")
     return None
 
 
 def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...], started: float) -> dict[str, dict]:
     t, config = trained, trained.config
     threshold = config.multi_label_threshold if config.multi_label else None
-    answer = served_probabilities(t.model, calibrated.served, config.multi_label, config.test_time_flip)
+    # (mixed precision, on with a GPU: converted from its float32 twin, conversions.in_float32)
+    model = conversions.in_float32(t.model)
+    answer = served_probabilities(model, calibrated.served, config.multi_label, config.test_time_flip)
 
     def batches():  # (made after the conversions: their time counts against the budget)
         return Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop,
@@ -95,7 +87,7 @@ def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...]
         return first_images(Within(t.examples(t.train_source)(tf.distribute.InputContext()), t.stop,
                                    t.budget(EXPORT_SHARE, time.monotonic() - started)))
 
-    converted, found = made(t.model, answer, config.image_size, threshold, formats, batches if t.validation else None,
+    converted, found = made(model, answer, config.image_size, threshold, formats, batches if t.validation else None,
                             "no validation channel to compare it on", representative)
     write(t.layout.model / conversions.FOLDER, converted, described(
         config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,

@@ -94,9 +94,10 @@ def _model(model_dir: Path) -> keras.Model:
                         "JumpStart's, has none): export_formats exports it in the job")
     try:
         hub.register_if_named(path)
-        return keras.saving.load_model(path, compile=False, safe_mode=True)
+        model = keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as err:  # (Keras raises ValueError, TypeError, zipfile and h5py errors)
         raise UserError(f"{path} cannot be loaded by Keras ({type(err).__name__}: {str(err)[:300]})") from None
+    return conversions.in_float32(model)  # (trained with mixed precision: its layers compute in float16)
 
 
 def _examples(files: list[Path], classes: list, multi_label: bool, max_pixels: int, size: int, resize,

@@ -93,6 +93,47 @@ def write_classifier(model, answer, image_size: int, threshold: float | None, fo
     archive.write_out(str(folder), verbose=False)
 
 
+# the dtype policies of mixed precision (float16 on GPUs, bfloat16 on TPUs): computing in them, a model
+# is converted from its float32 twin (in_float32)
+MIXED_POLICIES = ("mixed_float16", "mixed_bfloat16")
+
+
+def in_float32(model: keras.Model) -> keras.Model:
+    """`model` itself, or where any layer computes in half precision (mixed precision: on with a
+    GPU), its twin computing in float32 with the same weights: TFLite's converter does not take a
+    model computing in float16 (tensorflow/tensorflow#46380), Keras' own ONNX export asks for float32,
+    and the exports are float32 models. Built from the model's config with every mixed policy made
+    float32 (its variables are float32 already: mixed precision keeps them so)."""
+    config = model.get_config()
+    if not _mixed(config):
+        return model
+    kept = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_dtype_policy("float32")  # (a layer whose config names no policy takes the global one)
+    try:
+        twin = model.__class__.from_config(_float32(config))
+    finally:
+        keras.mixed_precision.set_dtype_policy(kept)
+    twin.set_weights(model.get_weights())
+    return twin
+
+
+def _mixed(config) -> bool:
+    if isinstance(config, dict):
+        return any(_mixed(value) for value in config.values())
+    if isinstance(config, list):
+        return any(_mixed(value) for value in config)
+    return config in MIXED_POLICIES
+
+
+def _float32(config):
+    """`config` with every mixed policy (a DTypePolicy's name, or a layer's dtype given as a string) float32."""
+    if isinstance(config, dict):
+        return {key: _float32(value) for key, value in config.items()}
+    if isinstance(config, list):
+        return [_float32(value) for value in config]
+    return "float32" if config in MIXED_POLICIES else config
+
+
 def convert(folder: Path, export_format: str, representative: np.ndarray | None = None) -> bytes:
     """The file of `export_format` converted from the SavedModel write_classifier wrote in `folder`;
     a format of REPRESENTED with `representative`, a batch of images as the exports take them."""
