@@ -1,7 +1,7 @@
 """ONNX Runtime against TensorFlow for the server's model call on CPU, side by side in one run:
 does serving the ONNX export (export_formats=onnx, `keras-pipe export`) answer faster?
 
-    python -m bench.onnx_runtime            # ~4 minutes on 2 cores
+    python -m bench.onnx_runtime            # ~7 minutes on 2 cores
     python -m bench.onnx_runtime --quick    # tiny: a correctness check, not a benchmark
 
 For each backbone, the job's own code builds a classifier (weights=None, a head of random weights

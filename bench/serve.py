@@ -386,9 +386,9 @@ def runtimes(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
     bodies = {1: (jpeg, "application/x-image"),
               32: (json.dumps({"instances": [{"b64": base64.b64encode(jpeg).decode()}] * 32}).encode(),
                    "application/json")}
-    servers = {"TensorFlow": Served(model, work / "serve-tensorflow.log"),
-               "ONNX Runtime": Served(model, work / "serve-onnx.log", KERAS_PIPE_RUNTIME="onnx")}
+    servers = {"TensorFlow": Served(model, work / "serve-tensorflow.log")}
     try:
+        servers["ONNX Runtime"] = Served(model, work / "serve-onnx.log", KERAS_PIPE_RUNTIME="onnx")
         for served in servers.values():  # (warm: threads started, memory taken, each batch size traced)
             for images, clients in loads:
                 served.load(*bodies[images], clients, warm_s)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -54,3 +55,11 @@ def test_without_its_export_or_with_an_unknown_runtime_the_server_says_so_and_do
                              env={**os.environ, "KERAS_PIPE_RUNTIME": runtime, "SAGEMAKER_MODEL_SERVER_WORKERS": "1"},
                              capture_output=True, text=True, timeout=120)
         assert out.returncode != 0 and said in out.stdout + out.stderr, (runtime, out.stdout[-2000:], out.stderr[-2000:])
+
+
+def test_the_servers_master_finds_the_onnx_export_where_the_job_writes_it():
+    from keras_pipe_serve.export_predictor import ONNX_EXPORT
+
+    from keras_pipe_train.model import conversions
+
+    assert ONNX_EXPORT == Path(conversions.FOLDER) / conversions.FILES["onnx"]

@@ -16,9 +16,11 @@ from keras_pipe_serve.predictor import (
     DEFAULT_TOP_K,
     ModelError,
     Predictor,
-    calibrated_thresholds,
-    serving_settings,
 )
+
+# where a model folder's ONNX export lies: model/conversions.py's FOLDER and FILES["onnx"], named here
+# without importing it (it imports TensorFlow, which the server's master never loads; a test checks they agree)
+ONNX_EXPORT = Path("exports") / "model.onnx"
 
 
 class ExportPredictor(Predictor):
@@ -49,17 +51,29 @@ class ExportPredictor(Predictor):
             self._runner = conversions.runner(content, export_format, threads)
         except Exception as err:  # (each runtime's own errors: TFLite's ValueError, ONNX Runtime's Fail/InvalidGraph)
             raise ModelError(f"{path} cannot be loaded by its runtime ({export_format}): {str(err)[:300]}") from None
-        settings = serving_settings([path.parent.parent])  # (the model folder's serving.json: the image limit)
-        self.max_pixels, self.dialect = settings.max_image_pixels, settings.dialect
-        self.threshold = described.get("threshold")
-        self.multi_label = bool(described.get("multi_label"))
-        self.labels = [str(n) for n in described["class_names"]]
-        self.calibrated_thresholds = calibrated_thresholds(settings, len(self.labels)) if self.multi_label else None
-        prepared = described["input"]
-        self._size, self._resize, self._interpolation = prepared["shape"][1], prepared.get("resize"), prepared.get(
-            "interpolation", "bilinear")
+        try:
+            self._read(described)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            raise ModelError(f"{path}: {conversions.DESCRIBED} is not what the job writes ({type(err).__name__}: "
+                             f"{err})") from None
+        if self.calibrated_thresholds is not None and len(self.calibrated_thresholds) != len(self.labels):
+            raise ModelError(f"{path}: {conversions.DESCRIBED}'s calibrated_thresholds has "
+                             f"{len(self.calibrated_thresholds)} values for {len(self.labels)} classes")
         self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
         self._prepare = prepared_by(tf, self._size, self._resize, self._interpolation, self.max_pixels)
+
+    def _read(self, described: dict) -> None:
+        self.threshold = described["threshold"]
+        self.multi_label = bool(described["multi_label"])
+        self.labels = [str(n) for n in described["class_names"]]
+        # (what serving.json says of the model, written beside the exports: they answer as the model
+        # folder wherever they are copied)
+        self.max_pixels, self.dialect = int(described["max_image_pixels"]), str(described["dialect"])
+        thresholds = described["calibrated_thresholds"]
+        self.calibrated_thresholds = None if thresholds is None else [float(t) for t in thresholds]
+        prepared = described["input"]
+        self._size, self._resize, self._interpolation = int(prepared["shape"][1]), prepared["resize"], str(
+            prepared["interpolation"])
 
     def _call(self, images: list[bytes]) -> tuple[list[list[float]], list[list[int]] | None]:
         """Predictor's call, the images prepared here and run by the export's runtime."""
@@ -74,19 +88,14 @@ def prepared_by(tf, size: int, resize, interpolation: str, max_pixels: int):
     images a second where the signature answered 1,250: bench/onnx_runtime.py)."""
     from keras_pipe_train.sources import preprocess
 
-    def prepare(encoded):
-        return preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), size, resize,
-                                                                 interpolation), encoded, size)
-
-    return tf.function(prepare, input_signature=[tf.TensorSpec([None], tf.string)])
+    return tf.function(lambda encoded: preprocess.served_batch(encoded, size, resize, interpolation, max_pixels),
+                       input_signature=[tf.TensorSpec([None], tf.string)])
 
 
 def onnx_export_of(model_dir: Path) -> Path:
     """The ONNX export beside a model folder's SavedModel (KERAS_PIPE_RUNTIME=onnx), or a ModelError
-    saying how to make it."""
-    from keras_pipe_train.model import conversions
-
-    path = Path(model_dir) / conversions.FOLDER / conversions.FILES["onnx"]
+    saying how to make it. (No TensorFlow: the server's master checks it before any worker starts.)"""
+    path = Path(model_dir) / ONNX_EXPORT
     if not path.is_file():
         raise ModelError(f"KERAS_PIPE_RUNTIME=onnx serves {path}, which does not exist: train with "
                          "export_formats=onnx, or run `keras-pipe export MODEL --formats onnx` on the model folder")

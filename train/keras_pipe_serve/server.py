@@ -338,10 +338,18 @@ def run(argv: list[str] | None = None) -> None:
     else:
         try:
             served = saved_model_dir(config["model_dir"])  # a missing model said once, before any worker starts
+            if config["runtime"] == ONNX:
+                from keras_pipe_serve.export_predictor import onnx_export_of
+
+                onnx_export_of(config["model_dir"])
         except ModelError as err:
             raise SystemExit(f"serve: {err}") from None
         chosen = plan(cpus(), gpu_count, config["memory"], model_bytes(served), config["workers"], config["intra"],
                       config["inter"])
+    if config["runtime"] == ONNX and gpu_count:
+        log.warning("KERAS_PIPE_RUNTIME=onnx on a host with %d GPU(s): the image's ONNX Runtime is its CPU build, and "
+                    "runs the model on the CPU; the SavedModel (KERAS_PIPE_RUNTIME=tensorflow) runs on the GPU",
+                    gpu_count)
 
     from gunicorn.app.base import BaseApplication
 

@@ -10,7 +10,7 @@ preparation.json (how it prepares images). --formats: any of tflite, tflite_floa
 tflite_full_int8, onnx (default: tflite,onnx). --validation: TFRecord files of the job's examples,
 or folders of them (`keras-pipe prepare`'s validation/): each export answers them beside the model
 as served, and is dropped below its bar (docs/job.md, Exports); without them the exports are kept
-unchecked. tflite_full_int8 is calibrated on the first 200 images of --representative (default:
+unchecked. tflite_full_int8 is calibrated on 200 images drawn from --representative (default:
 the --validation records). The files and exports.json go in --output (default: MODEL/exports for a
 folder, ./exports for an archive). Exit code 0 when every format asked was kept, 1 when one was
 dropped (said), 2 when nothing could run.
@@ -44,7 +44,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--validation", nargs="+", default=[], metavar="TFRECORDS",
                         help="TFRecord files of the job's examples, or folders of them, to check each export on")
     parser.add_argument("--representative", nargs="+", default=None, metavar="TFRECORDS",
-                        help="TFRecord files or folders whose first 200 images calibrate tflite_full_int8's "
+                        help="TFRecord files or folders, 200 of whose images calibrate tflite_full_int8's "
                              "activations (default: the --validation records; the job takes the training channel's)")
     parser.add_argument("--output", "-o", default=None,
                         help="the folder for the exports (default: MODEL/exports, or ./exports for an archive)")
@@ -72,23 +72,22 @@ def run(args: argparse.Namespace) -> int:
         if not formats:
             raise UsageError("--formats: name at least one of tflite, tflite_float16, tflite_int8, tflite_full_int8, "
                              "onnx")
-        validation = _records(args.validation)
-        representative = None if args.representative is None else _records(args.representative)
+        validation = _records(args.validation, "--validation")
+        representative = None if args.representative is None else _records(args.representative, "--representative")
+        if "tflite_full_int8" in formats and not (validation or representative):
+            raise UsageError("--formats tflite_full_int8 is calibrated on images: give --representative (or "
+                             "--validation) records")
         with tempfile.TemporaryDirectory(prefix="keras-pipe-export-") as work:
             model_dir, unpacked = _model_folder(args.model, Path(work))
             out = Path(args.output) if args.output else Path("exports") if unpacked else model_dir / "exports"
             try:
-                found = folder_exports.export_folder(model_dir, formats, validation, out, representative)
-            except UserError as err:
+                found = folder_exports.export_folder(model_dir, formats, validation, out, representative, args.model)
+            except UserError as err:  # (what the model folder lacks, a record that cannot be read)
                 raise UsageError(str(err)) from None
             except PipeDataError as err:  # (a corrupt, truncated or unusable record: named, with its file)
-                raise UsageError(f"--validation: {err}") from None
-            except Exception as err:  # (TensorFlow's reading errors: a corrupt or truncated record file)
-                import tensorflow as tf
-
-                if not isinstance(err, tf.errors.OpError):
-                    raise
-                raise UsageError(f"the validation records cannot be read: {err.message[:300]}") from None
+                raise UsageError(str(err)) from None
+            except OSError as err:  # (the output folder: not writable, the disk full)
+                raise UsageError(f"{shown(str(out))}: {err.strerror or err}") from None
     except UsageError as err:
         print(f"keras-pipe export: error: {shown(str(err))}", file=sys.stderr)
         return 2
@@ -113,19 +112,19 @@ def _said(found: dict[str, dict], out: Path) -> int:
     return 1 if any("dropped" in figures for figures in found.values()) else 0
 
 
-def _records(given: list[str]) -> list[Path]:
+def _records(given: list[str], option: str) -> list[Path]:
     files = []
     for name in given:
         path = Path(name)
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
             if not found:
-                raise UsageError(f"--validation {shown(name)} holds no file")
+                raise UsageError(f"{option} {shown(name)} holds no file")
             files += found
         elif path.is_file():
             files.append(path)
         else:
-            raise UsageError(f"--validation {shown(name)} does not exist")
+            raise UsageError(f"{option} {shown(name)} does not exist")
     return files
 
 

@@ -236,9 +236,8 @@ def test_a_model_trained_with_mixed_precision_exports_its_float32_twin(tmp_path,
     the job and `keras-pipe export` convert the model's float32 twin, the same weights, and each
     export answers as the float32 model does."""
     from keras_pipe_train.after_training.folder_exports import export_folder
-    from keras_pipe_train.model.export import export
-
     from keras_pipe_train.model.classifier import backbone_of, build_classifier
+    from keras_pipe_train.model.export import export
 
     keras.mixed_precision.set_dtype_policy("mixed_float16")
     try:

@@ -23,7 +23,7 @@ from keras_pipe_train.model import conversions
 from keras_pipe_train.model.export import served_probabilities, serving_resize
 from keras_pipe_train.report import evaluation
 from keras_pipe_train.sources import preprocess
-from keras_pipe_train.training.gathered import Within
+from keras_pipe_train.training.gathered import Reservoir, Within
 from keras_pipe_train.training.metrics import to_json
 
 log = logging.getLogger(__name__)
@@ -32,8 +32,11 @@ log = logging.getLogger(__name__)
 # a few dozen images a second, and 2,000 tell an agreement to a twentieth of a point
 MAX_COMPARED = 2_000
 # representative images a full-integer export's activation ranges are measured on: TFLite's guide
-# suggests a hundred to a few hundred; each is one call of the float model in the converter
+# suggests a hundred to a few hundred; each is one call of the float model in the converter. Drawn
+# at random from the first REPRESENTATIVE_DRAWN_FROM a pass reads: a channel in class order (class
+# folders, .lst files) would give its first class alone
 REPRESENTATIVE = 200
+REPRESENTATIVE_DRAWN_FROM = 2_000
 
 
 def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> dict | None:
@@ -50,15 +53,22 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
         log.warning("no %s export: %s", export_format, why)
     found = {export_format: {"dropped": why} for export_format, why in skipped.items()}
     tried = tuple(export_format for export_format in config.export_formats if export_format not in skipped)
+    converted = {}
     if tried:
         try:
-            found.update(_exported(t, calibrated, tried, started))
+            converted, made_ = _exported(t, calibrated, tried, started)
+            found.update(made_)
         except Exception as err:  # (the SavedModel is written: the job's result stands)
             log.warning("the exports failed (%s: %s); the SavedModel is the job's model", type(err).__name__,
                         err, exc_info=True)
             found.update({export_format: {"dropped": f"the export step failed: {type(err).__name__}: {err}"}
                           for export_format in tried})
     found = {export_format: found[export_format] for export_format in config.export_formats}  # (as asked)
+    threshold = config.multi_label_threshold if config.multi_label else None
+    served = calibrated.serving(threshold)
+    write(t.layout.model / conversions.FOLDER, converted, described(
+        config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,
+        config.test_time_flip, served, config.max_image_pixels, config.dialect, found))
     if evaluated is not None:
         evaluated["exports"] = found
         evaluation.write_json(t.layout.output_data, evaluated)
@@ -72,7 +82,8 @@ def _skipped(trained: Trained, export_format: str) -> str | None:
     return None
 
 
-def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...], started: float) -> dict[str, dict]:
+def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...], started: float
+              ) -> tuple[dict[str, bytes], dict[str, dict]]:
     t, config = trained, trained.config
     threshold = config.multi_label_threshold if config.multi_label else None
     # (mixed precision, on with a GPU: converted from its float32 twin, conversions.in_float32)
@@ -83,16 +94,12 @@ def _exported(trained: Trained, calibrated: Calibrated, formats: tuple[str, ...]
         return Within(t.examples(t.validation)(tf.distribute.InputContext()), t.stop,
                       t.budget(EXPORT_SHARE, time.monotonic() - started))
 
-    def representative():  # (the training channel's first images, prepared as validation's: one more pass)
-        return first_images(Within(t.examples(t.train_source)(tf.distribute.InputContext()), t.stop,
+    def representative():  # (the training channel's images, prepared as validation's: one more pass)
+        return representative_images(Within(t.examples(t.train_source)(tf.distribute.InputContext()), t.stop,
                                    t.budget(EXPORT_SHARE, time.monotonic() - started)))
 
-    converted, found = made(model, answer, config.image_size, threshold, formats, batches if t.validation else None,
-                            "no validation channel to compare it on", representative)
-    write(t.layout.model / conversions.FOLDER, converted, described(
-        config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,
-        config.test_time_flip, calibrated.serving(threshold) is not None, found))
-    return found
+    return made(model, answer, config.image_size, threshold, formats, batches if t.validation else None,
+                "no validation channel to compare it on", representative)
 
 
 def made(model, answer, image_size: int, threshold: float | None, formats: tuple[str, ...],
@@ -115,16 +122,21 @@ def made(model, answer, image_size: int, threshold: float | None, formats: tuple
     return converted, found
 
 
-def first_images(batches: Within, count: int = REPRESENTATIVE) -> np.ndarray | None:
-    """The first `count` images of `batches` ((images, labels)), one array (None: there were none)."""
-    found, seen = [], 0
+def representative_images(batches: Within, count: int = REPRESENTATIVE,
+                          drawn_from: int = REPRESENTATIVE_DRAWN_FROM) -> np.ndarray | None:
+    """`count` images drawn uniformly (seeded) from the first `drawn_from` of `batches` ((images,
+    labels)), one array (fewer where there were fewer; None: there were none)."""
+    reservoir, rows = Reservoir(count, seed=0), None
     for images, _ in batches:
-        found.append(images.numpy())
-        seen += len(found[-1])
-        if seen >= count:
+        images = images.numpy()
+        positions, slots = reservoir.places(len(images))
+        if rows is None:
+            rows = np.empty((count, *images.shape[1:]), np.float32)
+        rows[slots] = images[positions]
+        if reservoir.offered >= drawn_from:
             batches.end()
             break
-    return np.concatenate(found)[:count] if found else None
+    return None if rows is None else rows[:min(count, reservoir.offered)]
 
 
 def _converted(folder: Path, formats: tuple[str, ...], representative: np.ndarray | None
@@ -154,6 +166,11 @@ def _judge(converted: dict[str, bytes], found: dict[str, dict], compared: dict |
         if compared is None:
             found[export_format]["unchecked"] = unchecked
             continue
+        if isinstance(compared[export_format], str):  # (its runtime failed: _compare)
+            del converted[export_format]
+            found[export_format]["dropped"] = compared[export_format]
+            log.warning("export %s dropped: %s", export_format, compared[export_format])
+            continue
         comparison, cut = compared[export_format]
         found[export_format].update(comparison.figures(), **({"cut": True} if cut else {}))
         failed = comparison.failed(conversions.BARS[export_format])
@@ -174,21 +191,32 @@ def _say(export_format: str, path: Path, figures: dict) -> None:
 def _compare(reference, converted: dict[str, bytes], batches: Within) -> dict:
     """(Comparison, cut) by format, from one pass over `batches`: at most MAX_COMPARED images; a
     stop request or the budget ends it, the images seen judged (cut)."""
-    runners = {export_format: conversions.runner(content, export_format)
-               for export_format, content in converted.items()}
+    runners, failed = {}, {}
+    for export_format, content in converted.items():  # (one runtime's failure drops its format alone)
+        try:
+            runners[export_format] = conversions.runner(content, export_format)
+        except Exception as err:  # (TFLite's ValueError or RuntimeError, ONNX Runtime's own)
+            failed[export_format] = f"its runtime cannot load it: {type(err).__name__}: {str(err)[:300]}"
     comparisons = {export_format: conversions.Comparison() for export_format in runners}
     classify = reference.signatures[conversions.SIGNATURE]
     seen = 0
     for images, labels in batches:
         expected = {name: value.numpy() for name, value in classify(images=images).items()}
         labels = labels.numpy()  # (class ids; multi-label: 0/1 a class, as the gallery reads them)
-        for export_format, runner in runners.items():
-            comparisons[export_format].add(expected, runner(images.numpy()), labels)
+        for export_format, runner in list(runners.items()):
+            try:
+                answered = runner(images.numpy())
+            except Exception as err:
+                failed[export_format] = f"its runtime failed on the validation images: {type(err).__name__}: " \
+                                        f"{str(err)[:300]}"
+                del runners[export_format]
+                continue
+            comparisons[export_format].add(expected, answered, labels)
         seen += len(labels)
         if seen >= MAX_COMPARED:
             batches.end()
             break
-    return {export_format: (comparison, batches.cut) for export_format, comparison in comparisons.items()}
+    return {**{export_format: (comparisons[export_format], batches.cut) for export_format in runners}, **failed}
 
 
 def write(out: Path, converted: dict[str, bytes], said: dict, keep: tuple[str, ...] = ()) -> dict[str, Path]:
@@ -203,10 +231,12 @@ def write(out: Path, converted: dict[str, bytes], said: dict, keep: tuple[str, .
 
 
 def described(image_size: int, resize: int | str | None, interpolation: str, threshold: float | None,
-              class_names, flip: bool, calibrated: bool, found: dict) -> dict:
+              class_names, flip: bool, calibration, max_pixels: int, dialect: str, found: dict) -> dict:
     """exports.json: what a client of the exports needs, and how each compared. `resize`,
     `interpolation`: how the SavedModel prepares images (export.serving_archive); `threshold`: a
-    multi-label model's (None: single-label); `calibrated`: its served probabilities are."""
+    multi-label model's (None: single-label); `calibration`: its served probabilities' (a
+    ServedCalibration; None: none); `max_pixels`, `dialect`: serving.json's, for keras-pipe
+    predict and serve to answer with an export wherever it lies as with the model folder."""
     return {
         "signature": conversions.SIGNATURE,  # (TFLite's; ONNX's graph is the same function)
         "input": {"name": "images", "shape": [None, image_size, image_size, 3], "dtype": "float32",
@@ -215,12 +245,17 @@ def described(image_size: int, resize: int | str | None, interpolation: str, thr
                   "resize": resize, "interpolation": interpolation},
         "multi_label": threshold is not None,
         "threshold": threshold,
-        "outputs": {"probabilities": "one per class, as the SavedModel serves them" + (" (calibrated)" if calibrated
+        "outputs": {"probabilities": "one per class, as the SavedModel serves them" + (" (calibrated)" if calibration
                                                                                        else ""),
                     "predictions": ("0/1 per class: its probability, the model's own (uncalibrated), at least "
                                     f"{threshold}" if threshold is not None else "the likeliest class's id")},
         "class_names": [str(name) for name in class_names],
         "test_time_flip": flip,
+        # (a multi-label model's predictions at its calibrated probabilities: serving.json's)
+        "calibrated_thresholds": None if calibration is None or calibration.calibrated_thresholds is None
+        else list(calibration.calibrated_thresholds),
+        "max_image_pixels": max_pixels,
+        "dialect": dialect,
         "exports": {name: {**({} if "dropped" in figures else {"file": conversions.FILES[name]}), **figures}
                     for name, figures in found.items()},
     }

@@ -8,7 +8,7 @@ model_dir/exports/
                         quantized on the fly by the heavy kernels (dynamic range quantization):
                         about a third of the file (tflite_int8)
   model_full_int8.tflite  TFLite, int8 weights and activations (full integer quantization, their ranges
-                        from representative images: the training channel's), float32 in and out:
+                        from representative images: 200 of the training channel's), float32 in and out:
                         integer kernels throughout, for CPUs' and NPUs' int8 paths (tflite_full_int8)
   model.onnx            ONNX, float32, opset onnx_conversion.OPSET, for ONNX Runtime (onnx)
   exports.json          what a client needs beside them: the input, the classes, the rule each

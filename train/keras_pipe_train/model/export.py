@@ -62,9 +62,7 @@ def serving_archive(model: keras.Model, class_names: tuple[str, ...], image_size
     def serve(image_bytes):
         # each request's images are checked from their headers before decoding: a small file that
         # decodes to gigapixels is refused instead of costing the server its memory
-        images = preprocess.batch_of(lambda x: preprocess.for_eval(preprocess.checked(x, max_pixels), image_size,
-                                                                   resize_to, interpolation),
-                                     image_bytes, image_size)
+        images = preprocess.served_batch(image_bytes, image_size, resize_to, interpolation, max_pixels)
         probabilities, decided = answer(images)
         if threshold is not None:
             predicted = decided >= threshold

@@ -436,6 +436,18 @@ def batch_of(fn, encoded_batch: tf.Tensor, size: int) -> tf.Tensor:
     return tf.map_fn(fn, encoded_batch, fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32))
 
 
+def served_batch(encoded_batch: tf.Tensor, size: int, resize_to: int | str | None, interpolation: str,
+                 max_pixels: int | None = None) -> tf.Tensor:
+    """A batch of encoded images prepared as the served model prepares them (for_eval; each one's
+    header checked first with `max_pixels`): the SavedModel's serving signature, and the images its
+    exports are given (keras-pipe predict, serve on ONNX Runtime, keras-pipe export's check)."""
+    def one(encoded):
+        return for_eval(encoded if max_pixels is None else checked(encoded, max_pixels), size, resize_to,
+                        interpolation)
+
+    return batch_of(one, encoded_batch, size)
+
+
 def seeded_batch_of(fn, encoded_batch: tf.Tensor, size: int, batch_seed: tf.Tensor) -> tf.Tensor:
     """Applies fn(encoded, seed) to each image of a batch, the i-th image's seed folded from the
     batch's (int64 [2]) and i: each image gets its own random choices, the same ones every time."""
