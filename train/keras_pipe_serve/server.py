@@ -183,6 +183,27 @@ def _runtime() -> str:
     return raw
 
 
+def chosen_plan(config: dict, gpu_count: int) -> Plan:
+    """The workers and threads for `config`'s model (or a multi-model endpoint's), once its files are
+    found: a missing model, or its missing ONNX export, said once, before any worker starts."""
+    if config["runtime"] == ONNX and gpu_count:
+        log.warning("KERAS_PIPE_RUNTIME=onnx on a host with %d GPU(s): the image's ONNX Runtime is its CPU build, and "
+                    "runs the model on the CPU; the SavedModel (KERAS_PIPE_RUNTIME=tensorflow) runs on the GPU",
+                    gpu_count)
+    if config["multi"]:
+        return multi_model_plan(config, gpu_count)
+    try:
+        served = saved_model_dir(config["model_dir"])
+        if config["runtime"] == ONNX:
+            from keras_pipe_serve.export_predictor import onnx_export_of
+
+            onnx_export_of(config["model_dir"])
+    except ModelError as err:
+        raise SystemExit(f"serve: {err}") from None
+    return plan(cpus(), gpu_count, config["memory"], model_bytes(served), config["workers"], config["intra"],
+                config["inter"])
+
+
 def multi_model_plan(config: dict, gpu_count: int) -> Plan:
     """A multi-model endpoint's: one worker, which holds every model loaded (keras_pipe_serve.models),
     with the registry of those loaded, for a worker that replaces it, in a folder of the server's."""
@@ -333,23 +354,7 @@ def run(argv: list[str] | None = None) -> None:
     config = settings(sys.argv[1:] if argv is None else argv)
     gpu_count = gpus()
     config["memory"] = memory_limit()  # (read once, in the master: the workers' body budget weighs it too)
-    if config["multi"]:
-        chosen = multi_model_plan(config, gpu_count)
-    else:
-        try:
-            served = saved_model_dir(config["model_dir"])  # a missing model said once, before any worker starts
-            if config["runtime"] == ONNX:
-                from keras_pipe_serve.export_predictor import onnx_export_of
-
-                onnx_export_of(config["model_dir"])
-        except ModelError as err:
-            raise SystemExit(f"serve: {err}") from None
-        chosen = plan(cpus(), gpu_count, config["memory"], model_bytes(served), config["workers"], config["intra"],
-                      config["inter"])
-    if config["runtime"] == ONNX and gpu_count:
-        log.warning("KERAS_PIPE_RUNTIME=onnx on a host with %d GPU(s): the image's ONNX Runtime is its CPU build, and "
-                    "runs the model on the CPU; the SavedModel (KERAS_PIPE_RUNTIME=tensorflow) runs on the GPU",
-                    gpu_count)
+    chosen = chosen_plan(config, gpu_count)
 
     from gunicorn.app.base import BaseApplication
 
