@@ -65,10 +65,13 @@ def export(trained: Trained, calibrated: Calibrated, evaluated: dict | None) -> 
                           for export_format in tried})
     found = {export_format: found[export_format] for export_format in config.export_formats}  # (as asked)
     threshold = config.multi_label_threshold if config.multi_label else None
-    served = calibrated.serving(threshold)
-    write(t.layout.model / conversions.FOLDER, converted, described(
-        config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,
-        config.test_time_flip, served, config.max_image_pixels, config.dialect, found))
+    try:
+        write(t.layout.model / conversions.FOLDER, converted, described(
+            config.image_size, serving_resize(config), config.resize_interpolation, threshold, config.class_names,
+            config.test_time_flip, calibrated.serving(threshold), config.max_image_pixels, config.dialect, found))
+    except OSError as err:  # (the disk full, say: the SavedModel is written, the job's result stands)
+        log.warning("the exports could not be written (%s); the SavedModel is the job's model", err)
+        found = {export_format: {"dropped": f"it could not be written: {err}"} for export_format in found}
     if evaluated is not None:
         evaluated["exports"] = found
         evaluation.write_json(t.layout.output_data, evaluated)
