@@ -10,6 +10,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+# TensorFlow's warning at every interpreter's creation (Runner says why it is left unheard)
+DEPRECATED = ".*tf.lite.Interpreter is deprecated"
+
 
 def convert(folder: Path, export_format: str, signature: str, representative: np.ndarray | None = None) -> bytes:
     """The TFLite flatbuffer of the SavedModel conversions.write_classifier wrote in `folder`, its
@@ -28,7 +31,9 @@ def convert(folder: Path, export_format: str, signature: str, representative: np
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
         converter.representative_dataset = lambda: ({"images": representative[i:i + 1]}
                                                     for i in range(len(representative)))
-    return converter.convert()
+    with warnings.catch_warnings():  # (the calibration runs its own interpreter: Runner's warning, unasked)
+        warnings.filterwarnings("ignore", message=DEPRECATED)
+        return converter.convert()
 
 
 class Runner:
@@ -40,7 +45,7 @@ class Runner:
 
     def __init__(self, flatbuffer: bytes, signature: str, threads: int | None = None):
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated")
+            warnings.filterwarnings("ignore", message=DEPRECATED)
             # (every core unless told: the interpreter's own default is left to its implementation)
             self.interpreter = tf.lite.Interpreter(model_content=flatbuffer, num_threads=threads or os.cpu_count() or 1)
         self.run = self.interpreter.get_signature_runner(signature)
