@@ -567,3 +567,23 @@ def test_max_payload_0_takes_bodies_of_any_size_sent_in_chunks(model_dir, tmp_pa
     finally:
         assert server.stop() == 0
     logged(server, r"bodies up to the worker's body budget's \(SAGEMAKER_MAX_PAYLOAD_IN_MB=0\) bytes \(batch transform\)")
+
+
+def test_a_body_refused_at_its_head_on_a_connection_the_client_closes_is_read_so_it_gets_the_answer(server):
+    """A client that says Connection: close (urllib does, always) sends its whole body before it reads
+    the answer. Refused at the head (413 past SAGEMAKER_MAX_PAYLOAD_IN_MB), the connection must
+    close after the answer; closed with the body still arriving, the kernel resets it, the answer
+    waiting in the client's buffer is thrown away, and the client sees a broken pipe, not the 413
+    (this failed one CI run in ten). The server shuts its side and reads the body on, then closes."""
+    body = b"\0" * (2 * 1024 * 1024 + 1)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_head(len(body))[:-2] + b"Connection: close\r\n\r\n")
+        time.sleep(0.5)  # (the answer is sent, and the server would close, before the body comes)
+        try:
+            sock.sendall(body)
+            status, headers, answer = answer_of(sock)
+        except OSError as err:
+            raise AssertionError(f"{err!r}: {server.log.read_text()[-3000:]}") from None
+        assert status == 413 and headers["connection"] == "close", answer
+        assert b"this server takes at most 2097152" in answer
+        assert closed_by_server(sock, 5) is not None

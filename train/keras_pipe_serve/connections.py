@@ -43,6 +43,13 @@ eof_received, connection_lost), uvicorn's public attributes and methods, and h11
 - **The rest of a refused body is read without end**: uvicorn drops it as it comes, with no limit
   on its time or size, the connection held meanwhile. Here at most DRAIN_S seconds and DRAIN_LIMIT
   bytes after the answer, then the connection is closed.
+- **A connection closed with a body still arriving loses its answer**: uvicorn closes at once after
+  an answer when the connection must close (the client said Connection: close, as urllib always
+  does, or the app did), and a socket closed with bytes unread is reset by the kernel, the answer
+  waiting in the client's buffer thrown away with it: a client sending its body before it reads
+  (urllib, http.client) sees a broken pipe, not the 413 refused at the head. Here such a close
+  lingers, as nginx's lingering_close: the answer is sent, the server's side shut, and the body
+  read and dropped within the same bounds, then the connection closed (_Lingering).
 - (Bodies: uvicorn never gives up on a body that stops arriving; the app reads bodies with its own
   timeouts: keras_pipe_serve.app.)
 
@@ -119,6 +126,27 @@ class _Watch:
     drain: asyncio.TimerHandle | None = None  # the rest of a refused body must come by then
     drained: int = 0  # bytes of a refused body read since its answer
     peer_done: bool = False  # the client sent its end (EOF) while its request was being answered
+    socket: asyncio.Transport | None = None  # the connection's own transport (uvicorn has _Lingering)
+    lingering: bool = False  # closed by uvicorn with a body still arriving: read and dropped, then closed
+
+
+class _Lingering:
+    """The connection's transport as uvicorn sees it (every attribute the socket's own), but for
+    close(): while the client is still sending a request's body, the close lingers
+    (Protocol.door_linger)."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: Protocol):
+        self._transport, self._protocol, self._closing = transport, protocol, False
+
+    def close(self) -> None:
+        self._closing = True
+        self._protocol.door_linger()
+
+    def is_closing(self) -> bool:
+        return self._closing or self._transport.is_closing()
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
 
 
 class Protocol(H11Protocol):
@@ -126,8 +154,8 @@ class Protocol(H11Protocol):
     heads refused 431 past HEADER_BYTES and refused bodies drained within bounds."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self.door = _Watch()
-        super().connection_made(transport)
+        self.door = _Watch(socket=transport)
+        super().connection_made(_Lingering(transport, self))
         # uvicorn arms its keep-alive timer only once a response is complete: a connection that never
         # sends a byte would stay open until the worker ends. Armed here too, the same timer, which
         # uvicorn's data_received cancels at the first bytes
@@ -136,6 +164,11 @@ class Protocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         """uvicorn's (h11 fed, its events handled), bounded: the rest of a refused body, and a request
         head that does not end, or ends too slowly."""
+        if self.door.lingering:
+            self.door.drained += len(data)
+            if self.door.drained > DRAIN_LIMIT:
+                self.door_close()
+            return
         if self.door.drain is not None:
             # the rest of a refused body, which uvicorn drops as it comes, without end: at most DRAIN_LIMIT bytes
             self.door.drained += len(data)
@@ -183,7 +216,10 @@ class Protocol(H11Protocol):
         """The client's end. uvicorn's returns None, and asyncio then closes the connection, the answer
         to a request already whole lost with it: here it is kept open for that answer, and closed
         after it (on_response_complete). Any other end closes it: a request whose body cannot come
-        whole is given up at once (the app's receive() says http.disconnect)."""
+        whole is given up at once (the app's receive() says http.disconnect), and a lingering close
+        ends."""
+        if self.door.lingering:
+            return None
         if self.cycle is not None and not self.cycle.response_complete and self.conn.their_state is h11.DONE:
             self.door.peer_done = True
             return True
@@ -208,8 +244,27 @@ class Protocol(H11Protocol):
             self.door_close()
 
     def door_close(self) -> None:
-        if not self.transport.is_closing():
-            self.transport.close()
+        if not self.door.socket.is_closing():
+            self.door.socket.close()
+
+    def door_linger(self) -> None:
+        """uvicorn's close. With the client still sending a request's body (h11's SEND_BODY: a body
+        answered unread, the connection to close after), closed at once the socket would be reset
+        and the answer lost: the answer is sent and the server's side shut (write_eof), the rest
+        read and dropped until the client closes, DRAIN_LIMIT bytes or DRAIN_S seconds, then the
+        connection closed. Otherwise closed at once."""
+        socket = self.door.socket
+        if socket.is_closing() or self.door.lingering:
+            return
+        if self.conn.their_state is not h11.SEND_BODY or not socket.can_write_eof():
+            socket.close()
+            return
+        self.door.lingering, self.door.drained = True, 0
+        socket.write_eof()
+        socket.resume_reading()  # (uvicorn pauses reading while a body the app has not read piles up)
+        if self.door.drain is not None:
+            self.door.drain.cancel()
+        self.door.drain = self.loop.call_later(DRAIN_S, self.door_close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's (the request told http.disconnect), and this class's timers let go."""
