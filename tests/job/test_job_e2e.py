@@ -124,7 +124,11 @@ def check_report(fake_job: FakeJob, evaluation: dict) -> None:
     assert f"it gets {wrong:,} of the 397 validation images wrong" in page
     # (the label check's suspects have a gallery of their own, further down the page)
     mistakes = re.search(r'<section id="mistakes">.*?</section>', page, re.S).group(0)
-    assert mistakes.count('<div class="tile">') == min(wrong, 24) == mistakes.count("data:image/jpeg;base64,")
+    # (each with its heatmaps: of the class predicted and of the label, by Grad-CAM on the backbone's 4 x 4 stage)
+    assert mistakes.count('<div class="tile">') == min(wrong, 24) == mistakes.count("data:image/jpeg;base64,") // 3
+    assert mistakes.count('alt="heatmap of predicted ') == mistakes.count('alt="heatmap of label ') == min(wrong, 24)
+    assert re.search(r"beside each: where the model found the evidence .* by Grad-CAM on MobileNetV3Small/\w+ "
+                     r"\(4 x 4\)", mistakes), mistakes[:3000]
     losses = [float(x) for x in re.findall(r"<br>loss ([0-9.]+)</div>", mistakes)]
     assert losses == sorted(losses, reverse=True) and len(losses) == min(wrong, 24)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -172,6 +176,29 @@ def test_pipe_mode_job_learns_and_its_export_serves_jpegs(job, digit_records, pr
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
     pictures, area = painted(page, tmp_path / "browser")
     assert pictures >= 1 and area >= pictures * 40 * 40, (pictures, area)
+    randomised_heatmaps_differ(job.base / "model" / "model.keras", examples[TRAIN:TRAIN + 48])
+
+
+def randomised_heatmaps_differ(model_file, records: list[bytes]) -> None:
+    """Adebayo et al.'s sanity check on the demo's kind of model (MobileNetV3-Small, 32 px digits): the
+    heatmaps of the trained model and of one whose head and last block (its top 10 layers with
+    weights) are re-initialised rank the pixels differently (Spearman's rank correlation < 0.5 on
+    average; docs/speed.md has the figure)."""
+    import keras
+
+    from keras_pipe_train.model import explain
+
+    model = keras.saving.load_model(model_file, compile=False)
+    images = np.stack([tf.io.decode_jpeg(tf.train.Example.FromString(record).features.feature["image/encoded"]
+                                         .bytes_list.value[0], channels=3).numpy() for record in records])
+    images = images.astype(np.float32)
+    predicted = np.argmax(model.predict(images, verbose=0), axis=1)
+    trained = explain.explainer(model).heatmaps(images, predicted)
+    random = explain.explainer(explain.randomised(model, 10)).heatmaps(images, predicted)
+    correlations = [explain.spearman(a, b) for a, b in zip(trained, random)]
+    print(f"sanity check: Spearman's rank correlation of the trained and randomised heatmaps, mean "
+          f"{np.mean(correlations):.3f} over {len(correlations)} images")
+    assert np.mean(correlations) < 0.5, correlations
 
 
 def flipped_labels(records: list[bytes], labels: list[int], rate: float, seed: int,

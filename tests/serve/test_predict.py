@@ -130,3 +130,30 @@ def test_a_calibrated_model_answers_its_calibrated_probabilities(photos, tmp_pat
             expected = 1 / (1 + np.exp(-logits / np.array(temperature)))
         assert after[path] == pytest.approx(expected, abs=2e-4), (path, raw, after[path])
         assert not np.allclose(after[path], raw, atol=1e-3)  # (the temperature did something)
+
+
+def test_explain_writes_each_images_heatmap_for_its_class_and_an_export_is_refused(model_dir, photos, tmp_path):
+    """--explain DIR: one JPEG an image and a class predicted, named after the image (two images of
+    one name both kept), the picture the model saw under its heatmap, at 256 pixels; how they were
+    made said. An export (.tflite) has no gradients: refused before anything runs."""
+    import tensorflow as tf
+
+    (photos / "b").mkdir()
+    (photos / "b" / "1.jpg").write_bytes(image_bytes("JPEG", 64, 64))
+    out = keras_pipe(model_dir, photos / "a", photos / "b", "--format", "jsonl", "--explain", "heat maps",
+                     cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    answers = {Path(json.loads(line)["path"]).relative_to(photos): json.loads(line)["predicted_label"]
+               for line in out.stdout.splitlines()}
+    assert set(answers) == {Path("a/1.jpg"), Path("a/deeper/2.PNG"), Path("b/1.jpg")}
+    assert "keras-pipe predict: 3 heatmap(s) in heat maps, by Grad-CAM on tiny/" in out.stderr, out.stderr
+    written = sorted(p.name for p in (tmp_path / "heat maps").iterdir())
+    assert written == sorted([f"1.{answers[Path('a/1.jpg')]}.jpg", f"2.{answers[Path('a/deeper/2.PNG')]}.jpg",
+                              f"1.{answers[Path('b/1.jpg')]}-2.jpg"]), written
+    for name in written:
+        assert tf.io.decode_jpeg((tmp_path / "heat maps" / name).read_bytes()).shape == (256, 256, 3)
+    export = tmp_path / "model.tflite"
+    export.write_bytes(b"TFL3")
+    refused = keras_pipe(export, photos / "a", "--explain", "elsewhere", cwd=tmp_path)
+    assert refused.returncode == 2 and "--explain needs the model's model.keras" in refused.stderr, refused.stderr
+    assert not (tmp_path / "elsewhere").exists()

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--formats tflite_full_int8 is calibrated on images: give --representative (or "
                              "--validation) records")
         with tempfile.TemporaryDirectory(prefix="keras-pipe-export-") as work:
-            model_dir, unpacked = _model_folder(args.model, Path(work))
+            model_dir, unpacked = model_folder(args.model, Path(work))
             out = Path(args.output) if args.output else Path("exports") if unpacked else model_dir / "exports"
             try:
                 found = folder_exports.export_folder(model_dir, formats, validation, out, representative, args.model)
@@ -128,7 +128,7 @@ def _records(given: list[str], option: str) -> list[Path]:
     return files
 
 
-def _model_folder(model: str, work: Path) -> tuple[Path, bool]:
+def model_folder(model: str, work: Path) -> tuple[Path, bool]:
     """(the model folder, whether it was unpacked): MODEL itself, or the files NEEDED of its
     model.tar.gz (downloaded first from S3), unpacked in `work`."""
     if model.startswith("s3://"):

@@ -3,6 +3,7 @@
     keras-pipe predict model.tar.gz photos/ > predictions.csv
     keras-pipe predict local-jobs/first/algo-1/model photo.jpg --format jsonl --top-k 3
     keras-pipe predict local-jobs/first/algo-1/model/exports/model_int8.tflite photos/
+    keras-pipe predict local-jobs/first/algo-1/model photos/ --explain heatmaps/
 
 MODEL: a job's model.tar.gz (SageMaker's output/model.tar.gz), the model folder a job exported
 (`keras-pipe local`'s algo-1/model), its SavedModel folder, or one of its exports (model/exports/:
@@ -14,6 +15,12 @@ then every class's probability) or JSON Lines (path and `serve`'s own prediction
 dialect the model answers its clients in: what `serve` answers to Accept
 application/vnd.keras-pipe+jsonlines). An image that cannot be read is listed on stderr and left
 out; the exit code is then 1 (2: nothing could run).
+
+--explain DIR also writes, for each image, where the model found the evidence for each class it
+predicted: the picture as the model saw it under a heatmap (red most, blue none), by Grad-CAM on
+the backbone's feature map, or Integrated Gradients where there is none (a transformer's tokens),
+as DIR/<image's name>.<class>.jpg. It needs the model's model.keras: a job's model folder or its
+model.tar.gz.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="default: csv")
     parser.add_argument("--top-k", type=int, default=None, help="classes in each JSON line's top_k (default 5)")
     parser.add_argument("--output", "-o", default="-", help="a file to write (default: standard output)")
+    parser.add_argument("--explain", metavar="DIR", default=None,
+                        help="also write each image's heatmap for each class predicted in DIR (a job's model folder "
+                             "or model.tar.gz)")
     parser.set_defaults(run=run)
 
 
@@ -53,9 +63,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
         paths = images_of([Path(p) for p in args.images])
         with tempfile.TemporaryDirectory(prefix="keras-pipe-predict-") as work:
-            predictor = _predictor(Path(args.model), Path(work))
+            predictor = _predictor(Path(args.model), Path(work), args.explain is not None)
+            predicted: list | None = [] if args.explain is not None else None
             with _opened(args.output) as out:
-                return predict(predictor, paths, args.format, args.top_k, out)
+                code = predict(predictor, paths, args.format, args.top_k, out, predicted)
+            if predicted is not None:
+                _explained(args.model, Path(work), predicted, Path(args.explain))
+            return code
     except BrokenPipeError:  # `keras-pipe predict ... | head`: the reader has all it wants
         return 0
     except UsageError as err:
@@ -78,13 +92,32 @@ def images_of(given: list[Path]) -> list[Path]:
     return paths
 
 
-def _predictor(model: Path, work: Path):
+def _explained(model: str, work: Path, predicted: list, out: Path) -> None:
+    """The heatmaps of what was `predicted` ((path, image, classes) each), in `out`."""
+    from keras_pipe_launch.cli.export import model_folder
+    from keras_pipe_train.after_training.folder_explanations import explain_images
+    from keras_pipe_train.settings.errors import UserError
+
+    model_dir, _ = model_folder(model, work / "explained")
+    try:
+        written, how = explain_images(model_dir, model, predicted, out)
+    except UserError as err:  # (what the model folder lacks: model.keras, preparation.json)
+        raise UsageError(f"--explain: {err}") from None
+    except OSError as err:
+        raise UsageError(f"--explain {shown(str(out))}: {err.strerror or err}") from None
+    print(f"keras-pipe predict: {len(written)} heatmap(s) in {shown(str(out))}, by {how}", file=sys.stderr)
+
+
+def _predictor(model: Path, work: Path, explaining: bool = False):
     try:
         from keras_pipe_serve.predictor import ModelError, Predictor
     except ImportError as err:  # the launcher alone, without TensorFlow
         raise UsageError(f"keras-pipe predict runs the model here and needs TensorFlow ({err.name} is missing): "
                          "pip install tensorflow-cpu") from None
     if model.is_file() and model.suffix in (".tflite", ".onnx"):
+        if explaining:
+            raise UsageError(f"--explain needs the model's model.keras (a job's model folder or model.tar.gz), "
+                             f"not {shown(str(model))}: an export has no gradients to follow")
         from keras_pipe_serve.export_predictor import ExportPredictor
 
         try:
@@ -124,7 +157,9 @@ def _opened(output: str):
         yield file
 
 
-def predict(predictor, paths: list[Path], form: str, top_k: int | None, out) -> int:
+def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, predicted: list | None = None) -> int:
+    """Each image's row or line in `out`; (path, image, the classes predicted) of each appended to
+    `predicted` where given."""
     writer = csv.writer(out) if form == "csv" else None
     if writer:
         writer.writerow(["path", "predicted", "probability", *predictor.labels])
@@ -147,8 +182,11 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out) -> 
         for path, prediction in _each(predictor, batch, data, top_k):
             if isinstance(prediction, str):
                 failed += _failed(path, prediction)
-            elif writer:
-                chosen = prediction.get("predicted_labels", [prediction.get("predicted_label")])
+                continue
+            chosen = prediction.get("predicted_labels", [prediction.get("predicted_label")])
+            if predicted is not None:
+                predicted.append((path, data[batch.index(path)], [str(c) for c in chosen if c is not None]))
+            if writer:
                 best = max((prediction["probabilities"][predictor.labels.index(c)] for c in chosen), default=None)
                 writer.writerow([str(path), " ".join(chosen), "" if best is None else f"{best:.6f}",
                                  *(f"{p:.6f}" for p in prediction["probabilities"])])

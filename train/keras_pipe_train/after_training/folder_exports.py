@@ -8,6 +8,7 @@ unchecked, and said; exports.json beside them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -39,26 +40,11 @@ def export_folder(model_dir: Path, formats: tuple[str, ...], validation: list[Pa
     temporary one)."""
     model_dir = Path(model_dir)
     named = named or str(model_dir)
-    try:
-        settings = serving_schema.read(model_dir)
-    except serving_schema.ServingFileError as err:
-        raise UserError(str(err).replace(str(model_dir), named)) from None
-    classes, preparation = _json(model_dir / "classes.json", named), _json(model_dir / PREPARATION, named)
-    if settings is None or classes is None or preparation is None:
-        missing = [name for name, found in (("serving.json", settings), ("classes.json", classes),
-                                            (PREPARATION, preparation)) if found is None]
-        raise UserError(f"{named} lacks {', '.join(missing)}: not a model folder a job of this version exported "
-                        f"(preparation.json, how it prepares images, is written from the version with `keras-pipe "
-                        f"export` on; an older job's model exports with export_formats when trained again)")
-    try:
-        flip, resize, interpolation = (bool(preparation["test_time_flip"]), preparation["resize"],
-                                       str(preparation["interpolation"]))
-    except (KeyError, TypeError):
-        raise UserError(f"{named}'s {PREPARATION} is not what a job writes: {str(preparation)[:200]}") from None
-    model = _model(model_dir, named)
+    folder = read_model_folder(model_dir, named)
+    model, settings, classes, flip = folder.model, folder.settings, folder.classes, folder.flip
+    size, resize, interpolation = settings.image_size, folder.resize, folder.interpolation
     threshold = settings.threshold if settings.multi_label else None
     answer = served_probabilities(model, settings.calibration, settings.multi_label, flip)
-    size = settings.image_size
 
     def batches(files=validation):
         return Within(_examples(files, classes, settings.multi_label, settings.max_image_pixels, size, resize,
@@ -76,6 +62,40 @@ def export_folder(model_dir: Path, formats: tuple[str, ...], validation: list[Pa
                                               settings.calibration, settings.max_image_pixels, settings.dialect,
                                               {**others, **found}), keep=tuple(others))
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFolder:
+    """A job's model folder as `keras-pipe export` and `keras-pipe predict --explain` read it."""
+
+    model: keras.Model  # model.keras, computing in float32
+    settings: serving_schema.ServingSettings  # serving.json
+    classes: list  # classes.json
+    flip: bool  # preparation.json's: test_time_flip, resize, interpolation
+    resize: object
+    interpolation: str
+
+
+def read_model_folder(model_dir: Path, named: str) -> ModelFolder:
+    """`model_dir`'s model and how it serves; a UserError naming what is missing or unreadable, and
+    the model as `named`."""
+    try:
+        settings = serving_schema.read(model_dir)
+    except serving_schema.ServingFileError as err:
+        raise UserError(str(err).replace(str(model_dir), named)) from None
+    classes, preparation = _json(model_dir / "classes.json", named), _json(model_dir / PREPARATION, named)
+    if settings is None or classes is None or preparation is None:
+        missing = [name for name, found in (("serving.json", settings), ("classes.json", classes),
+                                            (PREPARATION, preparation)) if found is None]
+        raise UserError(f"{named} lacks {', '.join(missing)}: not a model folder a job of this version exported "
+                        f"(preparation.json, how it prepares images, is written from the version with `keras-pipe "
+                        f"export` on; an older job's model exports with export_formats when trained again)")
+    try:
+        flip, resize, interpolation = (bool(preparation["test_time_flip"]), preparation["resize"],
+                                       str(preparation["interpolation"]))
+    except (KeyError, TypeError):
+        raise UserError(f"{named}'s {PREPARATION} is not what a job writes: {str(preparation)[:200]}") from None
+    return ModelFolder(_model(model_dir, named), settings, classes, flip, resize, interpolation)
 
 
 def _others(out: Path, formats: tuple[str, ...], named: str) -> dict[str, dict]:
@@ -99,8 +119,8 @@ def _json(path: Path, named: str):
 def _model(model_dir: Path, named: str) -> keras.Model:
     path = model_dir / "model.keras"
     if not path.is_file():  # (a JumpStart SavedModel backbone's job writes none: model/export.py)
-        raise UserError(f"{named} has no model.keras to convert (a model whose backbone is a SavedModel, "
-                        "JumpStart's, has none): export_formats exports it in the job")
+        raise UserError(f"{named} has no model.keras (a model whose backbone is a SavedModel, "
+                        "JumpStart's, has none): export_formats exports it in the job, and its report has the heatmaps")
     try:
         hub.register_if_named(path)
         model = keras.saving.load_model(path, compile=False, safe_mode=True)

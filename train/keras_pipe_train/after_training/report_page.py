@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 
 import tensorflow as tf
 
 from keras_pipe_train.after_training.calibrate import Calibrated
 from keras_pipe_train.after_training.trained import PASS_SHARE, Trained
+from keras_pipe_train.model import explain
 from keras_pipe_train.model.export import served_probabilities
 from keras_pipe_train.report import job_page, mistakes, suspects, tensorboard_pictures
 from keras_pipe_train.settings import contract
 
 log = logging.getLogger(__name__)
+
+# the heatmaps' time: at most this share of the gallery's pass (the Goal of issue 71: they add at
+# most 20 % to the report's time), and at least HEATMAPS_MIN_S (a tiny set's pass is too short to
+# share: Grad-CAM on 24 images takes about a second)
+HEATMAPS_SHARE = 0.2
+HEATMAPS_MIN_S = 2.0
 
 
 def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job_page.Gallery | None:
@@ -30,6 +38,7 @@ def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job
     t = trained
     if t.stop.is_set():
         return None
+    started = time.monotonic()
     try:
         answer = served_probabilities(t.model, calibrated.served, t.config.multi_label, t.config.test_time_flip)
         served = calibrated.serving(t.config.multi_label_threshold if t.config.multi_label else None)
@@ -42,7 +51,31 @@ def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job
         return None
     if t.stop.is_set():
         return None
-    return job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut)
+    found, explained, how = _explained(t, worst.worst_first(), time.monotonic() - started, spent)
+    return job_page.Gallery(found, worst.seen, worst.wrong_count, worst.cut, explained, how)
+
+
+def _explained(trained: Trained, worst: list[mistakes.Mistake], pass_s: float, spent: float):
+    """The mistakes with their heatmaps (model/explain.py), within HEATMAPS_SHARE of the pass's
+    seconds (HEATMAPS_MIN_S at least) and what is left of the chief's budget; how many have them,
+    and by which method (or why none has)."""
+    t = trained
+    if not worst:
+        return worst, 0, ""
+    budget = max(HEATMAPS_MIN_S, HEATMAPS_SHARE * pass_s)
+    left = t.budget(PASS_SHARE, spent + pass_s)
+    if left is not None:
+        budget = min(budget, left)
+    started = time.monotonic()
+    try:
+        explainer = explain.explainer(t.model)
+        found, explained = mistakes.explained(list(worst), explainer, max(0.0, budget - (time.monotonic() - started)))
+    except Exception as err:
+        log.warning("could not draw the mistakes' heatmaps (%s: %s)", type(err).__name__, err, exc_info=True)
+        return [dataclasses.replace(m, picture=None) for m in worst], 0, f"they failed ({type(err).__name__})"
+    log.info("heatmaps of %d of the %d worst mistakes by %s on %s, in %.1f s", explained, len(worst),
+             explainer.method, explainer.where, time.monotonic() - started)
+    return found, explained, f"{explainer.method} on {explainer.where}"
 
 
 def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | str | None,

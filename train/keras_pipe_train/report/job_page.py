@@ -49,6 +49,8 @@ class Gallery:
     seen: int  # validation images the pass looked at
     wrong: int  # of them, those the model gets wrong
     cut: bool = False  # the pass stopped at its time budget: `seen` are the first of the channel
+    explained: int = 0  # of the mistakes, the first so many have heatmaps (mistakes.explained)
+    explained_by: str = ""  # how: "Grad-CAM on <the layer>", "Integrated Gradients"; or why none
 
 
 def write(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,
@@ -111,7 +113,18 @@ def mistakes_section(gallery: Gallery | None, classes: list[str], multi: bool) -
     return pages.section(title, pages.note(
         f"it gets {gallery.wrong:,} of the {seen} validation images wrong; here {which}, worst first, as "
         "the model saw them (resized and cropped as for validation). A confident wrong prediction is often a wrong "
-        "label"), f'<div class="gallery">{tiles}</div>', anchor="mistakes")
+        "label"), _heatmaps_note(gallery), f'<div class="gallery">{tiles}</div>', anchor="mistakes")
+
+
+def _heatmaps_note(gallery: Gallery) -> str:
+    """What the heatmaps beside each picture are, and how many have them."""
+    if not gallery.explained:
+        return pages.note(f"no heatmaps: {gallery.explained_by}") if gallery.explained_by else ""
+    which = "each" if gallery.explained == len(gallery.mistakes) else (
+        f"the first {gallery.explained} (the rest past their time budget)")
+    return pages.note(
+        f"beside {which}: where the model found the evidence for the class it predicted, and for the label "
+        f"(red most, blue none), by {gallery.explained_by}")
 
 
 def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
@@ -128,7 +141,14 @@ def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
                  f"predicted: {shown['predicted'][0]} ({probabilities[shown['predicted'][0]]:.0%})"]
     text = "<br>".join(pages.escape(line) for line in lines)
     alt = f"validation image labelled {', '.join(shown['given']) or 'none'}"
-    return f'<div class="tile">{pages.image(mistake.jpeg, "image/jpeg", alt)}{text}<br>loss {shown["loss"]:.3f}</div>'
+    heatmaps = "".join(
+        f'<figure>{pages.image(jpeg, "image/jpeg", f"heatmap of {what} {name}")}'
+        f'<figcaption>{pages.escape(f"{what}: {name}")}</figcaption></figure>'
+        for what, label, jpeg in mistake.heatmaps for name in [classes[label] if label < len(classes) else str(label)])
+    pictures = pages.image(mistake.jpeg, "image/jpeg", alt)
+    if heatmaps:
+        pictures = f'<div class="heatmaps"><figure>{pictures}<figcaption>as seen</figcaption></figure>{heatmaps}</div>'
+    return f'<div class="tile">{pictures}{text}<br>loss {shown["loss"]:.3f}</div>'
 
 
 

@@ -16,10 +16,12 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import time
 
 import numpy as np
 import tensorflow as tf
 
+from keras_pipe_train.model import explain
 from keras_pipe_train.sources import preprocess
 from keras_pipe_train.training.gathered import Within
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
@@ -42,6 +44,9 @@ class Mistake:
     given: tuple[int, ...]
     predicted: tuple[int, ...]
     probabilities: dict[int, float]
+    # the picture as the model took it (0-255, uint8), kept for its heatmaps (explained), then let go
+    picture: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    heatmaps: tuple[tuple[str, int, bytes], ...] = ()  # (what: "predicted"/"label", class, the overlay's JPEG)
 
     def as_json(self, class_names: tuple[str, ...]) -> dict:
         def name(label: int) -> str:
@@ -98,7 +103,8 @@ class Worst:
         else:
             given, predicted = (int(label),), (int(np.argmax(probabilities)),)
         shown = dict.fromkeys((*given, *predicted))
-        return Mistake(loss, thumbnail(image), given, predicted, {c: float(probabilities[c]) for c in shown})
+        picture = np.clip(np.round(image), 0, 255).astype(np.uint8)
+        return Mistake(loss, thumbnail(image), given, predicted, {c: float(probabilities[c]) for c in shown}, picture)
 
     def worst_first(self) -> list[Mistake]:
         return [entry[2] for entry in sorted(self._heap, key=lambda entry: (-entry[0], entry[1]))]
@@ -123,3 +129,41 @@ def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop
         worst.add(images.numpy(), labels.numpy(), probabilities.numpy(), losses.numpy())
     worst.cut = batches.cut
     return worst
+
+
+def explained(mistakes: list[Mistake], explainer, budget_s: float | None = None) -> tuple[list[Mistake], int]:
+    """`mistakes` with the heatmaps of their predicted class and of their label (model/explain.py),
+    until `budget_s` seconds are gone (None: no bound), and how many got
+    them. Multi-label: the class predicted wrongly of highest probability, and the label missed of
+    lowest (either may be none). The pictures are let go."""
+    started, done = time.monotonic(), 0
+    # (Grad-CAM: one pass for all, eager calls cost most; Integrated Gradients: IG_STEPS passes an
+    # image and a class, the budget checked after each image)
+    step = max(1, len(mistakes)) if explainer.method == "Grad-CAM" else 1
+    for start in range(0, len(mistakes), step):
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            break
+        batch = mistakes[start:start + step]
+        slots = [_explained_classes(mistake) for mistake in batch]
+        pictures = np.stack([mistake.picture for mistake in batch])
+        found: list[list] = [[] for _ in batch]
+        for slot, what in enumerate(("predicted", "label")):
+            chosen = [(i, classes[slot]) for i, classes in enumerate(slots) if classes[slot] is not None]
+            if not chosen:
+                continue
+            rows = [i for i, _ in chosen]
+            heat = explainer.heatmaps(pictures[rows], [c for _, c in chosen])
+            for row, (i, label) in zip(heat, chosen):
+                found[i].append((what, label, explain.overlay(pictures[i], row, THUMBNAIL)))
+        for i, mistake in enumerate(batch):
+            mistakes[start + i] = dataclasses.replace(mistake, heatmaps=tuple(found[i]))
+        done += len(batch)
+    return [dataclasses.replace(mistake, picture=None) for mistake in mistakes], done
+
+
+def _explained_classes(mistake: Mistake) -> tuple[int | None, int | None]:
+    """(the class predicted wrongly, the label missed) of a mistake."""
+    wrong = [c for c in mistake.predicted if c not in mistake.given]
+    missed = [c for c in mistake.given if c not in mistake.predicted]
+    return (max(wrong, key=mistake.probabilities.get) if wrong else None,
+            min(missed, key=mistake.probabilities.get) if missed else None)

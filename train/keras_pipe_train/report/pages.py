@@ -36,6 +36,9 @@ figcaption, .note { color: #59636e; font-size: 12px; }
 .tile { border: 1px solid #d0d7de; border-radius: 6px; padding: 6px; font-size: 12px; overflow-wrap: anywhere; }
 .tile img { width: 128px; height: 128px; object-fit: contain; display: block; margin: 0 auto 4px;
   image-rendering: pixelated; background: #f6f8fa; }
+.tile:has(.heatmaps) { grid-column: span 2; }
+.heatmaps { display: flex; gap: 4px; justify-content: center; } .heatmaps figure { margin: 0; text-align: center; }
+.heatmaps img { width: 96px; height: 96px; }
 .bad { color: #cf222e; } .good { color: #1a7f37; }
 details { margin: 6px 0; } summary { cursor: pointer; color: #0969da; }
 """

@@ -1,0 +1,235 @@
+"""Where a classifier built by model/classifier.py looked: a heatmap an image and a class, over the
+picture the model saw.
+
+- **Grad-CAM** (Selvaraju et al., ICCV 2017) for a convolutional backbone: the feature map's
+  channels weighted by the mean gradient of the class's logit over them, the positive part kept.
+  The map is the backbone's last one with at least MIN_SIDE cells a side: its output at 224
+  pixels (7 x 7), an earlier stage's where the output is coarser (the demo's 32-pixel
+  MobileNetV3 ends at 1 x 1, whose map says nothing of where: its 4 x 4 stage is taken), as the
+  Grad-CAM paper's own layer study allows. One forward and one backward pass a batch and a class.
+- **Integrated Gradients** (Sundararajan et al., ICML 2017) where Grad-CAM does not fit: a
+  transformer's tokens (ViT, DeiT, DINOv2, SigLIP), a JumpStart SavedModel backbone, a backbone
+  with no map MIN_SIDE a side. The gradients of the class's logit along IG_STEPS images from black
+  to the picture, times the picture, summed over the colours, the positive part kept: IG_STEPS
+  forward and backward passes an image and a class.
+
+The logit, not the probability: the softmax couples the classes, and a calibration's temperature
+scales every logit alike (the heatmap is the same). A test-time flip's mirror image is not
+explained: the heatmap is of the picture as given. Adebayo et al.'s sanity check (NeurIPS 2018:
+heatmaps of a model whose top layers are re-initialised must differ from the trained model's) is
+`randomised`, with `spearman` (tests/job/model/test_explain.py; docs/speed.md has the figure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+MIN_SIDE = 4  # cells a side of the map Grad-CAM reads (fewer: where in the picture cannot be told)
+IG_STEPS = 32  # images along Integrated Gradients' path (its paper: 20 to 300; the heatmap, not the sum, matters here)
+OPACITY = 0.5  # of the heatmap over the picture
+QUALITY = 85
+
+
+@dataclasses.dataclass(frozen=True)
+class Explainer:
+    """heatmaps(images, classes) of one classifier, by Grad-CAM or Integrated Gradients (`method`)."""
+
+    method: str  # "Grad-CAM" or "Integrated Gradients"
+    run: object  # images -> (the map, or the images themselves, and the logits) in one recorded pass
+    where: str  # what the heatmap is of: the layer Grad-CAM reads, or the pixels
+
+    def heatmaps(self, images, classes) -> np.ndarray:
+        """One heatmap an image (batch x height x width, 0-1, 1 where the class's evidence is
+        highest), of the class `classes[i]` for images[i] (0-255 pictures, as the model takes them)."""
+        images = tf.convert_to_tensor(np.asarray(images, np.float32))
+        classes = tf.constant(np.asarray(classes, np.int32))
+        if self.method == "Grad-CAM":
+            with tf.GradientTape() as tape:
+                tape.watch(images)
+                features, logits = self.run(images)
+                chosen = tf.gather(logits, classes, axis=1, batch_dims=1)
+            gradients = tape.gradient(chosen, features)
+            weights = tf.reduce_mean(gradients, axis=(1, 2), keepdims=True)
+            heat = tf.nn.relu(tf.reduce_sum(weights * features, axis=-1))
+        else:
+            heat = tf.stack([self._integrated(image, label) for image, label in zip(images, classes)])
+        heat = heat.numpy().astype(np.float64)
+        top = heat.reshape(len(heat), -1).max(axis=1).reshape(-1, 1, 1)
+        return np.divide(heat, top, out=np.zeros_like(heat), where=top > 0)
+
+    def _integrated(self, image, label):
+        path = tf.linspace(0.0, 1.0, IG_STEPS + 1)[:, None, None, None] * image[None]
+        with tf.GradientTape() as tape:
+            tape.watch(path)
+            _, logits = self.run(path)
+            chosen = logits[:, label]
+        gradients = tape.gradient(chosen, path)
+        averaged = tf.reduce_mean((gradients[1:] + gradients[:-1]) / 2, axis=0)  # (the trapezoid rule)
+        return tf.nn.relu(tf.reduce_sum(averaged * image, axis=-1))  # (image - black: the image itself)
+
+
+def explainer(model: keras.Model) -> Explainer:
+    """Grad-CAM for `model` (a classifier of build_classifier: an optional scaling, the backbone,
+    the pooling and the head, in a chain) where its backbone has a map MIN_SIDE cells a side, else
+    Integrated Gradients."""
+    head = model.get_layer("classifier")
+    backbone = next((layer for layer in model.layers if isinstance(layer, keras.Model)), None)
+    found = _map_layer(backbone) if backbone is not None else None
+    if found is not None:
+        try:
+            grad_cam = _grad_cam(model, backbone, found, head)
+        except ValueError:  # (Keras cannot take the map out of this backbone's graph)
+            grad_cam = None
+        if grad_cam is not None and _answers_as(model, grad_cam):
+            return grad_cam
+    return _integrated_gradients(model, head)
+
+
+def _integrated_gradients(model: keras.Model, head) -> Explainer:
+    features = keras.Model(model.input, head.input)
+
+    def pixels(images):
+        return images, _logits(features(images, training=False), head)
+
+    return Explainer("Integrated Gradients", pixels, "the pixels")
+
+
+def _grad_cam(model: keras.Model, backbone: keras.Model, found, head) -> Explainer:
+    """The model's layers called in turn, the backbone's map taken on the way (build_classifier's
+    model is a chain: an optional scaling, the backbone, the pooling, the dropout, the head)."""
+    layers = model.layers[1:]
+    position = layers.index(backbone)
+    if isinstance(backbone, keras.Sequential):  # (a chain itself: its graph is rebuilt at each build)
+        cut = backbone.layers.index(found) + 1
+
+        def inner(x, training):
+            for layer in backbone.layers[:cut]:
+                x = layer(x, training=training)
+            feature_map = x
+            for layer in backbone.layers[cut:]:
+                x = layer(x, training=training)
+            return feature_map, x
+    else:
+        inner = keras.Model(backbone.input, [found.output, backbone.output])
+
+    def mapped(images):
+        x = images
+        for layer in layers[:position]:
+            x = layer(x, training=False)
+        feature_map, x = inner({next(iter(backbone.input)): x} if isinstance(backbone.input, dict) else x,
+                               training=False)
+        if isinstance(x, dict):  # (a keras-hub backbone giving each stage's map: the last, as hub.call reads it)
+            x = x[(getattr(backbone, "stage_names", None) or list(x))[-1]]
+        for layer in layers[position + 1:-1]:
+            x = layer(x, training=False)
+        return tf.cast(feature_map, tf.float32), _logits(x, head)
+
+    side = found.output.shape[1:3]
+    return Explainer("Grad-CAM", mapped, f"{backbone.name}/{found.name} ({side[0]} x {side[1]})")
+
+
+def _answers_as(model: keras.Model, explainer: Explainer) -> bool:
+    """Whether the chain of layers answers as the model, on random pictures (a model of another
+    shape, which Grad-CAM's pass would not compute right, does not)."""
+    images = np.random.default_rng(0).uniform(0, 255, (2, *model.input_shape[1:])).astype(np.float32)
+    try:
+        logits = explainer.run(tf.constant(images))[1]
+    except Exception:  # (a layer that cannot be called so: Integrated Gradients needs none of this)
+        return False
+    ours = model.get_layer("classifier").activation(logits).numpy()
+    return bool(np.allclose(ours, keras.ops.convert_to_numpy(model(images, training=False)), atol=1e-3))
+
+
+def _logits(features, head):
+    return tf.matmul(tf.cast(features, tf.float32), tf.cast(head.kernel, tf.float32)) + tf.cast(head.bias, tf.float32)
+
+
+def _map_layer(backbone: keras.Model):
+    """The backbone's last layer (in Keras' order: by depth) whose output is a map MIN_SIDE cells a
+    side or more; None for a transformer (its output is tokens, Grad-CAM's map is not theirs) or a
+    backbone whose output is pooled already."""
+    output = backbone.output
+    if not isinstance(output, dict) and len(output.shape) != 4:
+        return None
+    layers = backbone.layers
+    first = next((i for i, layer in enumerate(layers) if layer.weights), len(layers))
+    for layer in reversed(layers[first:]):  # (before the first weights: the picture itself, scaled)
+        if isinstance(layer, keras.layers.ZeroPadding2D):  # (its border is no part of the picture)
+            continue
+        try:
+            shape = layer.output.shape
+        except (AttributeError, ValueError):  # (a layer called more than once, or giving several outputs)
+            continue
+        if len(shape) == 4 and shape[1] and shape[2] and min(shape[1], shape[2]) >= MIN_SIDE:
+            return layer
+    return None
+
+
+def overlay(image: np.ndarray, heat: np.ndarray, size: int | None = None) -> bytes:
+    """`heat` (0-1, any size) over `image` (0-255, height x width x 3), both resized to `size`
+    pixels on the longer side (None: the image's), as a JPEG: blue where the class's evidence is
+    none, through green and yellow, red where it is highest."""
+    height, width = image.shape[:2]
+    if size:
+        scale = size / max(height, width)
+        height, width = max(1, round(height * scale)), max(1, round(width * scale))
+    picture = tf.image.resize(np.asarray(image, np.float32), (height, width), antialias=True)
+    heat = tf.image.resize(np.asarray(heat, np.float32)[..., None], (height, width), method="bilinear")[..., 0]
+    blended = (1 - OPACITY) * picture + OPACITY * _colours(tf.clip_by_value(heat, 0.0, 1.0))
+    return tf.io.encode_jpeg(tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8), quality=QUALITY).numpy()
+
+
+# blue, cyan, green, yellow, red at 0, 0.25, 0.5, 0.75, 1 (a jet-like ramp: the heatmaps' convention)
+_RAMP = np.array([[0, 0, 255], [0, 255, 255], [0, 255, 0], [255, 255, 0], [255, 0, 0]], np.float32)
+
+
+def _colours(heat):
+    position = heat * (len(_RAMP) - 1)
+    low = tf.clip_by_value(tf.cast(tf.floor(position), tf.int32), 0, len(_RAMP) - 2)
+    share = (position - tf.cast(low, tf.float32))[..., None]
+    return (1 - share) * tf.gather(_RAMP, low) + share * tf.gather(_RAMP, low + 1)
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation of two heatmaps' cells (ties ranked by their mean); 0 where
+    either is constant."""
+    ranks = [_ranks(np.asarray(x, np.float64).ravel()) for x in (a, b)]
+    if any(np.ptp(r) == 0 for r in ranks):
+        return 0.0
+    return float(np.corrcoef(*ranks)[0, 1])
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(len(values))
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
+
+
+def randomised(model: keras.Model, count: int, seed: int = 0) -> keras.Model:
+    """A copy of `model` whose head and the top `count` of its backbone's layers with weights are
+    re-initialised by their own initializers (Adebayo et al.'s cascading randomisation), the rest
+    as trained."""
+    copy = keras.models.clone_model(model)
+    copy.set_weights(model.get_weights())
+    backbone = next((layer for layer in copy.layers if isinstance(layer, keras.Model)), None)
+    chosen = [copy.get_layer("classifier")]
+    if backbone is not None:
+        chosen += [layer for layer in reversed(backbone.layers) if layer.weights][:count]
+    for number, layer in enumerate(chosen):
+        for variable in layer.weights:
+            name = "depthwise" if variable.name == "depthwise_kernel" else variable.name
+            initializer = getattr(layer, f"{name}_initializer", None)
+            if initializer is None or isinstance(initializer, str):
+                initializer = keras.initializers.get(initializer or ("glorot_uniform" if len(variable.shape) > 1
+                                                                      else "zeros"))
+            if hasattr(initializer, "seed"):  # (seeded: the same copy each time)
+                initializer = type(initializer).from_config({**initializer.get_config(), "seed": seed + number})
+            variable.assign(initializer(variable.shape, dtype=variable.dtype))
+    return copy
