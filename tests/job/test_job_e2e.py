@@ -260,8 +260,13 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     check_suspects_manifest(job, rows, train)
     page = (job.base / "output/data/report.html").read_text()
     assert f"Train images: {len(suspected):,} of 400" in page and "Labels to check first" in page
-    assert page.count('alt="image labelled') == min(24, len(suspected)) + min(
-        24, sum(row["set"] == "validation" for row in rows))
+    shown = min(24, len(suspected)) + min(24, sum(row["set"] == "validation" for row in rows))
+    assert page.count('alt="image labelled') == shown
+    # each shown with the heatmaps of its likely class and of its label, from the 32-pixel pictures kept
+    labels = re.search(r'<section id="labels">.*?</section>', page, re.S).group(0)
+    assert labels.count('alt="heatmap of likely ') == labels.count('alt="heatmap of label ') == shown
+    assert labels.count("beside each: where the model found the evidence for the likely class, and for the label, by "
+                      "Grad-CAM on MobileNetV3Small/") == 2, labels[:3000]
     opened = open_page(job.base / "output/data/report.html", tmp_path / "browser")
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
 

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.after_training.calibrate import Calibrated
@@ -78,11 +79,47 @@ def _explained(trained: Trained, worst: list[mistakes.Mistake], pass_s: float, s
     return found, explained, f"{explainer.method} on {explainer.where}"
 
 
+def suspects_explained(trained: Trained, checked: suspects.Checked | str | None) -> suspects.Checked | str | None:
+    """The label check's suspects shown on the page (each set's first MAX_SHOWN) with the heatmaps
+    of their likely class and of their label, within HEATMAPS_SHARE of the check's seconds
+    (HEATMAPS_MIN_S at least). Made from the pictures the check kept (LABEL_THUMBNAIL pixels a
+    side, enlarged to the model's input where it is larger: the page says so), not another pass.
+    A failure is a warning: the suspects stand without them."""
+    t = trained
+    if not isinstance(checked, suspects.Checked) or t.stop.is_set():
+        return checked
+    shown = {name: (seen, found) for name, (seen, found) in checked.sets.items() if len(found) and seen.thumbnails}
+    if not shown:
+        return checked
+    started, size = time.monotonic(), t.config.image_size
+    budget = max(HEATMAPS_MIN_S, HEATMAPS_SHARE * checked.seconds)
+    try:
+        explainer = explain.explainer(t.model)
+        heatmaps, kept = {}, size
+        for name, (seen, found) in shown.items():
+            indices = [int(i) for i in found.indices[:suspects.MAX_SHOWN]]
+            decoded = [tf.io.decode_jpeg(seen.thumbnails[i], channels=3) for i in indices]
+            kept = min([kept, *(int(max(picture.shape[:2])) for picture in decoded)])
+            pictures = np.stack([tf.image.resize(picture, (size, size)).numpy() for picture in decoded])
+            asked = [[("likely", int(likely)), ("label", int(seen.labels[i]))]
+                     for i, likely in zip(indices, found.likely)]
+            heatmaps[name] = explain.drawn(explainer, pictures, asked, mistakes.THUMBNAIL,
+                                           max(0.0, budget - (time.monotonic() - started)))
+    except Exception as err:
+        log.warning("could not draw the suspects' heatmaps (%s: %s)", type(err).__name__, err, exc_info=True)
+        return checked
+    how = f"{explainer.method} on {explainer.where}" + (
+        f", from the {kept}-pixel pictures the check kept, enlarged to the model's {size}" if kept < size else "")
+    log.info("heatmaps of the suspects shown, by %s, in %.1f s", how, time.monotonic() - started)
+    return dataclasses.replace(checked, heatmaps=heatmaps, explained_by=how)
+
+
 def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | str | None,
           writer) -> None:
     """report.html from the evaluation `found`, the gallery `shown` and the label check's
     `checked`; TensorBoard's pictures when `writer` (the chief's summary writer) is given."""
     t = trained
+    checked = suspects_explained(t, checked)
     try:
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = job_page.write(t.layout.output_data, found, t.rows, settings, contract.training_job_name(), shown,

@@ -23,6 +23,7 @@ heatmaps of a model whose top layers are re-initialised must differ from the tra
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import keras
 import numpy as np
@@ -167,6 +168,28 @@ def _map_layer(backbone: keras.Model):
         if len(shape) == 4 and shape[1] and shape[2] and min(shape[1], shape[2]) >= MIN_SIDE:
             return layer
     return None
+
+
+def drawn(explainer: Explainer, pictures: np.ndarray, asked: list[list[tuple[str, int]]], size: int,
+          budget_s: float | None = None) -> list[tuple[tuple[str, int, bytes], ...]]:
+    """For each of `pictures` (0-255), the overlays (`size` pixels) of the classes `asked` of it
+    ((what, class) pairs: ("predicted", 3), ("label", 5)), as (what, class, JPEG); until
+    `budget_s` seconds are gone (None: no bound), the pictures after it getting none. Grad-CAM takes
+    them all at once (its eager calls cost most, not the images); Integrated Gradients one picture
+    at a time (IG_STEPS passes each class), the budget checked after each."""
+    started = time.monotonic()
+    found: list[tuple] = [() for _ in pictures]
+    step = max(1, len(pictures)) if explainer.method == "Grad-CAM" else 1
+    for start in range(0, len(pictures), step):
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            break
+        chosen = [(i, what, label) for i in range(start, min(start + step, len(pictures))) for what, label in asked[i]]
+        for what in dict.fromkeys(what for _, what, _ in chosen):  # (one pass each kind: one class an image)
+            rows = [(i, label) for i, kind, label in chosen if kind == what]
+            heat = explainer.heatmaps(pictures[[i for i, _ in rows]], [label for _, label in rows])
+            for row, (i, label) in zip(heat, rows):
+                found[i] += ((what, label, overlay(pictures[i], row, size)),)
+    return found
 
 
 def overlay(image: np.ndarray, heat: np.ndarray, size: int | None = None) -> bytes:

@@ -141,13 +141,8 @@ def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:
                  f"predicted: {shown['predicted'][0]} ({probabilities[shown['predicted'][0]]:.0%})"]
     text = "<br>".join(pages.escape(line) for line in lines)
     alt = f"validation image labelled {', '.join(shown['given']) or 'none'}"
-    heatmaps = "".join(
-        f'<figure>{pages.image(jpeg, "image/jpeg", f"heatmap of {what} {name}")}'
-        f'<figcaption>{pages.escape(f"{what}: {name}")}</figcaption></figure>'
-        for what, label, jpeg in mistake.heatmaps for name in [classes[label] if label < len(classes) else str(label)])
-    pictures = pages.image(mistake.jpeg, "image/jpeg", alt)
-    if heatmaps:
-        pictures = f'<div class="heatmaps"><figure>{pictures}<figcaption>as seen</figcaption></figure>{heatmaps}</div>'
+    pictures = pages.with_heatmaps(pages.image(mistake.jpeg, "image/jpeg", alt), mistake.heatmaps,
+                                   lambda label: classes[label] if label < len(classes) else str(label))
     return f'<div class="tile">{pictures}{text}<br>loss {shown["loss"]:.3f}</div>'
 
 

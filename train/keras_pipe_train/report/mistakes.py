@@ -16,7 +16,6 @@ import dataclasses
 import heapq
 import itertools
 import logging
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -133,32 +132,17 @@ def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop
 
 def explained(mistakes: list[Mistake], explainer, budget_s: float | None = None) -> tuple[list[Mistake], int]:
     """`mistakes` with the heatmaps of their predicted class and of their label (model/explain.py),
-    until `budget_s` seconds are gone (None: no bound), and how many got
-    them. Multi-label: the class predicted wrongly of highest probability, and the label missed of
-    lowest (either may be none). The pictures are let go."""
-    started, done = time.monotonic(), 0
-    # (Grad-CAM: one pass for all, eager calls cost most; Integrated Gradients: IG_STEPS passes an
-    # image and a class, the budget checked after each image)
-    step = max(1, len(mistakes)) if explainer.method == "Grad-CAM" else 1
-    for start in range(0, len(mistakes), step):
-        if budget_s is not None and time.monotonic() - started > budget_s:
-            break
-        batch = mistakes[start:start + step]
-        slots = [_explained_classes(mistake) for mistake in batch]
-        pictures = np.stack([mistake.picture for mistake in batch])
-        found: list[list] = [[] for _ in batch]
-        for slot, what in enumerate(("predicted", "label")):
-            chosen = [(i, classes[slot]) for i, classes in enumerate(slots) if classes[slot] is not None]
-            if not chosen:
-                continue
-            rows = [i for i, _ in chosen]
-            heat = explainer.heatmaps(pictures[rows], [c for _, c in chosen])
-            for row, (i, label) in zip(heat, chosen):
-                found[i].append((what, label, explain.overlay(pictures[i], row, THUMBNAIL)))
-        for i, mistake in enumerate(batch):
-            mistakes[start + i] = dataclasses.replace(mistake, heatmaps=tuple(found[i]))
-        done += len(batch)
-    return [dataclasses.replace(mistake, picture=None) for mistake in mistakes], done
+    until `budget_s` seconds are gone (None: no bound), and how many got them. Multi-label: the
+    class predicted wrongly of highest probability, and the label missed of lowest (either may be
+    none). The pictures are let go."""
+    if not mistakes:
+        return mistakes, 0
+    asked = [[(what, label) for what, label in zip(("predicted", "label"), _explained_classes(mistake))
+              if label is not None] for mistake in mistakes]
+    found = explain.drawn(explainer, np.stack([mistake.picture for mistake in mistakes]), asked, THUMBNAIL, budget_s)
+    done = sum(1 for heatmaps, wanted in zip(found, asked) if heatmaps or not wanted)
+    return [dataclasses.replace(mistake, picture=None, heatmaps=heatmaps)
+            for mistake, heatmaps in zip(mistakes, found)], done
 
 
 def _explained_classes(mistake: Mistake) -> tuple[int | None, int | None]:

@@ -77,6 +77,17 @@ def image(data: bytes, mime: str, alt: str, attributes: str = "") -> str:
     return f'<img src="{data_uri(data, mime)}" alt="{escape(alt)}"{attributes}>'
 
 
+def with_heatmaps(picture: str, heatmaps, name) -> str:
+    """A tile's `picture` (its <img>) beside its heatmaps ((what, class, JPEG) each: model/explain.py),
+    each captioned "what: the class's `name`"."""
+    if not heatmaps:
+        return picture
+    figures = "".join(f'<figure>{image(jpeg, "image/jpeg", f"heatmap of {what} {name(label)}")}'
+                      f'<figcaption>{escape(f"{what}: {name(label)}")}</figcaption></figure>'
+                      for what, label, jpeg in heatmaps)
+    return f'<div class="heatmaps"><figure>{picture}<figcaption>as seen</figcaption></figure>{figures}</div>'
+
+
 def number(value, digits: int = 4) -> str:
     """A metric as a table shows it: None or nan as a dash, a whole number as one."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):

@@ -61,6 +61,10 @@ class Checked:
     unchecked: str = ""  # why the training images were not checked, when they were not
     heads_accuracy: float | None = None  # the training images' heads, on the images each held out
     validation_accuracy: float | None = None  # the model's, against the validation images' labels as given
+    # each set's first MAX_SHOWN suspects' heatmaps ((what, class, JPEG) each: model/explain.py), and how
+    # they were made; none where they were not (after_training/report_page.py)
+    heatmaps: dict[str, list[tuple]] = dataclasses.field(default_factory=dict)
+    explained_by: str = ""
 
     def name(self, label: int) -> str:
         return self.class_names[label] if 0 <= label < len(self.class_names) else str(label)
@@ -161,7 +165,11 @@ def section(checked: Checked | str | None) -> str:
         parts.append(f"<h3>{pages.escape(name.capitalize())} images: {len(found):,} of {len(seen):,}"
                      f"{_sample(seen)}</h3>")
         parts.append(pages.note(how[name] + _unjudged(checked, found, len(seen))))
-        tiles = "".join(_tile(checked, seen, found, position) for position in range(min(MAX_SHOWN, len(found))))
+        tiles = "".join(_tile(checked, seen, found, position, checked.heatmaps.get(name))
+                        for position in range(min(MAX_SHOWN, len(found))))
+        if tiles and checked.heatmaps.get(name):
+            parts.append(pages.note(f"beside each: where the model found the evidence for the likely class, and for "
+                                    f"the label, by {checked.explained_by}"))
         if tiles:
             parts.append(f'<div class="gallery">{tiles}</div>')
     if checked.unchecked:
@@ -195,7 +203,7 @@ def _unjudged(checked: Checked, found: Suspects, examined: int) -> str:
     return said
 
 
-def _tile(checked: Checked, seen: Gathered, found: Suspects, position: int) -> str:
+def _tile(checked: Checked, seen: Gathered, found: Suspects, position: int, heatmaps: list | None) -> str:
     index = found.indices[position]
     given, likely = checked.name(int(seen.labels[index])), checked.name(int(found.likely[position]))
     lines = [f"labelled: {given} ({found.given_probability[position]:.0%})",
@@ -205,6 +213,8 @@ def _tile(checked: Checked, seen: Gathered, found: Suspects, position: int) -> s
     text = "<br>".join(pages.escape(line) for line in lines)
     picture = pages.image(seen.thumbnails[index], "image/jpeg", f"image labelled {given}, likely {likely}") \
         if seen.thumbnails else ""
+    if picture and heatmaps and position < len(heatmaps):
+        picture = pages.with_heatmaps(picture, heatmaps[position], checked.name)
     return f'<div class="tile">{picture}{text}</div>'
 
 
