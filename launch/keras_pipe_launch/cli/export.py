@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from keras_pipe_launch.common.archives import unpack
+from keras_pipe_launch.common.given_files import files_of
 from keras_pipe_launch.common.objects import SourceError, parse_s3_uri
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
@@ -72,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         if not formats:
             raise UsageError("--formats: name at least one of tflite, tflite_float16, tflite_int8, tflite_full_int8, "
                              "onnx")
-        validation = _records(args.validation, "--validation")
-        representative = None if args.representative is None else _records(args.representative, "--representative")
+        validation = files_of(args.validation, "--validation ")
+        representative = None if args.representative is None else files_of(args.representative, "--representative ")
         if "tflite_full_int8" in formats and not (validation or representative):
             raise UsageError("--formats tflite_full_int8 is calibrated on images: give --representative (or "
                              "--validation) records")
@@ -110,22 +111,6 @@ def _said(found: dict[str, dict], out: Path) -> int:
               f"{f'{size / 1e6:.2f} MB' if size >= 100_000 else f'{size / 1e3:.1f} kB'}, {checked}")
     print(f"{out / conversions.DESCRIBED}: what they take and answer")
     return 1 if any("dropped" in figures for figures in found.values()) else 0
-
-
-def _records(given: list[str], option: str) -> list[Path]:
-    files = []
-    for name in given:
-        path = Path(name)
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-            if not found:
-                raise UsageError(f"{option} {shown(name)} holds no file")
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise UsageError(f"{option} {shown(name)} does not exist")
-    return files
 
 
 def model_folder(model: str, work: Path) -> tuple[Path, bool]:

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from keras_pipe_launch.common.archives import unpack
+from keras_pipe_launch.common.given_files import files_of
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.prepare.sources import IMAGE_SUFFIXES
@@ -78,18 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def images_of(given: list[Path]) -> list[Path]:
-    paths = []
-    for path in given:
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-            if not found:
-                raise UsageError(f"{shown(str(path))} holds no image ({', '.join(sorted(IMAGE_SUFFIXES))})")
-            paths += found
-        elif path.is_file():
-            paths.append(path)
-        else:
-            raise UsageError(f"{shown(str(path))} does not exist")
-    return paths
+    return files_of(given, wanted=lambda path: path.suffix.lower() in IMAGE_SUFFIXES,
+                    kind=f"image ({', '.join(sorted(IMAGE_SUFFIXES))})")
 
 
 def _explained(model: str, work: Path, predicted: list, out: Path) -> None:

@@ -122,8 +122,7 @@ def _model(model_dir: Path, named: str) -> keras.Model:
         raise UserError(f"{named} has no model.keras (a model whose backbone is a SavedModel, "
                         "JumpStart's, has none): export_formats exports it in the job, and its report has the heatmaps")
     try:
-        hub.register_if_named(path)
-        model = keras.saving.load_model(path, compile=False, safe_mode=True)
+        model = hub.load_keras_file(path)
     except Exception as err:  # (Keras raises ValueError, TypeError, zipfile and h5py errors)
         raise UserError(f"{named}: model.keras cannot be loaded by Keras ({type(err).__name__}: "
                         f"{str(err)[:300]})") from None

@@ -342,6 +342,14 @@ def rebuilt(model: keras.Model, image_size: int) -> tuple[keras.Model, tuple[tup
     return backbone, (tuple(float(v) for v in np.diag(kernel[0, 0])), tuple(float(v) for v in offset))
 
 
+def load_keras_file(model_file: Path) -> keras.Model:
+    """A saved .keras model (a job's model.keras), uncompiled, in Keras' safe mode, keras-hub imported
+    first where it names its classes; Keras' own exception where it cannot be loaded (ValueError,
+    TypeError, zipfile's and h5py's: each caller says which file, in its own words)."""
+    register_if_named(model_file)
+    return keras.saving.load_model(model_file, compile=False, safe_mode=True)
+
+
 def register_if_named(model_file: Path) -> None:
     """Imports keras-hub before a saved .keras model that names its classes is loaded (Keras finds
     them only once they are registered), and only then: it takes seconds to import."""

@@ -85,8 +85,7 @@ def load(folder: Path) -> Previous | jumpstart.Pretrained:
             model_path, classes_path = models[0], models[0].with_name(CLASSES_FILE)
         source = str(found[0].relative_to(folder))
         try:
-            hub.register_if_named(model_path)
-            model = keras.saving.load_model(model_path, compile=False, safe_mode=True)
+            model = hub.load_keras_file(model_path)
         except Exception as err:  # (Keras raises ValueError, TypeError, zipfile and h5py errors)
             raise UserError(f"channel '{MODEL}': {source} holds a {MODEL_FILE} that Keras cannot load "
                             f"({type(err).__name__}: {str(err)[:300]})") from err
