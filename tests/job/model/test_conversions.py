@@ -277,3 +277,18 @@ def test_a_rerun_leaves_no_file_of_an_export_it_dropped(tmp_path):
     paths = conversions.write(tmp_path / "exports", {"tflite": b"second"})
     assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["model.tflite"]
     assert paths == {"tflite": tmp_path / "exports/model.tflite"} and paths["tflite"].read_bytes() == b"second"
+
+
+@pytest.mark.slow
+def test_a_multi_label_model_folder_exports_unchecked_without_validation_records(tmp_path):
+    """`keras-pipe export MODEL --formats tflite` with no --validation: the export is written into the
+    model's own exports/, said unchecked, its exports.json the multi-label model's threshold."""
+    from keras_pipe_train.after_training.folder_exports import export_folder
+    from tests.serve.conftest import CLASSES, exported
+
+    model_dir = exported(tmp_path / "model", threshold=0.5)
+    found = export_folder(model_dir, ("tflite",), [], model_dir / "exports")
+    assert found["tflite"]["unchecked"] == "no validation images given to compare it on (--validation)", found
+    described = json.loads((model_dir / "exports" / "exports.json").read_text())
+    assert described["multi_label"] is True and described["threshold"] == 0.5
+    assert described["class_names"] == list(CLASSES) and (model_dir / "exports" / "model.tflite").is_file()
