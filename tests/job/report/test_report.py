@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_pipe_train.report import evaluation, job_page
-from keras_pipe_train.report.mistakes import KEEP, Worst, thumbnail
+from keras_pipe_train.report.mistakes import HEATMAP, KEEP, Worst, thumbnail
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
 from tests.browser import open_page, painted
 
@@ -131,18 +131,54 @@ def test_class_names_are_text_in_the_page_never_markup(tmp_path):
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
 
 
+def with_heatmaps(shown: job_page.Gallery) -> job_page.Gallery:
+    """The gallery's mistakes with two heatmaps each over noise: the JPEGs at their largest."""
+    from keras_pipe_train.model import explain
+
+    rng = np.random.default_rng(5)
+    heatmaps = [tuple((what, 1, explain.overlay(images(1, 224, seed)[0], rng.random((7, 7)), HEATMAP))
+                      for what in ("predicted", "label")) for seed in range(len(shown.mistakes))]
+    return dataclasses.replace(shown, mistakes=[dataclasses.replace(m, heatmaps=h)
+                                                for m, h in zip(shown.mistakes, heatmaps)],
+                               explained=len(shown.mistakes), explained_by="Grad-CAM on backbone/layer (7 x 7)")
+
+
+def suspects_shown(classes: int):
+    """The label check's two sets of suspects, each its MAX_SHOWN of noise pictures with two heatmaps."""
+    from keras_pipe_train.model import explain
+    from keras_pipe_train.report import suspects as S
+    from keras_pipe_train.sources import preprocess
+    from keras_pipe_train.training.gathered import Gathered
+    from keras_pipe_train.training.label_errors import Suspects
+
+    count, rng = S.MAX_SHOWN, np.random.default_rng(6)
+    pictures = images(count, 224, 9)
+    thumbnails = tuple(preprocess.thumbnail(p, 64, 85).numpy() for p in pictures)
+    seen = Gathered(np.zeros((count, 2), np.float32), rng.integers(0, classes, count),
+                    fingerprints=tuple(f"{i:016x}" for i in range(count)), thumbnails=thumbnails,
+                    sources=tuple(f"s3://bucket/a long prefix/{i:05d} of the photos.jpg" for i in range(count)))
+    found = Suspects(np.arange(count), rng.integers(0, classes, count), rng.random(count), rng.random(count))
+    heatmaps = [tuple((what, 1, explain.overlay(p, rng.random((7, 7)), HEATMAP)) for what in ("likely", "label"))
+                for p in pictures]
+    return S.Checked({"train": (seen, found), "validation": (seen, found)}, tuple(f"c{i}" for i in range(classes)),
+                     5, False, 1.0, heatmaps={"train": heatmaps, "validation": heatmaps},
+                     explained_by="Grad-CAM on backbone/layer (7 x 7)")
+
+
 @pytest.mark.slow
 def test_the_page_is_bounded_however_many_classes(tmp_path):
+    """2,000 classes, the gallery and both sets of suspects with their heatmaps, all of noise."""
     classes = [f"class number {i} with a long name" for i in range(2000)]
     found = single_label_evaluation(classes, examples=100_000)
     evaluation.write(tmp_path, found, ROWS)  # (too many classes for a matrix: per_class.png)
     page = job_page.write(tmp_path, found, ROWS, {"dialect": "keras-pipe", "class_names": classes}, "job-1",
-                             gallery(SingleLabel(2000), 2000, 500))
+                          with_heatmaps(gallery(SingleLabel(2000), 2000, 500)), suspects_shown(2000))
     text = page.read_text()
+    assert text.count('alt="heatmap of ') == 2 * KEEP + 2 * 2 * 24, text.count('alt="heatmap of ')
     assert page.stat().st_size < 1_500_000, page.stat().st_size
     assert text.count("<tr>") < job_page.MAX_CLASS_ROWS + 100
     assert f"the {job_page.MAX_CLASS_ROWS} of lowest F1 of 2000 classes" in text
-    assert text.count('<div class="tile">') == KEEP
+    assert text.count('<div class="tile">') == KEEP + 2 * 24  # (the mistakes, the suspects of each set)
     assert f"... ({len(json.dumps(classes)):,} characters)" in text  # (the setting, shortened)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 MIN_SIDE = 4  # cells a side of the map Grad-CAM reads (fewer: where in the picture cannot be told)
+GRAD_CAM_BATCH = 12  # pictures a Grad-CAM call (24 rows with two classes each): the budget is checked between
 IG_STEPS = 32  # images along Integrated Gradients' path (its paper: 20 to 300; the heatmap, not the sum, matters here)
 OPACITY = 0.5  # of the heatmap over the picture
 QUALITY = 85
@@ -53,9 +54,10 @@ class Explainer:
                 tape.watch(images)
                 features, logits = self.run(images)
                 chosen = tf.gather(logits, classes, axis=1, batch_dims=1)
-            gradients = tape.gradient(chosen, features)
+            # (the map as computed, float16 under mixed precision: a cast of it is off the logits' path)
+            gradients = tf.cast(tape.gradient(chosen, features), tf.float32)
             weights = tf.reduce_mean(gradients, axis=(1, 2), keepdims=True)
-            heat = tf.nn.relu(tf.reduce_sum(weights * features, axis=-1))
+            heat = tf.nn.relu(tf.reduce_sum(weights * tf.cast(features, tf.float32), axis=-1))
         else:
             heat = tf.stack([self._integrated(image, label) for image, label in zip(images, classes)])
         heat = heat.numpy().astype(np.float64)
@@ -127,7 +129,7 @@ def _grad_cam(model: keras.Model, backbone: keras.Model, found, head) -> Explain
             x = x[(getattr(backbone, "stage_names", None) or list(x))[-1]]
         for layer in layers[position + 1:-1]:
             x = layer(x, training=False)
-        return tf.cast(feature_map, tf.float32), _logits(x, head)
+        return feature_map, _logits(x, head)
 
     side = found.output.shape[1:3]
     return Explainer("Grad-CAM", mapped, f"{backbone.name}/{found.name} ({side[0]} x {side[1]})")
@@ -151,44 +153,63 @@ def _logits(features, head):
 
 def _map_layer(backbone: keras.Model):
     """The backbone's last layer (in Keras' order: by depth) whose output is a map MIN_SIDE cells a
-    side or more; None for a transformer (its output is tokens, Grad-CAM's map is not theirs) or a
-    backbone whose output is pooled already."""
+    side or more and a cut of the backbone (everything its output says comes through it:
+    keras.Model(that map, the output) builds; a layer inside a residual or an Inception branch is
+    not one); a backbone giving its stages' maps (keras-hub's HGNetV2) is read at its last stage's.
+    None for a transformer (its output is tokens, Grad-CAM's map is not theirs), a backbone whose
+    output is pooled already, or one whose only such cut is its picture or its stem."""
     output = backbone.output
-    if not isinstance(output, dict) and len(output.shape) != 4:
+    if isinstance(output, dict):
+        output = output[(getattr(backbone, "stage_names", None) or list(output))[-1]]
+    if len(output.shape) != 4:
         return None
     layers = backbone.layers
     first = next((i for i, layer in enumerate(layers) if layer.weights), len(layers))
-    for layer in reversed(layers[first:]):  # (before the first weights: the picture itself, scaled)
+    for position in range(len(layers) - 1, first, -1):  # (at or before the first weights: the picture, the stem)
+        layer = layers[position]
         if isinstance(layer, keras.layers.ZeroPadding2D):  # (its border is no part of the picture)
             continue
         try:
             shape = layer.output.shape
         except (AttributeError, ValueError):  # (a layer called more than once, or giving several outputs)
             continue
-        if len(shape) == 4 and shape[1] and shape[2] and min(shape[1], shape[2]) >= MIN_SIDE:
+        if len(shape) != 4 or not (shape[1] and shape[2]) or min(shape[1], shape[2]) < MIN_SIDE:
+            continue
+        if layer.output is output or _is_cut(layer.output, output):
             return layer
     return None
 
 
+def _is_cut(tensor, output) -> bool:
+    try:
+        keras.Model(tensor, output)
+    except ValueError:  # ("not connected": the output has inputs beside this map)
+        return False
+    return True
+
+
 def drawn(explainer: Explainer, pictures: np.ndarray, asked: list[list[tuple[str, int]]], size: int,
-          budget_s: float | None = None) -> list[tuple[tuple[str, int, bytes], ...]]:
+          budget_s: float | None = None, stop=None) -> list[tuple[tuple[str, int, bytes], ...]]:
     """For each of `pictures` (0-255), the overlays (`size` pixels) of the classes `asked` of it
     ((what, class) pairs: ("predicted", 3), ("label", 5)), as (what, class, JPEG); until
-    `budget_s` seconds are gone (None: no bound), the pictures after it getting none. Grad-CAM takes
-    them all at once (its eager calls cost most, not the images); Integrated Gradients one picture
-    at a time (IG_STEPS passes each class), the budget checked after each."""
+    `budget_s` seconds are gone (None: no bound) or `stop` (a threading.Event) is set, the pictures
+    after getting none. Grad-CAM takes GRAD_CAM_BATCH pictures at a time, every class asked of them
+    in one call (its eager calls cost most, not the images); Integrated Gradients one picture at a
+    time (IG_STEPS + 1 images a class). The budget is checked before each: a call already begun
+    ends (Integrated Gradients on a large model: a picture's time past the budget)."""
     started = time.monotonic()
     found: list[tuple] = [() for _ in pictures]
-    step = max(1, len(pictures)) if explainer.method == "Grad-CAM" else 1
+    step = GRAD_CAM_BATCH if explainer.method == "Grad-CAM" else 1
     for start in range(0, len(pictures), step):
-        if budget_s is not None and time.monotonic() - started > budget_s:
+        if (budget_s is not None and time.monotonic() - started > budget_s) or (stop is not None and stop.is_set()):
             break
+        # (a picture repeated for each of its classes)
         chosen = [(i, what, label) for i in range(start, min(start + step, len(pictures))) for what, label in asked[i]]
-        for what in dict.fromkeys(what for _, what, _ in chosen):  # (one pass each kind: one class an image)
-            rows = [(i, label) for i, kind, label in chosen if kind == what]
-            heat = explainer.heatmaps(pictures[[i for i, _ in rows]], [label for _, label in rows])
-            for row, (i, label) in zip(heat, rows):
-                found[i] += ((what, label, overlay(pictures[i], row, size)),)
+        if not chosen:
+            continue
+        heat = explainer.heatmaps(pictures[[i for i, _, _ in chosen]], [label for _, _, label in chosen])
+        for row, (i, what, label) in zip(heat, chosen):
+            found[i] += ((what, label, overlay(pictures[i], row, size)),)
     return found
 
 
@@ -236,23 +257,50 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 
 def randomised(model: keras.Model, count: int, seed: int = 0) -> keras.Model:
-    """A copy of `model` whose head and the top `count` of its backbone's layers with weights are
-    re-initialised by their own initializers (Adebayo et al.'s cascading randomisation), the rest
-    as trained."""
+    """A copy of `model` whose head and the top `count` of its backbone's layers with weights (the
+    innermost: a block of layers counts each of its own) are re-initialised by their own
+    initializers (Adebayo et al.'s cascading randomisation), the rest as trained."""
     copy = keras.models.clone_model(model)
     copy.set_weights(model.get_weights())
     backbone = next((layer for layer in copy.layers if isinstance(layer, keras.Model)), None)
     chosen = [copy.get_layer("classifier")]
     if backbone is not None:
-        chosen += [layer for layer in reversed(backbone.layers) if layer.weights][:count]
+        chosen += [layer for layer in reversed(list(_leaves(backbone))) if layer.weights][:count]
     for number, layer in enumerate(chosen):
         for variable in layer.weights:
-            name = "depthwise" if variable.name == "depthwise_kernel" else variable.name
-            initializer = getattr(layer, f"{name}_initializer", None)
-            if initializer is None or isinstance(initializer, str):
-                initializer = keras.initializers.get(initializer or ("glorot_uniform" if len(variable.shape) > 1
-                                                                      else "zeros"))
+            initializer = _initializer(layer, variable)
             if hasattr(initializer, "seed"):  # (seeded: the same copy each time)
                 initializer = type(initializer).from_config({**initializer.get_config(), "seed": seed + number})
             variable.assign(initializer(variable.shape, dtype=variable.dtype))
     return copy
+
+
+def _leaves(layer):
+    """The layers inside `layer`, in order, a model's or a block's own layers in place of it."""
+    inner = getattr(layer, "layers", None)
+    if not inner:
+        yield layer
+        return
+    for each in inner:
+        yield from _leaves(each)
+
+
+# a variable's initializer, by its name, where the layer's attribute is not "<name>_initializer"
+_INITIALIZERS = {"depthwise_kernel": "depthwise_initializer", "pointwise_kernel": "pointwise_initializer"}
+
+
+def _initializer(layer, variable):
+    """The layer's own initializer of `variable` (Keras 3 names DepthwiseConv2D's "kernel", its
+    initializer depthwise_initializer); glorot_uniform or zeros where the layer has none to say
+    (a layer of keras-hub's own), ones for a scale or a variance."""
+    name = variable.name.split("/")[-1]
+    names = [_INITIALIZERS.get(name, f"{name}_initializer")]
+    if isinstance(layer, keras.layers.DepthwiseConv2D) and name == "kernel":
+        names.insert(0, "depthwise_initializer")
+    for attribute in names:
+        found = getattr(layer, attribute, None)
+        if found is not None:
+            return keras.initializers.get(found)
+    if len(variable.shape) > 1:
+        return keras.initializers.GlorotUniform()
+    return keras.initializers.Ones() if name in ("gamma", "scale", "moving_variance") else keras.initializers.Zeros()

@@ -19,9 +19,10 @@ gallery of mistakes.py.
     the settings                the dialect the request was read in, what was translated, and
                                 every hyperparameter as the job resolved it
 
-Bounded in size whatever the validation set or the classes (about 1.7 MB at most: three pictures,
-KEEP thumbnails of ~5 KB, 2 x suspects.MAX_SHOWN of ~2 KB, at most MAX_CLASS_ROWS rows and
-MAX_PAIRS pairs); evaluation.json and label_errors.csv keep every number. With pages.py's
+Bounded in size whatever the validation set or the classes (three pictures, KEEP thumbnails of ~5
+KB, 2 x suspects.MAX_SHOWN of ~2 KB, two heatmaps of each of them, 96 pixels, ~5 KB, at most
+MAX_CLASS_ROWS rows and MAX_PAIRS pairs: 1.25 MB with 2,000 classes and every picture noise,
+tests/job/report/test_report.py); evaluation.json and label_errors.csv keep every number. With pages.py's
 policy, it loads nothing from outside itself.
 """
 

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 KEEP = 24  # images in the report's gallery
 THUMBNAIL = 128  # pixels: the longer side of a gallery image
+HEATMAP = 96  # pixels: the longer side of a heatmap beside it (as the page shows it: the page's size)
 QUALITY = 85
 
 
@@ -130,16 +131,18 @@ def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop
     return worst
 
 
-def explained(mistakes: list[Mistake], explainer, budget_s: float | None = None) -> tuple[list[Mistake], int]:
+def explained(mistakes: list[Mistake], explainer, budget_s: float | None = None, stop=None
+              ) -> tuple[list[Mistake], int]:
     """`mistakes` with the heatmaps of their predicted class and of their label (model/explain.py),
-    until `budget_s` seconds are gone (None: no bound), and how many got them. Multi-label: the
+    until `budget_s` seconds are gone (None: no bound) or `stop` is set, and how many got them. Multi-label: the
     class predicted wrongly of highest probability, and the label missed of lowest (either may be
     none). The pictures are let go."""
     if not mistakes:
         return mistakes, 0
     asked = [[(what, label) for what, label in zip(("predicted", "label"), _explained_classes(mistake))
               if label is not None] for mistake in mistakes]
-    found = explain.drawn(explainer, np.stack([mistake.picture for mistake in mistakes]), asked, THUMBNAIL, budget_s)
+    found = explain.drawn(explainer, np.stack([mistake.picture for mistake in mistakes]), asked, HEATMAP, budget_s,
+                          stop)
     done = sum(1 for heatmaps, wanted in zip(found, asked) if heatmaps or not wanted)
     return [dataclasses.replace(mistake, picture=None, heatmaps=heatmaps)
             for mistake, heatmaps in zip(mistakes, found)], done

@@ -38,7 +38,7 @@ figcaption, .note { color: #59636e; font-size: 12px; }
   image-rendering: pixelated; background: #f6f8fa; }
 .tile:has(.heatmaps) { grid-column: span 2; }
 .heatmaps { display: flex; gap: 4px; justify-content: center; } .heatmaps figure { margin: 0; text-align: center; }
-.heatmaps img { width: 96px; height: 96px; }
+.heatmaps img { width: 96px; height: 96px; image-rendering: auto; }
 .bad { color: #cf222e; } .good { color: #1a7f37; }
 details { margin: 6px 0; } summary { cursor: pointer; color: #0969da; }
 """
