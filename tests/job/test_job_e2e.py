@@ -186,19 +186,18 @@ def randomised_heatmaps_differ(model_file, records: list[bytes]) -> None:
     average; docs/speed.md has the figure)."""
     import keras
 
-    from keras_pipe_train.model import explain
+    from tests.job.model.test_explain import sanity
 
     model = keras.saving.load_model(model_file, compile=False)
     images = np.stack([tf.io.decode_jpeg(tf.train.Example.FromString(record).features.feature["image/encoded"]
                                          .bytes_list.value[0], channels=3).numpy() for record in records])
     images = images.astype(np.float32)
     predicted = np.argmax(model.predict(images, verbose=0), axis=1)
-    trained = explain.explainer(model).heatmaps(images, predicted)
-    random = explain.explainer(explain.randomised(model, 10)).heatmaps(images, predicted)
-    correlations = [explain.spearman(a, b) for a, b in zip(trained, random)]
-    print(f"sanity check: Spearman's rank correlation of the trained and randomised heatmaps, mean "
-          f"{np.mean(correlations):.3f} over {len(correlations)} images")
-    assert np.mean(correlations) < 0.5, correlations
+    figures = sanity(model, images, predicted, 10)
+    print(f"sanity check over {len(images)} images, Spearman's rank correlation of the trained model's heatmaps with "
+          f"the randomised one's: {figures['randomised']:.3f}, with its own under N(0, 3) noise: "
+          f"{figures['noise']:.3f}; not constant: {figures['alive']:.0%}")
+    assert figures["randomised"] < 0.5 and figures["noise"] > 0.5 and figures["alive"] >= 0.9, figures
 
 
 def flipped_labels(records: list[bytes], labels: list[int], rate: float, seed: int,

@@ -139,19 +139,24 @@ def test_explain_writes_each_images_heatmap_for_its_class_and_an_export_is_refus
     import tensorflow as tf
 
     (photos / "b").mkdir()
-    (photos / "b" / "1.jpg").write_bytes(image_bytes("JPEG", 64, 64))
+    (photos / "b" / "1.JPG").write_bytes(image_bytes("JPEG", 64, 64))  # (the same name, whatever a disk's case)
     out = keras_pipe(model_dir, photos / "a", photos / "b", "--format", "jsonl", "--explain", "heat maps",
                      cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     answers = {Path(json.loads(line)["path"]).relative_to(photos): json.loads(line)["predicted_label"]
                for line in out.stdout.splitlines()}
-    assert set(answers) == {Path("a/1.jpg"), Path("a/deeper/2.PNG"), Path("b/1.jpg")}
-    assert "keras-pipe predict: 3 heatmap(s) in heat maps, by Grad-CAM on tiny/" in out.stderr, out.stderr
+    assert set(answers) == {Path("a/1.jpg"), Path("a/deeper/2.PNG"), Path("b/1.JPG")}
+    # (a one-convolution backbone: its only map is its stem's, where Grad-CAM says nothing of the class)
+    assert "keras-pipe predict: 3 heatmap(s) in heat maps, by Integrated Gradients on the pixels" in out.stderr, \
+        out.stderr
     written = sorted(p.name for p in (tmp_path / "heat maps").iterdir())
     assert written == sorted([f"1.{answers[Path('a/1.jpg')]}.jpg", f"2.{answers[Path('a/deeper/2.PNG')]}.jpg",
-                              f"1.{answers[Path('b/1.jpg')]}-2.jpg"]), written
+                              f"1.{answers[Path('b/1.JPG')]}-2.jpg"]), written
     for name in written:
         assert tf.io.decode_jpeg((tmp_path / "heat maps" / name).read_bytes()).shape == (256, 256, 3)
+    # refused before any prediction: a SavedModel folder alone (no model.keras, no preparation.json)
+    refused = keras_pipe(model_dir / "1", photos / "a", "--explain", "elsewhere", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stdout == "" and "--explain: " in refused.stderr, refused.stderr
     export = tmp_path / "model.tflite"
     export.write_bytes(b"TFL3")
     refused = keras_pipe(export, photos / "a", "--explain", "elsewhere", cwd=tmp_path)

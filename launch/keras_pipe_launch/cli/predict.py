@@ -19,8 +19,9 @@ out; the exit code is then 1 (2: nothing could run).
 --explain DIR also writes, for each image, where the model found the evidence for each class it
 predicted: the picture as the model saw it under a heatmap (red most, blue none), by Grad-CAM on
 the backbone's feature map, or Integrated Gradients where there is none (a transformer's tokens),
-as DIR/<image's name>.<class>.jpg. It needs the model's model.keras: a job's model folder or its
-model.tar.gz.
+as DIR/<image's name>.<class>.jpg (characters other than letters, digits, ".", "-" and "_" as
+"_"; "-2", "-3"... where two images share a name). It needs the model's model.keras: a job's model
+folder or its model.tar.gz.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--top-k", type=int, default=None, help="classes in each JSON line's top_k (default 5)")
     parser.add_argument("--output", "-o", default="-", help="a file to write (default: standard output)")
     parser.add_argument("--explain", metavar="DIR", default=None,
-                        help="also write each image's heatmap for each class predicted in DIR (a job's model folder "
-                             "or model.tar.gz)")
+                        help="also write, in the folder DIR, each image's heatmap for each class predicted (MODEL: "
+                             "a job's model folder or model.tar.gz)")
     parser.set_defaults(run=run)
 
 
@@ -65,11 +66,12 @@ def run(args: argparse.Namespace) -> int:
         paths = images_of([Path(p) for p in args.images])
         with tempfile.TemporaryDirectory(prefix="keras-pipe-predict-") as work:
             predictor = _predictor(Path(args.model), Path(work), args.explain is not None)
-            predicted: list | None = [] if args.explain is not None else None
+            explanations = None if args.explain is None else _explanations(args.model, Path(work), Path(args.explain))
             with _opened(args.output) as out:
-                code = predict(predictor, paths, args.format, args.top_k, out, predicted)
-            if predicted is not None:
-                _explained(args.model, Path(work), predicted, Path(args.explain))
+                code = predict(predictor, paths, args.format, args.top_k, out,
+                               None if explanations is None else _writing(explanations, args.explain))
+            if explanations is not None:
+                _said(explanations, args.explain)
             return code
     except BrokenPipeError:  # `keras-pipe predict ... | head`: the reader has all it wants
         return 0
@@ -83,20 +85,37 @@ def images_of(given: list[Path]) -> list[Path]:
                     kind=f"image ({', '.join(sorted(IMAGE_SUFFIXES))})")
 
 
-def _explained(model: str, work: Path, predicted: list, out: Path) -> None:
-    """The heatmaps of what was `predicted` ((path, image, classes) each), in `out`."""
+def _explanations(model: str, work: Path, out: Path):
+    """folder_explanations.Explanations of `model`, made before any prediction (what the model
+    folder lacks, a folder that cannot be written: said at once)."""
     from keras_pipe_launch.cli.export import model_folder
-    from keras_pipe_train.after_training.folder_explanations import explain_images
+    from keras_pipe_train.after_training.folder_explanations import Explanations
     from keras_pipe_train.settings.errors import UserError
 
     model_dir, _ = model_folder(model, work / "explained")
     try:
-        written, how = explain_images(model_dir, model, predicted, out)
+        return Explanations(model_dir, model, out)
     except UserError as err:  # (what the model folder lacks: model.keras, preparation.json)
         raise UsageError(f"--explain: {err}") from None
     except OSError as err:
         raise UsageError(f"--explain {shown(str(out))}: {err.strerror or err}") from None
-    print(f"keras-pipe predict: {len(written)} heatmap(s) in {shown(str(out))}, by {how}", file=sys.stderr)
+
+
+def _writing(explanations, out: str):
+    def add(batch):
+        try:
+            explanations.add(batch)
+        except OSError as err:  # (the disk full, say: the predictions already written stand)
+            raise UsageError(f"--explain {shown(out)}: {err.strerror or err}") from None
+
+    return add
+
+
+def _said(explanations, out: str) -> None:
+    none = (f"; {explanations.none_predicted} image(s) with no class predicted have none"
+            if explanations.none_predicted else "")
+    print(f"keras-pipe predict: {len(explanations.written)} heatmap(s) in {shown(out)}, by {explanations.how}{none}",
+          file=sys.stderr)
 
 
 def _predictor(model: Path, work: Path, explaining: bool = False):
@@ -148,9 +167,9 @@ def _opened(output: str):
         yield file
 
 
-def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, predicted: list | None = None) -> int:
-    """Each image's row or line in `out`; (path, image, the classes predicted) of each appended to
-    `predicted` where given."""
+def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, explain=None) -> int:
+    """Each image's row or line in `out`; `explain` (where given) called with each batch's (path,
+    image, the classes predicted)."""
     writer = csv.writer(out) if form == "csv" else None
     if writer:
         writer.writerow(["path", "predicted", "probability", *predictor.labels])
@@ -170,12 +189,13 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, pre
             else:
                 batch.append(path)
                 data.append(image)
+        predicted = []
         for path, prediction in _each(predictor, batch, data, top_k):
             if isinstance(prediction, str):
                 failed += _failed(path, prediction)
                 continue
             chosen = prediction.get("predicted_labels", [prediction.get("predicted_label")])
-            if predicted is not None:
+            if explain is not None:
                 predicted.append((path, data[batch.index(path)], [str(c) for c in chosen if c is not None]))
             if writer:
                 best = max((prediction["probabilities"][predictor.labels.index(c)] for c in chosen), default=None)
@@ -183,6 +203,8 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, pre
                                  *(f"{p:.6f}" for p in prediction["probabilities"])])
             else:
                 out.write(json.dumps({"path": str(path), **prediction}) + "\n")
+        if predicted:
+            explain(predicted)
     if failed:
         print(f"keras-pipe predict: {failed} of {len(paths)} images could not be read (above); the others are "
               "predicted", file=sys.stderr)

@@ -32,10 +32,35 @@ def trained():
     return shapes_model()
 
 
-def shapes_model() -> keras.Model:
+def sanity(model: keras.Model, images: np.ndarray, classes, count: int) -> dict[str, float]:
+    """Adebayo et al.'s check, with its controls: the mean Spearman rank correlation of the trained
+    model's heatmaps with those of the model whose head and top `count` layers are re-initialised
+    ("randomised"), and with its own heatmaps of the same pictures under a little noise (N(0, 3):
+    "noise", which must stay high, or the statistic tells nothing); the share of its heatmaps that
+    are not constant ("alive": a heatmap of nothing would pass the check)."""
+    trained = explain.explainer(model).heatmaps(images, classes)
+    random = explain.explainer(explain.randomised(model, count)).heatmaps(images, classes)
+    noisy = images + np.random.default_rng(0).normal(0, 3, images.shape).astype(np.float32)
+    again = explain.explainer(model).heatmaps(noisy, classes)
+    return {"randomised": float(np.mean([explain.spearman(a, b) for a, b in zip(trained, random)])),
+            "noise": float(np.mean([explain.spearman(a, b) for a, b in zip(trained, again)])),
+            "alive": float(np.mean([np.ptp(h) > 0 for h in trained]))}
+
+
+def shapes_model(policy: str | None = None, weights=None) -> keras.Model:
     """A classifier in build_classifier's shape (a backbone, "pool", "dropout", "classifier") that
-    learned the squares from the crosses."""
+    learned the squares from the crosses; with `weights`, those of another, untrained, computing in
+    `policy` (mixed_float16, say)."""
     keras.utils.set_random_seed(3)
+    if policy:
+        before = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(policy)
+        try:
+            model = shapes_model()
+        finally:
+            keras.config.set_dtype_policy(before)
+        model.set_weights(weights)
+        return model
     inputs = keras.Input((SIZE, SIZE, 3))
     x = keras.layers.Rescaling(1 / 255)(inputs)
     for filters in (16, 32, 32):
@@ -46,7 +71,9 @@ def shapes_model() -> keras.Model:
     images = keras.Input((SIZE, SIZE, 3), name="images")
     x = keras.layers.GlobalAveragePooling2D(name="pool")(backbone(images))
     x = keras.layers.Dropout(0.1, name="dropout")(x)
-    model = keras.Model(images, keras.layers.Dense(2, activation="softmax", name="classifier")(x))
+    model = keras.Model(images, keras.layers.Dense(2, activation="softmax", name="classifier", dtype="float32")(x))
+    if weights is not None or keras.config.dtype_policy().name != "float32":
+        return model
     model.compile(keras.optimizers.Adam(3e-3), "sparse_categorical_crossentropy", metrics=["accuracy"])
     images, labels, _ = pictures(1200, 0)
     model.fit(images, labels, batch_size=32, epochs=6, verbose=0)
@@ -80,11 +107,20 @@ def test_grad_cam_finds_the_shape_and_a_randomised_top_gives_other_heatmaps(trai
     heat = explainer.heatmaps(images, labels)
     assert heat.shape[1:] == (16, 16) and heat.min() >= 0 and np.allclose(heat.max(axis=(1, 2)), 1)
     assert on_the_shape(heat, boxes) >= 0.9
-    # Adebayo et al.: the head and the last convolution re-initialised, the heatmaps must change
-    random = explain.explainer(explain.randomised(trained, 1)).heatmaps(images, labels)
-    correlations = [explain.spearman(a, b) for a, b in zip(heat, random)]
-    assert np.mean(correlations) < 0.5, correlations
+    # Adebayo et al.: the head and the last convolution re-initialised, the heatmaps must change;
+    # a little noise must not change them (the statistic can say "alike"), nor be a heatmap of nothing
+    figures = sanity(trained, images, labels, 1)
+    assert figures["randomised"] < 0.5 and figures["noise"] > 0.8 and figures["alive"] >= 0.9, figures
     assert explain.spearman(heat[0], heat[0]) == pytest.approx(1.0)
+
+
+def test_a_model_computing_in_float16_has_the_heatmaps_of_its_float32_twin(trained, held_out):
+    """Mixed precision (every GPU job's default): the map Grad-CAM reads is float16."""
+    images, labels, _ = held_out
+    mixed = shapes_model("mixed_float16", trained.get_weights())
+    assert mixed.get_layer("small").layers[-1].compute_dtype == "float16"
+    ours, theirs = (explain.explainer(m).heatmaps(images, labels) for m in (trained, mixed))
+    assert np.mean([explain.spearman(a, b) for a, b in zip(ours, theirs)]) > 0.95
 
 
 def test_integrated_gradients_finds_the_shape_where_grad_cam_has_no_map(trained, held_out):
@@ -120,3 +156,11 @@ def test_spearman_ranks_ties_by_their_mean():
     assert explain.spearman(np.array([1, 2, 3, 4]), np.array([4, 3, 2, 1])) == pytest.approx(-1)
     assert explain.spearman(np.array([1, 1, 2]), np.array([5, 5, 9])) == pytest.approx(1)
     assert explain.spearman(np.zeros(4), np.arange(4)) == 0.0
+
+
+def test_a_heatmaps_file_name_is_safe_and_short_whatever_the_class_or_image_is_called():
+    from keras_pipe_train.after_training.folder_explanations import LONGEST, _safe
+
+    assert _safe("../../etc/passwd") == "_.._etc_passwd" and _safe("a/b c") == "a_b_c" and _safe("..") == "_"
+    long_one, other = "é" * 300 + "1", "é" * 300 + "2"  # (600 bytes in UTF-8: past any file system's 255)
+    assert len(_safe(long_one).encode()) <= 2 * LONGEST and _safe(long_one) != _safe(other)
