@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 
 # the heatmaps' time: at most this share of the gallery's pass (issue 71 asks that they add at most
 # 20 % to the report's time: on a large validation set, where the pass is long), and at least
-# HEATMAPS_MIN_S (a small set's pass is too short to share: Grad-CAM on 24 mistakes took 0.6 s on
-# the digits, 44 % of a 397-image report: docs/speed.md, Heatmaps)
+# HEATMAPS_MIN_S (a small set's pass is too short to share: Grad-CAM on 24 mistakes took 0.7 s on
+# the digits, the suspects' as long, 45 % of a 397-image report: docs/speed.md, Heatmaps)
 HEATMAPS_SHARE = 0.2
 HEATMAPS_MIN_S = 2.0
 
