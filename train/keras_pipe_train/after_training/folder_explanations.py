@@ -51,8 +51,7 @@ class Explanations:
                                            self.folder.resize, self.folder.interpolation).numpy()
         asked = [[("predicted", self.names.index(name)) for name in chosen if name in self.names]
                  for _, _, chosen in batch]
-        for (path, _, _), picture, heatmaps in zip(batch, pictures, explain.drawn(self.explainer, pictures, asked,
-                                                                                    SIZE)):
+        for (path, _, _), heatmaps in zip(batch, explain.drawn(self.explainer, pictures, asked, SIZE)):
             for _, label, jpeg in heatmaps:
                 target = self._unique(f"{_safe(path.stem)}.{_safe(self.names[label])}")
                 target.write_bytes(jpeg)
