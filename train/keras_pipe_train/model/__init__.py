@@ -6,6 +6,8 @@
     incremental  a previous job's model, from a `model` channel, continued
     starting_point  what the model starts from: a previous model, JumpStart's, or the backbone's weights
     export       the TF Serving SavedModel and its serving signature (which decodes as sources/ does)
+    explain      where a classifier looked: Grad-CAM (or Integrated Gradients) heatmaps, and the
+                 randomised copy their sanity check compares them with
 
 `python -m keras_pipe_train.model --download-imagenet NAMES` bakes ImageNet weights into the image.
 It imports settings/ and sources/ (the export decodes images as training does); nothing of training/

@@ -3,15 +3,16 @@ picture the model saw.
 
 - **Grad-CAM** (Selvaraju et al., ICCV 2017) for a convolutional backbone: the feature map's
   channels weighted by the mean gradient of the class's logit over them, the positive part kept.
-  The map is the backbone's last one with at least MIN_SIDE cells a side: its output at 224
-  pixels (7 x 7), an earlier stage's where the output is coarser (the demo's 32-pixel
-  MobileNetV3 ends at 1 x 1, whose map says nothing of where: its 4 x 4 stage is taken), as the
-  Grad-CAM paper's own layer study allows. One forward and one backward pass a batch and a class.
+  The map is the backbone's last one with at least MIN_SIDE cells a side through which all it
+  computes passes (_map_layer): its output at 224 pixels (7 x 7), an earlier stage's where the
+  output is coarser (the demo's 32-pixel MobileNetV3 ends at 1 x 1, whose map says nothing of
+  where: a 4 x 4 layer of its third stage is taken), as the Grad-CAM paper's own layer study
+  allows. One forward and one backward pass a batch of pictures, each with the class asked of it.
 - **Integrated Gradients** (Sundararajan et al., ICML 2017) where Grad-CAM does not fit: a
   transformer's tokens (ViT, DeiT, DINOv2, SigLIP), a JumpStart SavedModel backbone, a backbone
-  with no map MIN_SIDE a side. The gradients of the class's logit along IG_STEPS images from black
-  to the picture, times the picture, summed over the colours, the positive part kept: IG_STEPS
-  forward and backward passes an image and a class.
+  with no such map but its stem's. The gradients of the class's logit along IG_STEPS images from black
+  to the picture, times the picture, summed over the colours, the positive part kept: IG_STEPS + 1
+  images through the model and back, an image and a class.
 
 The logit, not the probability: the softmax couples the classes, and a calibration's temperature
 scales every logit alike (the heatmap is the same). A test-time flip's mirror image is not

@@ -167,8 +167,11 @@ def section(checked: Checked | str | None) -> str:
         parts.append(pages.note(how[name] + _unjudged(checked, found, len(seen))))
         tiles = "".join(_tile(checked, seen, found, position, checked.heatmaps.get(name))
                         for position in range(min(MAX_SHOWN, len(found))))
-        if tiles and checked.heatmaps.get(name):
-            parts.append(pages.note(f"beside each: where the model found the evidence for the likely class, and for "
+        drawn = sum(1 for heatmaps in checked.heatmaps.get(name, ())[:MAX_SHOWN] if heatmaps)
+        if tiles and drawn:
+            which = ("each" if drawn == min(MAX_SHOWN, len(found))
+                     else f"the first {drawn} (the rest past their time budget)")
+            parts.append(pages.note(f"beside {which}: where the model found the evidence for the likely class, and for "
                                     f"the label, by {checked.explained_by}"))
         if tiles:
             parts.append(f'<div class="gallery">{tiles}</div>')
