@@ -16,6 +16,7 @@ import weakref
 from pathlib import Path
 
 import pytest
+from keras_pipe_serve.connections import DRAIN_S
 
 from tests.conftest import image_bytes
 from tests.serve.conftest import CLASSES, Server
@@ -586,4 +587,10 @@ def test_a_body_refused_at_its_head_on_a_connection_the_client_closes_is_read_so
             raise AssertionError(f"{err!r}: {server.log.read_text()[-3000:]}") from None
         assert status == 413 and headers["connection"] == "close", answer
         assert b"this server takes at most 2097152" in answer
-        assert closed_by_server(sock, 5) is not None
+        assert closed_by_server(sock, 5) is not None  # (its side shut: the answer ends there)
+        # and the linger ends: at DRAIN_S the server closes, and what the client sends then is refused
+        time.sleep(DRAIN_S + 1)
+        with pytest.raises(OSError):
+            for _ in range(20):
+                sock.sendall(b"x" * 1000)
+                time.sleep(0.05)

@@ -45,11 +45,14 @@ eof_received, connection_lost), uvicorn's public attributes and methods, and h11
   bytes after the answer, then the connection is closed.
 - **A connection closed with a body still arriving loses its answer**: uvicorn closes at once after
   an answer when the connection must close (the client said Connection: close, as urllib always
-  does, or the app did), and a socket closed with bytes unread is reset by the kernel, the answer
-  waiting in the client's buffer thrown away with it: a client sending its body before it reads
-  (urllib, http.client) sees a broken pipe, not the 413 refused at the head. Here such a close
-  lingers, as nginx's lingering_close: the answer is sent, the server's side shut, and the body
-  read and dropped within the same bounds, then the connection closed (_Lingering).
+  does, or the app did), and the bytes the client sends after the close are answered with a
+  reset: its send fails, and a client that sends its whole body before it reads (urllib,
+  http.client) stops there and never reads the 413 refused at the head (some stacks, Windows',
+  also throw away the answer received). Here such a close lingers, as nginx's lingering_close:
+  the answer is sent, the server's side shut, and the body read and dropped until the client
+  closes, DRAIN_LIMIT bytes or DRAIN_S seconds (a refused body's drain already running keeps its
+  own), then the connection closed (_Lingering). Only a body still arriving lingers: pipelined
+  requests unread, and a head refused 431 or 400, close at once.
 - (Bodies: uvicorn never gives up on a body that stops arriving; the app reads bodies with its own
   timeouts: keras_pipe_serve.app.)
 
@@ -66,6 +69,7 @@ import json
 import logging
 import re
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,7 +87,8 @@ HEADER_BYTES = 1 << 20
 # a refused request's body up to this size is read and dropped, so that its client gets the answer
 # and the connection goes on: SageMaker's batch transform sends at most 100 MB (MaxPayloadInMB); a
 # larger one, or one that stops arriving (DRAIN_S), closes the connection instead (the app says
-# which, by the declared length: keras_pipe_serve.app)
+# which, by the declared length: keras_pipe_serve.app), after the same bounds of lingering
+# (Protocol.door_linger)
 DRAIN_LIMIT = 100 << 20
 DRAIN_S = 5.0
 # the versions this front was built and tested on, [from, below) (train/pyproject.toml says the
@@ -124,7 +129,7 @@ class _Watch:
     """What Protocol adds to each connection (one attribute of uvicorn's protocol, `door`)."""
     headers: asyncio.TimerHandle | None = None  # the rest of a request head begun must come by then
     drain: asyncio.TimerHandle | None = None  # the rest of a refused body must come by then
-    drained: int = 0  # bytes of a refused body read since its answer
+    drained: int = 0  # bytes of a refused body read since its answer (or since a linger began)
     peer_done: bool = False  # the client sent its end (EOF) while its request was being answered
     socket: asyncio.Transport | None = None  # the connection's own transport (uvicorn has _Lingering)
     lingering: bool = False  # closed by uvicorn with a body still arriving: read and dropped, then closed
@@ -136,11 +141,17 @@ class _Lingering:
     (Protocol.door_linger)."""
 
     def __init__(self, transport: asyncio.Transport, protocol: Protocol):
-        self._transport, self._protocol, self._closing = transport, protocol, False
+        # (the protocol by a weak reference: it holds this, and a cycle would keep each closed
+        # connection's buffers until the cyclic collector came by)
+        self._transport, self._protocol, self._closing = transport, weakref.ref(protocol), False
 
     def close(self) -> None:
         self._closing = True
-        self._protocol.door_linger()
+        protocol = self._protocol()
+        if protocol is None:
+            self._transport.close()
+        else:
+            protocol.door_linger()
 
     def is_closing(self) -> bool:
         return self._closing or self._transport.is_closing()
@@ -151,7 +162,8 @@ class _Lingering:
 
 class Protocol(H11Protocol):
     """uvicorn's h11 connection, with idle and header timeouts, half-closed clients answered, request
-    heads refused 431 past HEADER_BYTES and refused bodies drained within bounds."""
+    heads refused 431 past HEADER_BYTES, refused bodies drained within bounds, and a close with a
+    body still arriving lingering (door_linger)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self.door = _Watch(socket=transport)
@@ -249,22 +261,39 @@ class Protocol(H11Protocol):
 
     def door_linger(self) -> None:
         """uvicorn's close. With the client still sending a request's body (h11's SEND_BODY: a body
-        answered unread, the connection to close after), closed at once the socket would be reset
-        and the answer lost: the answer is sent and the server's side shut (write_eof), the rest
-        read and dropped until the client closes, DRAIN_LIMIT bytes or DRAIN_S seconds, then the
-        connection closed. Otherwise closed at once."""
+        answered unread, the connection to close after), closed at once the client's next bytes
+        would be reset and its answer unread: the answer is sent and the server's side shut
+        (write_eof), the rest read and dropped until the client closes, DRAIN_LIMIT bytes or
+        DRAIN_S seconds, then the connection closed. Otherwise closed at once."""
         socket = self.door.socket
         if socket.is_closing() or self.door.lingering:
             return
         if self.conn.their_state is not h11.SEND_BODY or not socket.can_write_eof():
             socket.close()
             return
-        self.door.lingering, self.door.drained = True, 0
-        socket.write_eof()
+        try:
+            socket.write_eof()
+        except OSError:  # (the client's reset already come, not yet read: ENOTCONN)
+            socket.abort()
+            return
+        self.door.lingering = True
         socket.resume_reading()  # (uvicorn pauses reading while a body the app has not read piles up)
-        if self.door.drain is not None:
+        # a refused body's drain already running keeps its bounds: its bytes counted, its end
+        if self.door.drain is None:
+            self.door.drained, ends = 0, self.loop.time() + DRAIN_S
+        else:
+            ends = self.door.drain.when()
             self.door.drain.cancel()
-        self.door.drain = self.loop.call_later(DRAIN_S, self.door_close)
+        self.door.drain = self.loop.call_at(ends, self.door_close)
+
+    def shutdown(self) -> None:
+        """uvicorn's (SIGTERM: an idle connection closed, a busy one after its answer), but for a
+        connection already closing: a lingering one ends within DRAIN_S, and uvicorn's would tell
+        h11 of its close again (LocalProtocolError where h11 is in ERROR, out of the server's loop
+        over its connections: the others then never told)."""
+        if self.transport.is_closing():
+            return
+        super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         """uvicorn's (the request told http.disconnect), and this class's timers let go."""
@@ -278,7 +307,8 @@ class Protocol(H11Protocol):
 class Worker(UvicornWorker):
     """uvicorn-worker's gunicorn worker, serving each connection with Protocol, and telling gunicorn's
     master it is alive while its model loads. (SIGTERM: uvicorn closes the connections waiting for a
-    request at once, and those with one after its answer.)"""
+    request at once, and those with one after its answer; one whose client is still sending a body
+    lingers at most DRAIN_S.)"""
 
     CONFIG_KWARGS = {
         "loop": "asyncio",  # (asyncio's transports, as tested: a read of 256 KiB at most, which HEADER_BYTES counts on)
