@@ -221,3 +221,16 @@ def test_a_savedmodel_that_cannot_be_a_backbone_is_a_clear_error(tmp_path, archi
     with pytest.raises(UserError, match="SavedModel cannot be used as the backbone on 32 px images"):
         jumpstart.build_backbone(pretrained, SIZE)
     shutil.rmtree(pretrained.folder)
+
+
+def test_its_heatmaps_are_integrated_gradients_through_the_savedmodel(tmp_path, archives):
+    """A SavedModel backbone is no Keras model whose map Grad-CAM could read: the report's heatmaps
+    are Integrated Gradients, its gradients followed through the SavedModel's function."""
+    from keras_pipe_train.model import explain
+
+    model = classifier_on(pretrained_from(tmp_path, archives["plain"]))
+    images, labels = photos(4)
+    explainer = explain.explainer(model)
+    assert explainer.method == "Integrated Gradients"
+    heat = explainer.heatmaps(images, labels)
+    assert heat.shape == (4, SIZE, SIZE) and np.allclose(heat.max(axis=(1, 2)), 1), heat.max(axis=(1, 2))
