@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 import pytest
 
@@ -75,7 +76,15 @@ def test_every_request_counted_in_is_counted_out_whatever_its_end(app):
 
     first = asyncio.run(burst())
     door, batcher = app.door, app.models.default().batcher
-    assert (door.requests, door.body_bytes, door.arriving, batcher.backlog()) == (0, 0, 0, 0), (door, first)
+    assert (door.requests, door.body_bytes, door.arriving) == (0, 0, 0), (door, first)
+    # a model call whose requests all timed out (503 past time) while it ran still runs after their
+    # answers, and its images count in the backlog until it ends (the admission's estimate waits for
+    # it too): on a loaded machine it once outlived the burst by a moment. Its end is awaited, far
+    # longer than any call of this model takes; a count that leaked would stay.
+    settled = time.monotonic() + 30
+    while batcher.backlog() and time.monotonic() < settled:
+        time.sleep(0.05)
+    assert batcher.backlog() == 0, (batcher.backlog(), batcher.busy_images, batcher.busy_since, first)
     assert first[:3] == [400, 413, 400] and None in first[18:21], first
     answered = first[3:18] + first[21:]
     assert 200 in answered and 503 in answered and None not in answered, first
