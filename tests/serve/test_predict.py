@@ -154,6 +154,14 @@ def test_explain_writes_each_images_heatmap_for_its_class_and_an_export_is_refus
                               f"1.{answers[Path('b/1.JPG')]}-2.jpg"]), written
     for name in written:
         assert tf.io.decode_jpeg((tmp_path / "heat maps" / name).read_bytes()).shape == (256, 256, 3)
+    # the same from its model.tar.gz, as SageMaker packs /opt/ml/model (unpacked once for both)
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(model_dir.iterdir()):
+            tar.add(path, arcname=path.name)
+    packed = keras_pipe(archive, photos / "a", photos / "b", "--format", "jsonl", "--explain", "packed", cwd=tmp_path)
+    assert packed.returncode == 0 and packed.stdout == out.stdout, packed.stderr
+    assert sorted(p.name for p in (tmp_path / "packed").iterdir()) == written
     # refused before any prediction: a SavedModel folder alone (no model.keras, no preparation.json)
     refused = keras_pipe(model_dir / "1", photos / "a", "--explain", "elsewhere", cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == "" and "--explain: " in refused.stderr, refused.stderr

@@ -34,6 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from keras_pipe_launch.cli.export import NEEDED
 from keras_pipe_launch.common.archives import unpack
 from keras_pipe_launch.common.given_files import files_of
 from keras_pipe_launch.common.untrusted import shown
@@ -41,6 +42,7 @@ from keras_pipe_launch.common.usage import UsageError
 from keras_pipe_launch.prepare.sources import IMAGE_SUFFIXES
 from keras_pipe_train.settings import serving_schema
 
+EXPORTS = (".tflite", ".onnx")  # a model file that is an export, not a model.tar.gz
 BATCH = 32  # images per call of the model: the same batch the server takes at most, well below
 
 
@@ -65,8 +67,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
         paths = images_of([Path(p) for p in args.images])
         with tempfile.TemporaryDirectory(prefix="keras-pipe-predict-") as work:
-            predictor = _predictor(Path(args.model), Path(work), args.explain is not None)
-            explanations = None if args.explain is None else _explanations(args.model, Path(work), Path(args.explain))
+            model, explaining = Path(args.model), args.explain is not None
+            if explaining and model.is_file() and model.suffix not in EXPORTS:
+                # (once, with what the heatmaps need too: the export's model.keras and preparation.json)
+                model = _unpacked(model, Path(work), NEEDED)
+            predictor = _predictor(model, Path(work), explaining)
+            explanations = None if not explaining else _explanations(model, args.model, Path(args.explain))
             with _opened(args.output) as out:
                 code = predict(predictor, paths, args.format, args.top_k, out,
                                None if explanations is None else _writing(explanations, args.explain))
@@ -85,16 +91,15 @@ def images_of(given: list[Path]) -> list[Path]:
                     kind=f"image ({', '.join(sorted(IMAGE_SUFFIXES))})")
 
 
-def _explanations(model: str, work: Path, out: Path):
-    """folder_explanations.Explanations of `model`, made before any prediction (what the model
-    folder lacks, a folder that cannot be written: said at once)."""
-    from keras_pipe_launch.cli.export import model_folder
+def _explanations(model_dir: Path, named: str, out: Path):
+    """folder_explanations.Explanations of the model folder `model_dir` (`named` MODEL, as given),
+    made before any prediction (what the model folder lacks, a folder that cannot be written: said
+    at once)."""
     from keras_pipe_train.after_training.folder_explanations import Explanations
     from keras_pipe_train.settings.errors import UserError
 
-    model_dir, _ = model_folder(model, work / "explained")
     try:
-        return Explanations(model_dir, model, out)
+        return Explanations(model_dir, named, out)
     except UserError as err:  # (what the model folder lacks: model.keras, preparation.json)
         raise UsageError(f"--explain: {err}") from None
     except OSError as err:
@@ -124,7 +129,7 @@ def _predictor(model: Path, work: Path, explaining: bool = False):
     except ImportError as err:  # the launcher alone, without TensorFlow
         raise UsageError(f"keras-pipe predict runs the model here and needs TensorFlow ({err.name} is missing): "
                          "pip install tensorflow-cpu") from None
-    if model.is_file() and model.suffix in (".tflite", ".onnx"):
+    if model.is_file() and model.suffix in EXPORTS:
         if explaining:
             raise UsageError(f"--explain needs the model's model.keras (a job's model folder or model.tar.gz), "
                              f"not {shown(str(model))}: an export has no gradients to follow")
@@ -144,11 +149,12 @@ def _predictor(model: Path, work: Path, explaining: bool = False):
         raise UsageError(str(err)) from None
 
 
-def _unpacked(archive: Path, work: Path) -> Path:
-    """A model.tar.gz's SavedModel and its two JSON files, unpacked (common.archives)."""
+def _unpacked(archive: Path, work: Path, also: tuple[str, ...] = ()) -> Path:
+    """A model.tar.gz's SavedModel and its two JSON files, and the files `also` names, unpacked
+    (common.archives)."""
     def wanted(member) -> bool:
         name = member.name.removeprefix("./")
-        return name.split("/")[0].isdigit() or name in ("classes.json", serving_schema.FILE_NAME)
+        return name.split("/")[0].isdigit() or name in ("classes.json", serving_schema.FILE_NAME, *also)
 
     unpack(archive, work, wanted, "a model.tar.gz")
     return work
