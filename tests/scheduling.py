@@ -15,9 +15,22 @@ s, set up on both workers).
 xdist's own way to keep tests together (`--dist loadgroup` and the `xdist_group` mark) does nothing
 under pytest 9: xdist 3.8 renames the test's `_nodeid`, which pytest 9 no longer reads. So the
 grouping is done here, by test id, through xdist's scheduler hook.
+
+The scopes are handed out longest first (tests/durations.json: the seconds CI's last runs took on
+the longest tests; a test it does not name counts UNKNOWN_S): a long test handed out last would
+run alone at the end while the other workers idle (the classic longest-processing-time rule). At
+the end of a run with workers, the summary says how long each worker was busy and which tests
+ended last, to see where the run's end went; KERAS_PIPE_TEST_DURATIONS=FILE writes every test's
+seconds there, in durations.json's form, to refresh it from a whole run.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import time
+from collections import OrderedDict, defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -52,17 +65,88 @@ def scope_of(nodeid: str) -> str:
     return module if module in SHARED_TRAINING else nodeid
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+UNKNOWN_S = 5.0  # a test durations.json does not name: most take a few seconds, the long ones are named
+
+
+def known_seconds() -> dict[str, float]:
+    return json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+
+
+class LongestFirst(OrderedDict):
+    """xdist's queue of scopes, whose next one (popitem(last=False), as LoadScopeScheduling takes
+    them) is the longest left by durations.json; the first queued among equals."""
+
+    def __init__(self, seconds: dict[str, float]):
+        super().__init__()
+        self.seconds = seconds
+
+    def length(self, scope: str) -> float:
+        return sum(self.seconds.get(nodeid, UNKNOWN_S) for nodeid in self[scope])
+
+    def popitem(self, last: bool = True):
+        if last or not self:
+            return super().popitem(last)
+        longest = max(self, key=self.length)  # (max: the first of the longest)
+        return longest, self.pop(longest)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class EngineTestsTogether(LoadScopeScheduling):
         """xdist's scope scheduler, a scope being one test, all the engine's tests, or a module of
-        SHARED_TRAINING. It hands out the biggest scopes first (the engine's), then the others in
-        the order collected: the long end-to-end tests of tests/bench, docs and job before the
-        short ones of reader and serve."""
+        SHARED_TRAINING, the longest handed out first."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = LongestFirst(known_seconds())
 
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
 
     return EngineTestsTogether(config, log)
+
+
+class Timeline:
+    """On the controller of a run with workers: when each test ended, on which worker, and its
+    seconds (its setup, call and teardown)."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.ended: dict[str, tuple[float, str]] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report):
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+        if worker is None:
+            return
+        self.seconds[report.nodeid] += report.duration
+        if report.when == "teardown":
+            self.ended[report.nodeid] = (time.monotonic() - self.started, worker)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.ended:
+            return
+        busy, last = defaultdict(float), defaultdict(float)
+        for nodeid, (at, worker) in self.ended.items():
+            busy[worker] += self.seconds[nodeid]
+            last[worker] = max(last[worker], at)
+        write = terminalreporter.write_line
+        terminalreporter.section("the workers' time (tests/scheduling.py)")
+        for worker in sorted(busy):
+            write(f"{worker}: busy {busy[worker]:,.0f} s, its last test ended at {last[worker]:,.0f} s")
+        write("the tests that ended last (ended at, seconds, worker):")
+        for nodeid, (at, worker) in sorted(self.ended.items(), key=lambda kv: kv[1][0])[-8:]:
+            write(f"  {at:7,.0f} s {self.seconds[nodeid]:6.1f} s {worker} {nodeid}")
+        if os.environ.get("KERAS_PIPE_TEST_DURATIONS"):
+            ordered = sorted(self.seconds.items(), key=lambda kv: -kv[1])
+            Path(os.environ["KERAS_PIPE_TEST_DURATIONS"]).write_text(
+                json.dumps({nodeid: round(s) for nodeid, s in ordered if s >= UNKNOWN_S}, indent=0) + "\n")
+
+
+def pytest_configure(config):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Timeline(), "keras-pipe-timeline")
