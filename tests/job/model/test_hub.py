@@ -257,7 +257,7 @@ def test_a_transformer_takes_its_presets_size_only_and_dinov2_any(tmp_path):
 def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
     """A feature map averaged, a ViT's or DINOv2's class token taken (the first), SigLIP's
     attention-pooled vector as it is: one vector an image, the same with the backbone called alone."""
-    from keras_pipe_train.model import hub
+    from keras_pipe_train.model import explain, hub
     from keras_pipe_train.model.classifier import build_classifier, logits_of
 
     images = np.random.default_rng(0).uniform(0, 255, (2, hub_presets.SIZE, hub_presets.SIZE, 3)).astype("float32")
@@ -276,6 +276,14 @@ def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
         head = model.get_layer("classifier")
         expected = vector @ np.asarray(head.kernel) + np.asarray(head.bias)
         np.testing.assert_allclose(np.asarray(logits_of(model)(images)), expected, rtol=1e-4, atol=1e-4)
+        # and its heatmaps (model/explain.py), two classes of each picture: Integrated Gradients on a
+        # transformer's tokens, and on these tiny convolutional presets, whose maps at 32 pixels are
+        # under 4 cells a side past their stems
+        explainer = explain.explainer(model)
+        assert explainer.method == "Integrated Gradients", (family, explainer)
+        np.testing.assert_allclose(np.asarray(explainer.logits(images)), expected, rtol=1e-4, atol=1e-4)
+        heat = explainer.heatmaps(images, [0, 1, 2, 0], [0, 0, 1, 1])
+        assert len(heat) == 4 and np.isfinite(heat).all() and heat.max() == 1.0, family
 
 
 def test_under_mixed_precision_a_preset_computes_in_float16_and_its_weights_stay_float32(tmp_path):

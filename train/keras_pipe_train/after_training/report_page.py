@@ -21,10 +21,10 @@ from keras_pipe_train.settings import contract
 
 log = logging.getLogger(__name__)
 
-# the heatmaps' time: at most this share of the gallery's pass (issue 71 asks that they add at most
-# 20 % to the report's time: on a large validation set, where the pass is long), and at least
-# HEATMAPS_MIN_S (a small set's pass is too short to share: Grad-CAM on 24 mistakes took 0.7 s on
-# the digits, the suspects' as long, 45 % of a 397-image report: docs/speed.md, Heatmaps)
+# the heatmaps' time: at most this share of the gallery's pass, and of the label check's (issue 71
+# asks that they add at most 20 % to the report's time: on a large validation set, where the pass is
+# long), and at least HEATMAPS_MIN_S for each (a small set's pass is too short to share: Grad-CAM of
+# the demo's 10 mistakes and 5 suspects takes 0.9 s, most of it fixed: docs/speed.md, Heatmaps)
 HEATMAPS_SHARE = 0.2
 HEATMAPS_MIN_S = 2.0
 
@@ -32,7 +32,8 @@ HEATMAPS_MIN_S = 2.0
 def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job_page.Gallery | None:
     """The worst mistakes of the probabilities served (calibrated ones, where they are), within
     PASS_SHARE of the chief's budget less the `spent` seconds already counted against it; None at a
-    stop request, or when the pass failed (a warning).
+    stop request, or when the pass failed (a warning). The mistakes keep their pictures for their
+    heatmaps, which `write` draws with the suspects'.
 
     The chief's own stop flag ends the pass, never stop_requested(): that is a collective, which the
     other hosts, waiting for the chief, would never join. With several hosts the pass reads the
@@ -53,69 +54,72 @@ def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job
         return None
     if t.stop.is_set():
         return None
-    found, explained, how = _explained(t, worst.worst_first(), time.monotonic() - started, spent)
-    return job_page.Gallery(found, worst.seen, worst.wrong_count, worst.cut, explained, how)
-
-
-def _explained(trained: Trained, worst: list[mistakes.Mistake], pass_s: float, spent: float):
-    """The mistakes with their heatmaps (model/explain.py), within HEATMAPS_SHARE of the pass's
-    seconds (HEATMAPS_MIN_S at least) and what is left of the chief's budget; how many have them,
-    and by which method (or why none has)."""
-    t = trained
-    if not worst:
-        return worst, 0, ""
+    pass_s = time.monotonic() - started
     budget = max(HEATMAPS_MIN_S, HEATMAPS_SHARE * pass_s)
     left = t.budget(PASS_SHARE, spent + pass_s)
-    if left is not None:
-        budget = min(budget, left)
-    started = time.monotonic()
-    try:
-        explainer = explain.explainer(t.model)
-        found, explained = mistakes.explained(list(worst), explainer, max(0.0, budget - (time.monotonic() - started)),
-                                              t.stop)
-    except Exception as err:
-        log.warning("could not draw the mistakes' heatmaps (%s: %s)", type(err).__name__, err, exc_info=True)
-        return [dataclasses.replace(m, picture=None) for m in worst], 0, f"they failed ({type(err).__name__})"
-    log.info("heatmaps of %d of the %d worst mistakes by %s on %s, in %.1f s", explained, len(worst),
-             explainer.method, explainer.where, time.monotonic() - started)
-    if not explained:
-        return found, 0, f"their time budget ({budget:.1f} s) ended before the first"
-    return found, explained, f"{explainer.method} on {explainer.where}"
+    return job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut,
+                            heatmaps_budget_s=budget if left is None else min(budget, left))
 
 
-def suspects_explained(trained: Trained, checked: suspects.Checked | str | None) -> suspects.Checked | str | None:
-    """The label check's suspects shown on the page (each set's first MAX_SHOWN) with the heatmaps
-    of their likely class and of their label, within HEATMAPS_SHARE of the check's seconds
-    (HEATMAPS_MIN_S at least). Made from the pictures the check kept (LABEL_THUMBNAIL pixels a
-    side, enlarged to the model's input where it is larger: the page says so), not another pass.
-    A failure is a warning: the suspects stand without them."""
+def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: suspects.Checked | str | None
+                  ) -> tuple[job_page.Gallery | None, suspects.Checked | str | None]:
+    """The gallery's mistakes with the heatmaps of their predicted class and of their label, and the
+    label check's suspects shown (each set's first MAX_SHOWN) with those of their likely class and
+    of their label (model/explain.py): one explainer, one run of calls for both (its calls cost
+    most, not the pictures: docs/speed.md, Heatmaps). Within HEATMAPS_SHARE of the gallery's pass
+    and of the check's seconds (HEATMAPS_MIN_S at least, and what is left of the chief's budget),
+    the mistakes first. The suspects' are drawn from the pictures the check kept (LABEL_THUMBNAIL
+    pixels a side, enlarged to the model's input where it is larger: the page says so), not
+    another pass. A failure is a warning: the page stands without them."""
     t = trained
-    if not isinstance(checked, suspects.Checked) or t.stop.is_set():
-        return checked
-    shown = {name: (seen, found) for name, (seen, found) in checked.sets.items() if len(found) and seen.thumbnails}
-    if not shown:
-        return checked
-    started, size = time.monotonic(), t.config.image_size
-    budget = max(HEATMAPS_MIN_S, HEATMAPS_SHARE * checked.seconds)
+    mistaken = shown.mistakes if shown is not None else []
+    suspected = {name: (seen, found) for name, (seen, found) in checked.sets.items() if len(found) and seen.thumbnails
+                 } if isinstance(checked, suspects.Checked) else {}
+    if t.stop.is_set() or not (mistaken or suspected):
+        return _without_pictures(shown), checked
+    budget = (shown.heatmaps_budget_s if shown is not None else 0.0) + (
+        max(HEATMAPS_MIN_S, HEATMAPS_SHARE * checked.seconds) if suspected else 0.0)
+    started, size, kept = time.monotonic(), t.config.image_size, t.config.image_size
     try:
         explainer = explain.explainer(t.model)
-        heatmaps, kept = {}, size
-        for name, (seen, found) in shown.items():
+        pictures = [m.picture for m in mistaken]
+        asked = mistakes.asked(mistaken)
+        spans = {}
+        for name, (seen, found) in suspected.items():
             indices = [int(i) for i in found.indices[:suspects.MAX_SHOWN]]
             decoded = [tf.io.decode_jpeg(seen.thumbnails[i], channels=3) for i in indices]
             kept = min([kept, *(int(max(picture.shape[:2])) for picture in decoded)])
-            pictures = np.stack([tf.image.resize(picture, (size, size)).numpy() for picture in decoded])
-            asked = [[("likely", int(likely)), ("label", int(seen.labels[i]))]
-                     for i, likely in zip(indices, found.likely)]
-            heatmaps[name] = explain.drawn(explainer, pictures, asked, mistakes.HEATMAP,
-                                           max(0.0, budget - (time.monotonic() - started)), t.stop)
+            spans[name] = (len(pictures), len(pictures) + len(indices))
+            pictures += [tf.image.resize(picture, (size, size)).numpy() for picture in decoded]
+            asked += [[("likely", int(likely)), ("label", int(seen.labels[i]))]
+                      for i, likely in zip(indices, found.likely)]
+        drawn = explain.drawn(explainer, np.stack(pictures), asked, mistakes.HEATMAP,
+                              max(0.0, budget - (time.monotonic() - started)), t.stop)
     except Exception as err:
-        log.warning("could not draw the suspects' heatmaps (%s: %s)", type(err).__name__, err, exc_info=True)
-        return checked
-    how = f"{explainer.method} on {explainer.where}" + (
-        f", from the {kept}-pixel pictures the check kept, enlarged to the model's {size}" if kept < size else "")
-    log.info("heatmaps of the suspects shown, by %s, in %.1f s", how, time.monotonic() - started)
-    return dataclasses.replace(checked, heatmaps=heatmaps, explained_by=how)
+        log.warning("could not draw the heatmaps (%s: %s)", type(err).__name__, err, exc_info=True)
+        return _without_pictures(shown, f"they failed ({type(err).__name__})"), checked
+    how = f"{explainer.method} on {explainer.where}"
+    log.info("heatmaps of %d of the %d worst mistakes and of %d suspects shown, by %s, in %.1f s",
+             sum(1 for found in drawn[:len(mistaken)] if found), len(mistaken),
+             sum(1 for found in drawn[len(mistaken):] if found), how, time.monotonic() - started)
+    if shown is not None:
+        found, explained = mistakes.explained(mistaken, drawn[:len(mistaken)], asked[:len(mistaken)])
+        shown = dataclasses.replace(shown, mistakes=found, explained=explained, explained_by=how if explained else (
+            f"their time budget ({budget:.1f} s) ended before the first" if mistaken else ""))
+    if spans:
+        checked = dataclasses.replace(
+            checked, heatmaps={name: drawn[a:b] for name, (a, b) in spans.items()},
+            explained_by=how + (f", from the {kept}-pixel pictures the check kept, enlarged to the model's {size}"
+                                if kept < size else ""))
+    return shown, checked
+
+
+def _without_pictures(shown: job_page.Gallery | None, why: str = "") -> job_page.Gallery | None:
+    """The gallery without its mistakes' pictures, and without heatmaps (`why` none: the page says it)."""
+    if shown is None:
+        return None
+    return dataclasses.replace(shown, mistakes=[dataclasses.replace(m, picture=None) for m in shown.mistakes],
+                               explained=0, explained_by=why)
 
 
 def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | str | None,
@@ -123,7 +127,7 @@ def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked
     """report.html from the evaluation `found`, the gallery `shown` and the label check's
     `checked`; TensorBoard's pictures when `writer` (the chief's summary writer) is given."""
     t = trained
-    checked = suspects_explained(t, checked)
+    shown, checked = with_heatmaps(t, shown, checked)
     try:
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = job_page.write(t.layout.output_data, found, t.rows, settings, contract.training_job_name(), shown,

@@ -31,7 +31,11 @@ import numpy as np
 import tensorflow as tf
 
 MIN_SIDE = 4  # cells a side of the map Grad-CAM reads (fewer: where in the picture cannot be told)
-GRAD_CAM_BATCH = 12  # pictures a Grad-CAM call (24 rows with two classes each): the budget is checked between
+# pixels a Grad-CAM call takes, over its rows (a picture and a class each): 24 rows of 224 x 224, 12
+# pictures with two classes each, whose activations a 224-pixel ConvNeXt or ResNet-50 keeps for the
+# backward pass in about a GB; the demo's 32-pixel pictures all in one call. Its eager calls cost most,
+# not the pictures (docs/speed.md, Heatmaps); the budget is checked between them.
+GRAD_CAM_PIXELS = 24 * 224 * 224
 IG_STEPS = 32  # images along Integrated Gradients' path (its paper: 20 to 300; the heatmap, not the sum, matters here)
 OPACITY = 0.5  # of the heatmap over the picture
 QUALITY = 85
@@ -39,38 +43,47 @@ QUALITY = 85
 
 @dataclasses.dataclass(frozen=True)
 class Explainer:
-    """heatmaps(images, classes) of one classifier, by Grad-CAM or Integrated Gradients (`method`)."""
+    """heatmaps(images, classes) of one classifier, by Grad-CAM or Integrated Gradients (`method`):
+    the model cut in two, `to_map` (images -> the map Grad-CAM reads; Integrated Gradients': the
+    images themselves) and `to_logits` (that map -> the logits), of which only the second is
+    followed back: Grad-CAM's backward pass runs from the logits to the map, not through the layers
+    below it, and a picture asked of for two classes goes through them once."""
 
     method: str  # "Grad-CAM" or "Integrated Gradients"
-    run: object  # images -> (the map, or the images themselves, and the logits) in one recorded pass
+    to_map: object
+    to_logits: object
     where: str  # what the heatmap is of: the layer Grad-CAM reads, or the pixels
 
-    def heatmaps(self, images, classes) -> np.ndarray:
-        """One heatmap an image (batch x height x width, 0-1, 1 where the class's evidence is
-        highest), of the class `classes[i]` for images[i] (0-255 pictures, as the model takes them)."""
+    def heatmaps(self, images, classes, rows=None) -> np.ndarray:
+        """One heatmap a row (rows x height x width, 0-1, 1 where the class's evidence is highest),
+        of the class `classes[i]` for the picture images[rows[i]] (0-255 pictures, as the model
+        takes them; `rows` None: a row an image, in order)."""
         images = tf.convert_to_tensor(np.asarray(images, np.float32))
+        rows = tf.range(len(classes)) if rows is None else tf.constant(np.asarray(rows, np.int32))
         classes = tf.constant(np.asarray(classes, np.int32))
         if self.method == "Grad-CAM":
-            with tf.GradientTape() as tape:
-                tape.watch(images)
-                features, logits = self.run(images)
-                chosen = tf.gather(logits, classes, axis=1, batch_dims=1)
+            features = tf.gather(self.to_map(images), rows)
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(features)
+                chosen = tf.gather(self.to_logits(features), classes, axis=1, batch_dims=1)
             # (the map as computed, float16 under mixed precision: a cast of it is off the logits' path)
             gradients = tf.cast(tape.gradient(chosen, features), tf.float32)
             weights = tf.reduce_mean(gradients, axis=(1, 2), keepdims=True)
             heat = tf.nn.relu(tf.reduce_sum(weights * tf.cast(features, tf.float32), axis=-1))
         else:
-            heat = tf.stack([self._integrated(image, label) for image, label in zip(images, classes)])
+            heat = tf.stack([self._integrated(images[row], label) for row, label in zip(rows, classes)])
         heat = heat.numpy().astype(np.float64)
         top = heat.reshape(len(heat), -1).max(axis=1).reshape(-1, 1, 1)
         return np.divide(heat, top, out=np.zeros_like(heat), where=top > 0)
 
+    def logits(self, images):
+        return self.to_logits(self.to_map(images))
+
     def _integrated(self, image, label):
         path = tf.linspace(0.0, 1.0, IG_STEPS + 1)[:, None, None, None] * image[None]
-        with tf.GradientTape() as tape:
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(path)
-            _, logits = self.run(path)
-            chosen = logits[:, label]
+            chosen = self.logits(path)[:, label]
         gradients = tape.gradient(chosen, path)
         averaged = tf.reduce_mean((gradients[1:] + gradients[:-1]) / 2, axis=0)  # (the trapezoid rule)
         return tf.nn.relu(tf.reduce_sum(averaged * image, axis=-1))  # (image - black: the image itself)
@@ -95,45 +108,51 @@ def explainer(model: keras.Model) -> Explainer:
 
 def _integrated_gradients(model: keras.Model, head) -> Explainer:
     features = keras.Model(model.input, head.input)
-
-    def pixels(images):
-        return images, _logits(features(images, training=False), head)
-
-    return Explainer("Integrated Gradients", pixels, "the pixels")
+    return Explainer("Integrated Gradients", lambda images: images,
+                     lambda images: _logits(features(images, training=False), head), "the pixels")
 
 
 def _grad_cam(model: keras.Model, backbone: keras.Model, found, head) -> Explainer:
-    """The model's layers called in turn, the backbone's map taken on the way (build_classifier's
-    model is a chain: an optional scaling, the backbone, the pooling, the dropout, the head)."""
+    """The model's layers called in turn, cut at the backbone's map (build_classifier's model is a
+    chain: an optional scaling, the backbone, the pooling, the dropout, the head)."""
     layers = model.layers[1:]
     position = layers.index(backbone)
     if isinstance(backbone, keras.Sequential):  # (a chain itself: its graph is rebuilt at each build)
         cut = backbone.layers.index(found) + 1
+        below, above = _chain(backbone.layers[:cut]), _chain(backbone.layers[cut:])
+    else:  # (a cut: _map_layer made sure everything the output says comes through the map)
+        output = _last_map(backbone.output, backbone)
+        below = keras.Model(backbone.input, found.output)
+        above = _chain([]) if found.output is output else keras.Model(found.output, output)
 
-        def inner(x, training):
-            for layer in backbone.layers[:cut]:
-                x = layer(x, training=training)
-            feature_map = x
-            for layer in backbone.layers[cut:]:
-                x = layer(x, training=training)
-            return feature_map, x
-    else:
-        inner = keras.Model(backbone.input, [found.output, backbone.output])
+    def to_map(images):
+        x = _chain(layers[:position])(images)
+        return below({next(iter(backbone.input)): x} if isinstance(backbone.input, dict) else x, training=False)
 
-    def mapped(images):
-        x = images
-        for layer in layers[:position]:
-            x = layer(x, training=False)
-        feature_map, x = inner({next(iter(backbone.input)): x} if isinstance(backbone.input, dict) else x,
-                               training=False)
-        if isinstance(x, dict):  # (a keras-hub backbone giving each stage's map: the last, as hub.call reads it)
-            x = x[(getattr(backbone, "stage_names", None) or list(x))[-1]]
-        for layer in layers[position + 1:-1]:
-            x = layer(x, training=False)
-        return feature_map, _logits(x, head)
+    def to_logits(feature_map):
+        x = _last_map(above(feature_map, training=False), backbone)
+        return _logits(_chain(layers[position + 1:-1])(x), head)
 
     side = found.output.shape[1:3]
-    return Explainer("Grad-CAM", mapped, f"{backbone.name}/{found.name} ({side[0]} x {side[1]})")
+    return Explainer("Grad-CAM", to_map, to_logits, f"{backbone.name}/{found.name} ({side[0]} x {side[1]})")
+
+
+def _last_map(output, backbone):
+    """A backbone's output; a keras-hub backbone's that gives each stage's map (HGNetV2): the last
+    stage's, as hub.call reads it."""
+    if isinstance(output, dict):
+        return output[(getattr(backbone, "stage_names", None) or list(output))[-1]]
+    return output
+
+
+def _chain(layers):
+    """The layers called in turn, in inference mode."""
+    def call(x, training=False):
+        for layer in layers:
+            x = layer(x, training=training)
+        return x
+
+    return call
 
 
 def _answers_as(model: keras.Model, explainer: Explainer) -> bool:
@@ -141,7 +160,7 @@ def _answers_as(model: keras.Model, explainer: Explainer) -> bool:
     shape, which Grad-CAM's pass would not compute right, does not)."""
     images = np.random.default_rng(0).uniform(0, 255, (2, *model.input_shape[1:])).astype(np.float32)
     try:
-        logits = explainer.run(tf.constant(images))[1]
+        logits = explainer.logits(tf.constant(images))
     except Exception:  # (a layer that cannot be called so: Integrated Gradients needs none of this)
         return False
     ours = model.get_layer("classifier").activation(logits).numpy()
@@ -159,9 +178,7 @@ def _map_layer(backbone: keras.Model):
     not one); a backbone giving its stages' maps (keras-hub's HGNetV2) is read at its last stage's.
     None for a transformer (its output is tokens, Grad-CAM's map is not theirs), a backbone whose
     output is pooled already, or one whose only such cut is its picture or its stem."""
-    output = backbone.output
-    if isinstance(output, dict):
-        output = output[(getattr(backbone, "stage_names", None) or list(output))[-1]]
+    output = _last_map(backbone.output, backbone)
     if len(output.shape) != 4:
         return None
     layers = backbone.layers
@@ -194,21 +211,24 @@ def drawn(explainer: Explainer, pictures: np.ndarray, asked: list[list[tuple[str
     """For each of `pictures` (0-255), the overlays (`size` pixels) of the classes `asked` of it
     ((what, class) pairs: ("predicted", 3), ("label", 5)), as (what, class, JPEG); until
     `budget_s` seconds are gone (None: no bound) or `stop` (a threading.Event) is set, the pictures
-    after getting none. Grad-CAM takes GRAD_CAM_BATCH pictures at a time, every class asked of them
-    in one call (its eager calls cost most, not the images); Integrated Gradients one picture at a
-    time (IG_STEPS + 1 images a class). The budget is checked before each: a call already begun
-    ends (Integrated Gradients on a large model: a picture's time past the budget)."""
+    after getting none. Grad-CAM takes as many pictures a call as GRAD_CAM_PIXELS allows, every
+    class asked of them in the same call (its eager calls cost most, not the images); Integrated
+    Gradients one picture at a time (IG_STEPS + 1 images a class). The budget is checked before
+    each: a call already begun ends (Integrated Gradients on a large model: a picture's time past
+    the budget)."""
     started = time.monotonic()
     found: list[tuple] = [() for _ in pictures]
-    step = GRAD_CAM_BATCH if explainer.method == "Grad-CAM" else 1
+    rows = max((len(classes) for classes in asked), default=1) or 1
+    step = max(1, GRAD_CAM_PIXELS // (rows * int(np.prod(pictures.shape[1:3])))) \
+        if explainer.method == "Grad-CAM" else 1
     for start in range(0, len(pictures), step):
         if (budget_s is not None and time.monotonic() - started > budget_s) or (stop is not None and stop.is_set()):
             break
-        # (a picture repeated for each of its classes)
         chosen = [(i, what, label) for i in range(start, min(start + step, len(pictures))) for what, label in asked[i]]
         if not chosen:
             continue
-        heat = explainer.heatmaps(pictures[[i for i, _, _ in chosen]], [label for _, _, label in chosen])
+        heat = explainer.heatmaps(pictures[start:start + step], [label for _, _, label in chosen],
+                                  [i - start for i, _, _ in chosen])
         for row, (i, what, label) in zip(heat, chosen):
             found[i] += ((what, label, overlay(pictures[i], row, size)),)
     return found

@@ -52,6 +52,7 @@ class Gallery:
     cut: bool = False  # the pass stopped at its time budget: `seen` are the first of the channel
     explained: int = 0  # of the mistakes, the first so many have heatmaps (mistakes.explained)
     explained_by: str = ""  # how: "Grad-CAM on <the layer>", "Integrated Gradients"; or why none
+    heatmaps_budget_s: float = 0.0  # the seconds its heatmaps may take (after_training/report_page.py)
 
 
 def write(folder: Path, evaluation: dict, rows: list[dict], settings: dict, job_name: str,

@@ -20,7 +20,6 @@ import logging
 import numpy as np
 import tensorflow as tf
 
-from keras_pipe_train.model import explain
 from keras_pipe_train.sources import preprocess
 from keras_pipe_train.training.gathered import Within
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
@@ -131,21 +130,20 @@ def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop
     return worst
 
 
-def explained(mistakes: list[Mistake], explainer, budget_s: float | None = None, stop=None
-              ) -> tuple[list[Mistake], int]:
-    """`mistakes` with the heatmaps of their predicted class and of their label (model/explain.py),
-    until `budget_s` seconds are gone (None: no bound) or `stop` is set, and how many got them. Multi-label: the
-    class predicted wrongly of highest probability, and the label missed of lowest (either may be
-    none). The pictures are let go."""
-    if not mistakes:
-        return mistakes, 0
-    asked = [[(what, label) for what, label in zip(("predicted", "label"), _explained_classes(mistake))
-              if label is not None] for mistake in mistakes]
-    found = explain.drawn(explainer, np.stack([mistake.picture for mistake in mistakes]), asked, HEATMAP, budget_s,
-                          stop)
-    done = sum(1 for heatmaps, wanted in zip(found, asked) if heatmaps or not wanted)
+def asked(mistakes: list[Mistake]) -> list[list[tuple[str, int]]]:
+    """The classes each mistake's heatmaps are of (model/explain.py's `drawn`): its predicted class
+    and its label. Multi-label: the class predicted wrongly of highest probability, and the label
+    missed of lowest (either may be none)."""
+    return [[(what, label) for what, label in zip(("predicted", "label"), _explained_classes(mistake))
+             if label is not None] for mistake in mistakes]
+
+
+def explained(mistakes: list[Mistake], drawn: list[tuple], asked: list[list]) -> tuple[list[Mistake], int]:
+    """`mistakes` with the heatmaps `drawn` of the classes `asked` of them (explain.drawn's), and how
+    many got those asked (the budget may have ended before the last). The pictures are let go."""
+    done = sum(1 for heatmaps, wanted in zip(drawn, asked) if heatmaps or not wanted)
     return [dataclasses.replace(mistake, picture=None, heatmaps=heatmaps)
-            for mistake, heatmaps in zip(mistakes, found)], done
+            for mistake, heatmaps in zip(mistakes, drawn)], done
 
 
 def _explained_classes(mistake: Mistake) -> tuple[int | None, int | None]:
