@@ -170,3 +170,105 @@ def test_explain_writes_each_images_heatmap_for_its_class_and_an_export_is_refus
     refused = keras_pipe(export, photos / "a", "--explain", "elsewhere", cwd=tmp_path)
     assert refused.returncode == 2 and "--explain needs the model's model.keras" in refused.stderr, refused.stderr
     assert not (tmp_path / "elsewhere").exists()
+
+
+def at_the_endpoint(runtime, *args, cwd) -> subprocess.CompletedProcess:
+    """`keras-pipe predict --endpoint ...` as a user with AWS credentials types it, its SageMaker
+    runtime the one on 127.0.0.1 (tests/serve/sagemaker_runtime.py)."""
+    import os
+
+    env = {**os.environ, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": runtime.url, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    return run_logged([KERAS_PIPE, "predict", *map(str, args)], 270, cwd=cwd, env=env)
+
+
+def test_an_endpoint_is_asked_an_image_a_call_and_answers_the_rows_the_model_here_does(server, model_dir, photos,
+                                                                                        tmp_path):
+    """--endpoint NAME: each image one InvokeEndpoint call, answered as the same model here answers;
+    an image the container refuses (413: past the endpoint's 2 MB) listed and left out; an endpoint
+    that is not there, a usage error naming it."""
+    from tests.serve.sagemaker_runtime import Runtime
+
+    rng = np.random.default_rng(0)
+    large = tf_png(rng.integers(0, 256, (1000, 1000, 3), dtype=np.uint8))  # (noise: ~3 MB, a valid PNG)
+    assert 2 << 20 < len(large) < 6 << 20
+    (photos / "a" / "large.png").write_bytes(large)
+    runtime = Runtime({"digits": server.url})
+    try:
+        asked = at_the_endpoint(runtime, "--endpoint", "digits", photos / "a", photos / "broken.jpg", "--top-k", "2",
+                                cwd=tmp_path)
+        assert asked.returncode == 1, asked.stderr
+        assert f"{photos / 'a' / 'large.png'}: the endpoint answered 413: the body is" in asked.stderr, asked.stderr
+        assert f"{photos / 'broken.jpg'}: is not an image" in asked.stderr and "Traceback" not in asked.stderr
+        (photos / "a" / "large.png").unlink()
+        here = keras_pipe(model_dir, photos / "a", cwd=tmp_path)
+        ours, theirs = (list(csv.reader(io.StringIO(out.stdout))) for out in (asked, here))
+        assert ours[0] == theirs[0] == ["path", "predicted", "probability", *CLASSES]
+        assert [row[:2] for row in ours[1:]] == [row[:2] for row in theirs[1:]] and len(ours) == 3, (ours, theirs)
+        for a, b in zip(ours[1:], theirs[1:]):
+            assert np.allclose([float(p) for p in a[2:]], [float(p) for p in b[2:]], atol=2e-6), (a, b)
+        # each image its own call, as the server takes them: the image as it is, this project's object, top_k
+        assert len(runtime.invoked) == 3 and all(
+            call["Content-Type"] == "application/x-image" and call["Accept"] == "application/vnd.keras-pipe+json"
+            and call["X-Amzn-SageMaker-Custom-Attributes"] == "top_k=2" and call["target"] is None
+            for call in runtime.invoked), runtime.invoked
+
+        missing = at_the_endpoint(runtime, "--endpoint", "nope", photos / "a", cwd=tmp_path)
+        assert missing.returncode == 2 and missing.stdout == "", missing.stderr
+        assert "endpoint nope: ValidationError: Endpoint nope of account 123456789012 not found." in missing.stderr
+        refused = at_the_endpoint(runtime, "--endpoint", "digits", photos / "a", "--explain", "heat", cwd=tmp_path)
+        assert refused.returncode == 2 and "--explain needs the model's model.keras here" in refused.stderr
+        refused = keras_pipe(model_dir, photos / "a", "--target-model", "a/model.tar.gz", cwd=tmp_path)
+        assert refused.returncode == 2 and "give --endpoint too" in refused.stderr
+    finally:
+        runtime.close()
+
+
+def test_a_multi_model_endpoints_target_model_is_loaded_on_its_first_call_and_answers_its_own_classes(
+        model_dir, multi_label_model_dir, photos, tmp_path):
+    """--target-model KEY on a multi-model endpoint: the model SageMaker loads from the endpoint's
+    prefix on its first call answers, with its own classes (a multi-label one's JSON Lines: its
+    predicted_labels); a key under which nothing lies is a usage error naming it."""
+    from tests.serve.conftest import Server
+    from tests.serve.sagemaker_runtime import Runtime
+
+    prefix = tmp_path / "prefix"
+    for key, folder in (("customer-a/model.tar.gz", model_dir), ("customer-b/model.tar.gz", multi_label_model_dir)):
+        (prefix / key).parent.mkdir(parents=True)
+        with tarfile.open(prefix / key, "w:gz") as tar:
+            for path in sorted(folder.iterdir()):
+                tar.add(path, arcname=path.name)
+    (tmp_path / "opt-ml" / "model").mkdir(parents=True)
+    server = Server(tmp_path / "opt-ml" / "model", tmp_path / "serve.log", SAGEMAKER_MULTI_MODEL="true",
+                    SAGEMAKER_MODEL_SERVER_WORKERS="1")
+    runtime = Runtime({"customers": server.url}, {"customers": prefix}, tmp_path / "opt-ml" / "models")
+    try:
+        server.wait_until_healthy()
+        first = at_the_endpoint(runtime, "--endpoint", "customers", "--target-model", "customer-a/model.tar.gz",
+                                photos / "a", cwd=tmp_path)
+        assert first.returncode == 0, first.stderr
+        rows = list(csv.reader(io.StringIO(first.stdout)))
+        assert rows[0] == ["path", "predicted", "probability", *CLASSES] and len(rows) == 3, rows
+        second = at_the_endpoint(runtime, "--endpoint", "customers", "--target-model", "customer-b/model.tar.gz",
+                                 photos / "a", "--format", "jsonl", cwd=tmp_path)
+        assert second.returncode == 0, second.stderr
+        lines = [json.loads(line) for line in second.stdout.splitlines()]
+        assert len(lines) == 2 and all("predicted_labels" in line for line in lines), lines
+        assert {call["target"] for call in runtime.invoked} == {"customer-a/model.tar.gz", "customer-b/model.tar.gz"}
+        assert all(call["X-Amzn-SageMaker-Target-Model"] for call in runtime.invoked if "X-Amzn-SageMaker-Target-Model"
+                   in call) and len(runtime.loaded) == 2
+        missing = at_the_endpoint(runtime, "--endpoint", "customers", "--target-model", "customer-c/model.tar.gz",
+                                  photos / "a", cwd=tmp_path)
+        assert missing.returncode == 2, missing.stderr
+        assert "endpoint customers (target model customer-c/model.tar.gz): ValidationError: Failed to download" \
+            in missing.stderr, missing.stderr
+    finally:
+        runtime.close()
+        assert server.stop() == 0
+    assert "loaded model" in server.log.read_text()
+
+
+def tf_png(pixels: np.ndarray) -> bytes:
+    import tensorflow as tf
+
+    return tf.io.encode_png(pixels).numpy()

@@ -4,6 +4,8 @@
     keras-pipe predict local-jobs/first/algo-1/model photo.jpg --format jsonl --top-k 3
     keras-pipe predict local-jobs/first/algo-1/model/exports/model_int8.tflite photos/
     keras-pipe predict local-jobs/first/algo-1/model photos/ --explain heatmaps/
+    keras-pipe predict --endpoint digits-endpoint photos/ > predictions.csv
+    keras-pipe predict --endpoint customers --target-model customer-a/model.tar.gz photos/
 
 MODEL: a job's model.tar.gz (SageMaker's output/model.tar.gz), the model folder a job exported
 (`keras-pipe local`'s algo-1/model), its SavedModel folder, or one of its exports (model/exports/:
@@ -22,6 +24,12 @@ the backbone's feature map, or Integrated Gradients where there is none (a trans
 as DIR/<image's name>.<class>.jpg (characters other than letters, digits, ".", "-" and "_" as
 "_"; "-2", "-3"... where two images share a name). It needs the model's model.keras: a job's model
 folder or its model.tar.gz.
+
+--endpoint NAME asks a SageMaker endpoint serving this project's image instead of a model here
+(every argument is then an image or a folder of them): an InvokeEndpoint call an image, several at
+once, the same rows and lines out (sagemaker/endpoint_predictor.py). --target-model KEY: the model
+to ask on a multi-model endpoint (`keras-pipe deploy --multi-model`), its key under the endpoint's
+S3 prefix. An image the endpoint refuses is listed on stderr as one that cannot be read.
 """
 
 from __future__ import annotations
@@ -51,7 +59,12 @@ def add_parser(subparsers) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="model.tar.gz, a job's model folder, its SavedModel folder, or an export "
                                       "(.tflite, .onnx)")
-    parser.add_argument("images", nargs="+", help="image files or folders of them")
+    parser.add_argument("images", nargs="*", help="image files or folders of them")
+    parser.add_argument("--endpoint", metavar="NAME", default=None,
+                        help="ask this SageMaker endpoint instead of a model here (the arguments are then all IMAGES)")
+    parser.add_argument("--target-model", metavar="KEY", default=None,
+                        help="with --endpoint, on a multi-model endpoint: the model to ask (InvokeEndpoint's "
+                             "TargetModel, its key under the endpoint's S3 prefix: customer-a/model.tar.gz)")
     parser.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="default: csv")
     parser.add_argument("--top-k", type=int, default=None, help="classes in each JSON line's top_k (default 5)")
     parser.add_argument("--output", "-o", default="-", help="a file to write (default: standard output)")
@@ -65,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.top_k is not None and args.top_k < 1:
             raise UsageError(f"--top-k must be at least 1, got {args.top_k}")
+        if args.endpoint is not None:
+            return _at_the_endpoint(args)
+        if args.target_model is not None:
+            raise UsageError("--target-model names a model of a multi-model endpoint: give --endpoint too")
+        if not args.images:
+            raise UsageError("give the model, then the images (files or folders)")
         paths = images_of([Path(p) for p in args.images])
         with tempfile.TemporaryDirectory(prefix="keras-pipe-predict-") as work:
             model, explaining = Path(args.model), args.explain is not None
@@ -84,6 +103,19 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as err:
         print(f"keras-pipe predict: error: {shown(str(err))}", file=sys.stderr)
         return 2
+
+
+def _at_the_endpoint(args: argparse.Namespace) -> int:
+    """The images (all the arguments: there is no MODEL) asked of the endpoint."""
+    from keras_pipe_launch.sagemaker.endpoint_predictor import EndpointPredictor
+
+    if args.explain is not None:
+        raise UsageError("--explain needs the model's model.keras here, not an endpoint: give the job's model folder "
+                         "or model.tar.gz")
+    paths = images_of([Path(p) for p in [args.model, *args.images]])
+    predictor = EndpointPredictor(args.endpoint, args.target_model)
+    with _opened(args.output) as out:
+        return predict(predictor, paths, args.format, args.top_k, out)
 
 
 def images_of(given: list[Path]) -> list[Path]:
@@ -177,8 +209,10 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, exp
     """Each image's row or line in `out`; `explain` (where given) called with each batch's (path,
     image, the classes predicted)."""
     writer = csv.writer(out) if form == "csv" else None
-    if writer:
+    header = writer is not None  # (at once, or before the first row: an endpoint names its classes in its answers)
+    if header and predictor.labels is not None:
         writer.writerow(["path", "predicted", "probability", *predictor.labels])
+        header = False
     failed = 0
     for start in range(0, len(paths), BATCH):
         batch, data = [], []
@@ -203,6 +237,9 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, exp
             chosen = prediction.get("predicted_labels", [prediction.get("predicted_label")])
             if explain is not None:
                 predicted.append((path, data[batch.index(path)], [str(c) for c in chosen if c is not None]))
+            if header:
+                writer.writerow(["path", "predicted", "probability", *predictor.labels])
+                header = False
             if writer:
                 best = max((prediction["probabilities"][predictor.labels.index(c)] for c in chosen), default=None)
                 writer.writerow([str(path), " ".join(chosen), "" if best is None else f"{best:.6f}",
