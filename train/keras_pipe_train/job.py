@@ -353,7 +353,8 @@ def after_training(training: Training, final: dict) -> None:
       4. the chief's exports, TFLite and ONNX (export_formats), each checked on a pass over validation, their
          figures added to evaluation.json;
       5. the chief's report: the gallery of the worst mistakes, the label check (LABEL_CHECK_SHARE
-         of its budget, less what the gallery spent), report.html.
+         of its budget, less what the gallery spent and its heatmaps' time), report.html with the
+         mistakes' and the suspects' heatmaps (within what is left of LABEL_CHECK_SHARE).
 
     On several hosts the others wait for the chief's steps: each takes its share of
     collective_timeout (after_training/trained.py). MLflow's run is ended by `run`, whatever the end."""
@@ -380,10 +381,13 @@ def after_training(training: Training, final: dict) -> None:
     if t.validation and found is None:
         return
     shown = report_page.gallery(trained, calibrated, time.monotonic() - started) if t.validation else None
+    # (the mistakes' heatmaps, drawn with the suspects' after the check, keep their time from its budget)
+    reserved = shown.heatmaps_budget_s if shown is not None else 0.0
     checked = label_check.check_labels(trained, calibrated,
-                                       trained.budget(LABEL_CHECK_SHARE, time.monotonic() - started))
+                                       trained.budget(LABEL_CHECK_SHARE, time.monotonic() - started + reserved))
     if t.validation:  # (without validation no report page: the label check's files alone)
-        report_page.write(trained, found, shown, checked, t.epochs.writer)
+        report_page.write(trained, found, shown, checked, t.epochs.writer,
+                          trained.budget(LABEL_CHECK_SHARE, time.monotonic() - started))
 
 
 def export_model(trained: Trained, calibrated: calibrate.Calibrated) -> None:

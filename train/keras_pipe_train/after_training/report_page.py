@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # the heatmaps' time: at most this share of the gallery's pass, and of the label check's (issue 71
 # asks that they add at most 20 % to the report's time: on a large validation set, where the pass is
 # long), and at least HEATMAPS_MIN_S for each (a small set's pass is too short to share: Grad-CAM of
-# the demo's 10 mistakes and 5 suspects takes 0.9 s, most of it fixed: docs/speed.md, Heatmaps)
+# the demo's 10 mistakes and 5 suspects takes 0.97 s, most of it fixed: docs/speed.md, Heatmaps)
 HEATMAPS_SHARE = 0.2
 HEATMAPS_MIN_S = 2.0
 
@@ -54,20 +54,19 @@ def gallery(trained: Trained, calibrated: Calibrated, spent: float = 0.0) -> job
         return None
     if t.stop.is_set():
         return None
-    pass_s = time.monotonic() - started
-    budget = max(HEATMAPS_MIN_S, HEATMAPS_SHARE * pass_s)
-    left = t.budget(PASS_SHARE, spent + pass_s)
-    return job_page.Gallery(worst.worst_first(), worst.seen, worst.wrong_count, worst.cut,
-                            heatmaps_budget_s=budget if left is None else min(budget, left))
+    mistaken = worst.worst_first()
+    budget = max(HEATMAPS_MIN_S, HEATMAPS_SHARE * (time.monotonic() - started)) if mistaken else 0.0
+    return job_page.Gallery(mistaken, worst.seen, worst.wrong_count, worst.cut, heatmaps_budget_s=budget)
 
 
-def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: suspects.Checked | str | None
-                  ) -> tuple[job_page.Gallery | None, suspects.Checked | str | None]:
+def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: suspects.Checked | str | None,
+                  left_s: float | None = None) -> tuple[job_page.Gallery | None, suspects.Checked | str | None]:
     """The gallery's mistakes with the heatmaps of their predicted class and of their label, and the
     label check's suspects shown (each set's first MAX_SHOWN) with those of their likely class and
     of their label (model/explain.py): one explainer, one run of calls for both (its calls cost
     most, not the pictures: docs/speed.md, Heatmaps). Within HEATMAPS_SHARE of the gallery's pass
-    and of the check's seconds (HEATMAPS_MIN_S at least, and what is left of the chief's budget),
+    (the gallery's heatmaps_budget_s) and of the check's seconds, HEATMAPS_MIN_S at least for each,
+    and never past `left_s` (what is left of the chief's budget on several hosts; None: no bound),
     the mistakes first. The suspects' are drawn from the pictures the check kept (LABEL_THUMBNAIL
     pixels a side, enlarged to the model's input where it is larger: the page says so), not
     another pass. A failure is a warning: the page stands without them."""
@@ -75,10 +74,14 @@ def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: sus
     mistaken = shown.mistakes if shown is not None else []
     suspected = {name: (seen, found) for name, (seen, found) in checked.sets.items() if len(found) and seen.thumbnails
                  } if isinstance(checked, suspects.Checked) else {}
-    if t.stop.is_set() or not (mistaken or suspected):
+    if not (mistaken or suspected):
         return _without_pictures(shown), checked
-    budget = (shown.heatmaps_budget_s if shown is not None else 0.0) + (
+    if t.stop.is_set():
+        return _without_pictures(shown, "a stop request came before them" if mistaken else ""), checked
+    budget = (shown.heatmaps_budget_s if mistaken else 0.0) + (
         max(HEATMAPS_MIN_S, HEATMAPS_SHARE * checked.seconds) if suspected else 0.0)
+    if left_s is not None:
+        budget = min(budget, left_s)
     started, size, kept = time.monotonic(), t.config.image_size, t.config.image_size
     try:
         explainer = explain.explainer(t.model)
@@ -105,7 +108,9 @@ def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: sus
     if shown is not None:
         found, explained = mistakes.explained(mistaken, drawn[:len(mistaken)], asked[:len(mistaken)])
         shown = dataclasses.replace(shown, mistakes=found, explained=explained, explained_by=how if explained else (
-            f"their time budget ({budget:.1f} s) ended before the first" if mistaken else ""))
+            "a stop request came before the first" if t.stop.is_set()
+            else f"their time budget ({min(budget, shown.heatmaps_budget_s):.1f} s) ended before the first"
+            if mistaken else ""))
     if spans:
         checked = dataclasses.replace(
             checked, heatmaps={name: drawn[a:b] for name, (a, b) in spans.items()},
@@ -123,12 +128,13 @@ def _without_pictures(shown: job_page.Gallery | None, why: str = "") -> job_page
 
 
 def write(trained: Trained, found: dict, shown: job_page.Gallery | None, checked: suspects.Checked | str | None,
-          writer) -> None:
+          writer, left_s: float | None = None) -> None:
     """report.html from the evaluation `found`, the gallery `shown` and the label check's
-    `checked`; TensorBoard's pictures when `writer` (the chief's summary writer) is given."""
+    `checked`, with their heatmaps (within `left_s`: with_heatmaps); TensorBoard's pictures when
+    `writer` (the chief's summary writer) is given."""
     t = trained
-    shown, checked = with_heatmaps(t, shown, checked)
     try:
+        shown, checked = with_heatmaps(t, shown, checked, left_s)
         settings = {"dialect": t.config.dialect, **dataclasses.asdict(t.config)}
         path = job_page.write(t.layout.output_data, found, t.rows, settings, contract.training_job_name(), shown,
                               checked)

@@ -15,7 +15,8 @@ from keras_pipe_train.training.loop import Trainer
 # Shares of collective_timeout, on several hosts, of the chief's work after training (the other
 # hosts wait for it at most that long): one pass (calibration's) takes PASS_SHARE; after the
 # evaluation, one clock: the exports (their conversions and their pass) EXPORT_SHARE, the
-# gallery's pass PASS_SHARE less what they spent, the label check LABEL_CHECK_SHARE less all of it.
+# gallery's pass PASS_SHARE less what they spent, the label check LABEL_CHECK_SHARE less all of it
+# and the time kept for the mistakes' heatmaps, the heatmaps what is left of LABEL_CHECK_SHARE.
 PASS_SHARE = 0.5
 EXPORT_SHARE = 0.2
 LABEL_CHECK_SHARE = 0.8

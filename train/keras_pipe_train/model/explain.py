@@ -7,7 +7,8 @@ picture the model saw.
   computes passes (_map_layer): its output at 224 pixels (7 x 7), an earlier stage's where the
   output is coarser (the demo's 32-pixel MobileNetV3 ends at 1 x 1, whose map says nothing of
   where: a 4 x 4 layer of its third stage is taken), as the Grad-CAM paper's own layer study
-  allows. One forward and one backward pass a batch of pictures, each with the class asked of it.
+  allows. The layers below the map run once a picture, those above it forward and back once a
+  picture and a class asked of it.
 - **Integrated Gradients** (Sundararajan et al., ICML 2017) where Grad-CAM does not fit: a
   transformer's tokens (ViT, DeiT, DINOv2, SigLIP), a JumpStart SavedModel backbone, a backbone
   with no such map but its stem's. The gradients of the class's logit along IG_STEPS images from black
@@ -32,9 +33,9 @@ import tensorflow as tf
 
 MIN_SIDE = 4  # cells a side of the map Grad-CAM reads (fewer: where in the picture cannot be told)
 # pixels a Grad-CAM call takes, over its rows (a picture and a class each): 24 rows of 224 x 224, 12
-# pictures with two classes each, whose activations a 224-pixel ConvNeXt or ResNet-50 keeps for the
-# backward pass in about a GB; the demo's 32-pixel pictures all in one call. Its eager calls cost most,
-# not the pictures (docs/speed.md, Heatmaps); the budget is checked between them.
+# pictures with two classes each (the layers above the map, kept for the backward pass, a row each; those
+# below run once a picture and are let go); the demo's 32-pixel pictures all in one call. Its eager calls
+# cost most, not the pictures (docs/speed.md, Heatmaps); the budget is checked between them.
 GRAD_CAM_PIXELS = 24 * 224 * 224
 IG_STEPS = 32  # images along Integrated Gradients' path (its paper: 20 to 300; the heatmap, not the sum, matters here)
 OPACITY = 0.5  # of the heatmap over the picture
@@ -47,7 +48,7 @@ class Explainer:
     the model cut in two, `to_map` (images -> the map Grad-CAM reads; Integrated Gradients': the
     images themselves) and `to_logits` (that map -> the logits), of which only the second is
     followed back: Grad-CAM's backward pass runs from the logits to the map, not through the layers
-    below it, and a picture asked of for two classes goes through them once."""
+    below it, and a picture asked about two classes goes through them once."""
 
     method: str  # "Grad-CAM" or "Integrated Gradients"
     to_map: object
@@ -56,7 +57,7 @@ class Explainer:
 
     def heatmaps(self, images, classes, rows=None) -> np.ndarray:
         """One heatmap a row (rows x height x width, 0-1, 1 where the class's evidence is highest),
-        of the class `classes[i]` for the picture images[rows[i]] (0-255 pictures, as the model
+        of the class `classes[i]` of the picture images[rows[i]] (0-255 pictures, as the model
         takes them; `rows` None: a row an image, in order)."""
         images = tf.convert_to_tensor(np.asarray(images, np.float32))
         rows = tf.range(len(classes)) if rows is None else tf.constant(np.asarray(rows, np.int32))
