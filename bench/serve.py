@@ -24,9 +24,11 @@ back to back by each client over a kept-alive connection, as SageMaker's front e
                set to the cores) instead of one worker calling its model from a thread per core
 And the workers' PSS (each one's own memory plus its share of what it shares) after each load: a
 leak would show as growth from load to load.
-  multi-model  SAGEMAKER_MULTI_MODEL=true: the model loaded under 1, 4 and 8 names (POST /models,
-               timed), 8 single-image clients each asking one of them in turn: as `server` rows,
-               with the worker's PSS; then DELETE of each, timed
+  multi-model  SAGEMAKER_MULTI_MODEL=true: the model loaded under 1, 4 and 10 names, each with
+               classes of its own (POST /models and its first answer, timed: it must name its
+               own classes), 10 single-image clients, client i asking model i mod N: as
+               `server` rows, with the worker's PSS; then DELETE of each, timed, and the PSS
+               after
   runtimes     the server with its defaults (the SavedModel in TensorFlow), and with
                KERAS_PIPE_RUNTIME=onnx (its ONNX export, made as `keras-pipe export` makes it, in
                ONNX Runtime), by 1, 8 and 32 single-image clients, then 1 client of 32 images: the
@@ -247,6 +249,16 @@ class Served:
         answer.read()
         connection.close()
         return answer.status, time.perf_counter() - started
+
+    def asked(self, path: str, body: bytes, kind: str) -> tuple[int, float, bytes]:
+        """(status, seconds, answer) of one POST of `body` on a new connection."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        started = time.perf_counter()
+        connection.request("POST", path, body, {"Content-Type": kind})
+        answer = connection.getresponse()
+        text = answer.read()
+        connection.close()
+        return answer.status, time.perf_counter() - started, text
 
     def workers(self) -> list[str]:
         return subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
@@ -572,35 +584,53 @@ def overloaded(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
 
 
 def multi_model(model: Path, work: Path, jpeg: bytes, quick: bool) -> None:
-    """A multi-model endpoint (SAGEMAKER_MULTI_MODEL=true): the same model loaded under 1, then 4,
-    then 8 names (POST /models, each load timed), and 8 single-image clients, client i asking model
-    i mod N: images/s, latency and /ping beside the worker's memory; then each unloaded (DELETE)."""
-    seconds, counts, clients = (0.75, (1, 2), 4) if quick else (8.0, (1, 4, 8), 8)
+    """A multi-model endpoint (SAGEMAKER_MULTI_MODEL=true): the model loaded under 1, then 4, then 10
+    names, each with classes of its own (its classes.json: "m<i>-<class>"), each load timed
+    (POST /models) and its first answer (the first invoke after its load: its graph's first run),
+    which must name its own classes; then 10 single-image clients, client i asking model i mod N:
+    images/s, latency and /ping beside the worker's memory; then each unloaded (DELETE), and the
+    worker's memory after."""
+    seconds, counts, clients = (0.75, (1, 2), 4) if quick else (8.0, (1, 4, 10), 10)
     (work / "mme-none").mkdir()
     served = Served(work / "mme-none", work / "serve-mme.log", SAGEMAKER_MULTI_MODEL="true")
-    loads, names = [], []
+    loads, firsts, names, memory = [], [], [], {}
     try:
         for count in counts:
             while len(names) < count:
                 name = f"model-{len(names)}"
                 folder = work / "models" / name / "model"
                 shutil.copytree(model, folder)
+                own = [f"m{len(names)}-{c}" for c in CLASSES]
+                (folder / "classes.json").write_text(json.dumps(own))
                 asked = json.dumps({"model_name": name, "url": str(folder)}).encode()
                 status, took = served.call("POST", "/models", asked)
                 if status != 200:
                     raise SystemExit(f"POST /models answered {status}: {served.log.read_text()[-2000:]}")
                 loads.append(took)
+                status, took, answer = served.asked(f"/models/{name}/invoke", jpeg, "application/x-image")
+                if status != 200 or json.loads(answer).get("predicted_label") not in own:
+                    raise SystemExit(f"model {name} answered {status} {answer[:300]!r}, not one of its own classes")
+                firsts.append(took)
                 names.append(name)
             paths = tuple(f"/models/{name}/invoke" for name in names)
             served.load(jpeg, "application/x-image", clients, seconds / 4, paths)  # (warm)
             result = served.load(jpeg, "application/x-image", clients, seconds, paths)
+            memory[count] = sum(served.worker_pss_mb())
             print(row(f"multi-model, {count} model(s), {clients} single-image clients", result, 1)
-                  + f"; the worker's PSS {sum(served.worker_pss_mb()):.0f} MB")
+                  + f"; the worker's PSS {memory[count]:.0f} MB")
         unloads = [served.call("DELETE", f"/models/{name}")[1] for name in names]
+        time.sleep(1)  # (the runners let go of their models once their queues are done)
+        after = sum(served.worker_pss_mb())
     finally:
         code = served.stop()
-    print(f"multi-model: POST /models took {ms(statistics.median(loads))} (median of {len(loads)}; max "
-          f"{ms(max(loads))}), DELETE {ms(statistics.median(unloads))}; SIGTERM: exit code {code}")
+    most = max(counts)
+    print(f"multi-model: the first POST /models took {ms(loads[0])} (the worker imports TensorFlow then), the "
+          f"others {ms(statistics.median(loads[1:]))} (median of {len(loads) - 1}; max {ms(max(loads[1:]))}), each "
+          f"model's first answer {ms(statistics.median(firsts))} (max {ms(max(firsts))}), DELETE "
+          f"{ms(statistics.median(unloads))}; SIGTERM: exit code {code}")
+    print(f"multi-model: the worker's PSS with 1 model {memory[1]:.0f} MB, with {most} {memory[most]:.0f} MB "
+          f"({(memory[most] - memory[1]) / (most - 1):.0f} MB a model more), after unloading all {after:.0f} MB "
+          f"({memory[most] - after:.0f} MB given back)")
 
 
 def main(argv=None) -> None:

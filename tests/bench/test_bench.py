@@ -99,7 +99,9 @@ def test_serve_benchmark_loads_the_server_pings_it_and_compares_it_with_its_ceil
                      r"(200|504) after [\d.]+ s; then /ping 200, a one-image request 200", out), out
     for count in (1, 2):  # (the multi-model endpoint: --quick loads 2)
         assert re.search(rf"multi-model, {count} model\(s\), 4 single-image clients: +[\d.]+ requests/s", out), out
-    assert re.search(r"multi-model: POST /models took [\d.]+ m?s .*; SIGTERM: exit code 0", out), out
+    assert re.search(r"multi-model: the first POST /models took [\d.]+ m?s .* the others [\d.]+ m?s .*, each model's "
+                     r"first answer [\d.]+ m?s .*; SIGTERM: exit code 0", out), out
+    assert re.search(r"multi-model: the worker's PSS with 1 model \d+ MB, with 2 \d+ MB .* after unloading all", out), out
     # the runtimes: each load on both servers, their ratio, and both stopped cleanly
     for clients, images in ((1, 1), (8, 1), (1, 32)):
         for runtime in ("TensorFlow", "ONNX Runtime"):
