@@ -43,6 +43,16 @@ def test_the_onnx_export_answers_as_the_savedmodel(tmp_path, threshold):
     finally:
         server.stop()
     assert "KERAS_PIPE_RUNTIME=onnx: " in (tmp_path / "serve.log").read_text()
+    if threshold is None:  # an exports.json naming other classes than the export answers: refused at load
+        from keras_pipe_serve.export_predictor import ExportPredictor
+        from keras_pipe_serve.predictor import ModelError
+
+        described = json.loads((model_dir / "exports" / "exports.json").read_text())
+        described["class_names"] = described["class_names"][:-1]
+        (model_dir / "exports" / "exports.json").write_text(json.dumps(described))
+        with pytest.raises(ModelError, match=rf"answers {len(CLASSES)} classes, but exports.json beside it names "
+                                             rf"{len(CLASSES) - 1}: they are not of the same model"):
+            ExportPredictor(model_dir / "exports" / "model.onnx")
 
 
 def test_without_its_export_or_with_an_unknown_runtime_the_server_says_so_and_does_not_start(tmp_path):

@@ -12,6 +12,8 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from keras_pipe_serve.predictor import (
     DEFAULT_TOP_K,
     ModelError,
@@ -59,6 +61,12 @@ class ExportPredictor(Predictor):
         if self.calibrated_thresholds is not None and len(self.calibrated_thresholds) != len(self.labels):
             raise ModelError(f"{path}: {conversions.DESCRIBED}'s calibrated_thresholds has "
                              f"{len(self.calibrated_thresholds)} values for {len(self.labels)} classes")
+        # (an export of another job's model beside this exports.json would answer with classes not its
+        # own: its width is checked once, on a black picture, which also warms its runtime up)
+        width = self._runner(np.zeros((1, self._size, self._size, 3), np.float32))["probabilities"].shape[-1]
+        if width != len(self.labels):
+            raise ModelError(f"{path} answers {width} classes, but {conversions.DESCRIBED} beside it names "
+                             f"{len(self.labels)}: they are not of the same model")
         self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
         self._prepare = prepared_by(tf, self._size, self._resize, self._interpolation, self.max_pixels)
 
