@@ -39,7 +39,8 @@ import pytest
 ENGINE_TESTS = ("tests/image/", "tests/docs/test_docs.py::test_the_documents_commands_run_as_written[docs/image.md]")
 
 
-# Modules whose tests share a module or session fixture that runs a training job (the fixture's name)
+# Modules whose tests share a module or session fixture that runs a training job, or another that costs
+# (the fixture's name)
 SHARED_TRAINING = (
     "tests/job/test_job_e2e.py",  # pretrained_backbone
     "tests/serve/test_builtin_clients.py",  # served
@@ -50,6 +51,18 @@ SHARED_TRAINING = (
     # (its MXNet notebooks' tests each start from gluon_resnet18_home, a ResNet-18 built by MXNet and
     # converted, made once on each worker that ran one of them)
     "tests/builtin/test_notebooks.py",  # gluon_resnet18_home, keras_home
+    # and modules whose module fixture costs a training, a server or a build: CI's durations (3 workers,
+    # 2026-11-30) had test_explain's `trained`, 28-30 s, set up on two workers
+    "tests/job/model/test_explain.py",  # trained
+    "tests/job/report/test_report_heatmaps.py",  # trained
+    "tests/job/model/test_gluon_weights.py",  # gluon: MXNet builds each ResNet's weights
+    "tests/job/model/test_imagenet_weights.py",  # keras_home
+    "tests/job/model/test_hub.py",  # presets
+    "tests/reader/test_sanitizers.py",  # sanitized_reader: the reader built with ASan and UBSan
+    "tests/serve/test_door.py",  # server (tests/serve/conftest.py: a module's own, 8-11 s to start under load)
+    "tests/serve/test_load.py",  # server
+    "tests/serve/test_server.py",  # server
+    "tests/serve/test_front.py",  # server
 )
 
 

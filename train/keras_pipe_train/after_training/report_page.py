@@ -82,20 +82,11 @@ def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: sus
         max(HEATMAPS_MIN_S, HEATMAPS_SHARE * checked.seconds) if suspected else 0.0)
     if left_s is not None:
         budget = min(budget, left_s)
-    started, size, kept = time.monotonic(), t.config.image_size, t.config.image_size
+    started, size = time.monotonic(), t.config.image_size
     try:
         explainer = explain.explainer(t.model)
-        pictures = [m.picture for m in mistaken]
-        asked = mistakes.asked(mistaken)
-        spans = {}
-        for name, (seen, found) in suspected.items():
-            indices = [int(i) for i in found.indices[:suspects.MAX_SHOWN]]
-            decoded = [tf.io.decode_jpeg(seen.thumbnails[i], channels=3) for i in indices]
-            kept = min([kept, *(int(max(picture.shape[:2])) for picture in decoded)])
-            spans[name] = (len(pictures), len(pictures) + len(indices))
-            pictures += [tf.image.resize(picture, (size, size)).numpy() for picture in decoded]
-            asked += [[("likely", int(likely)), ("label", int(seen.labels[i]))]
-                      for i, likely in zip(indices, found.likely)]
+        pictures, asked = [m.picture for m in mistaken], mistakes.asked(mistaken)
+        spans, kept = _suspects_asked(suspected, size, pictures, asked)
         drawn = explain.drawn(explainer, np.stack(pictures), asked, mistakes.HEATMAP,
                               max(0.0, budget - (time.monotonic() - started)), t.stop)
     except Exception as err:
@@ -117,6 +108,21 @@ def with_heatmaps(trained: Trained, shown: job_page.Gallery | None, checked: sus
             explained_by=how + (f", from the {kept}-pixel pictures the check kept, enlarged to the model's {size}"
                                 if kept < size else ""))
     return shown, checked
+
+
+def _suspects_asked(suspected: dict, size: int, pictures: list, asked: list) -> tuple[dict, int]:
+    """Each set's suspects shown, their pictures (the check's thumbnails, at the model's `size`) and
+    their classes asked (likely, label) added to `pictures` and `asked`; where each set's lie in
+    them, and the fewest pixels a side the thumbnails kept."""
+    spans, kept = {}, size
+    for name, (seen, found) in suspected.items():
+        indices = [int(i) for i in found.indices[:suspects.MAX_SHOWN]]
+        decoded = [tf.io.decode_jpeg(seen.thumbnails[i], channels=3) for i in indices]
+        kept = min([kept, *(int(max(picture.shape[:2])) for picture in decoded)])
+        spans[name] = (len(pictures), len(pictures) + len(indices))
+        pictures += [tf.image.resize(picture, (size, size)).numpy() for picture in decoded]
+        asked += [[("likely", int(likely)), ("label", int(seen.labels[i]))] for i, likely in zip(indices, found.likely)]
+    return spans, kept
 
 
 def _without_pictures(shown: job_page.Gallery | None, why: str = "") -> job_page.Gallery | None:
