@@ -11,7 +11,8 @@ as AWS's pages say SageMaker does:
   passed on; a key under the prefix that holds nothing is a ValidationError;
 - a container's answer other than 200 is a ModelError (HTTP 424: OriginalStatusCode,
   OriginalMessage, as the API reference's InvokeEndpoint says); an endpoint it does not know, a
-  ValidationError (400).
+  multi-model endpoint asked without a target model, or another asked with one, a ValidationError
+  (400), in the words SageMaker's have been seen to use.
 """
 
 from __future__ import annotations
@@ -68,19 +69,23 @@ class Runtime:
         self.invoked.append({"endpoint": endpoint, "target": target, **passed})
         container = self.endpoints[endpoint]
         path = "/invocations"
+        if target is None and endpoint in self.prefixes:
+            return _send(request, 400, {"message": "Request 0f6ad3ef is missing a target model header"},
+                         "ValidationError")
         if target is not None:
             if endpoint not in self.prefixes:
-                return _send(request, 400, {"message": "TargetModel is for multi-model endpoints only"},
-                             "ValidationError")
+                return _send(request, 400, {"message": f"Endpoint {endpoint} is not a multi-model endpoint and does "
+                                                       "not support target model header."}, "ValidationError")
             name = hashlib.sha256(target.encode()).hexdigest()[:16]  # (SageMaker's own names look like this)
             problem = self._loaded(endpoint, target, name, container)
-            if problem:
+            if problem:  # (AWS documents no form for a model the container will not load: a ValidationError here)
                 return _send(request, 400, {"message": problem}, "ValidationError")
             path, passed["X-Amzn-SageMaker-Target-Model"] = f"/models/{name}/invoke", target
         status, answer = _post(container + path, body, passed)
         if status != 200:
+            kind, source = "client" if status < 500 else "server", "model" if target is not None else "primary"
             return _send(request, 424, {
-                "Message": f"Received client error ({status}) from primary with message \"{answer.decode()}\".",
+                "Message": f"Received {kind} error ({status}) from {source} with message \"{answer.decode()}\".",
                 "OriginalStatusCode": status, "OriginalMessage": answer.decode(),
                 "LogStreamArn": f"arn:aws:logs:us-east-1:123456789012:log-group:/aws/sagemaker/Endpoints/{endpoint}"},
                 "ModelError")

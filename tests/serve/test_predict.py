@@ -40,7 +40,7 @@ def test_a_model_folder_over_folders_and_files_to_csv(model_dir, photos, tmp_pat
     out = keras_pipe(model_dir, photos / "a", photos / "broken.jpg", cwd=tmp_path)
     assert out.returncode == 1, out.stderr[-2000:]  # one image could not be read
     assert f"keras-pipe predict: {photos / 'broken.jpg'}: is not an image" in out.stderr
-    assert "1 of 3 images could not be read" in out.stderr and "Traceback" not in out.stderr
+    assert "1 of 3 images could not be read or predicted" in out.stderr and "Traceback" not in out.stderr
     rows = list(csv.reader(io.StringIO(out.stdout)))
     assert rows[0] == ["path", "predicted", "probability", *CLASSES]
     assert [r[0] for r in rows[1:]] == [str(photos / "a" / "1.jpg"), str(photos / "a" / "deeper" / "2.PNG")]
@@ -195,13 +195,14 @@ def test_an_endpoint_is_asked_an_image_a_call_and_answers_the_rows_the_model_her
     (photos / "a" / "large.png").write_bytes(large)
     runtime = Runtime({"digits": server.url})
     try:
-        asked = at_the_endpoint(runtime, "--endpoint", "digits", photos / "a", photos / "broken.jpg", "--top-k", "2",
+        # (images after an option too, as users type them)
+        asked = at_the_endpoint(runtime, "--endpoint", "digits", photos / "a", "--top-k", "2", photos / "broken.jpg",
                                 cwd=tmp_path)
         assert asked.returncode == 1, asked.stderr
         assert f"{photos / 'a' / 'large.png'}: the endpoint answered 413: the body is" in asked.stderr, asked.stderr
         assert f"{photos / 'broken.jpg'}: is not an image" in asked.stderr and "Traceback" not in asked.stderr
         (photos / "a" / "large.png").unlink()
-        here = keras_pipe(model_dir, photos / "a", cwd=tmp_path)
+        here = keras_pipe(model_dir, "--format", "csv", photos / "a", cwd=tmp_path)
         ours, theirs = (list(csv.reader(io.StringIO(out.stdout))) for out in (asked, here))
         assert ours[0] == theirs[0] == ["path", "predicted", "probability", *CLASSES]
         assert [row[:2] for row in ours[1:]] == [row[:2] for row in theirs[1:]] and len(ours) == 3, (ours, theirs)
@@ -220,6 +221,10 @@ def test_an_endpoint_is_asked_an_image_a_call_and_answers_the_rows_the_model_her
         assert refused.returncode == 2 and "--explain needs the model's model.keras here" in refused.stderr
         refused = keras_pipe(model_dir, photos / "a", "--target-model", "a/model.tar.gz", cwd=tmp_path)
         assert refused.returncode == 2 and "give --endpoint too" in refused.stderr
+        refused = at_the_endpoint(runtime, "--endpoint", "digits", model_dir, photos / "a", cwd=tmp_path)
+        assert refused.returncode == 2 and "looks like a model: with --endpoint" in refused.stderr, refused.stderr
+        refused = at_the_endpoint(runtime, "--endpoint", "digits", photos / "a", "--bogus", cwd=tmp_path)
+        assert refused.returncode == 2 and "unrecognized arguments: --bogus" in refused.stderr, refused.stderr
     finally:
         runtime.close()
 
@@ -257,6 +262,9 @@ def test_a_multi_model_endpoints_target_model_is_loaded_on_its_first_call_and_an
         assert {call["target"] for call in runtime.invoked} == {"customer-a/model.tar.gz", "customer-b/model.tar.gz"}
         assert all(call["X-Amzn-SageMaker-Target-Model"] for call in runtime.invoked if "X-Amzn-SageMaker-Target-Model"
                    in call) and len(runtime.loaded) == 2
+        untargeted = at_the_endpoint(runtime, "--endpoint", "customers", photos / "a", cwd=tmp_path)
+        assert untargeted.returncode == 2 and "ValidationError: Request 0f6ad3ef is missing a target model header" \
+            in untargeted.stderr, untargeted.stderr
         missing = at_the_endpoint(runtime, "--endpoint", "customers", "--target-model", "customer-c/model.tar.gz",
                                   photos / "a", cwd=tmp_path)
         assert missing.returncode == 2, missing.stderr

@@ -61,14 +61,26 @@ class ExportPredictor(Predictor):
         if self.calibrated_thresholds is not None and len(self.calibrated_thresholds) != len(self.labels):
             raise ModelError(f"{path}: {conversions.DESCRIBED}'s calibrated_thresholds has "
                              f"{len(self.calibrated_thresholds)} values for {len(self.labels)} classes")
-        # (an export of another job's model beside this exports.json would answer with classes not its
-        # own: its width is checked once, on a black picture, which also warms its runtime up)
-        width = self._runner(np.zeros((1, self._size, self._size, 3), np.float32))["probabilities"].shape[-1]
+        self._check_runs(path)
+        self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
+        self._prepare = prepared_by(tf, self._size, self._resize, self._interpolation, self.max_pixels)
+
+    def _check_runs(self, path: Path) -> None:
+        """A ModelError unless the export runs on the pictures exports.json says it takes and answers
+        as many classes as it names: an export of another job's model beside this exports.json would
+        answer with classes not its own. Checked once, on a black picture, which also warms its
+        runtime up."""
+        from keras_pipe_train.model import conversions
+
+        try:
+            width = self._runner(np.zeros((1, self._size, self._size, 3), np.float32))["probabilities"].shape[-1]
+        except Exception as err:  # (the runtime's own: another input size than exports.json says, another model)
+            raise ModelError(f"{path} does not run on the {self._size} x {self._size} pictures {conversions.DESCRIBED} "
+                             f"beside it says it takes ({type(err).__name__}: {str(err)[:300]}): they are not of the "
+                             "same model") from None
         if width != len(self.labels):
             raise ModelError(f"{path} answers {width} classes, but {conversions.DESCRIBED} beside it names "
                              f"{len(self.labels)}: they are not of the same model")
-        self.default_top_k = min(DEFAULT_TOP_K, len(self.labels))
-        self._prepare = prepared_by(tf, self._size, self._resize, self._interpolation, self.max_pixels)
 
     def _read(self, described: dict) -> None:
         self.threshold = described["threshold"]

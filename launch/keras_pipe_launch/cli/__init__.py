@@ -28,7 +28,14 @@ def main(argv=None) -> int:
     transform.add_parser(commands)
     report.add_parser(commands)
     register.add_parser(commands)
-    args = parser.parse_args(argv)
+    # (a command's paths may come after its options: `predict MODEL --top-k 3 photos/`; argparse fills
+    # an optional positional list before it sees them, so those left over are that list's)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        more = getattr(args, "more_paths", None)
+        if more is None or any(arg.startswith("-") for arg in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        setattr(args, more, [*getattr(args, more), *extra])
     return args.run(args)
 
 

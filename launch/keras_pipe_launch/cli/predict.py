@@ -71,7 +71,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--explain", metavar="DIR", default=None,
                         help="also write, in the folder DIR, each image's heatmap for each class predicted (MODEL: "
                              "a job's model folder or model.tar.gz)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, more_paths="images")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +112,12 @@ def _at_the_endpoint(args: argparse.Namespace) -> int:
     if args.explain is not None:
         raise UsageError("--explain needs the model's model.keras here, not an endpoint: give the job's model folder "
                          "or model.tar.gz")
-    paths = images_of([Path(p) for p in [args.model, *args.images]])
+    given = [args.model, *args.images]
+    models = [p for p in given if p.endswith((".tar.gz", *EXPORTS)) or (Path(p) / "classes.json").is_file()]
+    if models:
+        raise UsageError(f"{shown(models[0])} looks like a model: with --endpoint, the endpoint's model answers and "
+                         "every argument is an image or a folder of them")
+    paths = images_of([Path(p) for p in given])
     predictor = EndpointPredictor(args.endpoint, args.target_model)
     with _opened(args.output) as out:
         return predict(predictor, paths, args.format, args.top_k, out)
@@ -249,8 +254,8 @@ def predict(predictor, paths: list[Path], form: str, top_k: int | None, out, exp
         if predicted:
             explain(predicted)
     if failed:
-        print(f"keras-pipe predict: {failed} of {len(paths)} images could not be read (above); the others are "
-              "predicted", file=sys.stderr)
+        print(f"keras-pipe predict: {failed} of {len(paths)} images could not be read or predicted (above); the "
+              "others are predicted", file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -16,7 +16,6 @@ the model refuses (a 4xx of the container's: ModelError) is then that image's al
 from __future__ import annotations
 
 import json
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -25,12 +24,17 @@ from keras_pipe_launch.common.usage import UsageError
 
 CALLS_AT_ONCE = 8
 MAX_BODY = 6 * 1024 * 1024  # InvokeEndpoint's payload limit (a real-time endpoint's)
+SERVERLESS_BODY = 4 * 1024 * 1024  # a serverless endpoint's: a body past it is refused (ValidationError, or a bare 413)
 RICH = "application/vnd.keras-pipe+json"  # (keras_pipe_serve.payloads.RICH: this project's object in any dialect)
-# a multi-model endpoint still downloading or loading the target model answers ModelNotReadyException:
-# AWS asks to try again; so many times, waiting twice as long each time (1 s first)
-NOT_READY_TRIES = 6
-# a ValidationError that is one body's size (a serverless endpoint's 4 MB), not the request's
-_TOO_LARGE = re.compile(r"(?i)payload|too large|exceed|length")
+# answers AWS asks to try again: a multi-model endpoint still loading the target model, and a call past
+# the endpoint's concurrency (a serverless endpoint's MaxConcurrency: `keras-pipe deploy`'s default is 5,
+# fewer than CALLS_AT_ONCE). botocore's standard retries stop after 3 tries within a second and do not
+# retry a modelled 429: so many tries here, waiting twice as long each time (1 s first)
+TRY_AGAIN = ("ModelNotReadyException", "ThrottlingException", "ServiceUnavailable")
+TRIES = 6
+# SageMaker answers within 60 s, botocore's own read timeout: a little longer, so that its answer
+# (ModelNotReadyException, a slow model's 424) comes rather than botocore's timeout
+READ_TIMEOUT_S = 70
 
 
 class EndpointPredictor:
@@ -38,9 +42,15 @@ class EndpointPredictor:
 
     def __init__(self, endpoint: str, target_model: str | None = None, client=None):
         import boto3
+        import botocore.config
+        import botocore.exceptions
 
         self.endpoint, self.target_model = endpoint, target_model
-        self.client = client or boto3.client("sagemaker-runtime")
+        try:
+            self.client = client or boto3.client("sagemaker-runtime", config=botocore.config.Config(
+                read_timeout=READ_TIMEOUT_S, connect_timeout=10))
+        except botocore.exceptions.BotoCoreError as err:  # (no region configured)
+            raise UsageError(f"endpoint {shown(endpoint)}: {err}") from None
         self.labels: list[str] | None = None  # (the classes, from the first answer: each answer names them)
 
     def problem(self, data: bytes) -> str | None:
@@ -59,8 +69,13 @@ class EndpointPredictor:
         with ThreadPoolExecutor(min(CALLS_AT_ONCE, max(1, len(images)))) as calls:
             answers = list(calls.map(lambda image: self._asked(image, top_k), images))
         for answer in answers:
-            if isinstance(answer, dict) and self.labels is None:
-                self.labels = [str(label) for label in answer["labels"]]
+            if isinstance(answer, dict):
+                labels = [str(label) for label in answer["labels"]]
+                if self.labels is not None and labels != self.labels:  # (the endpoint updated to another model)
+                    raise UsageError(f"endpoint {shown(self.endpoint)} answered with other classes than before "
+                                     f"({len(labels)}, not {len(self.labels)} or not in their order): was it "
+                                     "updated to another model meanwhile?")
+                self.labels = labels
         return answers
 
     def _asked(self, image: bytes, top_k: int | None) -> dict | str:
@@ -71,27 +86,22 @@ class EndpointPredictor:
             request["TargetModel"] = self.target_model
         if top_k:
             request["CustomAttributes"] = f"top_k={top_k}"
-        for attempt in range(NOT_READY_TRIES):
+        for attempt in range(TRIES):
             try:
                 body = self.client.invoke_endpoint(**request)["Body"].read()
                 break
             except botocore.exceptions.ClientError as err:
-                error = err.response.get("Error", {})
-                if error.get("Code") == "ModelError":  # (the container's answer: this image's)
-                    status = err.response.get("OriginalStatusCode") or error.get("OriginalStatusCode")
-                    message = err.response.get("OriginalMessage") or error.get("OriginalMessage") \
-                        or error.get("Message", "")
-                    return f"the endpoint answered {status or 'an error'}: {_said(message)}"
-                if error.get("Code") == "ValidationError" and _TOO_LARGE.search(error.get("Message", "")):
-                    # (a serverless endpoint takes 4 MB: this image's refusal, not the endpoint's)
-                    return f"the endpoint refused it: {shown(error.get('Message', ''))}"
-                if error.get("Code") == "ModelNotReadyException" and attempt + 1 < NOT_READY_TRIES:
+                refused = _refused_of(err.response, len(image))
+                if refused is not None:
+                    return refused
+                if err.response.get("Error", {}).get("Code") in TRY_AGAIN and attempt + 1 < TRIES:
                     time.sleep(2 ** attempt)
                     continue
+                error = err.response.get("Error", {})
                 raise UsageError(f"endpoint {shown(self.endpoint)}"
                                  f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}: "
-                                 f"{error.get('Code', 'error')}: {shown(error.get('Message', str(err)))}") from None
-            except botocore.exceptions.BotoCoreError as err:  # (no credentials, no region, no network)
+                                 f"{error.get('Code') or 'error'}: {shown(error.get('Message') or str(err))}") from None
+            except botocore.exceptions.BotoCoreError as err:  # (no credentials, no network, a read timeout)
                 raise UsageError(f"endpoint {shown(self.endpoint)}: {err}") from None
         try:
             answer = json.loads(body)
@@ -105,10 +115,27 @@ class EndpointPredictor:
         return answer
 
 
+def _refused_of(response: dict, size: int) -> str | None:
+    """Why the endpoint refused this image, where the error is the image's own (None: it is the
+    endpoint's or the request's): the container's answer (ModelError: its status and message), or
+    a body past a serverless endpoint's 4 MB (a ValidationError, or a bare 413)."""
+    error = response.get("Error", {})
+    code = error.get("Code")
+    if code == "ModelError":
+        status = response.get("OriginalStatusCode") or error.get("OriginalStatusCode")
+        message = response.get("OriginalMessage") or error.get("OriginalMessage") or error.get("Message") or ""
+        return f"the endpoint answered {status or 'an error'}: {_said(message)}"
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if size > SERVERLESS_BODY and (code in ("ValidationError", "413") or status == 413):
+        return f"the endpoint refused its {size:,} bytes: {shown(error.get('Message') or code or '')}"
+    return None
+
+
 def _said(message: str) -> str:
     """The container's error message: its JSON's "error", as the server writes it, else as it is."""
     try:
         said = json.loads(message)
     except ValueError:
         return shown(message)
-    return shown(said.get("error", message) if isinstance(said, dict) else message)
+    error = said.get("error") if isinstance(said, dict) else None
+    return shown(error if isinstance(error, str) else message)
