@@ -29,7 +29,7 @@ folder or its model.tar.gz.
 (every argument is then an image or a folder of them): an InvokeEndpoint call an image, several at
 once, the same rows and lines out (sagemaker/endpoint_predictor.py). --target-model KEY: the model
 to ask on a multi-model endpoint (`keras-pipe deploy --multi-model`), its key under the endpoint's
-S3 prefix. An image the endpoint refuses is listed on stderr as one that cannot be read.
+S3 prefix. An image the endpoint refuses is listed on stderr, with what it answered, and left out.
 """
 
 from __future__ import annotations
