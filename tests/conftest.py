@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import random
+import secrets
 import shutil
 import struct
 import subprocess
@@ -294,7 +295,9 @@ def s3_bucket(moto_endpoint, monkeypatch, request):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     client = boto3.client("s3")
-    name = "test-" + request.node.name.lower().replace("_", "-")[:40].strip("-") + f"-{random.randrange(10**6)}"
+    # (a random suffix from the OS, not from `random`: a test that seeds it (keras.utils.set_random_seed) made two
+    # cases of one test, whose names share their first 40 characters, draw the same bucket on one worker's moto)
+    name = "test-" + request.node.name.lower().replace("_", "-")[:40].strip("-") + f"-{secrets.token_hex(4)}"
     client.create_bucket(Bucket=name)
     return client, name
 
