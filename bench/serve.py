@@ -242,19 +242,14 @@ class Served:
 
     def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, float]:
         """(status, seconds) of one request on a new connection."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        started = time.perf_counter()
-        connection.request(method, path, body, {"Content-Type": "application/json"} if body else {})
-        answer = connection.getresponse()
-        answer.read()
-        connection.close()
-        return answer.status, time.perf_counter() - started
+        status, took, _ = self.asked(path, body, "application/json" if body else None, method)
+        return status, took
 
-    def asked(self, path: str, body: bytes, kind: str) -> tuple[int, float, bytes]:
-        """(status, seconds, answer) of one POST of `body` on a new connection."""
+    def asked(self, path: str, body: bytes | None, kind: str | None, method: str = "POST") -> tuple[int, float, bytes]:
+        """(status, seconds, answer) of one request of `body` (of Content-Type `kind`) on a new connection."""
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
         started = time.perf_counter()
-        connection.request("POST", path, body, {"Content-Type": kind})
+        connection.request(method, path, body, {"Content-Type": kind} if kind else {})
         answer = connection.getresponse()
         text = answer.read()
         connection.close()

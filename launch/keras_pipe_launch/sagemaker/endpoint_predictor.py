@@ -19,13 +19,14 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from keras_pipe_serve.payloads import RICH  # (this project's object in any dialect)
+
 from keras_pipe_launch.common.untrusted import shown
 from keras_pipe_launch.common.usage import UsageError
 
 CALLS_AT_ONCE = 8
 MAX_BODY = 6 * 1024 * 1024  # InvokeEndpoint's payload limit (a real-time endpoint's)
 SERVERLESS_BODY = 4 * 1024 * 1024  # a serverless endpoint's: a body past it is refused (ValidationError, or a bare 413)
-RICH = "application/vnd.keras-pipe+json"  # (keras_pipe_serve.payloads.RICH: this project's object in any dialect)
 # answers AWS asks to try again: a multi-model endpoint still loading the target model, and a call past
 # the endpoint's concurrency (a serverless endpoint's MaxConcurrency: `keras-pipe deploy`'s default is 5,
 # fewer than CALLS_AT_ONCE). botocore's standard retries stop after 3 tries within a second and do not
