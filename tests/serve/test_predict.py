@@ -156,9 +156,7 @@ def test_explain_writes_each_images_heatmap_for_its_class_and_an_export_is_refus
         assert tf.io.decode_jpeg((tmp_path / "heat maps" / name).read_bytes()).shape == (256, 256, 3)
     # the same from its model.tar.gz, as SageMaker packs /opt/ml/model (unpacked once for both)
     archive = tmp_path / "model.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for path in sorted(model_dir.iterdir()):
-            tar.add(path, arcname=path.name)
+    tar_gz(model_dir, archive)
     packed = keras_pipe(archive, photos / "a", photos / "b", "--format", "jsonl", "--explain", "packed", cwd=tmp_path)
     assert packed.returncode == 0 and packed.stdout == out.stdout, packed.stderr
     assert sorted(p.name for p in (tmp_path / "packed").iterdir()) == written
@@ -240,9 +238,7 @@ def test_a_multi_model_endpoints_target_model_is_loaded_on_its_first_call_and_an
     prefix = tmp_path / "prefix"
     for key, folder in (("customer-a/model.tar.gz", model_dir), ("customer-b/model.tar.gz", multi_label_model_dir)):
         (prefix / key).parent.mkdir(parents=True)
-        with tarfile.open(prefix / key, "w:gz") as tar:
-            for path in sorted(folder.iterdir()):
-                tar.add(path, arcname=path.name)
+        tar_gz(folder, prefix / key)
     (tmp_path / "opt-ml" / "model").mkdir(parents=True)
     server = Server(tmp_path / "opt-ml" / "model", tmp_path / "serve.log", SAGEMAKER_MULTI_MODEL="true",
                     SAGEMAKER_MODEL_SERVER_WORKERS="1")
@@ -274,6 +270,13 @@ def test_a_multi_model_endpoints_target_model_is_loaded_on_its_first_call_and_an
         runtime.close()
         assert server.stop() == 0
     assert "loaded model" in server.log.read_text()
+
+
+def tar_gz(folder: Path, archive: Path) -> None:
+    """`folder`'s files as a model.tar.gz holds them, as SageMaker packs /opt/ml/model."""
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            tar.add(path, arcname=path.name)
 
 
 def tf_png(pixels: np.ndarray) -> bytes:
