@@ -13,6 +13,7 @@ from keras_pipe_train.after_training.trained import PASS_SHARE, Trained
 from keras_pipe_train.model.classifier import logits_of
 from keras_pipe_train.settings.serving_schema import ServedCalibration
 from keras_pipe_train.training import calibration, gathered, label_errors
+from keras_pipe_train.training.traced import for_any_batch
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def calibrate(trained: Trained) -> Calibrated:
         make = t.examples(t.validation, examined=LABEL_THUMBNAIL if checks else 0)
         classes = t.model.output_shape[-1]
         fitted, limit = kept(classes, checks)
-        seen = gathered.gather(tf.function(logits_of(t.model, t.config.test_time_flip), reduce_retracing=True),
+        seen = gathered.gather(for_any_batch(logits_of(t.model, t.config.test_time_flip)),
                                make(tf.distribute.InputContext()), classes, limit, t.stop, t.budget(PASS_SHARE))
         if t.stop.is_set() or not len(seen):
             why = "a stop request came during its pass" if len(seen) else "the validation pass read nothing"

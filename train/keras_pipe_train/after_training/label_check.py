@@ -17,6 +17,7 @@ from keras_pipe_train.after_training.trained import Trained
 from keras_pipe_train.report import suspects
 from keras_pipe_train.settings import contract
 from keras_pipe_train.training import calibration, gathered, label_errors
+from keras_pipe_train.training.traced import for_any_batch
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def training_features(trained: Trained, budget_s: float | None) -> gathered.Gath
         features = keras.Model(t.model.inputs, head.input)
         width = int(head.input.shape[-1])
         make = t.examples(t.train_source, examined=LABEL_THUMBNAIL)
-        return gathered.gather(tf.function(lambda images: features(images, training=False), reduce_retracing=True),
+        return gathered.gather(for_any_batch(lambda images: features(images, training=False)),
                                make(tf.distribute.InputContext()), width,
                                min(MAX_CHECKED, MAX_CHECKED_VALUES // width), t.stop, budget_s, np.float16)
     finally:

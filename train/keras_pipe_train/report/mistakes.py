@@ -23,6 +23,7 @@ import tensorflow as tf
 from keras_pipe_train.sources import preprocess
 from keras_pipe_train.training.gathered import Within
 from keras_pipe_train.training.tasks import MultiLabel, SingleLabel
+from keras_pipe_train.training.traced import for_any_batch
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def find(predict, task: SingleLabel | MultiLabel, dataset: tf.data.Dataset, stop
     probabilities the model serves); `stop` (a threading.Event) ends the pass early, and so does
     `budget_s` seconds gone (`cut` then says so, as it does for a stop). `threshold`: Worst's."""
     worst = Worst(task, keep, threshold)
-    predict = tf.function(predict, reduce_retracing=True)
+    predict = for_any_batch(predict)
     batches = Within(dataset, stop, budget_s)
     for images, labels in batches:
         probabilities = tf.cast(predict(images), tf.float32)

@@ -12,6 +12,7 @@
     resume             which checkpoints are this job's, and where a job goes on
     epoch_models       keep_epoch_models: every N-th epoch's model, kept for the export
     devices            mixed precision and steps per call, by the devices found
+    traced             functions traced once for batches of any size
 
 It imports settings/ and sources/: nothing of the model beside it (the job hands it the model it
 built) or the report above.

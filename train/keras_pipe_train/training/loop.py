@@ -23,6 +23,7 @@ import tensorflow as tf
 from keras_pipe_train.settings.errors import UserError
 from keras_pipe_train.training.distribute import Cluster
 from keras_pipe_train.training.recipe import LearningRate, Loss, l2_decayed
+from keras_pipe_train.training.traced import any_batch_signature
 from keras_pipe_train.training.weight_average import WeightAverage
 
 log = logging.getLogger(__name__)
@@ -135,8 +136,7 @@ class Trainer:
         function = None
         for batch in dataset:
             if function is None:  # (the batch's size left open: a pass's last, smaller batch reuses it)
-                signature = tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), batch)
-                function = self._step_function(train, signature, detailed, forward)
+                function = self._step_function(train, any_batch_signature(batch), detailed, forward)
             outputs = function(batch).numpy().astype(np.float64)
             finite = bool(np.isfinite(outputs[0]))
             yield Call(1, float(outputs[0]), float(outputs[1]), outputs[2:], 0 if finite else 1)
@@ -149,7 +149,7 @@ class Trainer:
         for known_mode, known_spec, function in self._functions:
             if known_mode == mode and known_spec == signature:
                 return function
-        function = tf.function(self._make_step(train, detailed, forward), input_signature=[signature])
+        function = tf.function(self._make_step(train, detailed, forward), input_signature=signature)
         self._functions.append((mode, signature, function))
         return function
 
