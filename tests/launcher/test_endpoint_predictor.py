@@ -54,6 +54,49 @@ def test_throttling_and_a_model_still_loading_are_tried_again_then_answered(stub
     assert predictor.predict([JPEG], top_k=1) == [ANSWER] and slept == [1, 2] and predictor.labels == ["a", "b"]
 
 
+def failed(stubber, status: int, message: str = '{"error": "no"}') -> None:
+    stubber.add_client_error("invoke_endpoint", "ModelError", f"Received server error ({status}) from primary", 424,
+                             modeled_fields={"OriginalStatusCode": status, "OriginalMessage": message})
+
+
+def test_the_containers_503_at_capacity_is_tried_again_and_after_the_last_try_is_the_images_failure(stubbed):
+    predictor, stubber, slept = stubbed
+    failed(stubber, 503, '{"error": "the server is at capacity"}')
+    answered(stubber)
+    assert predictor.predict([JPEG]) == [ANSWER] and slept == [1]
+    for _ in range(E.TRIES):
+        failed(stubber, 503, '{"error": "the server is at capacity"}')
+    assert predictor.predict([JPEG]) == ["the endpoint answered 503: the server is at capacity"]
+    assert slept == [1, 1, 2, 4, 8, 16]
+
+
+def test_a_container_failing_on_each_of_the_first_images_ends_the_run_and_one_refusing_bad_images_does_not(stubbed):
+    predictor, stubber, _ = stubbed
+    for _ in range(E.CALLS_AT_ONCE):  # (a 4xx: each image's own fault, whatever their number)
+        failed(stubber, 400, '{"error": "not an image"}')
+    assert predictor.predict([JPEG] * E.CALLS_AT_ONCE) == ["the endpoint answered 400: not an image"] * E.CALLS_AT_ONCE
+    predictor = E.EndpointPredictor("digits", client=predictor.client)  # (another run)
+    half = E.CALLS_AT_ONCE // 2
+    for _ in range(half):  # (a 500 on fewer than CALLS_AT_ONCE images: said, and the run goes on)
+        failed(stubber, 500, '{"error": "out of memory"}')
+    assert predictor.predict([JPEG] * half) == ["the endpoint answered 500: out of memory"] * half
+    for _ in range(E.CALLS_AT_ONCE - half):
+        failed(stubber, 500, '{"error": "out of memory"}')
+    with pytest.raises(UsageError, match=rf"endpoint digits failed on each of the first {E.CALLS_AT_ONCE} images, "
+                                         r"answering none: stopped before sending the others \(the endpoint "
+                                         r"answered 500: out of memory\)"):
+        predictor.predict([JPEG] * (E.CALLS_AT_ONCE - half))
+
+
+def test_a_container_that_answered_once_is_never_stopped_for_its_failures(stubbed):
+    predictor, stubber, _ = stubbed
+    answered(stubber)
+    assert predictor.predict([JPEG]) == [ANSWER]
+    for _ in range(2 * E.CALLS_AT_ONCE):
+        failed(stubber, 500)
+    assert predictor.predict([JPEG] * 2 * E.CALLS_AT_ONCE) == ["the endpoint answered 500: no"] * 2 * E.CALLS_AT_ONCE
+
+
 def test_a_body_past_a_serverless_endpoints_4_mb_is_that_images_refusal_and_a_name_never_is(stubbed):
     predictor, stubber, _ = stubbed
     large = JPEG + b"\0" * (E.SERVERLESS_BODY + 1)

@@ -29,7 +29,9 @@ folder or its model.tar.gz.
 (every argument is then an image or a folder of them): an InvokeEndpoint call an image, several at
 once, the same rows and lines out (sagemaker/endpoint_predictor.py). --target-model KEY: the model
 to ask on a multi-model endpoint (`keras-pipe deploy --multi-model`), its key under the endpoint's
-S3 prefix. An image the endpoint refuses is listed on stderr, with what it answered, and left out.
+S3 prefix. An image the endpoint refuses is listed on stderr, with what it answered, and left out;
+a call it cannot take yet (a model loading, throttling, its server at capacity) is tried again; a
+container failing on each of the first images, answering none, ends the run.
 """
 
 from __future__ import annotations

@@ -32,6 +32,10 @@ SERVERLESS_BODY = 4 * 1024 * 1024  # a serverless endpoint's: a body past it is 
 # fewer than CALLS_AT_ONCE). botocore's standard retries stop after 3 tries within a second and do not
 # retry a modelled 429: so many tries here, waiting twice as long each time (1 s first)
 TRY_AGAIN = ("ModelNotReadyException", "ThrottlingException", "ServiceUnavailable")
+# and the container's own 503 (a ModelError whose original status is 503): this project's server refuses
+# so, at once, what it could not answer in time (docs/image.md), with a Retry-After InvokeEndpoint does
+# not pass on; an image answered 503 is not the image's fault
+BUSY = 503
 TRIES = 6
 # SageMaker answers within 60 s, botocore's own read timeout: a little longer, so that its answer
 # (ModelNotReadyException, a slow model's 424) comes rather than botocore's timeout
@@ -53,6 +57,7 @@ class EndpointPredictor:
         except botocore.exceptions.BotoCoreError as err:  # (no region configured)
             raise UsageError(f"endpoint {shown(endpoint)}: {err}") from None
         self.labels: list[str] | None = None  # (the classes, from the first answer: each answer names them)
+        self.failing = 0  # images the container failed on (a 5xx) since the run began, before any answer
 
     def problem(self, data: bytes) -> str | None:
         """Why `data` is not an image to send (from its header; the endpoint checks its size in
@@ -68,7 +73,9 @@ class EndpointPredictor:
         5xx, as its message says). What is no one image's fault (no such endpoint, no access, no
         network) is a UsageError."""
         with ThreadPoolExecutor(min(CALLS_AT_ONCE, max(1, len(images)))) as calls:
-            answers = list(calls.map(lambda image: self._asked(image, top_k), images))
+            asked = list(calls.map(lambda image: self._asked(image, top_k), images))
+        answers = [answer for answer, _ in asked]
+        self._stop_if_failing([answer for answer, failed in asked if failed], len(answers))
         for answer in answers:
             if isinstance(answer, dict):
                 labels = [str(label) for label in answer["labels"]]
@@ -79,7 +86,25 @@ class EndpointPredictor:
                 self.labels = labels
         return answers
 
-    def _asked(self, image: bytes, top_k: int | None) -> dict | str:
+    def _stop_if_failing(self, failures: list[str], count: int) -> None:
+        """A UsageError once the container has failed (a 5xx) on each of the run's first
+        CALLS_AT_ONCE images or more, before answering any: a model that cannot answer at all (it
+        failed to load, it runs out of memory) would fail alike on every image, each one a call."""
+        if self.labels is not None:
+            return
+        if len(failures) < count:
+            self.failing = -1  # (an image answered or refused for itself: the container works)
+        elif self.failing >= 0:
+            self.failing += count
+        if self.failing >= CALLS_AT_ONCE:
+            raise UsageError(f"endpoint {shown(self.endpoint)}"
+                             f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}"
+                             f" failed on each of the first {self.failing} images, answering none: stopped before "
+                             f"sending the others ({failures[0]})")
+
+    def _asked(self, image: bytes, top_k: int | None) -> tuple[dict | str, bool]:
+        """(the prediction object, or why the endpoint refused the image; whether the container
+        failed on it: a 5xx)."""
         import botocore.exceptions
 
         request = {"EndpointName": self.endpoint, "Body": image, "ContentType": "application/x-image", "Accept": RICH}
@@ -92,12 +117,14 @@ class EndpointPredictor:
                 body = self.client.invoke_endpoint(**request)["Body"].read()
                 break
             except botocore.exceptions.ClientError as err:
-                refused = _refused_of(err.response, len(image))
-                if refused is not None:
-                    return refused
-                if err.response.get("Error", {}).get("Code") in TRY_AGAIN and attempt + 1 < TRIES:
+                status = _container_status(err.response)
+                if ((err.response.get("Error", {}).get("Code") in TRY_AGAIN or status == BUSY)
+                        and attempt + 1 < TRIES):
                     time.sleep(2 ** attempt)
                     continue
+                refused = _refused_of(err.response, len(image))
+                if refused is not None:
+                    return refused, status is not None and status >= 500
                 error = err.response.get("Error", {})
                 raise UsageError(f"endpoint {shown(self.endpoint)}"
                                  f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}: "
@@ -113,7 +140,19 @@ class EndpointPredictor:
             raise UsageError(f"endpoint {shown(self.endpoint)} answered {shown(body[:200].decode('utf-8', 'replace'))}"
                              f", not a prediction object of this project's: is it serving a keras-pipe model?"
                              ) from None
-        return answer
+        return answer, False
+
+
+def _container_status(response: dict) -> int | None:
+    """The status the container answered, where the error is its answer (a ModelError)."""
+    error = response.get("Error", {})
+    if error.get("Code") != "ModelError":
+        return None
+    status = response.get("OriginalStatusCode") or error.get("OriginalStatusCode")
+    try:
+        return int(status)
+    except (TypeError, ValueError):
+        return None
 
 
 def _refused_of(response: dict, size: int) -> str | None:
@@ -123,7 +162,7 @@ def _refused_of(response: dict, size: int) -> str | None:
     error = response.get("Error", {})
     code = error.get("Code")
     if code == "ModelError":
-        status = response.get("OriginalStatusCode") or error.get("OriginalStatusCode")
+        status = _container_status(response)
         message = response.get("OriginalMessage") or error.get("OriginalMessage") or error.get("Message") or ""
         return f"the endpoint answered {status or 'an error'}: {_said(message)}"
     status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
