@@ -264,8 +264,8 @@ def test_an_overconfident_job_is_calibrated_and_finds_the_labels_planted_wrong(j
     # each shown with the heatmaps of its likely class and of its label, from the 32-pixel pictures kept
     labels = re.search(r'<section id="labels">.*?</section>', page, re.S).group(0)
     assert labels.count('alt="heatmap of likely ') == labels.count('alt="heatmap of label ') == shown
-    assert labels.count("beside each: where the model found the evidence for the likely class, and for the label, by "
-                      "Grad-CAM on MobileNetV3Small/") == 2, labels[:3000]
+    assert labels.count("beside each: where the model found the evidence for the likely class, and for the label "
+                        "(red most, blue none), by Grad-CAM on MobileNetV3Small/") == 2, labels[:3000]
     opened = open_page(job.base / "output/data/report.html", tmp_path / "browser")
     assert opened.console == [] and opened.requests == [], (opened.console, opened.requests)
 

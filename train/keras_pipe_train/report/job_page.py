@@ -122,11 +122,7 @@ def _heatmaps_note(gallery: Gallery) -> str:
     """What the heatmaps beside each picture are, and how many have them."""
     if not gallery.explained:
         return pages.note(f"no heatmaps: {gallery.explained_by}") if gallery.explained_by else ""
-    which = "each" if gallery.explained == len(gallery.mistakes) else (
-        f"the first {gallery.explained} (the rest past their time budget)")
-    return pages.note(
-        f"beside {which}: where the model found the evidence for the class it predicted, and for the label "
-        f"(red most, blue none), by {gallery.explained_by}")
+    return pages.heatmaps_note(gallery.explained, len(gallery.mistakes), "the class it predicted", gallery.explained_by)
 
 
 def _tile(mistake: Mistake, classes: tuple[str, ...], multi: bool) -> str:

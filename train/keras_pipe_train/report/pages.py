@@ -127,6 +127,14 @@ def note(text: str) -> str:
     return f'<p class="note">{escape(text)}</p>'
 
 
+def heatmaps_note(drawn: int, shown: int, evidence_for: str, by: str) -> str:
+    """What the heatmaps beside a gallery's `shown` pictures are, when `drawn` of them (the first) have
+    them: for the worst mistakes (evidence for the class predicted) and the suspects (the likely class)."""
+    which = "each" if drawn == shown else f"the first {drawn} (the rest past their time budget)"
+    return note(f"beside {which}: where the model found the evidence for {evidence_for}, and for the label "
+                f"(red most, blue none), by {by}")
+
+
 def page(title: str, subtitle: str, sections: Iterable[str]) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'

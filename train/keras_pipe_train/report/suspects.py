@@ -169,10 +169,8 @@ def section(checked: Checked | str | None) -> str:
                         for position in range(min(MAX_SHOWN, len(found))))
         drawn = sum(1 for heatmaps in checked.heatmaps.get(name, ())[:MAX_SHOWN] if heatmaps)
         if tiles and drawn:
-            which = ("each" if drawn == min(MAX_SHOWN, len(found))
-                     else f"the first {drawn} (the rest past their time budget)")
-            parts.append(pages.note(f"beside {which}: where the model found the evidence for the likely class, and for "
-                                    f"the label, by {checked.explained_by}"))
+            parts.append(pages.heatmaps_note(drawn, min(MAX_SHOWN, len(found)), "the likely class",
+                                             checked.explained_by))
         if tiles:
             parts.append(f'<div class="gallery">{tiles}</div>')
     if checked.unchecked:
