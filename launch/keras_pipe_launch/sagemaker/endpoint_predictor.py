@@ -71,25 +71,36 @@ class EndpointPredictor:
     def predict(self, images: list[bytes], top_k: int | None = None) -> list[dict | str]:
         """Each image's prediction object, or why the endpoint refused it (the container's 4xx or
         5xx, as its message says). What is no one image's fault (no such endpoint, no access, no
-        network) is a UsageError."""
-        with ThreadPoolExecutor(min(CALLS_AT_ONCE, max(1, len(images)))) as calls:
-            asked = list(calls.map(lambda image: self._asked(image, top_k), images))
-        answers = [answer for answer, _ in asked]
-        self._stop_if_failing([answer for answer, failed in asked if failed], len(answers))
-        for answer in answers:
-            if isinstance(answer, dict):
-                labels = [str(label) for label in answer["labels"]]
-                if self.labels is not None and labels != self.labels:  # (the endpoint updated to another model)
-                    raise UsageError(f"endpoint {shown(self.endpoint)} answered with other classes than before "
-                                     f"({len(labels)}, not {len(self.labels)} or not in their order): was it "
-                                     "updated to another model meanwhile?")
-                self.labels = labels
+        network) is a UsageError. Until the container has answered an image, CALLS_AT_ONCE are sent
+        at a time, so that one failing on each stops the run after as many (_stop_if_failing)."""
+        answers: list[dict | str] = []
+        while len(answers) < len(images):
+            # (up to the run's CALLS_AT_ONCE-th image, while it may be failing on each)
+            size = CALLS_AT_ONCE - self.failing if self.labels is None and self.failing >= 0 else len(images)
+            chunk = images[len(answers):len(answers) + size]
+            with ThreadPoolExecutor(min(CALLS_AT_ONCE, len(chunk))) as calls:
+                asked = list(calls.map(lambda image: self._asked(image, top_k), chunk))
+            self._stop_if_failing([answer for answer, failed in asked if failed], len(asked))
+            answers += [answer for answer, _ in asked]
+            self._same_labels([answer for answer, _ in asked if isinstance(answer, dict)])
         return answers
 
+    def _same_labels(self, answered: list[dict]) -> None:
+        """The classes the answers name, kept from the first: another set midway is a UsageError."""
+        for answer in answered:
+            labels = [str(label) for label in answer["labels"]]
+            if self.labels is not None and labels != self.labels:  # (the endpoint updated to another model)
+                raise UsageError(f"endpoint {shown(self.endpoint)} answered with other classes than before "
+                                 f"({len(labels)}, not {len(self.labels)} or not in their order): was it "
+                                 "updated to another model meanwhile?")
+            self.labels = labels
+
     def _stop_if_failing(self, failures: list[str], count: int) -> None:
-        """A UsageError once the container has failed (a 5xx) on each of the run's first
-        CALLS_AT_ONCE images or more, before answering any: a model that cannot answer at all (it
-        failed to load, it runs out of memory) would fail alike on every image, each one a call."""
+        """A UsageError once the container has failed (a 5xx, or a 503 past every try) on each of the
+        run's first CALLS_AT_ONCE images, before answering any: a model that cannot answer at all
+        (it failed to load, it runs out of memory) would fail alike on every image, each one a call.
+        An image refused for itself (a 4xx) says the container works: the run then goes on whatever
+        it answers."""
         if self.labels is not None:
             return
         if len(failures) < count:
@@ -99,8 +110,8 @@ class EndpointPredictor:
         if self.failing >= CALLS_AT_ONCE:
             raise UsageError(f"endpoint {shown(self.endpoint)}"
                              f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}"
-                             f" failed on each of the first {self.failing} images, answering none: stopped before "
-                             f"sending the others ({failures[0]})")
+                             f" answered none of the first {self.failing} images, each a server error (5xx): "
+                             f"stopped before sending the others ({failures[0]})")
 
     def _asked(self, image: bytes, top_k: int | None) -> tuple[dict | str, bool]:
         """(the prediction object, or why the endpoint refused the image; whether the container
