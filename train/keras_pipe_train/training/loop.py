@@ -129,10 +129,11 @@ class Trainer:
     def _single_steps(self, train: bool, dataset, detailed: bool, forward):
         """calls() one step at a time on one device (the default strategy): each batch is taken from
         the dataset here and the traced function is the step alone. The steps' loop of _make_steps,
-        a while_loop around a cond, costs more to trace than the step it holds: 1.1 s more for
-        MobileNetV3-Small's training step on this machine's CPU (and again for each phase and each
-        evaluation), where every call still syncs on its outputs. Several replicas or workers keep
-        that loop: there, get_next_as_optional has them agree on the end of a pass."""
+        a while_loop around a cond, costs more to trace than the step it holds: MobileNetV3-Small's
+        first training call took 14 s of CPU with it, 8-9.6 s without, its first evaluation 2 s
+        against 1 (docs/speed.md; again for each phase), where every call still syncs on its
+        outputs. Several replicas or workers keep that loop: there, get_next_as_optional has them
+        agree on the end of a pass."""
         function = None
         for batch in dataset:
             if function is None:  # (the batch's size left open: a pass's last, smaller batch reuses it)
