@@ -118,11 +118,15 @@ class Trainer:
         one per element spec: batches of any size, including a pass's last, smaller one, and
         every epoch's new iterator then reuse the same graph. `detailed`: the task's detail counts
         too (a confusion matrix: for the final evaluation)."""
-        spec, mode = dataset.element_spec, (train, detailed, forward)
+        return self._traced((train, detailed, forward), dataset.element_spec,
+                            lambda: tf.function(self._make_steps(self._make_step(train, detailed, forward), detailed)))
+
+    def _traced(self, mode: tuple, spec, trace):
+        """The function traced for `mode` and `spec` this phase, made by trace() the first time."""
         for known_mode, known_spec, function in self._functions:  # (specs need not be hashable)
             if known_mode == mode and known_spec == spec:
                 return function
-        function = tf.function(self._make_steps(self._make_step(train, detailed, forward), detailed))
+        function = trace()
         self._functions.append((mode, spec, function))
         return function
 
@@ -146,13 +150,8 @@ class Trainer:
 
     def _step_function(self, train: bool, signature, detailed: bool, forward):
         """The traced single step for batches of `signature`, traced once per mode and signature."""
-        mode = ("one", train, detailed, forward)
-        for known_mode, known_spec, function in self._functions:
-            if known_mode == mode and known_spec == signature:
-                return function
-        function = tf.function(self._make_step(train, detailed, forward), input_signature=signature)
-        self._functions.append((mode, signature, function))
-        return function
+        return self._traced(("one", train, detailed, forward), signature,
+                            lambda: tf.function(self._make_step(train, detailed, forward), input_signature=signature))
 
     def _make_steps(self, step, detailed: bool = False):
         """Up to `count` steps in one call, their sums kept on the device: the host reads one small
