@@ -88,6 +88,23 @@ def test_a_container_failing_on_each_of_the_first_images_ends_the_run_and_one_re
         predictor.predict([JPEG] * 32)  # (a batch of cli/predict.py's: the rest never sent)
 
 
+def test_images_refused_for_themselves_first_do_not_keep_a_failing_model_asked_about_every_other_image(stubbed):
+    """A 4xx (the server's decoder refusing an image) shows the container's front works, not its
+    model: those images neither count nor stop the count, and 5xx on CALLS_AT_ONCE images before
+    any answer end the run, however many 4xx came between."""
+    predictor, stubber, _ = stubbed
+    refused = 3
+    for status in [400] * refused + [500] * (E.CALLS_AT_ONCE - refused):  # (the first 8 at once: in any order)
+        failed(stubber, status, '{"error": "the model did not load"}' if status == 500 else '{"error": "not an image"}')
+    for _ in range(refused):  # (then as many as the count lacks)
+        failed(stubber, 500, '{"error": "the model did not load"}')
+    with pytest.raises(UsageError, match=rf"endpoint digits answered none of the first {E.CALLS_AT_ONCE + refused} "
+                                         rf"images, {E.CALLS_AT_ONCE} of them a server error \(5xx\), the others "
+                                         r"refused \(4xx\): stopped before sending the others \(the endpoint "
+                                         r"answered 500: the model did not load\)"):
+        predictor.predict([JPEG] * 32)
+
+
 def test_a_container_that_answered_once_is_never_stopped_for_its_failures(stubbed):
     predictor, stubber, _ = stubbed
     answered(stubber)

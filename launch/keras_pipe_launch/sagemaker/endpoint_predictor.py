@@ -58,6 +58,7 @@ class EndpointPredictor:
             raise UsageError(f"endpoint {shown(endpoint)}: {err}") from None
         self.labels: list[str] | None = None  # (the classes, from the first answer: each answer names them)
         self.failing = 0  # images the container failed on (a 5xx) since the run began, before any answer
+        self.sent = 0  # images sent before any answer
 
     def problem(self, data: bytes) -> str | None:
         """Why `data` is not an image to send (from its header; the endpoint checks its size in
@@ -76,11 +77,12 @@ class EndpointPredictor:
         answers: list[dict | str] = []
         while len(answers) < len(images):
             # (up to the run's CALLS_AT_ONCE-th image, while it may be failing on each)
-            size = CALLS_AT_ONCE - self.failing if self.labels is None and self.failing >= 0 else len(images)
+            size = CALLS_AT_ONCE - self.failing if self.labels is None else len(images)
             chunk = images[len(answers):len(answers) + size]
             with ThreadPoolExecutor(min(CALLS_AT_ONCE, len(chunk))) as calls:
                 asked = list(calls.map(lambda image: self._asked(image, top_k), chunk))
-            self._stop_if_failing([answer for answer, failed in asked if failed], len(asked))
+            self._stop_if_failing([answer for answer, failed in asked if failed], len(asked),
+                                  any(isinstance(answer, dict) for answer, _ in asked))
             answers += [answer for answer, _ in asked]
             self._same_labels([answer for answer, _ in asked if isinstance(answer, dict)])
         return answers
@@ -95,22 +97,22 @@ class EndpointPredictor:
                                  "updated to another model meanwhile?")
             self.labels = labels
 
-    def _stop_if_failing(self, failures: list[str], count: int) -> None:
-        """A UsageError once the container has failed (a 5xx, or a 503 past every try) on each of the
-        run's first CALLS_AT_ONCE images, before answering any: a model that cannot answer at all
+    def _stop_if_failing(self, failures: list[str], count: int, answered: bool) -> None:
+        """A UsageError once the container has failed (a 5xx, or a 503 past every try) on
+        CALLS_AT_ONCE of the run's images before answering any: a model that cannot answer at all
         (it failed to load, it runs out of memory) would fail alike on every image, each one a call.
-        An image refused for itself (a 4xx) says the container works: the run then goes on whatever
-        it answers."""
-        if self.labels is not None:
+        An image refused for itself (a 4xx: the server's decoder) neither counts nor stops the
+        count: it shows the container's front works, not its model, so a few undecodable images
+        first do not keep a broken model asked about every other image. One answer ends the count."""
+        if self.labels is not None or answered:
             return
-        if len(failures) < count:
-            self.failing = -1  # (an image answered or refused for itself: the container works)
-        elif self.failing >= 0:
-            self.failing += count
+        self.failing, self.sent = self.failing + len(failures), self.sent + count
         if self.failing >= CALLS_AT_ONCE:
+            how = ("each a server error (5xx)" if self.failing == self.sent else
+                   f"{self.failing} of them a server error (5xx), the others refused (4xx)")
             raise UsageError(f"endpoint {shown(self.endpoint)}"
                              f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}"
-                             f" answered none of the first {self.failing} images, each a server error (5xx): "
+                             f" answered none of the first {self.sent} images, {how}: "
                              f"stopped before sending the others ({failures[0]})")
 
     def _asked(self, image: bytes, top_k: int | None) -> tuple[dict | str, bool]:
