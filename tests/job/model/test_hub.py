@@ -277,13 +277,39 @@ def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
         expected = vector @ np.asarray(head.kernel) + np.asarray(head.bias)
         np.testing.assert_allclose(np.asarray(logits_of(model)(images)), expected, rtol=1e-4, atol=1e-4)
         # and its heatmaps (model/explain.py), two classes of each picture: Integrated Gradients on a
-        # transformer's tokens, and on these tiny convolutional presets, whose maps at 32 pixels are
-        # under 4 cells a side past their stems
+        # transformer's tokens, and on the tiny MobileNet, whose maps at 32 pixels are under 4 cells a
+        # side past its stem; Grad-CAM on HGNetV2's last stage, 4 x 4
         explainer = explain.explainer(model)
-        assert explainer.method == "Integrated Gradients", (family, explainer)
+        assert explainer.method == ("Grad-CAM" if family == "hgnetv2" else "Integrated Gradients"), (family, explainer)
         np.testing.assert_allclose(np.asarray(explainer.logits(images)), expected, rtol=1e-4, atol=1e-4)
         heat = explainer.heatmaps(images, [0, 1, 2, 0], [0, 0, 1, 1])
         assert len(heat) == 4 and np.isfinite(heat).all() and heat.max() == 1.0, family
+
+
+def test_a_convolutional_preset_fixed_at_one_size_takes_another_and_its_stages_maps_are_explained_by_grad_cam(
+        tmp_path):
+    """HGNetV2's preset here fixes 32 px (its config's image_shape), as a preset built at one size
+    does: a convolutional backbone is built again at the job's size, its weights the same. Its
+    stages' maps come out of one layer (its encoder), which no cut splits: Grad-CAM is at its last
+    stage's map, the backbone's own output (8 x 8 at 64 px), and answers as the model does."""
+    from keras_pipe_train.model import explain, hub
+    from keras_pipe_train.model.classifier import build_classifier, logits_of
+
+    make_preset("hgnetv2", tmp_path / "hgnetv2")
+    at_32, _ = hub.build_backbone(str(tmp_path / "hgnetv2"), hub_presets.SIZE, "imagenet")
+    backbone, scaling = hub.build_backbone(str(tmp_path / "hgnetv2"), 64, "imagenet")
+    assert backbone.input_shape[1:3] == (64, 64) and at_32.input_shape[1:3] == (hub_presets.SIZE,) * 2
+    for ours, preset in zip(backbone.get_weights(), at_32.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, preset)
+    model = build_classifier(str(tmp_path / "hgnetv2"), backbone, 3, 0.0, scaling=scaling, image_size=64)
+    explainer = explain.explainer(model)
+    assert (explainer.method, explainer.where) == ("Grad-CAM", f"{backbone.name}/stage2 (8 x 8)"), explainer
+    images = np.random.default_rng(0).uniform(0, 255, (2, 64, 64, 3)).astype("float32")
+    np.testing.assert_allclose(np.asarray(explainer.logits(images)), np.asarray(logits_of(model)(images)),
+                               rtol=1e-4, atol=1e-4)
+    heat = explainer.heatmaps(images, [0, 1, 2, 0], [0, 0, 1, 1])
+    assert heat.shape == (4, 8, 8) and np.isfinite(heat).all() and heat.max() == 1.0
+    assert len({row.tobytes() for row in heat}) > 1  # (the heatmaps of other pictures or classes differ)
 
 
 def test_under_mixed_precision_a_preset_computes_in_float16_and_its_weights_stay_float32(tmp_path):

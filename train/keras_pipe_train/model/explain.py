@@ -115,16 +115,22 @@ def _integrated_gradients(model: keras.Model, head) -> Explainer:
 
 def _grad_cam(model: keras.Model, backbone: keras.Model, found, head) -> Explainer:
     """The model's layers called in turn, cut at the backbone's map (build_classifier's model is a
-    chain: an optional scaling, the backbone, the pooling, the dropout, the head)."""
+    chain: an optional scaling, the backbone, the pooling, the dropout, the head); `found` the
+    backbone itself: at its last stage's map, its output (_map_layer)."""
     layers = model.layers[1:]
     position = layers.index(backbone)
-    if isinstance(backbone, keras.Sequential):  # (a chain itself: its graph is rebuilt at each build)
+    output = _last_map(backbone.output, backbone)
+    if found is backbone:
+        below, above = lambda x, training=False: _last_map(backbone(x, training=training), backbone), _chain([])
+        where, side = (getattr(backbone, "stage_names", None) or list(backbone.output))[-1], output.shape[1:3]
+    elif isinstance(backbone, keras.Sequential):  # (a chain itself: its graph is rebuilt at each build)
         cut = backbone.layers.index(found) + 1
         below, above = _chain(backbone.layers[:cut]), _chain(backbone.layers[cut:])
+        where, side = found.name, found.output.shape[1:3]
     else:  # (a cut: _map_layer made sure everything the output says comes through the map)
-        output = _last_map(backbone.output, backbone)
         below = keras.Model(backbone.input, found.output)
         above = _chain([]) if found.output is output else keras.Model(found.output, output)
+        where, side = found.name, found.output.shape[1:3]
 
     def to_map(images):
         x = _chain(layers[:position])(images)
@@ -134,8 +140,7 @@ def _grad_cam(model: keras.Model, backbone: keras.Model, found, head) -> Explain
         x = _last_map(above(feature_map, training=False), backbone)
         return _logits(_chain(layers[position + 1:-1])(x), head)
 
-    side = found.output.shape[1:3]
-    return Explainer("Grad-CAM", to_map, to_logits, f"{backbone.name}/{found.name} ({side[0]} x {side[1]})")
+    return Explainer("Grad-CAM", to_map, to_logits, f"{backbone.name}/{where} ({side[0]} x {side[1]})")
 
 
 def _last_map(output, backbone):
@@ -182,6 +187,10 @@ def _map_layer(backbone: keras.Model):
     output = _last_map(backbone.output, backbone)
     if len(output.shape) != 4:
         return None
+    if isinstance(backbone.output, dict) and min(output.shape[1] or 0, output.shape[2] or 0) >= MIN_SIDE:
+        # (its stages' maps come out of one layer, HGNetV2's encoder, which no cut can split: the last
+        # stage's map is the backbone's own output, the deepest map there is)
+        return backbone
     layers = backbone.layers
     first = next((i for i, layer in enumerate(layers) if layer.weights), len(layers))
     for position in range(len(layers) - 1, first, -1):  # (at or before the first weights: the picture, the stem)

@@ -201,27 +201,32 @@ def _vision(backbone: keras.Model) -> keras.Model:
 
 
 def _sized_from_its_config(source: str, image_size: int) -> dict:
-    """For a DINOv2 or DINOv3 preset in a folder (the channel's, a baked one), its image size set from
-    its config.json before it loads, so that it loads once: their presets are 518 or 224 px, and a
-    job's size other than that would otherwise load it twice (_overrides)."""
+    """For a preset in a folder (the channel's, a baked one) that fixes an image size it can change
+    (_resizable: DINOv2's 518 px, DINOv3's 224, a convolutional one's), its image size set from its
+    config.json before it loads, so that it loads once, not twice (_overrides)."""
     try:
         saved = json.loads((Path(source) / PRESET_FILES[0]).read_text())
         shape = saved["config"]["image_shape"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     resizable = _resizable(saved.get("class_name", ""), saved["config"])
-    return {"image_shape": (image_size, image_size, 3)} if resizable and shape[0] != image_size else {}
+    return {"image_shape": (image_size, image_size, 3)} if resizable and shape[0] not in (None, image_size) else {}
 
 
 def _resizable(class_name: str, config: dict) -> bool:
-    """Whether a transformer takes images of other sizes than its preset's: DINOv2 interpolates its
-    position embeddings (position_embedding_shape), DINOv3's are rotary (RoPE): any multiple of its patch."""
-    return "position_embedding_shape" in config or class_name.startswith("DINOV3")
+    """Whether a backbone takes images of other sizes than its preset's: a convolutional one (no
+    patches: its weights are its kernels', whatever the picture's size; a preset may still fix its
+    image_shape, as HGNetV2's built at one size does); of the transformers, DINOv2, which
+    interpolates its position embeddings (position_embedding_shape), and DINOv3, whose are rotary
+    (RoPE): any multiple of its patch."""
+    return ("position_embedding_shape" in config or class_name.startswith("DINOV3")
+            or "patch_size" not in json.dumps(config, default=str))  # (nested: SigLIP's vision tower)
 
 
 def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
     """What the preset's config must say otherwise for this job: its image size. Convolutional
-    backbones take any; a transformer's position embeddings are for its preset's grid: DINOv2
+    backbones take any (built again at it where the preset fixed one); a transformer's position
+    embeddings are for its preset's grid: DINOv2
     interpolates them and DINOv3's are rotary (each built at the job's size), the others take
     their preset's size only."""
     shape = _image_shape(backbone)
