@@ -83,7 +83,7 @@ def test_a_container_failing_on_each_of_the_first_images_ends_the_run_and_one_re
     for _ in range(E.CALLS_AT_ONCE - half):
         failed(stubber, 500, '{"error": "out of memory"}')
     with pytest.raises(UsageError, match=rf"endpoint digits answered none of the first {E.CALLS_AT_ONCE} images, "
-                                         r"each a server error \(5xx\): stopped before sending the others \(the "
+                                         r"each a server error \(5xx, or no answer in time\): stopped before sending the others \(the "
                                          r"endpoint answered 500: out of memory\)"):
         predictor.predict([JPEG] * 32)  # (a batch of cli/predict.py's: the rest never sent)
 
@@ -99,9 +99,22 @@ def test_images_refused_for_themselves_first_do_not_keep_a_failing_model_asked_a
     for _ in range(refused):  # (then as many as the count lacks)
         failed(stubber, 500, '{"error": "the model did not load"}')
     with pytest.raises(UsageError, match=rf"endpoint digits answered none of the first {E.CALLS_AT_ONCE + refused} "
-                                         rf"images, {E.CALLS_AT_ONCE} of them a server error \(5xx\), the others "
+                                         rf"images, {E.CALLS_AT_ONCE} of them a server error \(5xx, or no answer in time\), the others "
                                          r"refused \(4xx\): stopped before sending the others \(the endpoint "
                                          r"answered 500: the model did not load\)"):
+        predictor.predict([JPEG] * 32)
+
+
+def test_a_container_that_times_out_on_each_image_ends_the_run(stubbed):
+    """SageMaker reports a container that did not answer within its 60 s as a ModelError of status 0
+    ("Received server error (0) from primary with message ... invocation timed out"): the container's
+    failure, not the image's refusal."""
+    predictor, stubber, _ = stubbed
+    for _ in range(E.CALLS_AT_ONCE):
+        failed(stubber, 0, "Your invocation timed out while waiting for a response from container primary.")
+    with pytest.raises(UsageError, match=rf"answered none of the first {E.CALLS_AT_ONCE} images, each a server error "
+                                         r"\(5xx, or no answer in time\): stopped before sending the others \(the "
+                                         r"endpoint answered an error: Your invocation timed out"):
         predictor.predict([JPEG] * 32)
 
 

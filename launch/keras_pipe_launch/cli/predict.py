@@ -31,7 +31,7 @@ once, the same rows and lines out (sagemaker/endpoint_predictor.py). --target-mo
 to ask on a multi-model endpoint (`keras-pipe deploy --multi-model`), its key under the endpoint's
 S3 prefix. An image the endpoint refuses is listed on stderr, with what it answered, and left out;
 a call it cannot take yet (a model loading, throttling, its server at capacity) is tried again; a
-container failing (a 5xx) on eight images before it answers any ends the run.
+container failing (a 5xx, or a timeout) on eight images before it answers any ends the run.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ class EndpointPredictor:
             self.labels = labels
 
     def _stop_if_failing(self, failures: list[str], count: int, answered: bool) -> None:
-        """A UsageError once the container has failed (a 5xx, or a 503 past every try) on
+        """A UsageError once the container has failed (a 5xx, a 503 past every try, a timeout) on
         CALLS_AT_ONCE of the run's images before answering any: a model that cannot answer at all
         (it failed to load, it runs out of memory) would fail alike on every image, each one a call.
         An image refused for itself (a 4xx: the server's decoder) neither counts nor stops the
@@ -108,8 +108,8 @@ class EndpointPredictor:
             return
         self.failing, self.sent = self.failing + len(failures), self.sent + count
         if self.failing >= CALLS_AT_ONCE:
-            how = ("each a server error (5xx)" if self.failing == self.sent else
-                   f"{self.failing} of them a server error (5xx), the others refused (4xx)")
+            how = ("each a server error (5xx, or no answer in time)" if self.failing == self.sent else
+                   f"{self.failing} of them a server error (5xx, or no answer in time), the others refused (4xx)")
             raise UsageError(f"endpoint {shown(self.endpoint)}"
                              f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}"
                              f" answered none of the first {self.sent} images, {how}: "
@@ -137,7 +137,7 @@ class EndpointPredictor:
                     continue
                 refused = _refused_of(err.response, len(image))
                 if refused is not None:
-                    return refused, status is not None and status >= 500
+                    return refused, _container_failed(err.response, status)
                 error = err.response.get("Error", {})
                 raise UsageError(f"endpoint {shown(self.endpoint)}"
                                  f"{f' (target model {shown(self.target_model)})' if self.target_model else ''}: "
@@ -161,11 +161,21 @@ def _container_status(response: dict) -> int | None:
     error = response.get("Error", {})
     if error.get("Code") != "ModelError":
         return None
-    status = response.get("OriginalStatusCode") or error.get("OriginalStatusCode")
+    status = response.get("OriginalStatusCode")
+    status = error.get("OriginalStatusCode") if status is None else status
     try:
         return int(status)
     except (TypeError, ValueError):
         return None
+
+
+def _container_failed(response: dict, status: int | None) -> bool:
+    """Whether the container failed on the image (a ModelError not a 4xx): a 5xx, and a call it did
+    not answer in time, which SageMaker reports as status 0 ("Received server error (0) ...
+    invocation timed out"), or with none. A 4xx is the image's own refusal."""
+    if response.get("Error", {}).get("Code") != "ModelError":
+        return False
+    return status is None or not 400 <= status < 500
 
 
 def _refused_of(response: dict, size: int) -> str | None:

@@ -124,6 +124,7 @@ def build_backbone(name: str, image_size: int, weights: str | None,
     overrides = _overrides(backbone, name, image_size)
     if overrides:  # (built again as asked: the preset's config, these values in place of its own)
         backbone = _vision(_loaded(keras_hub, source, name, load_weights, **overrides))
+    backbone = _sized(backbone, name, image_size)
     if from_file:
         load_backbone_weights(backbone, Path(weights), name)
     return backbone, _scaling(keras_hub, source, name)
@@ -201,16 +202,22 @@ def _vision(backbone: keras.Model) -> keras.Model:
 
 
 def _sized_from_its_config(source: str, image_size: int) -> dict:
-    """For a preset in a folder (the channel's, a baked one) that fixes an image size it can change
-    (_resizable: DINOv2's 518 px, DINOv3's 224, a convolutional one's), its image size set from its
-    config.json before it loads, so that it loads once, not twice (_overrides)."""
+    """For a preset in a folder (the channel's, a baked one) whose image size can be the job's
+    (_resizable: DINOv2's 518 px, DINOv3's 224, a convolutional one's, fixed or none), its image
+    size set from its config.json before it loads, so that it loads once, not twice (_overrides)."""
     try:
         saved = json.loads((Path(source) / PRESET_FILES[0]).read_text())
-        shape = saved["config"]["image_shape"]
+        key = _shape_key(saved["config"])
+        shape = saved["config"][key]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     resizable = _resizable(saved.get("class_name", ""), saved["config"])
-    return {"image_shape": (image_size, image_size, 3)} if resizable and shape[0] not in (None, image_size) else {}
+    return {key: (image_size, image_size, 3)} if resizable and shape[0] != image_size else {}
+
+
+def _shape_key(config: dict) -> str:
+    """The config's name for the backbone's input shape: image_shape, or EfficientNet's input_shape."""
+    return "input_shape" if "input_shape" in config and "image_shape" not in config else "image_shape"
 
 
 def _resizable(class_name: str, config: dict) -> bool:
@@ -225,17 +232,30 @@ def _resizable(class_name: str, config: dict) -> bool:
 
 def _overrides(backbone: keras.Model, name: str, image_size: int) -> dict:
     """What the preset's config must say otherwise for this job: its image size. Convolutional
-    backbones take any (built again at it where the preset fixed one); a transformer's position
-    embeddings are for its preset's grid: DINOv2
-    interpolates them and DINOv3's are rotary (each built at the job's size), the others take
-    their preset's size only."""
+    backbones take any, and are built at the job's, whether the preset fixed another or none: a
+    backbone whose maps have a known size is one Grad-CAM can read (model/explain.py: Integrated
+    Gradients instead costs 33 passes an image and a class); a transformer's position embeddings
+    are for its preset's grid: DINOv2 interpolates them and DINOv3's are rotary (each built at the
+    job's size), the others take their preset's size only."""
     shape = _image_shape(backbone)
-    if shape[0] in (None, image_size):
+    resizable = _resizable(type(backbone).__name__, backbone.get_config())
+    if shape[0] == image_size or (shape[0] is None and not resizable):
         return {}
-    if not _resizable(type(backbone).__name__, backbone.get_config()):
+    if not resizable:
         raise UserError(f"backbone {name} takes {shape[0]} x {shape[1]} images only (its position embeddings are "
                         f"for that grid of patches): set hyperparameter image_size={shape[0]}; got {image_size}")
-    return {"image_shape": (image_size, image_size, 3)}
+    return {_shape_key(backbone.get_config()): (image_size, image_size, 3)}
+
+
+def _sized(backbone: keras.Model, name: str, image_size: int) -> keras.Model:
+    """`backbone`, built again at `image_size`, as asked: a size it kept otherwise (a config that
+    names its input's shape in a way the rebuild did not reach: Keras drops an argument a model
+    does not know, silently) is a UserError, not a model of another size."""
+    shape = _image_shape(backbone)
+    if shape[0] not in (None, image_size):
+        raise UserError(f"backbone {name} was built again at {image_size} x {image_size} pixels (hyperparameter "
+                        f"image_size) and still takes {shape[0]} x {shape[1]} images: set image_size={shape[0]}")
+    return backbone
 
 
 def _image_shape(backbone: keras.Model) -> tuple:
@@ -340,9 +360,10 @@ def rebuilt(model: keras.Model, image_size: int) -> tuple[keras.Model, tuple[tup
     config (no preset needed: its weights are copied in after, incremental.continue_from), and the
     scaling that model holds."""
     previous = next(layer for layer in model.layers if isinstance(layer, keras.Model))
-    overrides = _overrides(previous, f"{previous.name} (the previous model's, in channel 'model')", image_size)
-    backbone = type(previous).from_config({**previous.get_config(), "dtype": keras.config.dtype_policy().name,
-                                           **overrides})
+    name = f"{previous.name} (the previous model's, in channel 'model')"
+    overrides = _overrides(previous, name, image_size)
+    backbone = _sized(type(previous).from_config({**previous.get_config(), "dtype": keras.config.dtype_policy().name,
+                                                  **overrides}), name, image_size)
     kernel, offset = model.get_layer(SCALING_LAYER).get_weights()
     return backbone, (tuple(float(v) for v in np.diag(kernel[0, 0])), tuple(float(v) for v in offset))
 
