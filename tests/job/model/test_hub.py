@@ -280,9 +280,9 @@ def test_each_kind_of_features_is_pooled_as_keras_hubs_classifiers_do(tmp_path):
         # transformer's tokens; Grad-CAM on the convolutional presets, built at the job's size whatever
         # theirs (the MobileNet's none): a 4 x 4 map of the MobileNet, HGNetV2's last stage, 4 x 4
         explainer = explain.explainer(model)
-        cam = {"mobilenet_v3": "mobile_net_backbone/block_1_0 (4 x 4)", "hgnetv2": "hg_net_v2_backbone/stage2 (4 x 4)"}
-        assert (explainer.method, explainer.where) == (("Grad-CAM", cam[family]) if family in cam else (
-            "Integrated Gradients", "the pixels")), (family, explainer)
+        cam = {"mobilenet_v3": "block_1_0 (4 x 4)", "hgnetv2": "stage2 (4 x 4)"}  # (after the backbone's name)
+        assert (explainer.method, explainer.where) == (("Grad-CAM", f"{backbone.name}/{cam[family]}") if family in cam
+                                                       else ("Integrated Gradients", "the pixels")), (family, explainer)
         np.testing.assert_allclose(np.asarray(explainer.logits(images)), expected, rtol=1e-4, atol=1e-4)
         heat = explainer.heatmaps(images, [0, 1, 2, 0], [0, 0, 1, 1])
         assert len(heat) == 4 and np.isfinite(heat).all() and heat.max() == 1.0, family
