@@ -122,7 +122,7 @@ def _grad_cam(model: keras.Model, backbone: keras.Model, found, head) -> Explain
     output = _last_map(backbone.output, backbone)
     if found is backbone:
         below, above = lambda x, training=False: _last_map(backbone(x, training=training), backbone), _chain([])
-        where, side = (getattr(backbone, "stage_names", None) or list(backbone.output))[-1], output.shape[1:3]
+        where, side = _last_stage(backbone.output, backbone), output.shape[1:3]
     elif isinstance(backbone, keras.Sequential):  # (a chain itself: its graph is rebuilt at each build)
         cut = backbone.layers.index(found) + 1
         below, above = _chain(backbone.layers[:cut]), _chain(backbone.layers[cut:])
@@ -147,8 +147,13 @@ def _last_map(output, backbone):
     """A backbone's output; a keras-hub backbone's that gives each stage's map (HGNetV2): the last
     stage's, as hub.call reads it."""
     if isinstance(output, dict):
-        return output[(getattr(backbone, "stage_names", None) or list(output))[-1]]
+        return output[_last_stage(output, backbone)]
     return output
+
+
+def _last_stage(output: dict, backbone) -> str:
+    """The name of the last stage's map in a backbone's dict of them (hub.call reads the same)."""
+    return (getattr(backbone, "stage_names", None) or list(output))[-1]
 
 
 def _chain(layers):
