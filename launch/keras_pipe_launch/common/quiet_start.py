@@ -21,11 +21,11 @@ wrote it (`keras-pipe local` relays it the same way).
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.util
 import os
 import subprocess
 import sys
+
+from keras_pipe_train.settings.first_import import around_first_import
 
 # The notices dropped: absl's note on logging before its initialisation, any INFO line
 # (I<MMDD> <time> <thread> <file>:<line>] ...: oneDNN, the CPU instruction sets; before absl is
@@ -108,34 +108,8 @@ def notices_dropped(stream_fd: int = 2):
 _still_relaying: list[subprocess.Popen] = []
 
 
-class _QuietImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds `tensorflow` (once) as the other finders do, and runs its import within notices_dropped."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
-            return None
-        sys.meta_path.remove(self)  # (the search below, and any later import, as usual)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        self.loader = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        # (the module's loader is TensorFlow's own again before its code runs: importlib.resources
-        # and the like find it there)
-        module.__loader__ = module.__spec__.loader = self.loader
-        with notices_dropped():
-            self.loader.exec_module(module)
-
-
 def quiet_tensorflow_start() -> None:
     """From now on, TensorFlow's first import in this process drops its start-up notices (unless
     the user asked for them, or it is imported already)."""
-    if "tensorflow" in sys.modules or asked_for() or any(isinstance(f, _QuietImport) for f in sys.meta_path):
-        return
-    sys.meta_path.insert(0, _QuietImport())
+    if not asked_for():
+        around_first_import("tensorflow", notices_dropped, key="keras-pipe: TensorFlow's notices dropped")
