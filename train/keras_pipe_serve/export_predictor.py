@@ -106,10 +106,11 @@ def prepared_by(tf, size: int, resize, interpolation: str, max_pixels: int):
     """encoded images -> the batch the exports take, prepared by the code the SavedModel's serving
     signature runs, traced once as that signature is (run eagerly, image by image, it prepared 60
     images a second where the signature answered 1,250: bench/onnx_runtime.py)."""
+    from keras_pipe_train.settings.tracing import traced
     from keras_pipe_train.sources import preprocess
 
-    return tf.function(lambda encoded: preprocess.served_batch(encoded, size, resize, interpolation, max_pixels),
-                       input_signature=[tf.TensorSpec([None], tf.string)])
+    return traced(lambda encoded: preprocess.served_batch(encoded, size, resize, interpolation, max_pixels),
+                  input_signature=[tf.TensorSpec([None], tf.string)])
 
 
 def onnx_export_of(model_dir: Path) -> Path:

@@ -30,6 +30,7 @@ from keras_pipe_train.settings.channels import TRAIN, VALIDATION
 from keras_pipe_train.settings.config import JobConfig
 from keras_pipe_train.settings.contract import ChannelConfig, Paths, is_hidden
 from keras_pipe_train.settings.errors import DataError, UserError
+from keras_pipe_train.settings.tracing import as_written, traced
 from keras_pipe_train.sources import auto_augment, class_folders, example, lst, manifest, mxnet_records, preprocess
 from keras_pipe_train.sources.class_folders import ClassFolderReader
 from keras_pipe_train.sources.recent_images import RecentImages
@@ -352,7 +353,7 @@ class EpochInput:
             # the pass (counted from the first, also when resuming after skipped ones)
             start = tf.constant([seed, context.input_pipeline_id], tf.int64)
             dataset = dataset.enumerate(start=first - again).map(
-                lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index)))
+                as_written(lambda index, batch: (batch, tf.random.experimental.stateless_fold_in(start, index))))
             policy = auto_augment.Policy(config.randaugment_ops, config.randaugment_magnitude)
             dataset = decoded(dataset, config, lambda x, s: preprocess.for_train(
                 x, size, augment, s, geometry, resize_to, interpolation, policy), seeded=True,
@@ -380,7 +381,7 @@ class EpochInput:
             images = preprocess.batch_of(prepare, encoded, size)
             return images, labels, tf.fingerprint(encoded), preprocess.thumbnails(images, side), sources
 
-        return batches.map(examined, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+        return batches.map(as_written(examined), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
     def nothing_read(self, epoch: int) -> DataError:
         """The error for a pass that gave no records at all: nothing to train or validate on."""
@@ -425,13 +426,14 @@ def decoded(batches: tf.data.Dataset, config: JobConfig, transform, seeded: bool
     size, parse = config.image_size, parser(config)
     if not seeded:
         transformed = _traced_batches(same_as, lambda images: preprocess.batch_of(transform, images, size))
-        dataset = batches.map(parse, num_parallel_calls=AUTOTUNE)
-        dataset = dataset.map(lambda images, labels: (transformed(images), labels), num_parallel_calls=AUTOTUNE)
+        dataset = batches.map(as_written(parse), num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(as_written(lambda images, labels: (transformed(images), labels)),
+                              num_parallel_calls=AUTOTUNE)
         return dataset.prefetch(AUTOTUNE)
     transformed = _traced_batches(same_as, lambda images, seed: preprocess.seeded_batch_of(transform, images, size,
                                                                                            seed))
-    dataset = batches.map(lambda batch, seed: (*parse(batch), seed), num_parallel_calls=AUTOTUNE)
-    dataset = dataset.map(lambda images, labels, seed: (transformed(images, seed), labels),
+    dataset = batches.map(as_written(lambda batch, seed: (*parse(batch), seed)), num_parallel_calls=AUTOTUNE)
+    dataset = dataset.map(as_written(lambda images, labels, seed: (transformed(images, seed), labels)),
                           num_parallel_calls=AUTOTUNE)
     return dataset.prefetch(AUTOTUNE)
 
@@ -449,7 +451,7 @@ def _traced_batches(same_as: tuple, transform):
     if not same_as:
         return transform
     if same_as not in _TRACED_BATCH_TRANSFORMS:
-        _TRACED_BATCH_TRANSFORMS[same_as] = tf.function(transform)
+        _TRACED_BATCH_TRANSFORMS[same_as] = traced(transform)
     return _TRACED_BATCH_TRANSFORMS[same_as]
 
 
@@ -483,4 +485,4 @@ class Audit:
             out.set_shape(batch.shape)
             return out
 
-        return dataset.enumerate(start=first_batch).map(logged)
+        return dataset.enumerate(start=first_batch).map(as_written(logged))

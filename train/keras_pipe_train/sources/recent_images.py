@@ -12,6 +12,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from keras_pipe_train.settings.tracing import as_written
+
 # The most host memory the kept images take: 1024 images at 224 px are 154 MB; at 600 px
 # (EfficientNetB7's size) 1024 would be 1.1 GB, so fewer are kept (248). (While the statistics are
 # recomputed, a copy of the images and a tensor of them take about twice that again.)
@@ -91,4 +93,4 @@ class RecentImages:
             with tf.control_dependencies([done]):
                 return tf.identity(images), labels
 
-        return dataset.map(keeping)
+        return dataset.map(as_written(keeping))

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from keras_pipe_train.settings.contract import ResourceConfig
 from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.settings.tracing import traced
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Cluster:
             return flag
         if self._any is None:
             strategy = self.strategy
-            self._any = tf.function(lambda value: strategy.reduce(
+            self._any = traced(lambda value: strategy.reduce(
                 "sum", strategy.run(lambda: tf.identity(value)), axis=None))
         return float(self._any(tf.constant(1.0 if flag else 0.0))) > 0
 
@@ -71,7 +72,7 @@ class Cluster:
             return [text]
         if self._gather is None:
             strategy = self.strategy
-            self._gather = tf.function(lambda value: strategy.gather(
+            self._gather = traced(lambda value: strategy.gather(
                 strategy.run(lambda: tf.identity(value)), axis=0), reduce_retracing=True)
         data = list(text.encode())
         # (each of a worker's replicas gives the same value: one row per replica, workers in order)

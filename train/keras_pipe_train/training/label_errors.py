@@ -51,11 +51,14 @@ far more than the 30 lines of numpy used here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 
 import numpy as np
 import tensorflow as tf
+
+from keras_pipe_train.settings.tracing import traced
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +253,7 @@ def _head_probabilities(train_x: np.ndarray, train_y: np.ndarray, test_x: np.nda
     return tf.nn.softmax(tf.matmul(test, state[1]) + state[2]).numpy()
 
 
-@tf.function(reduce_retracing=True)
+@functools.partial(traced, reduce_retracing=True)
 def _fit_head(x, y, state, last):
     """Adam (rate 0.01) on the mean cross-entropy plus HEAD_L2 x |kernel|^2, from `state` (step
     count, kernel, bias, moments) up to step `last`: the state then. Written out with tensors

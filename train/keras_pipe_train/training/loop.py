@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_pipe_train.settings.errors import UserError
+from keras_pipe_train.settings.tracing import traced
 from keras_pipe_train.training.distribute import Cluster
 from keras_pipe_train.training.recipe import LearningRate, Loss, l2_decayed
 from keras_pipe_train.training.traced import any_batch_signature
@@ -119,7 +120,9 @@ class Trainer:
         every epoch's new iterator then reuse the same graph. `detailed`: the task's detail counts
         too (a confusion matrix: for the final evaluation)."""
         return self._traced((train, detailed, forward), dataset.element_spec,
-                            lambda: tf.function(self._make_steps(self._make_step(train, detailed, forward), detailed)))
+                            # (AutoGraph: the steps' loop is Python's `for` and `if` over tensors)
+                            lambda: tf.function(self._make_steps(self._make_step(train, detailed, forward), detailed),
+                                                autograph=True))
 
     def _traced(self, mode: tuple, spec, trace):
         """The function traced for `mode` and `spec` this phase, made by trace() the first time."""
@@ -151,7 +154,7 @@ class Trainer:
     def _step_function(self, train: bool, signature, detailed: bool, forward):
         """The traced single step for batches of `signature`, traced once per mode and signature."""
         return self._traced(("one", train, detailed, forward), signature,
-                            lambda: tf.function(self._make_step(train, detailed, forward), input_signature=signature))
+                            lambda: traced(self._make_step(train, detailed, forward), input_signature=signature))
 
     def _make_steps(self, step, detailed: bool = False):
         """Up to `count` steps in one call, their sums kept on the device: the host reads one small

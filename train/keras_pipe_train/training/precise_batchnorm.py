@@ -29,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_pipe_train.settings.tracing import as_written, traced
 from keras_pipe_train.sources.recent_images import RecentImages
 from keras_pipe_train.training.checkpoints import random_states
 from keras_pipe_train.training.distribute import Cluster
@@ -76,7 +77,7 @@ class PreciseBatchNorm:
         used = images[len(images) - steps * batch * local:]
         dataset = self.cluster.strategy.distribute_datasets_from_function(
             lambda context: tf.data.Dataset.from_tensor_slices(used).batch(batch, drop_remainder=True).map(
-                lambda x: tf.cast(x, tf.float32)))
+                as_written(lambda x: tf.cast(x, tf.float32))))
         total = 0.0
         # (the steps are traced with momentum 0: see batch_statistics)
         with batch_statistics(self.layers), random_states_kept(self.model):
@@ -128,7 +129,7 @@ class PreciseBatchNorm:
             model(images, training=True)
             return tf.concat([tf.reshape(tf.cast(variable.value, tf.float32), [-1]) for variable in moving], 0)
 
-        function = tf.function(lambda images: strategy.reduce("mean", strategy.run(forward, args=(images,)), axis=None))
+        function = traced(lambda images: strategy.reduce("mean", strategy.run(forward, args=(images,)), axis=None))
         self._functions.append((spec, layers, function))
         return function
 

@@ -4,12 +4,15 @@ tf.function traces again for each new input shape, and `reduce_retracing=True` s
 (at the first batch, then with the shape relaxed at the first batch of another size: a pass's last,
 smaller batch, or a reservoir's share of one). A trace of a model's forward pass costs 0.5-1 s of CPU
 (MobileNetV3-Small, this project's CI machine) and a training step's 8-10 s, so these trace once,
-at the first batch, with its batch dimension left open.
+at the first batch, with its batch dimension left open; as written, without AutoGraph
+(settings/tracing.py).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+from keras_pipe_train.settings.tracing import traced
 
 
 def any_batch_signature(batch) -> list:
@@ -20,12 +23,12 @@ def any_batch_signature(batch) -> list:
 
 def for_any_batch(function):
     """`function` (a batch -> tensors), traced once at its first call for batches of any size."""
-    traced = None
+    once = None
 
     def call(batch):
-        nonlocal traced
-        if traced is None:
-            traced = tf.function(function, input_signature=any_batch_signature(batch))
-        return traced(batch)
+        nonlocal once
+        if once is None:
+            once = traced(function, input_signature=any_batch_signature(batch))
+        return once(batch)
 
     return call
