@@ -290,11 +290,12 @@ def test_secret_values_never_reach_the_engines_command_line_nor_what_is_printed(
 
 
 @pytest.mark.slow
-def test_a_pipe_mode_job_runs_end_to_end(digit_folders):
+def test_a_pipe_mode_job_runs_end_to_end(digit_folders, head_only_weights):
     """... and its MLflow tracking server is down: the job ends as it would without one, with a
     warning (the URI with credentials, as another client may set it: the job redacts them)."""
     port = free_port()  # (nothing listens there)
-    out = launch_local("--train", "train", "--validation", "validation", "--hp", "epochs=2", *QUICK,
+    out = launch_local("--train", "train", "--validation", "validation", "--hp", "epochs=2",
+                       *quick_head(digit_folders, head_only_weights),
                        "--job-dir", "job", "--env", f"MLFLOW_TRACKING_URI=http://user:pa55word@127.0.0.1:{port}",
                        "--env", "MLFLOW_HTTP_REQUEST_MAX_RETRIES=0", cwd=digit_folders)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -352,19 +353,19 @@ def interrupted_local_run(*args, when: str, cwd) -> tuple[int, str]:
 
 
 @pytest.mark.slow
-def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders):
-    code, output = interrupted_local_run("--train", "train", "--hp", "epochs=200", *QUICK, "--job-dir", "job",
+def test_ctrl_c_is_forwarded_to_the_job_as_sigterm(digit_folders, head_only_weights):
+    code, output = interrupted_local_run("--train", "train", "--hp", "epochs=200",
+                                         *quick_head(digit_folders, head_only_weights), "--job-dir", "job",
                                          when="metrics: epoch=1", cwd=digit_folders)
     assert "launch | stopping: SIGTERM sent to the job" in output
     assert code == 143, output[-2000:]  # the job ended by SIGTERM (128 + 15)
 
 
 @pytest.mark.slow
-def test_closing_the_terminal_stops_the_job_instead_of_orphaning_it(digit_folders):
-
+def test_closing_the_terminal_stops_the_job_instead_of_orphaning_it(digit_folders, head_only_weights):
     runner = subprocess.Popen([sys.executable, "-m", "keras_pipe_launch", "local", "--train", "train", "--hp", "epochs=200",
-                               *QUICK, "--job-dir", "job"], cwd=digit_folders, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                               *quick_head(digit_folders, head_only_weights), "--job-dir", "job"], cwd=digit_folders,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in runner.stdout:
         if "metrics: epoch=1" in line:
             break
