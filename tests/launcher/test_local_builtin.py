@@ -1,7 +1,8 @@
 """`keras-pipe local` runs a request for SageMaker's built-in MXNet image classifier as AWS's notebook
 sends it: the .lst notebook's four channels (Image-classification-lst-format.ipynb: train,
 validation, train_lst, validation_lst, all application/x-image, File mode) and its hyperparameters
-(weights=none: this machine cannot download ImageNet weights; 1 epoch), with no hyperparameter of
+(but weights=none: this machine cannot download ImageNet weights; 1 epoch; the digits at 32 pixels,
+image_shape 3,32,32 and resize 32, where the notebook asks 206 after 256), with no hyperparameter of
 this job's saying the format: each channel's ContentType, set by --channel-option, reaches the job
 in inputdataconfig.json as SageMaker writes it, and the job decides from it
 (keras_pipe_train.sources.content_types; what it then trains on: tests/builtin)."""

@@ -7,12 +7,13 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import threading
 
 
 def around_first_import(name: str, around, key: str) -> None:
     """From now on, the first import of the top-level module `name` runs within `around()` (a
     context manager). Nothing when `name` is imported already, or when a wrapper of the same `key`
-    is in place."""
+    is in place (the first one's `around` stays)."""
     if name in sys.modules or any(isinstance(f, FirstImport) and f.key == key for f in sys.meta_path):
         return
     sys.meta_path.insert(0, FirstImport(name, around, key))
@@ -25,16 +26,16 @@ class FirstImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self, name: str, around, key: str):
         self.name, self.around, self.key = name, around, key
-        self.searching = False
+        self.searching = threading.local()  # (a thread's own search: another thread's import is still found)
 
     def find_spec(self, name, path=None, target=None):
-        if name != self.name or self.searching:
+        if name != self.name or getattr(self.searching, "now", False):
             return None
-        self.searching = True  # (the search below, through the other finders)
+        self.searching.now = True  # (the search below, through the other finders)
         try:
             spec = importlib.util.find_spec(name)
         finally:
-            self.searching = False
+            self.searching.now = False
         if spec is None or spec.loader is None:
             return spec
         self.loader = spec.loader

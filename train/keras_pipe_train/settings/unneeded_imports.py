@@ -40,8 +40,9 @@ def skip_unneeded_imports() -> None:
 
 @contextlib.contextmanager
 def skipped(names: tuple[str, ...]):
-    """Within: importing any of `names` not yet imported raises ImportError; after, each imports as
-    usual (the None put in its place is taken out again, unless something else replaced it)."""
+    """Within: importing any of `names` not yet imported raises ImportError, in any thread (Keras'
+    import runs before the job's, the server's or a command's threads use any of them); after, each
+    imports as usual (the None put in its place is taken out again, unless something replaced it)."""
     added = [name for name in names if name not in sys.modules]
     for name in added:
         sys.modules[name] = None
