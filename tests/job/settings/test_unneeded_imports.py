@@ -14,7 +14,7 @@ import sys
 from keras_pipe_train.settings.unneeded_imports import UNNEEDED, WHILE_KERAS_IMPORTS, skip_unneeded_imports, \\
     skip_while_keras_imports
 if sys.argv[2] == "launcher":  # (as the launcher's commands do: all three while Keras imports)
-    skip_while_keras_imports(UNNEEDED + WHILE_KERAS_IMPORTS)
+    skip_while_keras_imports()
 else:  # (as the job and the server do: scikit-learn and pandas for good, matplotlib while Keras imports)
     skip_unneeded_imports()
 import tensorflow as tf  # (TensorFlow first: its import looks Keras up, then imports it)

@@ -54,8 +54,9 @@ def skipped(names: tuple[str, ...]):
                 del sys.modules[name]
 
 
-def skip_while_keras_imports(names: tuple[str, ...]) -> None:
+def skip_while_keras_imports(names: tuple[str, ...] = UNNEEDED + WHILE_KERAS_IMPORTS) -> None:
     """From now on, Keras' first import (whether asked for itself or by TensorFlow's, which imports
     Keras' optimizers) runs with `names` skipped: the package's __init__ imports all of keras.src,
-    its optional imports included. Nothing changes once Keras is imported."""
+    its optional imports included (by default all three: the launcher's commands). Nothing changes once
+    Keras is imported."""
     around_first_import("keras", lambda: skipped(names), key="keras-pipe: Keras' optional imports skipped")
