@@ -108,6 +108,7 @@ from keras_pipe_serve.batcher import STUCK_FLOOR_S
 from keras_pipe_serve.predictor import ModelError, saved_model_dir
 from keras_pipe_serve.sizing import Plan, cpus, gpus, memory_limit, model_bytes, plan
 from keras_pipe_train.settings import contract  # (no TensorFlow: the master never loads it)
+from keras_pipe_train.settings.paused_collector import pause_collector_while_tensorflow_imports
 from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
 
 log = logging.getLogger("keras_pipe_serve")
@@ -358,7 +359,9 @@ def run(argv: list[str] | None = None) -> None:
 
     from gunicorn.app.base import BaseApplication
 
-    skip_unneeded_imports()  # (in the master: its workers, forked from it, import TensorFlow)
+    # (in the master: its workers, forked from it, import TensorFlow)
+    skip_unneeded_imports()
+    pause_collector_while_tensorflow_imports()
 
     class Server(BaseApplication):
         def load_config(self):

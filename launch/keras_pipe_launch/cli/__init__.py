@@ -10,6 +10,7 @@ import sys
 
 from keras_pipe_launch.cli import deploy, export, local, predict, prepare, register, report, submit, transform, tune
 from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
+from keras_pipe_train.settings.paused_collector import pause_collector_while_tensorflow_imports
 from keras_pipe_train.settings.unneeded_imports import skip_while_keras_imports
 
 
@@ -17,6 +18,7 @@ def main(argv=None) -> int:
     quiet_tensorflow_start()  # (a command prints its own lines, not TensorFlow's start-up notices)
     # (a command that loads a model starts sooner; the SageMaker SDK's own pandas imports later, as usual)
     skip_while_keras_imports()
+    pause_collector_while_tensorflow_imports()
     parser = argparse.ArgumentParser(prog="keras-pipe",
                                      description="Run, submit and prepare Keras training jobs for SageMaker; "
                                                  "predict with their models.")

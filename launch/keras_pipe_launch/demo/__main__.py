@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_pipe_launch.common.quiet_start import quiet_tensorflow_start
+from keras_pipe_train.settings.paused_collector import pause_collector_while_tensorflow_imports
 
 OUT = Path("demo-output")
 # what the demo shows of a run: the runner's lines, metric lines, and the job's own INFO lines
@@ -161,6 +162,7 @@ def main() -> int:
     started = time.time()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     quiet_tensorflow_start()
+    pause_collector_while_tensorflow_imports()
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir()
     held_out = make_data()

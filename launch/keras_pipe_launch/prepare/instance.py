@@ -31,6 +31,7 @@ from keras_pipe_launch.prepare.plan import PARTS, PLAN_FILE, REPORTS, Plan, shar
 from keras_pipe_launch.prepare.reports import Report
 from keras_pipe_train.settings.config import DEFAULT_MAX_PIXELS
 from keras_pipe_train.settings.contract import is_hidden
+from keras_pipe_train.settings.paused_collector import pause_collector_while_tensorflow_imports
 from keras_pipe_train.settings.unneeded_imports import skip_while_keras_imports
 
 
@@ -130,6 +131,7 @@ def fingerprints(paths: list[Path], max_pixels: int, workers: int) -> list[dupli
 def main(argv: list[str] | None = None) -> int:
     quiet_tensorflow_start()  # (`prepare --local` relays its lines to the terminal, where they are prepare's own)
     skip_while_keras_imports()  # (it decodes images with TensorFlow, nothing more)
+    pause_collector_while_tensorflow_imports()
     base = base_dir()
     try:
         prepare_share(base, arguments(argv))
