@@ -89,11 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         backbone = config.backbone if config.preset == "none" or "backbone" in config.given else None
         log.info("%s", cpu_kernels.choose(backbone=backbone, image_size=config.image_size))
 
-        from keras_pipe_train.settings.paused_collector import pause_collector_while_tensorflow_imports
-        from keras_pipe_train.settings.unneeded_imports import skip_unneeded_imports
+        from keras_pipe_train.settings import paused_collector, unneeded_imports
 
-        skip_unneeded_imports()
-        pause_collector_while_tensorflow_imports()
+        unneeded_imports.skip_unneeded_imports()
+        paused_collector.pause_collector_while_tensorflow_imports()
         from keras_pipe_train import job  # TensorFlow loads here, after the cheap checks
         from keras_pipe_train.training.loop import Stopped
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from keras_pipe_train.settings.paused_collector import collector_paused
+from tests.timeouts import wait_s
 
 IMPORTS = """
 import gc, sys
@@ -42,7 +43,7 @@ print(len(during), gc.isenabled(), len(after) > 0)
 
 def imported(entry: str, tmp_path) -> list[str]:
     out = subprocess.run([sys.executable, "-c", IMPORTS, entry, str(tmp_path / f"{entry}.keras")],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=wait_s(120))
     assert out.returncode == 0, out.stderr[-3000:]
     assert (tmp_path / f"{entry}.keras").is_file()
     return out.stdout.split()
